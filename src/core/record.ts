@@ -1,0 +1,174 @@
+/**
+ * @module The idempotency record and the store contract that persists it (DESIGN.md §1, §2, §7).
+ */
+
+/** `in_progress` → `succeeded` or `failed`. */
+export type RecordStatus = 'in_progress' | 'succeeded' | 'failed';
+
+/** A response frozen for replay: status, allow-listed headers (lower-case names), and the exact body bytes. */
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly body: Uint8Array;
+}
+
+/** One claimed key. Times are epoch milliseconds everywhere in code; stores convert at their edge only. */
+export interface IdempotencyRecord {
+  /** `IDEMPOTENCY#<scope>#<key>` — see `recordPk`. */
+  readonly pk: string;
+  readonly scope: string;
+  readonly key: string;
+  readonly status: RecordStatus;
+  /** SHA-256 hex of the canonical request. */
+  readonly fingerprint: string;
+  /** Stable id: new on a fresh claim (or after expiry), kept through takeovers and retryable reclaims. */
+  readonly id: string;
+  /** Fencing token: fresh on every claim or takeover; every later write is conditional on it. */
+  readonly token: string;
+  readonly claimedAt: number;
+  readonly leaseExpiresAt: number;
+  readonly expiresAt: number;
+  /** Meaningful on `failed` only: may a retry run the work again? */
+  readonly retryable: boolean;
+  /** What the work produced, e.g. the charge id. */
+  readonly resultId: string | null;
+  readonly response: StoredResponse | null;
+}
+
+/** A claim: write `in_progress` with `token` unless a live record is in the way (DESIGN.md §2 step 1). */
+export interface ClaimRequest {
+  readonly pk: string;
+  readonly scope: string;
+  readonly key: string;
+  readonly fingerprint: string;
+  /** The new fencing token. */
+  readonly token: string;
+  /** The id to use if the claim is fresh (no record, or an expired one); a reclaim keeps the stored id. */
+  readonly id: string;
+  readonly now: number;
+  readonly leaseMs: number;
+  readonly ttlMs: number;
+}
+
+/** Contention is a result, never an exception: `existing` carries the record that won, read in the same trip. */
+export type ClaimResult =
+  | { readonly kind: 'claimed'; readonly record: IdempotencyRecord }
+  | { readonly kind: 'existing'; readonly record: IdempotencyRecord };
+
+/** The terminal state to write. */
+export interface Outcome {
+  readonly status: 'succeeded' | 'failed';
+  /** On `failed`: may a retry run the work again? */
+  readonly retryable: boolean;
+  readonly resultId: string | null;
+  readonly response: StoredResponse | null;
+}
+
+/**
+ * Completion, conditional on `token`. `effects`, when given, run inside the same transaction as the record's
+ * update on stores that have one (the work's own writes and the completion commit together, or not at all).
+ */
+export interface CompleteRequest<Tx = never> {
+  readonly pk: string;
+  readonly token: string;
+  readonly now: number;
+  readonly outcome: Outcome;
+  readonly effects?: ((tx: Tx) => unknown) | undefined;
+}
+
+export interface RenewRequest {
+  readonly pk: string;
+  readonly token: string;
+  readonly now: number;
+  readonly leaseMs: number;
+}
+
+export interface ReleaseRequest {
+  readonly pk: string;
+  readonly token: string;
+}
+
+/** A conditional write's result: `ok: false` means the token no longer matched (or the record is gone). */
+export interface WriteResult {
+  readonly ok: boolean;
+}
+
+export interface SweepRequest {
+  readonly now: number;
+  /** Rows deleted per statement/batch. */
+  readonly batchSize?: number;
+  /** Stop after this many rows in total. */
+  readonly limit?: number;
+}
+
+export interface ListRequest {
+  readonly scope: string;
+  readonly limit: number;
+}
+
+/**
+ * The store contract. Every write is conditional; contention is returned as a value. A store that cannot
+ * reach its backend rejects with an error (the engine turns it into `STORE_UNAVAILABLE`).
+ *
+ * `roundTrips` counts requests to the backend since the store was created, so tests check DESIGN.md §6's budget.
+ *
+ * @example
+ * const store: IdempotencyStore = memoryStore()
+ * const result = await store.claim({ pk, scope, key, fingerprint, token, id, now: Date.now(), leaseMs, ttlMs })
+ */
+export interface IdempotencyStore<Tx = never> {
+  /** A short name for logs and metrics, e.g. `sqlite`. */
+  readonly name: string;
+  readonly roundTrips: number;
+  /**
+   * Claims when: no record; or `expiresAt <= now`; or, with the same fingerprint only, `failed` + `retryable`,
+   * or `in_progress` with `leaseExpiresAt <= now`. Writes `in_progress`, the new token, `claimedAt = now`,
+   * `leaseExpiresAt = now + leaseMs`, `expiresAt = now + ttlMs`, clears outcome fields, and keeps the stored
+   * `id` unless the record was absent or expired.
+   */
+  claim(request: ClaimRequest): Promise<ClaimResult>;
+  /** `in_progress` with this token → the outcome. Otherwise nothing changes and `ok` is false. */
+  complete(request: CompleteRequest<Tx>): Promise<WriteResult>;
+  /** Extends the lease of an `in_progress` record held with this token. */
+  renew(request: RenewRequest): Promise<WriteResult>;
+  /** Deletes an `in_progress` record held with this token, freeing the key (e.g. the work declined to run). */
+  release(request: ReleaseRequest): Promise<WriteResult>;
+  /** The stored record, expired or not, or null. */
+  get(pk: string): Promise<IdempotencyRecord | null>;
+  /** Deletes records with `expiresAt <= now`; returns how many. Stores with native expiry may return 0. */
+  sweep(request: SweepRequest): Promise<number>;
+  /** A scope's records, newest claim first (for operators and the demo). */
+  list(request: ListRequest): Promise<IdempotencyRecord[]>;
+  close(): Promise<void>;
+}
+
+/**
+ * The claim condition of DESIGN.md §2, as a predicate over the stored record. Stores that decide in-process
+ * (memory, SQLite) call it; the others encode the same logic in their own condition language.
+ */
+export function isClaimable(existing: IdempotencyRecord | null, fingerprint: string, now: number): boolean {
+  if (existing === null || existing.expiresAt <= now) return true;
+  if (existing.fingerprint !== fingerprint) return false;
+  if (existing.status === 'failed') return existing.retryable;
+  return existing.status === 'in_progress' && existing.leaseExpiresAt <= now;
+}
+
+/** The record a successful claim writes (shared by stores that build it in-process). */
+export function claimedRecord(existing: IdempotencyRecord | null, request: ClaimRequest): IdempotencyRecord {
+  const keepId = existing !== null && existing.expiresAt > request.now;
+  return {
+    pk: request.pk,
+    scope: request.scope,
+    key: request.key,
+    status: 'in_progress',
+    fingerprint: request.fingerprint,
+    id: keepId ? existing.id : request.id,
+    token: request.token,
+    claimedAt: request.now,
+    leaseExpiresAt: request.now + request.leaseMs,
+    expiresAt: request.now + request.ttlMs,
+    retryable: false,
+    resultId: null,
+    response: null,
+  };
+}

@@ -1,0 +1,38 @@
+/**
+ * @module `idem` — the engine, its types and its errors. Stores live at `idem/stores/*`; HTTP at `idem/http`.
+ */
+export { createEngine, classifyStatus, RECOMMENDED_TTL_MS } from './core/engine.js';
+export type {
+  Engine,
+  EngineOptions,
+  IdempotencyEvent,
+  OutcomeKind,
+  RunRequest,
+  RunResult,
+  StoreOp,
+  WorkContext,
+  WorkResult,
+} from './core/engine.js';
+export { IdempotencyError, isIdempotencyError } from './core/errors.js';
+export type { IdempotencyErrorCode } from './core/errors.js';
+export { fingerprint, fingerprintsEqual, canonicalJson } from './core/fingerprint.js';
+export type { FingerprintInput } from './core/fingerprint.js';
+export { parseKey, recordPk, MAX_KEY_LENGTH } from './core/key.js';
+export { systemClock, manualClock } from './core/clock.js';
+export type { Clock, ManualClock, TimerHandle } from './core/clock.js';
+export { isClaimable } from './core/record.js';
+export type {
+  ClaimRequest,
+  ClaimResult,
+  CompleteRequest,
+  IdempotencyRecord,
+  IdempotencyStore,
+  ListRequest,
+  Outcome,
+  RecordStatus,
+  ReleaseRequest,
+  RenewRequest,
+  StoredResponse,
+  SweepRequest,
+  WriteResult,
+} from './core/record.js';

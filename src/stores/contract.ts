@@ -1,0 +1,28 @@
+/**
+ * @module The store contract (defined beside the record in core) and the helpers stores share.
+ */
+export type {
+  ClaimRequest,
+  ClaimResult,
+  CompleteRequest,
+  IdempotencyRecord,
+  IdempotencyStore,
+  ListRequest,
+  Outcome,
+  RecordStatus,
+  ReleaseRequest,
+  RenewRequest,
+  StoredResponse,
+  SweepRequest,
+  WriteResult,
+} from '../core/record.js';
+export { claimedRecord, isClaimable } from '../core/record.js';
+
+/** Serialised form of a response's headers, shared by stores that keep them as JSON text. */
+export function encodeHeaders(headers: ReadonlyArray<readonly [string, string]>): string {
+  return JSON.stringify(headers);
+}
+
+export function decodeHeaders(text: string): Array<[string, string]> {
+  return JSON.parse(text) as Array<[string, string]>;
+}

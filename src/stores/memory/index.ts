@@ -1,0 +1,112 @@
+/**
+ * @module `idem/stores/memory` — a store in one process's memory. A store of its own (tests, single-process
+ * tools), not a stand-in for the others: it shares nothing across processes and loses everything on exit.
+ */
+import type {
+  ClaimRequest,
+  ClaimResult,
+  CompleteRequest,
+  IdempotencyRecord,
+  IdempotencyStore,
+  ListRequest,
+  ReleaseRequest,
+  RenewRequest,
+  SweepRequest,
+  WriteResult,
+} from '../contract.js';
+import { claimedRecord, isClaimable } from '../contract.js';
+
+export interface MemoryStoreOptions {
+  /** Refuse new claims beyond this many live records (a guard against unbounded growth). Default 1,000,000. */
+  readonly maxRecords?: number;
+}
+
+/**
+ * Creates an in-memory store. `effects` passed to `complete` receive `undefined` and run before the record is
+ * updated; if they throw, the record is left as it was.
+ *
+ * @example
+ * const engine = createEngine({ store: memoryStore() })
+ */
+export function memoryStore({ maxRecords = 1_000_000 }: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
+  const records = new Map<string, IdempotencyRecord>();
+  let roundTrips = 0;
+  let closed = false;
+
+  const open = (): void => {
+    roundTrips++;
+    if (closed) throw new Error('memory store is closed');
+  };
+  const held = (pk: string, token: string): IdempotencyRecord | undefined => {
+    const record = records.get(pk);
+    return record && record.status === 'in_progress' && record.token === token ? record : undefined;
+  };
+
+  // Each method below runs to completion without an await between its read and its write, so in one
+  // JavaScript thread the read-check-write is atomic: two claims cannot interleave inside it.
+  return {
+    name: 'memory',
+    get roundTrips() {
+      return roundTrips;
+    },
+    async claim(request: ClaimRequest): Promise<ClaimResult> {
+      open();
+      const existing = records.get(request.pk) ?? null;
+      if (!isClaimable(existing, request.fingerprint, request.now)) {
+        return { kind: 'existing', record: existing as IdempotencyRecord };
+      }
+      if (!existing && records.size >= maxRecords) throw new Error(`memory store is full (${maxRecords} records)`);
+      const record = claimedRecord(existing, request);
+      records.set(request.pk, record);
+      return { kind: 'claimed', record };
+    },
+    async complete({ pk, token, outcome, effects }: CompleteRequest<undefined>): Promise<WriteResult> {
+      open();
+      const record = held(pk, token);
+      if (!record) return { ok: false };
+      if (effects) {
+        const value = effects(undefined);
+        if (value instanceof Promise) throw new Error('memory store effects must be synchronous');
+      }
+      records.set(pk, { ...record, ...outcome });
+      return { ok: true };
+    },
+    async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
+      open();
+      const record = held(pk, token);
+      if (!record) return { ok: false };
+      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs });
+      return { ok: true };
+    },
+    async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
+      open();
+      if (!held(pk, token)) return { ok: false };
+      records.delete(pk);
+      return { ok: true };
+    },
+    async get(pk: string): Promise<IdempotencyRecord | null> {
+      open();
+      return records.get(pk) ?? null;
+    },
+    async sweep({ now, limit = Infinity }: SweepRequest): Promise<number> {
+      open();
+      let deleted = 0;
+      for (const [pk, record] of records) {
+        if (deleted >= limit) break;
+        if (record.expiresAt <= now) {
+          records.delete(pk);
+          deleted++;
+        }
+      }
+      return deleted;
+    },
+    async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
+      open();
+      const mine = [...records.values()].filter((r) => r.scope === scope);
+      return mine.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
+    },
+    async close(): Promise<void> {
+      closed = true;
+    },
+  };
+}
