@@ -1,0 +1,242 @@
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../stores/memory/index.js';
+import { manualClock } from './clock.js';
+import { classifyStatus, createEngine, type IdempotencyEvent, type WorkResult } from './engine.js';
+import { IdempotencyError } from './errors.js';
+import { recordPk } from './key.js';
+import type { IdempotencyStore } from './record.js';
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const DAY = 86_400_000;
+const answer = (status: number, text = `{"status":${status}}`): WorkResult<undefined> => ({
+  response: { status, headers: [['content-type', 'application/json']], body: new TextEncoder().encode(text) },
+});
+const setup = (options: { leaseMs?: number; waitForOutcomeMs?: number; store?: IdempotencyStore<undefined> } = {}) => {
+  const clock = manualClock(T0);
+  const store = options.store ?? memoryStore();
+  const events: IdempotencyEvent[] = [];
+  const engine = createEngine({
+    store,
+    clock,
+    ttlMs: DAY,
+    leaseMs: options.leaseMs ?? 10_000,
+    waitForOutcomeMs: options.waitForOutcomeMs ?? 0,
+    onEvent: (e) => e.type !== 'store_op' && events.push(e),
+  });
+  return { clock, store, engine, events, request: { scope: 'acct_a', key: 'k1', fingerprint: 'f1' } };
+};
+const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
+
+describe('createEngine options', () => {
+  it('names the option that is wrong', () => {
+    const store = memoryStore();
+    expect(() => createEngine({ store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive number, got -1.');
+    expect(() => createEngine({ store, ttlMs: Number.NaN })).toThrow('Expected `ttlMs` to be a positive number');
+    expect(() => createEngine({ store, leaseMs: 1000, ttlMs: 500 })).toThrow(
+      'Expected `ttlMs` to be greater than leaseMs (1000), got 500.',
+    );
+    expect(() => createEngine({ store, leaseMs: 1000, renewEveryMs: 1000, ttlMs: DAY })).toThrow(
+      'Expected `renewEveryMs` to be less than leaseMs (1000), got 1000.',
+    );
+    expect(() => createEngine({ store: {} as never })).toThrow('Expected `store` to be an IdempotencyStore.');
+    expect(() => createEngine({ store, waitForOutcomeMs: -5, ttlMs: DAY })).toThrow('Expected `waitForOutcomeMs`');
+  });
+
+  it('throws IdempotencyError with code CONFIG_INVALID', () => {
+    expect(() => createEngine({ store: memoryStore(), leaseMs: 0 })).toThrow(IdempotencyError);
+  });
+});
+
+describe('classifyStatus', () => {
+  it('follows DESIGN.md §2 step 4', () => {
+    expect([200, 201, 204].map(classifyStatus)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    expect([400, 402, 404, 422].map(classifyStatus)).toEqual(['failed-final', 'failed-final', 'failed-final', 'failed-final']);
+    expect([408, 409, 425, 429, 500, 503, 302].map(classifyStatus)).toEqual(Array(7).fill('failed-retryable'));
+  });
+});
+
+describe('engine.run', () => {
+  it('runs the work once and replays the exact response after', async () => {
+    const { engine, request, events } = setup();
+    let runs = 0;
+    const work = async () => {
+      runs++;
+      return answer(201, '{"id":"ch_1"}');
+    };
+    const first = await engine.run(request, work);
+    const second = await engine.run(request, work);
+    expect(runs).toBe(1);
+    expect(first.replayed).toBe(false);
+    expect(second.replayed).toBe(true);
+    expect(new TextDecoder().decode(second.response.body)).toBe('{"id":"ch_1"}');
+    expect(events.map((e) => e.type)).toEqual(['executed', 'replayed']);
+  });
+
+  it('refuses a reused key with another fingerprint, without running the work', async () => {
+    const { engine, request } = setup();
+    await engine.run(request, async () => answer(201));
+    let ran = false;
+    await expect(
+      engine.run({ ...request, fingerprint: 'f2' }, async () => {
+        ran = true;
+        return answer(201);
+      }),
+    ).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' });
+    expect(ran).toBe(false);
+  });
+
+  it('answers IN_FLIGHT with the lease time left while the first attempt runs', async () => {
+    const { engine, request, clock } = setup();
+    let finish = () => {};
+    const first = engine.run(request, () => new Promise((resolve) => (finish = () => resolve(answer(201)))));
+    await tick();
+    clock.advance(2_500);
+    await expect(engine.run(request, async () => answer(201))).rejects.toMatchObject({ code: 'IN_FLIGHT', retryAfterMs: 7_500 });
+    finish();
+    await first;
+  });
+
+  it('replays a final failure (402) and re-runs a retryable one (503) with the same id', async () => {
+    const { engine, request, store } = setup();
+    const declined = { ...request, key: 'declined' };
+    let runs = 0;
+    await engine.run(declined, async () => (runs++, answer(402)));
+    const replay = await engine.run(declined, async () => (runs++, answer(201)));
+    expect(runs).toBe(1);
+    expect(replay.replayed).toBe(true);
+    expect(replay.response.status).toBe(402);
+
+    const ids: string[] = [];
+    const flaky = { ...request, key: 'flaky' };
+    await engine.run(flaky, async ({ id }) => (ids.push(id), answer(503)));
+    const second = await engine.run(flaky, async ({ id, reclaimed }) => (ids.push(id + String(reclaimed)), answer(201)));
+    expect(second.replayed).toBe(false);
+    expect(ids).toEqual([ids[0], `${ids[0]}true`]);
+    expect((await store.get(recordPk('acct_a', 'flaky')))?.status).toBe('succeeded');
+  });
+
+  it('a thrown error leaves the key failed and retryable, and rethrows', async () => {
+    const { engine, request, store } = setup();
+    await expect(
+      engine.run(request, async () => {
+        throw new Error('processor exploded');
+      }),
+    ).rejects.toThrow('processor exploded');
+    const record = await store.get(recordPk('acct_a', 'k1'));
+    expect([record?.status, record?.retryable]).toEqual(['failed', true]);
+    expect((await engine.run(request, async () => answer(201))).replayed).toBe(false);
+  });
+
+  it('honours an explicit outcome from the work, including release', async () => {
+    const { engine, request, store } = setup();
+    await engine.run(request, async () => ({ ...answer(500), outcome: 'failed-final' }));
+    expect((await engine.run(request, async () => answer(201))).response.status).toBe(500);
+
+    const released = { ...request, key: 'released' };
+    await engine.run(released, async () => ({ ...answer(400), outcome: 'release' }));
+    expect(await store.get(recordPk('acct_a', 'released'))).toBeNull();
+    const other = await engine.run({ ...released, fingerprint: 'other' }, async () => answer(201));
+    expect(other.replayed).toBe(false);
+  });
+
+  it('renews the lease while slow work runs, so it is not taken over', async () => {
+    const { engine, request, clock, store } = setup({ leaseMs: 3_000 });
+    let finish = () => {};
+    const first = engine.run(request, () => new Promise((resolve) => (finish = () => resolve(answer(201)))));
+    await tick();
+    for (let i = 0; i < 10; i++) {
+      clock.advance(1_000);
+      await tick();
+    }
+    const record = await store.get(recordPk('acct_a', 'k1'));
+    expect(record?.leaseExpiresAt).toBe(T0 + 10_000 + 3_000);
+    await expect(engine.run(request, async () => answer(201))).rejects.toMatchObject({ code: 'IN_FLIGHT' });
+    finish();
+    expect((await first).replayed).toBe(false);
+  });
+
+  it('takes over a dead lease keeping the id; the zombie is aborted and its completion refused', async () => {
+    const store = memoryStore();
+    const a = setup({ store, leaseMs: 3_000 });
+    const b = setup({ store, leaseMs: 3_000 });
+    // A's renewals never run (its clock never moves): it stalls past its lease, as a paused process would.
+    let wake = () => {};
+    let zombieSignal: AbortSignal | undefined;
+    const seen: string[] = [];
+    const zombie = a.engine.run(a.request, ({ id, signal }) => {
+      seen.push(id);
+      zombieSignal = signal;
+      return new Promise((resolve) => (wake = () => resolve(answer(201, '{"by":"zombie"}'))));
+    });
+    await tick();
+    b.clock.advance(3_000);
+    const taken = await b.engine.run(b.request, async ({ id, reclaimed }) => {
+      seen.push(`${id}:${String(reclaimed)}`);
+      return answer(201, '{"by":"new owner"}');
+    });
+    expect(taken.replayed).toBe(false);
+    expect(seen).toEqual([seen[0], `${seen[0]}:true`]);
+    expect(b.events.map((e) => e.type)).toEqual(['takeover', 'executed']);
+    // The zombie's lease renewal discovers the loss.
+    a.clock.advance(1_000);
+    await tick();
+    await tick();
+    expect(zombieSignal?.aborted).toBe(true);
+    wake();
+    await expect(zombie).rejects.toMatchObject({ code: 'LEASE_LOST' });
+    const record = await store.get(recordPk('acct_a', 'k1'));
+    expect(new TextDecoder().decode(record?.response?.body)).toBe('{"by":"new owner"}');
+    expect(a.events.map((e) => e.type)).toEqual(['lease_lost', 'stale_write_refused']);
+  });
+
+  it('treats an expired record as absent: the work runs again with a new id', async () => {
+    const { engine, request, clock } = setup();
+    const ids: string[] = [];
+    await engine.run(request, async ({ id }) => (ids.push(id), answer(201)));
+    clock.advance(DAY);
+    await engine.run({ ...request, fingerprint: 'anything' }, async ({ id }) => (ids.push(id), answer(201)));
+    expect(ids.length).toBe(2);
+    expect(ids[0]).not.toBe(ids[1]);
+  });
+
+  it('fails closed: a store that cannot be reached gives STORE_UNAVAILABLE and the work never runs', async () => {
+    const broken = memoryStore();
+    await broken.close();
+    const { engine, request } = setup({ store: broken });
+    let ran = false;
+    await expect(
+      engine.run(request, async () => {
+        ran = true;
+        return answer(201);
+      }),
+    ).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE', cause: new Error('memory store is closed') });
+    expect(ran).toBe(false);
+  });
+
+  it('can wait for the in-flight outcome and replay it instead of answering 409', async () => {
+    const store = memoryStore();
+    const first = createEngine({ store, ttlMs: DAY });
+    const waiting = createEngine({ store, ttlMs: DAY, waitForOutcomeMs: 5_000 });
+    const request = { scope: 's', key: 'k', fingerprint: 'f' };
+    const slow = first.run(request, async () => {
+      await new Promise((r) => setTimeout(r, 120));
+      return answer(201, '{"slow":true}');
+    });
+    await tick();
+    const replay = await waiting.run(request, async () => answer(500));
+    expect(replay.replayed).toBe(true);
+    expect(new TextDecoder().decode(replay.response.body)).toBe('{"slow":true}');
+    await slow;
+  });
+
+  it('never lets a throwing onEvent hook change the outcome', async () => {
+    const engine = createEngine({
+      store: memoryStore(),
+      ttlMs: DAY,
+      onEvent: () => {
+        throw new Error('metrics down');
+      },
+    });
+    expect((await engine.run({ scope: 's', key: 'k', fingerprint: 'f' }, async () => answer(201))).replayed).toBe(false);
+  });
+});

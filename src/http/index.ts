@@ -1,0 +1,17 @@
+/**
+ * @module `idem/http` — the Web-standard layer: middleware, problem+json, and response replay.
+ */
+export { idempotency } from './middleware.js';
+export type { Declaration, HandlerContext, IdempotencyOptions, IdempotentFetch, IdempotentHandler } from './middleware.js';
+export { problem, problemFor } from './problem.js';
+export type { ProblemInit, ProblemSlug } from './problem.js';
+export {
+  BodyTooLargeError,
+  DEFAULT_REPLAY_HEADERS,
+  NEVER_REPLAYED,
+  REPLAYED_HEADER,
+  bodyFor,
+  readBytes,
+  replayResponse,
+  storableHeaders,
+} from './replay.js';

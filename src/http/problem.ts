@@ -1,0 +1,92 @@
+/**
+ * @module RFC 9457 problem details, and the one place Idem's error codes become HTTP statuses.
+ */
+import type { IdempotencyError } from '../core/errors.js';
+
+/** Problem `type` URIs are `urn:idem:problem:<slug>`; the slug is stable and documented in the README. */
+export type ProblemSlug =
+  | 'idempotency-key-missing'
+  | 'idempotency-key-invalid'
+  | 'idempotency-key-reused'
+  | 'idempotency-key-in-use'
+  | 'idempotency-lease-lost'
+  | 'idempotency-store-unavailable'
+  | 'request-too-large'
+  | 'response-too-large'
+  | 'internal-error'
+  | (string & {});
+
+export interface ProblemInit {
+  readonly status: number;
+  readonly slug: ProblemSlug;
+  readonly title: string;
+  readonly detail?: string;
+  readonly headers?: Record<string, string>;
+  /** Extension members, e.g. `{ param: 'amount' }`. */
+  readonly extensions?: Record<string, unknown>;
+}
+
+/**
+ * An `application/problem+json` response.
+ *
+ * @example
+ * return problem({ status: 400, slug: 'parameter-invalid', title: 'Invalid parameter', detail: '`amount` must be a positive integer.' })
+ */
+export function problem({ status, slug, title, detail, headers = {}, extensions = {} }: ProblemInit): Response {
+  const body = { type: `urn:idem:problem:${slug}`, title, status, ...(detail ? { detail } : {}), ...extensions };
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { 'content-type': 'application/problem+json', 'cache-control': 'no-store', ...headers },
+  });
+}
+
+/**
+ * Maps an {@link IdempotencyError} to its HTTP answer.
+ *
+ * | code | status |
+ * |---|---|
+ * | KEY_MISSING, KEY_INVALID | 400 |
+ * | FINGERPRINT_MISMATCH | 400 (or 422 by option) |
+ * | IN_FLIGHT, LEASE_LOST | 409 + Retry-After |
+ * | STORE_UNAVAILABLE | 503 + Retry-After |
+ *
+ * @example
+ * catch (error) { if (isIdempotencyError(error)) return problemFor(error, { mismatchStatus: 422 }) }
+ */
+export function problemFor(error: IdempotencyError, { mismatchStatus = 400 }: { mismatchStatus?: 400 | 422 } = {}): Response {
+  const retryAfter = String(Math.max(1, Math.ceil((error.retryAfterMs ?? 0) / 1000)));
+  switch (error.code) {
+    case 'KEY_MISSING':
+      return problem({ status: 400, slug: 'idempotency-key-missing', title: 'Idempotency-Key required', detail: error.message });
+    case 'KEY_INVALID':
+      return problem({ status: 400, slug: 'idempotency-key-invalid', title: 'Invalid Idempotency-Key', detail: error.message });
+    case 'FINGERPRINT_MISMATCH':
+      return problem({ status: mismatchStatus, slug: 'idempotency-key-reused', title: 'Idempotency-Key reused', detail: error.message });
+    case 'IN_FLIGHT':
+      return problem({
+        status: 409,
+        slug: 'idempotency-key-in-use',
+        title: 'Request in progress',
+        detail: error.message,
+        headers: { 'retry-after': retryAfter },
+      });
+    case 'LEASE_LOST':
+      return problem({
+        status: 409,
+        slug: 'idempotency-lease-lost',
+        title: 'Request taken over',
+        detail: error.message,
+        headers: { 'retry-after': retryAfter },
+      });
+    case 'STORE_UNAVAILABLE':
+      return problem({
+        status: 503,
+        slug: 'idempotency-store-unavailable',
+        title: 'Idempotency store unavailable',
+        detail: 'The request was not processed. Retry with the same Idempotency-Key.',
+        headers: { 'retry-after': '1' },
+      });
+    case 'CONFIG_INVALID':
+      return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
+  }
+}

@@ -1,0 +1,124 @@
+/**
+ * @module What is stored of a response and how it is played back: status, allow-listed headers, exact bytes.
+ */
+import type { StoredResponse } from '../core/record.js';
+
+/**
+ * Headers kept for replay by default. Never `set-cookie` (a credential), `date` (a replay is a new message),
+ * hop-by-hop headers, or `content-length` (recomputed from the stored bytes).
+ */
+export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
+  'content-type',
+  'content-language',
+  'content-disposition',
+  'content-location',
+  'location',
+  'link',
+  'etag',
+  'last-modified',
+  'cache-control',
+  'expires',
+  'vary',
+];
+
+/** Never stored, whatever the allow-list says. */
+export const NEVER_REPLAYED: ReadonlySet<string> = new Set([
+  'set-cookie',
+  'date',
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'content-length',
+  'authorization',
+  'idempotent-replayed',
+]);
+
+/** The replay marker. */
+export const REPLAYED_HEADER = 'idempotent-replayed';
+
+/**
+ * Keeps the allow-listed headers, lower-cased, in their original order.
+ *
+ * @example
+ * storableHeaders(response.headers, DEFAULT_REPLAY_HEADERS)
+ */
+export function storableHeaders(
+  headers: Iterable<readonly [string, string]>,
+  allow: readonly string[],
+): Array<[string, string]> {
+  const allowed = new Set(allow.map((h) => h.toLowerCase()));
+  const kept: Array<[string, string]> = [];
+  for (const [name, value] of headers) {
+    const lower = name.toLowerCase();
+    if (allowed.has(lower) && !NEVER_REPLAYED.has(lower)) kept.push([lower, value]);
+  }
+  return kept;
+}
+
+const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
+
+/**
+ * A Web `Response` carrying a stored response: same status, the stored headers, the exact body bytes, plus
+ * `Idempotent-Replayed: true`.
+ *
+ * @example
+ * return replayResponse(record.response)
+ */
+export function replayResponse(stored: StoredResponse): Response {
+  const headers = new Headers();
+  for (const [name, value] of stored.headers) headers.append(name, value);
+  headers.set(REPLAYED_HEADER, 'true');
+  return new Response(bodyFor(stored.status, stored.body), { status: stored.status, headers });
+}
+
+/** A `Response` body for these bytes, or null where the status forbids one. */
+export function bodyFor(status: number, body: Uint8Array): BodyInit | null {
+  // Stored bodies are always backed by a plain ArrayBuffer (never a SharedArrayBuffer).
+  return NULL_BODY_STATUSES.has(status) || body.byteLength === 0 ? null : (body as Uint8Array<ArrayBuffer>);
+}
+
+/** Thrown by {@link readBytes} when a body is over its limit. */
+export class BodyTooLargeError extends Error {
+  override readonly name = 'BodyTooLargeError';
+  readonly limit: number;
+  constructor(limit: number) {
+    super(`The body is larger than ${limit} bytes.`);
+    this.limit = limit;
+  }
+}
+
+/**
+ * Reads a body stream to bytes, stopping (and cancelling the stream) as soon as it exceeds `limit`.
+ *
+ * @example
+ * const body = await readBytes(request.body, 1_048_576)
+ */
+export async function readBytes(stream: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array> {
+  if (!stream) return new Uint8Array(0);
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel();
+      throw new BodyTooLargeError(limit);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
