@@ -32,6 +32,8 @@ describe('parseKey', () => {
     expect(code('"a\\nb"')).toBe('KEY_INVALID');
     expect(code('"a"b"')).toBe('KEY_INVALID');
     expect(code('"abc\\"')).toBe('KEY_INVALID');
+    expect(code('"abc')).toBe('KEY_INVALID');
+    expect(code('ab"c')).toBe('KEY_INVALID');
   });
 
   it('says what is wrong', () => {

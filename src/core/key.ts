@@ -8,7 +8,7 @@ export const MAX_KEY_LENGTH = 255;
 
 /**
  * Parses a raw `Idempotency-Key` header value. Accepts a bare token or an RFC 8941 sf-string (`"..."`, with
- * `\"` and `\\` escapes), which is unquoted. The key must be 1–255 visible ASCII characters (0x21–0x7E).
+ * `\"` and `\\` escapes), which is unquoted; a bare key may not contain `"`. The key must be 1–255 visible ASCII characters (0x21–0x7E).
  * Throws `KEY_INVALID` otherwise; a header folded from duplicates (`a, b`) is invalid because of its space.
  *
  * @example
@@ -16,7 +16,9 @@ export const MAX_KEY_LENGTH = 255;
  */
 export function parseKey(raw: string): string {
   let key = raw;
-  if (raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"')) {
+  const quoted = raw.length >= 2 && raw.startsWith('"') && raw.endsWith('"');
+  if (!quoted && raw.includes('"')) throw invalid('a quote outside the sf-string form ("...")');
+  if (quoted) {
     key = '';
     for (let i = 1; i < raw.length - 1; i++) {
       let ch = raw[i] as string;

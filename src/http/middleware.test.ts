@@ -1,0 +1,197 @@
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../stores/memory/index.js';
+import { idempotency, type HandlerContext } from './middleware.js';
+
+const DAY = 86_400_000;
+const url = 'http://api.test/v1/charges';
+const charge = (key: string | null, body: unknown = { amount: 50000, currency: 'usd' }, extra: Record<string, string> = {}) =>
+  new Request(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...(key === null ? {} : { 'idempotency-key': key }), ...extra },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+
+const setup = (options: Partial<Parameters<typeof idempotency>[0]> = {}) => {
+  const store = memoryStore();
+  let runs = 0;
+  let last: HandlerContext<undefined> | undefined;
+  const handle = idempotency({ store, ttlMs: DAY, scope: (r) => r.headers.get('x-account') ?? 'acct_a', ...options })(
+    async (request, context) => {
+      runs++;
+      last = context;
+      const body = (await request.json()) as { amount: number; status?: number };
+      const headers = new Headers({ 'content-type': 'application/json', location: `/v1/charges/ch_${runs}` });
+      headers.append('set-cookie', 'session=secret');
+      headers.set('date', 'Mon, 30 Nov 2026 00:00:00 GMT');
+      headers.set('x-trace', 'first');
+      return new Response(`{"id":"ch_${runs}","amount":${body.amount}}`, { status: body.status ?? 201, headers });
+    },
+  );
+  return { store, handle, runs: () => runs, context: () => last };
+};
+
+const problemOf = async (response: Response) => ({
+  status: response.status,
+  type: response.headers.get('content-type'),
+  body: (await response.json()) as { type: string; title: string; status: number; detail?: string },
+});
+
+describe('idempotency middleware', () => {
+  it('runs once; the retry replays status, allow-listed headers and exact bytes, marked as replayed', async () => {
+    const { handle, runs } = setup();
+    const first = await handle(charge('k1'));
+    const firstBody = await first.text();
+    expect(first.status).toBe(201);
+    expect(first.headers.get('set-cookie')).toBe('session=secret');
+    expect(first.headers.get('idempotent-replayed')).toBeNull();
+
+    const retry = await handle(charge('k1'));
+    expect(runs()).toBe(1);
+    expect(retry.status).toBe(201);
+    expect(await retry.text()).toBe(firstBody);
+    expect(firstBody).toBe('{"id":"ch_1","amount":50000}');
+    expect([...retry.headers]).toEqual([
+      ['content-type', 'application/json'],
+      ['idempotent-replayed', 'true'],
+      ['location', '/v1/charges/ch_1'],
+    ]);
+  });
+
+  it('treats reordered JSON as the same request', async () => {
+    const { handle, runs } = setup();
+    await handle(charge('k1', '{"amount":50000,"currency":"usd"}'));
+    const retry = await handle(charge('k1', '{ "currency": "usd", "amount": 50000 }'));
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(runs()).toBe(1);
+  });
+
+  it('refuses a reused key with another payload: 400 problem, or 422 by option', async () => {
+    for (const mismatchStatus of [400, 422] as const) {
+      const { handle, runs } = setup({ mismatchStatus });
+      await handle(charge('k1'));
+      const tampered = await problemOf(await handle(charge('k1', { amount: 500000, currency: 'usd' })));
+      expect(runs()).toBe(1);
+      expect(tampered).toEqual({
+        status: mismatchStatus,
+        type: 'application/problem+json',
+        body: {
+          type: 'urn:idem:problem:idempotency-key-reused',
+          title: 'Idempotency-Key reused',
+          status: mismatchStatus,
+          detail: 'This Idempotency-Key was already used with a different request (method, path, query or body).',
+        },
+      });
+    }
+  });
+
+  it('answers a concurrent duplicate with 409 and Retry-After', async () => {
+    const store = memoryStore();
+    let release = () => {};
+    const handle = idempotency({ store, ttlMs: DAY, leaseMs: 5_000 })(
+      () => new Promise<Response>((resolve) => (release = () => resolve(new Response('done', { status: 201 })))),
+    );
+    const first = handle(charge('k1'));
+    await new Promise((r) => setTimeout(r, 20));
+    const second = await handle(charge('k1'));
+    expect(second.status).toBe(409);
+    expect(second.headers.get('retry-after')).toBe('5');
+    expect((await problemOf(second)).body.type).toBe('urn:idem:problem:idempotency-key-in-use');
+    release();
+    expect((await first).status).toBe(201);
+  });
+
+  it('keeps scopes apart: the same key in another account runs its own work', async () => {
+    const { handle, runs } = setup();
+    await handle(charge('k1', undefined, { 'x-account': 'acct_a' }));
+    const other = await handle(charge('k1', { amount: 7 }, { 'x-account': 'acct_b' }));
+    expect(runs()).toBe(2);
+    expect(await other.text()).toBe('{"id":"ch_2","amount":7}');
+  });
+
+  it('lets keyless requests through unguarded, or refuses them when keys are required', async () => {
+    const { handle, runs, context } = setup();
+    await handle(charge(null));
+    await handle(charge(null));
+    expect(runs()).toBe(2);
+    expect(context()?.protected).toBe(false);
+
+    const strict = setup({ required: true });
+    const refused = await problemOf(await strict.handle(charge(null)));
+    expect(strict.runs()).toBe(0);
+    expect([refused.status, refused.body.type]).toEqual([400, 'urn:idem:problem:idempotency-key-missing']);
+  });
+
+  it('rejects invalid keys with 400 idempotency-key-invalid, running nothing', async () => {
+    const { handle, runs } = setup();
+    for (const key of ['', 'a'.repeat(256), 'k1, k2', '"unterminated']) {
+      const answer = await problemOf(await handle(charge(key)));
+      expect([answer.status, answer.body.type]).toEqual([400, 'urn:idem:problem:idempotency-key-invalid']);
+    }
+    expect(runs()).toBe(0);
+  });
+
+  it('rejects a body over the limit with 413 and stores nothing', async () => {
+    const { handle, runs, store } = setup({ maxBodyBytes: 64 });
+    const answer = await problemOf(await handle(charge('k1', 'x'.repeat(65))));
+    expect([answer.status, answer.body.type]).toEqual([413, 'urn:idem:problem:request-too-large']);
+    expect(runs()).toBe(0);
+    expect(await store.list({ scope: 'acct_a', limit: 10 })).toEqual([]);
+  });
+
+  it('fails closed with 503 when the store is down, and the handler never runs', async () => {
+    const { handle, runs, store } = setup();
+    await store.close();
+    const answer = await problemOf(await handle(charge('k1')));
+    expect([answer.status, answer.body.type]).toEqual([503, 'urn:idem:problem:idempotency-store-unavailable']);
+    expect(runs()).toBe(0);
+  });
+
+  it('passes other methods straight through', async () => {
+    const { handle, runs } = setup();
+    const get = await handle(new Request(url, { method: 'PUT', headers: { 'idempotency-key': 'k1' }, body: '{"amount":1}' }));
+    expect(get.status).toBe(201);
+    await handle(new Request(url, { method: 'PUT', headers: { 'idempotency-key': 'k1' }, body: '{"amount":1}' }));
+    expect(runs()).toBe(2);
+  });
+
+  it('replays a final refusal (402) but runs a retryable failure (503) again', async () => {
+    const { handle, runs } = setup();
+    await handle(charge('declined', { amount: 1, status: 402 }));
+    const replay = await handle(charge('declined', { amount: 1, status: 402 }));
+    expect([replay.status, replay.headers.get('idempotent-replayed'), runs()]).toEqual([402, 'true', 1]);
+    await handle(charge('flaky', { amount: 1, status: 503 }));
+    const again = await handle(charge('flaky', { amount: 1, status: 503 }));
+    expect([again.status, again.headers.get('idempotent-replayed'), runs()]).toEqual([503, null, 3]);
+  });
+
+  it('answers a thrown handler error with a 500 problem and leaves the key retryable', async () => {
+    const store = memoryStore();
+    let calls = 0;
+    const errors: unknown[] = [];
+    const handle = idempotency({ store, ttlMs: DAY, onError: (e) => errors.push(e) })(async () => {
+      if (++calls === 1) throw new Error('boom');
+      return new Response('ok', { status: 201 });
+    });
+    const failed = await problemOf(await handle(charge('k1')));
+    expect([failed.status, failed.body.type]).toEqual([500, 'urn:idem:problem:internal-error']);
+    expect(errors).toEqual([new Error('boom')]);
+    const retry = await handle(charge('k1'));
+    expect([retry.status, await retry.text(), calls]).toEqual([201, 'ok', 2]);
+  });
+
+  it('stores a response over the size limit as a final 500, the same for the first answer and the replay', async () => {
+    const store = memoryStore();
+    const handle = idempotency({ store, ttlMs: DAY, maxResponseBytes: 10 })(async () => new Response('x'.repeat(11), { status: 201 }));
+    const first = await handle(charge('k1'));
+    const replay = await handle(charge('k1'));
+    expect([first.status, replay.status]).toEqual([500, 500]);
+    expect(await replay.text()).toBe(await first.text());
+  });
+
+  it('validates its options by name', () => {
+    const store = memoryStore();
+    expect(() => idempotency({ store, mismatchStatus: 409 as 400 })).toThrow('Expected `mismatchStatus` to be 400 or 422, got 409.');
+    expect(() => idempotency({ store, maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0.');
+    expect(() => idempotency({ store, scope: 'acct' as never })).toThrow('Expected `scope` to be a function');
+  });
+});
