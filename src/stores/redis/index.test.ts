@@ -1,0 +1,409 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { createClient } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describeStoreConformance } from 'idem/testing';
+import { REDIS_URL, serviceAvailable } from '../../../test/services.js';
+import { recordPk } from '../../core/key.js';
+import type { ClaimRequest, Outcome } from '../contract.js';
+import { fromNodeRedis, redisStore, type RedisClient, type RedisStore } from './index.js';
+import { SCRIPTS } from './scripts.js';
+
+const available = await serviceAvailable('Redis', REDIS_URL);
+
+interface Connection {
+  readonly client: RedisClient;
+  readonly quit: () => Promise<void>;
+}
+interface Driver {
+  readonly name: string;
+  readonly connect: () => Promise<Connection>;
+}
+
+const drivers: Driver[] = [
+  {
+    name: 'ioredis',
+    connect: async () => {
+      const client = new Redis(REDIS_URL);
+      return { client, quit: async () => void (await client.quit()) };
+    },
+  },
+  {
+    name: 'node-redis via fromNodeRedis',
+    connect: async () => {
+      const client = await createClient({ url: REDIS_URL }).connect();
+      return { client: fromNodeRedis(client), quit: () => client.close() };
+    },
+  },
+];
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const LEASE = 10_000;
+const TTL = 60_000;
+const scope = 'acct_redis';
+
+const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
+  const key = overrides.key ?? randomUUID();
+  return {
+    pk: recordPk(scope, key),
+    scope,
+    key,
+    fingerprint: 'a'.repeat(64),
+    token: randomUUID(),
+    id: randomUUID(),
+    now: T0,
+    leaseMs: LEASE,
+    ttlMs: TTL,
+    ...overrides,
+  };
+};
+
+/** CRC16-XMODEM, the checksum Redis Cluster uses for hash slots. */
+function crc16(bytes: Uint8Array): number {
+  let crc = 0;
+  for (const byte of bytes) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}
+
+/** The Cluster hash slot of a key: only the first non-empty `{…}` tag is hashed when there is one. */
+function keySlot(key: string): number {
+  const open = key.indexOf('{');
+  const close = open === -1 ? -1 : key.indexOf('}', open + 1);
+  const hashed = close > open + 1 ? key.slice(open + 1, close) : key;
+  return crc16(Buffer.from(hashed)) % 16_384;
+}
+
+describe.skipIf(!available)('redis store', () => {
+  let admin: Redis;
+  beforeAll(() => {
+    admin = new Redis(REDIS_URL);
+  });
+  afterAll(async () => {
+    await admin.quit();
+  });
+
+  /** Deletes every key under `prefix` (SCAN + DEL); returns how many. */
+  async function dropPrefix(prefix: string): Promise<number> {
+    let cursor = '0';
+    let deleted = 0;
+    do {
+      const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1_000);
+      cursor = next;
+      if (keys.length > 0) deleted += await admin.del(...keys);
+    } while (cursor !== '0');
+    return deleted;
+  }
+
+  /** Keys under `prefix`, sorted. */
+  async function keysUnder(prefix: string): Promise<string[]> {
+    const keys = new Set<string>();
+    let cursor = '0';
+    do {
+      const [next, page] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1_000);
+      cursor = next;
+      for (const key of page) keys.add(key);
+    } while (cursor !== '0');
+    return [...keys].sort();
+  }
+
+  /**
+   * A loaded store on its own connection under a fresh random prefix. Its `close` also deletes the prefix's
+   * keys and quits the connection. `wrap` lets a test interpose on the client.
+   */
+  async function isolated(
+    driver: Driver,
+    { prefix = `idemtest:${randomUUID()}:`, wrap = (client: RedisClient) => client, load = true } = {},
+  ): Promise<RedisStore> {
+    const connection = await driver.connect();
+    const store = redisStore({ client: wrap(connection.client), prefix });
+    if (load) await store.load();
+    return Object.create(store, {
+      close: {
+        value: async () => {
+          await store.close();
+          await dropPrefix(prefix);
+          await connection.quit();
+        },
+      },
+    }) as RedisStore;
+  }
+
+  for (const driver of drivers) {
+    describeStoreConformance({ name: `redis (${driver.name})`, create: () => isolated(driver) });
+
+    describe(`redis store (${driver.name})`, () => {
+      it('load() sends one SCRIPT LOAD per script, after which a claim is one EVALSHA', async () => {
+        const store = await isolated(driver, { load: false });
+        try {
+          await store.load();
+          expect(store.roundTrips).toBe(6);
+          expect((await store.claim(claimRequest())).kind).toBe('claimed');
+          expect(store.roundTrips).toBe(7);
+        } finally {
+          await store.close();
+        }
+      });
+
+      it('a record is one hash at <prefix>{<pk>}', async () => {
+        const store = await isolated(driver);
+        try {
+          const req = claimRequest();
+          await store.claim(req);
+          const key = `${store.prefix}{${req.pk}}`;
+          expect(await keysUnder(store.prefix)).toEqual([key]);
+          expect(await admin.type(key)).toBe('hash');
+          expect(await admin.hgetall(key)).toEqual({
+            scope,
+            key: req.key,
+            status: 'in_progress',
+            fingerprint: req.fingerprint,
+            id: req.id,
+            token: req.token,
+            claimedAt: String(T0),
+            leaseExpiresAt: String(T0 + LEASE),
+            expiresAt: String(T0 + TTL),
+            retryable: '0',
+          });
+        } finally {
+          await store.close();
+        }
+      });
+
+      it('a claim sets native expiry: PTTL within (0, ttlMs], which renew and complete leave alone', async () => {
+        const store = await isolated(driver);
+        try {
+          const req = claimRequest();
+          await store.claim(req);
+          const key = `${store.prefix}{${req.pk}}`;
+          const pttl = await admin.pttl(key);
+          expect(pttl).toBeGreaterThan(0);
+          expect(pttl).toBeLessThanOrEqual(TTL);
+          // Shorten the expiry by hand: a write that reset or dropped it would show up as a PTTL above 30 s or -1.
+          expect(await admin.pexpire(key, 30_000)).toBe(1);
+          expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE })).toEqual({ ok: true });
+          const renewed = await admin.pttl(key);
+          expect(renewed).toBeGreaterThan(0);
+          expect(renewed).toBeLessThanOrEqual(30_000);
+          const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+          expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome })).toEqual({ ok: true });
+          const completed = await admin.pttl(key);
+          expect(completed).toBeGreaterThan(0);
+          expect(completed).toBeLessThanOrEqual(30_000);
+          expect((await store.get(req.pk))?.expiresAt).toBe(T0 + TTL);
+        } finally {
+          await store.close();
+        }
+      });
+
+      it('a body with all 256 byte values round-trips exactly, stored as base64', async () => {
+        const store = await isolated(driver);
+        try {
+          const req = claimRequest();
+          await store.claim(req);
+          const body = Uint8Array.from({ length: 256 }, (_, i) => i);
+          const headers: Array<[string, string]> = [['content-type', 'application/octet-stream']];
+          const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_bin', response: { status: 200, headers, body } };
+          expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome })).toEqual({ ok: true });
+          const expected = Array.from({ length: 256 }, (_, i) => i);
+          const record = await store.get(req.pk);
+          expect(record?.response?.status).toBe(200);
+          expect(record?.response?.headers).toEqual(headers);
+          expect([...(record?.response?.body ?? [])]).toEqual(expected);
+          // The refused claim's reply carries the same bytes.
+          const again = await store.claim({ ...req, token: randomUUID(), now: T0 + 2 });
+          expect(again.kind).toBe('existing');
+          expect([...(again.record.response?.body ?? [])]).toEqual(expected);
+          expect(await admin.hget(`${store.prefix}{${req.pk}}`, 'responseBody')).toBe(Buffer.from(body).toString('base64'));
+        } finally {
+          await store.close();
+        }
+      });
+
+      it('every script call names exactly one key, <prefix>{<pk>}, in the pk’s hash slot', async () => {
+        const calls: Array<{ numKeys: number; key: string | undefined }> = [];
+        const record = (numKeys: number, keysAndArgs: string[]) => calls.push({ numKeys, key: keysAndArgs[0] });
+        const store = await isolated(driver, {
+          wrap: (client) => ({
+            evalsha: (sha, numKeys, ...keysAndArgs) => (record(numKeys, keysAndArgs), client.evalsha(sha, numKeys, ...keysAndArgs)),
+            eval: (source, numKeys, ...keysAndArgs) => (record(numKeys, keysAndArgs), client.eval(source, numKeys, ...keysAndArgs)),
+            script: (load, source) => client.script(load, source),
+            scan: (...args) => client.scan(...args),
+          }),
+        });
+        try {
+          const a = claimRequest();
+          const b = claimRequest({ key: 'has#hash{and}braces' });
+          await store.claim(a);
+          await store.claim({ ...a, token: randomUUID() });
+          await store.renew({ pk: a.pk, token: a.token, now: T0 + 1, leaseMs: LEASE });
+          await store.complete({ pk: a.pk, token: a.token, now: T0 + 2, outcome: { status: 'failed', retryable: true, resultId: null, response: null } });
+          await store.get(a.pk);
+          await store.claim(b);
+          await store.list({ scope, limit: 10 });
+          await store.release({ pk: b.pk, token: b.token });
+          await store.sweep({ now: T0 + TTL });
+          const keyA = `${store.prefix}{${a.pk}}`;
+          const keyB = `${store.prefix}{${b.pk}}`;
+          expect(calls.length).toBe(10);
+          expect(calls.every((call) => call.numKeys === 1)).toBe(true);
+          expect([...new Set(calls.map((call) => call.key))].sort()).toEqual([keyA, keyB].sort());
+          // The slot is the pk's (for a pk holding `}`, the tag ends there: still one key, one slot).
+          expect(keySlot(keyA)).toBe(keySlot(a.pk));
+          expect(keySlot(keyB)).toBe(crc16(Buffer.from(b.pk.slice(0, b.pk.indexOf('}')))) % 16_384);
+        } finally {
+          await store.close();
+        }
+      });
+    });
+  }
+
+  it('the slot function matches Redis Cluster’s published values', () => {
+    expect(crc16(Buffer.from('123456789'))).toBe(0x31c3);
+    expect(keySlot('foo')).toBe(12_182);
+    expect(keySlot('{user1000}.following')).toBe(keySlot('{user1000}.followers'));
+    expect(keySlot('foo{}{bar}')).toBe(crc16(Buffer.from('foo{}{bar}')) % 16_384);
+  });
+
+  it('every script reads and writes KEYS[1] only', () => {
+    for (const { name, source } of Object.values(SCRIPTS)) {
+      const indices = [...source.matchAll(/KEYS\[(\d+)\]/g)].map((match) => match[1]);
+      expect({ name, indices: [...new Set(indices)] }).toEqual({ name, indices: ['1'] });
+      const targets = [...source.matchAll(/redis\.call\('\w+', ([^,)]+)/g)].map((match) => match[1]);
+      expect({ name, targets: [...new Set(targets)].filter((t) => t !== 'record' && t !== 'KEYS[1]') }).toEqual({ name, targets: [] });
+      expect({ name, aliases: [...source.matchAll(/local record = (.+)/g)].map((match) => match[1]) }).toEqual({
+        name,
+        aliases: source.includes('local record') ? ['KEYS[1]'] : [],
+      });
+    }
+  });
+
+  it('200 concurrent claims of one key across 3 connections: exactly one is claimed', async () => {
+    const prefix = `idemtest:${randomUUID()}:`;
+    const ioredis = drivers[0] as Driver;
+    const stores = await Promise.all([1, 2, 3].map(() => isolated(ioredis, { prefix })));
+    try {
+      const base = claimRequest();
+      const before = stores.map((s) => s.roundTrips);
+      const results = await Promise.all(
+        Array.from({ length: 200 }, (_, i) =>
+          (stores[i % 3] as RedisStore).claim({ ...base, token: randomUUID(), id: randomUUID() }),
+        ),
+      );
+      const winners = results.filter((r) => r.kind === 'claimed');
+      expect(winners.length).toBe(1);
+      const token = winners[0]?.record.token;
+      expect(results.filter((r) => r.record.token === token).length).toBe(200);
+      expect(stores.reduce((sum, s, i) => sum + s.roundTrips - (before[i] as number), 0)).toBe(200);
+      expect((await (stores[0] as RedisStore).get(base.pk))?.token).toBe(token);
+    } finally {
+      for (const store of stores) await store.close();
+    }
+  });
+
+  it('an EVALSHA answered NOSCRIPT falls back to EVAL and both count as round trips', async () => {
+    const ioredis = drivers[0] as Driver;
+    // Ask the real server for a script it has never seen, so the NOSCRIPT reply is Redis's own.
+    const store = await isolated(ioredis, {
+      wrap: (client) => ({
+        evalsha: (_sha, numKeys, ...keysAndArgs) => client.evalsha('0'.repeat(40), numKeys, ...keysAndArgs),
+        eval: (source, numKeys, ...keysAndArgs) => client.eval(source, numKeys, ...keysAndArgs),
+        script: (load, source) => client.script(load, source),
+        scan: (...args) => client.scan(...args),
+      }),
+    });
+    try {
+      const before = store.roundTrips;
+      const req = claimRequest();
+      expect((await store.claim(req)).kind).toBe('claimed');
+      expect(store.roundTrips - before).toBe(2);
+      expect((await store.get(req.pk))?.token).toBe(req.token);
+      expect(store.roundTrips - before).toBe(4);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('an expired key vanishes natively: get returns null and list skips it', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      const live = claimRequest();
+      const brief = claimRequest({ ttlMs: 1, leaseMs: 1 });
+      await store.claim(live);
+      await store.claim(brief);
+      const key = `${store.prefix}{${brief.pk}}`;
+      while ((await admin.exists(key)) === 1) await new Promise((resolve) => setTimeout(resolve, 5));
+      expect(await store.get(brief.pk)).toBeNull();
+      expect((await store.list({ scope, limit: 10 })).map((r) => r.key)).toEqual([live.key]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('sweep deletes only logically expired records and leaves foreign keys alone', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      const foreign = `${store.prefix}{IDEMPOTENCY#not-a-hash}`;
+      await admin.set(foreign, 'x');
+      const old = claimRequest();
+      const fresh = claimRequest({ now: T0 + TTL });
+      await store.claim(old);
+      await store.claim(fresh);
+      expect(await store.sweep({ now: T0 + TTL, limit: 5 })).toBe(1);
+      expect(await store.get(old.pk)).toBeNull();
+      expect((await store.get(fresh.pk))?.token).toBe(fresh.token);
+      expect(await admin.get(foreign)).toBe('x');
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('sweep stops at limit', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      for (let i = 0; i < 5; i++) await store.claim(claimRequest());
+      expect(await store.sweep({ now: T0 + TTL, batchSize: 2, limit: 3 })).toBe(3);
+      expect(await store.sweep({ now: T0 + TTL })).toBe(2);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('complete refuses effects (Redis cannot commit them with the record) and changes nothing', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      const req = claimRequest();
+      await store.claim(req);
+      const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: null, response: null };
+      await expect(store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome, effects: () => 1 })).rejects.toMatchObject({
+        code: 'CONFIG_INVALID',
+      });
+      expect((await store.get(req.pk))?.status).toBe('in_progress');
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a closed store rejects calls and leaves the client open', async () => {
+    const client = new Redis(REDIS_URL);
+    try {
+      const store = redisStore({ client, prefix: `idemtest:${randomUUID()}:` });
+      await store.close();
+      await expect(store.get(recordPk(scope, 'k'))).rejects.toThrow('redis store is closed');
+      expect(store.roundTrips).toBe(0);
+      expect(await client.ping()).toBe('PONG');
+    } finally {
+      await client.quit();
+    }
+  });
+
+  it('options are validated at once, naming the option', () => {
+    expect(() => redisStore({ client: {} as RedisClient })).toThrow(
+      'Expected `client` to be a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client)).',
+    );
+    expect(() => redisStore({ client: admin, prefix: 'a{b' })).toThrow('Expected `prefix` to be a string without `{` or `}`, got "a{b".');
+    expect(() => redisStore({ client: admin, scanCount: 0 })).toThrow('Expected `scanCount` to be a positive integer, got 0.');
+  });
+});
