@@ -1,0 +1,238 @@
+/**
+ * @module The payments API (DESIGN.md §8) as a Web-standard handler: `(Request) => Promise<Response>`.
+ */
+import { setTimeout as sleep } from 'node:timers/promises';
+import type Database from 'better-sqlite3';
+import type { IdempotencyEvent, IdempotencyRecord, IdempotencyStore } from 'idem';
+import { BodyTooLargeError, idempotency, problem, readBytes } from 'idem/http';
+import { Ledger, type Charge, type NewCharge } from './ledger.js';
+
+export const MAX_BODY_BYTES = 1_048_576;
+/** The longest `Idem-Lab-Delay-Ms` honoured. */
+export const MAX_LAB_DELAY_MS = 60_000;
+const CURRENCIES = new Set(['usd', 'eur', 'gbp']);
+const SOURCES = new Set(['tok_visa', 'tok_mastercard', 'tok_chargeDeclined']);
+/** In lab mode, any `sk_lab_<id>` key is its own sandbox account `acct_lab_<id>`: the lab page makes one per session. */
+const LAB_KEY = /^sk_lab_([a-z0-9]{8,32})$/;
+
+export interface AppOptions {
+  /** The records store. When `sharedLedger` is true it is SQLite and `effects` receive its database. */
+  readonly store: IdempotencyStore<never> | IdempotencyStore<unknown>;
+  readonly ledger: Ledger;
+  /**
+   * True when the ledger lives in the store's own database: the charge is written in the same transaction as
+   * the record's completion. False: the charge is written by the work itself, unique on the record's id.
+   */
+  readonly sharedLedger: boolean;
+  readonly apiKeys: ReadonlyMap<string, string>;
+  readonly lab: boolean;
+  readonly ttlMs: number;
+  readonly leaseMs: number;
+  readonly mismatchStatus: 400 | 422;
+  readonly onEvent?: (event: IdempotencyEvent) => void;
+  /** Static pages (the lab), by path. */
+  readonly pages?: (request: Request) => Promise<Response | undefined>;
+}
+
+export interface App {
+  (request: Request): Promise<Response>;
+  /** True when the node bridge must commit, then drop the connection without answering (lab only). */
+  dropsAfterCommit(request: Request): boolean;
+}
+
+const json = (body: unknown, status = 200): Response =>
+  new Response(JSON.stringify(body), { status, headers: { 'content-type': 'application/json' } });
+
+const invalid = (param: string, detail: string): Response =>
+  problem({ status: 400, slug: 'parameter-invalid', title: 'Invalid parameter', detail, extensions: { param } });
+
+/**
+ * Builds the payments API.
+ *
+ * @example
+ * const app = createApp({ store, ledger, sharedLedger: true, apiKeys, lab: false, ttlMs, leaseMs, mismatchStatus: 400 })
+ * const response = await app(new Request('http://127.0.0.1:4000/v1/balance', { headers: { authorization: 'Bearer sk_test_alice' } }))
+ */
+export function createApp(options: AppOptions): App {
+  const { store, ledger, sharedLedger, apiKeys, lab } = options;
+
+  const accountOf = (request: Request): string | undefined => {
+    const match = /^Bearer (\S+)$/.exec(request.headers.get('authorization') ?? '');
+    if (!match?.[1]) return undefined;
+    const known = apiKeys.get(match[1]);
+    if (known) return known;
+    const sandbox = lab ? LAB_KEY.exec(match[1]) : null;
+    return sandbox ? `acct_lab_${sandbox[1] as string}` : undefined;
+  };
+
+  const protect = idempotency<unknown>({
+    store: store,
+    scope: (request) => accountOf(request) as string,
+    ttlMs: options.ttlMs,
+    leaseMs: options.leaseMs,
+    mismatchStatus: options.mismatchStatus,
+    maxBodyBytes: MAX_BODY_BYTES,
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+  });
+
+  const createCharge = protect(async (request, context) => {
+    const account = accountOf(request) as string;
+    const params = parseCharge(new Uint8Array(await request.arrayBuffer()));
+    if (params instanceof Response) return params; // parsed before the claim too; unreachable in practice
+    if (lab) {
+      const delay = Number(request.headers.get('idem-lab-delay-ms') ?? 0);
+      if (delay > 0) await sleep(Math.min(delay, MAX_LAB_DELAY_MS), undefined, { signal: context.signal });
+      if (request.headers.get('idem-lab-fail') === '503') {
+        return problem({ status: 503, slug: 'processor-unavailable', title: 'Card processor unavailable', detail: 'Retry with the same Idempotency-Key.' });
+      }
+    }
+    const declined = params.source === 'tok_chargeDeclined';
+    const input: NewCharge = {
+      account,
+      ...params,
+      status: declined ? 'failed' : 'succeeded',
+      failureCode: declined ? 'card_declined' : null,
+      ref: context.protected ? context.id : null,
+    };
+    let charge = Ledger.draft(input);
+    if (!context.protected) ledger.insert(charge, input);
+    else if (sharedLedger) context.declare({ effects: (tx) => ledger.insert(charge, input, tx as Database.Database) });
+    else charge = ledger.insertOnce(charge, { ...input, ref: context.id });
+    context.declare({ resultId: charge.id });
+    if (charge.status === 'failed') {
+      return problem({
+        status: 402,
+        slug: 'card-declined',
+        title: 'Card declined',
+        detail: 'The card was declined.',
+        extensions: { code: 'card_declined', charge: charge.id },
+      });
+    }
+    return json(charge, 201);
+  });
+
+  async function route(request: Request): Promise<Response> {
+    const url = new URL(request.url);
+    const path = url.pathname;
+    if (path === '/healthz') return request.method === 'GET' ? json({ status: 'ok', store: store.name }) : notAllowed('GET');
+    if (!path.startsWith('/v1/')) return (await options.pages?.(request)) ?? notFound(path);
+
+    const account = accountOf(request);
+    if (!account) {
+      return problem({
+        status: 401,
+        slug: 'unauthorized',
+        title: 'Unauthorized',
+        detail: 'Send a valid API key as `Authorization: Bearer <key>`.',
+        headers: { 'www-authenticate': 'Bearer' },
+      });
+    }
+
+    if (path === '/v1/charges') {
+      if (request.method === 'GET') {
+        const limit = url.searchParams.get('limit') ?? '10';
+        if (!/^\d+$/.test(limit) || Number(limit) < 1 || Number(limit) > 100) {
+          return invalid('limit', '`limit` must be an integer from 1 to 100.');
+        }
+        return json({ object: 'list', data: ledger.list(account, Number(limit)) });
+      }
+      if (request.method !== 'POST') return notAllowed('GET, POST');
+      // Validate before the idempotency layer: a request that fails validation changes nothing, stores nothing.
+      const body = await readBytes(request.body, MAX_BODY_BYTES);
+      const params = parseCharge(body);
+      if (params instanceof Response) return params;
+      return createCharge(new Request(request.url, { method: 'POST', headers: request.headers, body: body as Uint8Array<ArrayBuffer> }));
+    }
+    const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
+    if (one) {
+      if (request.method !== 'GET') return notAllowed('GET');
+      const charge = ledger.get(account, decodeURIComponent(one[1] as string));
+      return charge ? json(charge) : notFound(path);
+    }
+    if (path === '/v1/balance') {
+      if (request.method !== 'GET') return notAllowed('GET');
+      return json({ object: 'balance', ...ledger.balance(account) });
+    }
+    if (path === '/v1/idempotency_records') {
+      if (request.method !== 'GET') return notAllowed('GET');
+      const records = await store.list({ scope: account, limit: 100 });
+      return json({ object: 'list', data: records.map(publicRecord) });
+    }
+    if (path === '/v1/lab/reset' && lab) {
+      if (request.method !== 'POST') return notAllowed('POST');
+      return json({ object: 'lab_reset', deleted_charges: ledger.clear(account) });
+    }
+    return notFound(path);
+  }
+
+  const app = async (request: Request): Promise<Response> => {
+    try {
+      return await route(request);
+    } catch (error) {
+      if (error instanceof BodyTooLargeError) {
+        return problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: error.message });
+      }
+      console.error('demo: request failed', error);
+      return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
+    }
+  };
+  return Object.assign(app, {
+    dropsAfterCommit: (request: Request) => lab && request.headers.get('idem-lab-fault') === 'drop-after-commit',
+  });
+}
+
+interface ChargeParams {
+  readonly amount: number;
+  readonly currency: string;
+  readonly source: string;
+}
+
+/** Parses and validates a charge body; a problem response names the field that is wrong. */
+function parseCharge(body: Uint8Array): ChargeParams | Response {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+  } catch {
+    return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+  }
+  const { amount, currency = 'usd', source = 'tok_visa' } = parsed as Record<string, unknown>;
+  if (amount === undefined) return invalid('amount', '`amount` is required: an integer number of cents > 0.');
+  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount <= 0 || amount > 99_999_999) {
+    return invalid('amount', '`amount` must be an integer number of cents from 1 to 99999999.');
+  }
+  if (typeof currency !== 'string' || !CURRENCIES.has(currency)) {
+    return invalid('currency', `\`currency\` must be one of ${[...CURRENCIES].join(', ')}.`);
+  }
+  if (typeof source !== 'string' || !SOURCES.has(source)) {
+    return invalid('source', `\`source\` must be one of ${[...SOURCES].join(', ')}.`);
+  }
+  return { amount, currency, source };
+}
+
+/** What `GET /v1/idempotency_records` shows: never the response body or any request header. */
+export function publicRecord(record: IdempotencyRecord) {
+  return {
+    key: record.key,
+    status: record.status,
+    fingerprint: record.fingerprint,
+    responseStatus: record.response?.status ?? null,
+    retryable: record.status === 'failed' ? record.retryable : null,
+    resultId: record.resultId,
+    claimedAt: record.claimedAt,
+    leaseExpiresAt: record.leaseExpiresAt,
+    expiresAt: record.expiresAt,
+  };
+}
+
+function notFound(path: string): Response {
+  return problem({ status: 404, slug: 'not-found', title: 'Not found', detail: `No route for ${path}.` });
+}
+
+function notAllowed(allow: string): Response {
+  return problem({ status: 405, slug: 'method-not-allowed', title: 'Method not allowed', headers: { allow } });
+}
+
+export type { Charge };

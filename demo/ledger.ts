@@ -1,0 +1,138 @@
+/**
+ * @module The demo's ledger: a real `charges` table in SQLite. One row per charge, and a unique
+ * `idempotency_ref` (the record's stable id) so a takeover after a crash can never write a second charge.
+ */
+import { randomBytes } from 'node:crypto';
+import type Database from 'better-sqlite3';
+
+export type ChargeStatus = 'succeeded' | 'failed';
+
+/** A Stripe-like charge object, serialised in this key order. */
+export interface Charge {
+  readonly id: string;
+  readonly object: 'charge';
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: ChargeStatus;
+  readonly created: number;
+  readonly failure_code: string | null;
+}
+
+export interface NewCharge {
+  readonly account: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly source: string;
+  readonly status: ChargeStatus;
+  readonly failureCode: string | null;
+  /** The idempotency record's stable id, or null for a keyless request. */
+  readonly ref: string | null;
+}
+
+interface Row {
+  id: string;
+  amount: number;
+  currency: string;
+  status: ChargeStatus;
+  created: number;
+  failure_code: string | null;
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS charges (
+  id TEXT PRIMARY KEY,
+  account TEXT NOT NULL,
+  amount INTEGER NOT NULL CHECK (amount > 0),
+  currency TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('succeeded', 'failed')),
+  failure_code TEXT,
+  source TEXT NOT NULL,
+  created INTEGER NOT NULL,
+  idempotency_ref TEXT UNIQUE
+);
+CREATE INDEX IF NOT EXISTS charges_account_created ON charges (account, created);
+`;
+
+const toCharge = (row: Row): Charge => ({
+  id: row.id,
+  object: 'charge',
+  amount: row.amount,
+  currency: row.currency,
+  status: row.status,
+  created: row.created,
+  failure_code: row.failure_code,
+});
+
+/**
+ * The charges table on a better-sqlite3 database (the records' own database when the store is SQLite).
+ *
+ * @example
+ * const ledger = new Ledger(db)
+ * db.transaction(() => ledger.insert(db, charge))()
+ */
+export class Ledger {
+  readonly #db: Database.Database;
+
+  constructor(db: Database.Database) {
+    this.#db = db;
+    db.exec(SCHEMA);
+  }
+
+  /** A new charge object (not yet written). */
+  static draft(input: NewCharge): Charge {
+    return {
+      id: `ch_${randomBytes(12).toString('hex')}`,
+      object: 'charge',
+      amount: input.amount,
+      currency: input.currency,
+      status: input.status,
+      created: Math.floor(Date.now() / 1000),
+      failure_code: input.failureCode,
+    };
+  }
+
+  /** Writes the charge, on `db` when given (a completion's transaction handle), else on the ledger's own. */
+  insert(charge: Charge, input: NewCharge, db: Pick<Database.Database, 'prepare'> = this.#db): void {
+    db.prepare(
+      `INSERT INTO charges (id, account, amount, currency, status, failure_code, source, created, idempotency_ref)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(charge.id, input.account, charge.amount, charge.currency, charge.status, charge.failure_code, input.source, charge.created, input.ref);
+  }
+
+  /**
+   * Writes the charge unless one with the same `ref` exists, and returns whichever is stored: a takeover after
+   * a crash finds the dead attempt's charge and answers with it instead of charging again.
+   */
+  insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Charge {
+    return this.#db.transaction(() => {
+      const existing = this.#db.prepare('SELECT * FROM charges WHERE idempotency_ref = ?').get(input.ref) as Row | undefined;
+      if (existing) return toCharge(existing);
+      this.insert(charge, input);
+      return charge;
+    }).immediate();
+  }
+
+  list(account: string, limit: number): Charge[] {
+    const rows = this.#db
+      .prepare('SELECT * FROM charges WHERE account = ? ORDER BY created DESC, rowid DESC LIMIT ?')
+      .all(account, limit) as Row[];
+    return rows.map(toCharge);
+  }
+
+  get(account: string, id: string): Charge | undefined {
+    const row = this.#db.prepare('SELECT * FROM charges WHERE account = ? AND id = ?').get(account, id) as Row | undefined;
+    return row && toCharge(row);
+  }
+
+  balance(account: string): { charged: number; count: number } {
+    const row = this.#db
+      .prepare(`SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM charges WHERE account = ? AND status = 'succeeded'`)
+      .get(account) as { charged: number; count: number };
+    return { charged: row.charged, count: row.count };
+  }
+
+  /** Deletes an account's charges (the lab's Reset). Returns how many. */
+  clear(account: string): number {
+    return this.#db.prepare('DELETE FROM charges WHERE account = ?').run(account).changes;
+  }
+}

@@ -1,0 +1,65 @@
+/**
+ * @module The payments demo server: `npm start` (or `idem serve`). Configuration from the environment and flags.
+ */
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
+import { createApp } from './app.js';
+import { ConfigError, loadConfig, type DemoConfig } from './config.js';
+import { serve } from './node.js';
+import { openBackend } from './stores.js';
+
+/**
+ * Starts the demo server and resolves once it listens. SIGTERM/SIGINT drain in-flight requests, then close the store.
+ *
+ * @example
+ * const { url, close } = await startServer(loadConfig(process.env))
+ */
+export async function startServer(config: DemoConfig): Promise<{ url: string; close: () => Promise<void> }> {
+  const backend = await openBackend(config);
+  const app = createApp({ ...config, ...backend });
+  const server = serve(app);
+  server.listen(config.port, config.host);
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  const url = `http://${config.host}:${port}`;
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      server.close();
+      server.closeIdleConnections();
+      const deadline = Date.now() + 10_000;
+      while (server.inFlight() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      server.closeAllConnections();
+      await backend.close();
+    })());
+  console.log(`idem demo listening on ${url} — store: ${backend.description}${config.lab ? ' — lab mode' : ''}`);
+  return { url, close };
+}
+
+async function main(): Promise<void> {
+  let config: DemoConfig;
+  try {
+    config = loadConfig(process.env, process.argv.slice(2));
+  } catch (error) {
+    if (error instanceof ConfigError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
+      console.error(`idem demo: ${(error as Error).message}`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const { close } = await startServer(config);
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      console.log(`idem demo: ${signal}, draining`);
+      close().then(
+        () => process.exit(0),
+        (error: unknown) => {
+          console.error(error);
+          process.exit(1);
+        },
+      );
+    });
+  }
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) await main();
