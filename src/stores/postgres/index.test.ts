@@ -1,0 +1,489 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import pg from 'pg';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createEngine } from 'idem';
+import { describeStoreConformance } from 'idem/testing';
+import { recordPk } from '../../core/key.js';
+import type { ClaimRequest, IdempotencyStore, Outcome } from '../contract.js';
+import { POSTGRES_URL, serviceAvailable } from '../../../test/services.js';
+import { postgresSchemaSql, postgresStore, type PostgresStore } from './index.js';
+
+const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const LEASE = 10_000;
+const TTL = 60_000;
+const TABLE = 'idempotency_records';
+
+describe.skipIf(!available)('postgres store', () => {
+  const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 20 });
+  afterAll(async () => {
+    await pool.end();
+  });
+
+  /** A fresh schema per store, migrated by the store itself; `drop()` removes it with everything in it. */
+  const isolated = async (on: pg.Pool = pool) => {
+    const schema = `idem_test_${randomBytes(6).toString('hex')}`;
+    const store = postgresStore<pg.PoolClient>({ pool: on, schema });
+    await store.migrate();
+    const table = `"${schema}"."${TABLE}"`;
+    const drop = async () => {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    };
+    return { schema, table, store, drop };
+  };
+
+  /** The store as the suite sees it, with `close()` also dropping its schema. */
+  const dropping = <Tx>(store: IdempotencyStore<Tx>, drop: () => Promise<void>): IdempotencyStore<Tx> => ({
+    name: store.name,
+    get roundTrips() {
+      return store.roundTrips;
+    },
+    claim: (r) => store.claim(r),
+    complete: (r) => store.complete(r),
+    renew: (r) => store.renew(r),
+    release: (r) => store.release(r),
+    get: (pk) => store.get(pk),
+    sweep: (r) => store.sweep(r),
+    list: (r) => store.list(r),
+    close: async () => {
+      await store.close();
+      await drop();
+    },
+  });
+
+  describeStoreConformance({
+    name: 'postgres',
+    contendedClaimExtraTrips: 1,
+    create: async () => {
+      const { store, drop } = await isolated();
+      return dropping(store, drop);
+    },
+  });
+
+  const scope = 'acct_pg';
+  const request = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
+    const key = overrides.key ?? randomUUID();
+    return {
+      pk: recordPk(scope, key),
+      scope,
+      key,
+      fingerprint: 'f'.repeat(64),
+      token: randomUUID(),
+      id: randomUUID(),
+      now: T0,
+      leaseMs: LEASE,
+      ttlMs: TTL,
+      ...overrides,
+    };
+  };
+  const succeeded: Outcome = {
+    status: 'succeeded',
+    retryable: false,
+    resultId: 'ch_1',
+    response: { status: 201, headers: [['content-type', 'application/json']], body: new Uint8Array([0x7b, 0x7d]) },
+  };
+  const trips = (store: { roundTrips: number }) => {
+    let last = store.roundTrips;
+    return () => {
+      const delta = store.roundTrips - last;
+      last = store.roundTrips;
+      return delta;
+    };
+  };
+  /** Writes a row as another process would, on `client` (inside its own open transaction). */
+  const insertRow = (client: pg.PoolClient, table: string, req: ClaimRequest) =>
+    client.query(
+      `INSERT INTO ${table} (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at)
+       VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7, $8, $9)`,
+      [req.pk, req.scope, req.key, req.fingerprint, req.id, req.token, req.now, req.now + req.leaseMs, req.now + req.ttlMs],
+    );
+  /** Polls until one backend is waiting on a lock in `schema` (a claim blocked behind our open transaction). */
+  const blockedOn = async (schema: string) => {
+    for (let i = 0; i < 1_000; i++) {
+      const { rows } = await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+        [`%${schema}%`],
+      );
+      if (rows[0]?.n === 1) return;
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    throw new Error(`no claim ever waited on a lock in ${schema}`);
+  };
+
+  describe('claim under READ COMMITTED', () => {
+    it('a claim that waited on a concurrent insert re-runs in a new snapshot and returns the winner: 2 trips', async () => {
+      const { schema, table, store, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const winner = request();
+        await blocker.query('BEGIN');
+        await insertRow(blocker, table, winner);
+        const measure = trips(store);
+        const pending = store.claim({ ...winner, token: randomUUID(), id: randomUUID() });
+        await blockedOn(schema);
+        await blocker.query('COMMIT');
+        const result = await pending;
+        expect(result.kind).toBe('existing');
+        expect(result.record.token).toBe(winner.token);
+        expect(result.record.id).toBe(winner.id);
+        expect(measure()).toBe(2);
+      } finally {
+        blocker.release();
+        await drop();
+      }
+    });
+
+    it('a claim that waited on a concurrent takeover does not return the stale claimable version: 2 trips', async () => {
+      const { schema, table, store, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const first = request();
+        await store.claim(first);
+        await store.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: { status: 'failed', retryable: true, resultId: null, response: null } });
+        // Another process reclaims the retryable failure; its transaction is still open.
+        const otherToken = randomUUID();
+        await blocker.query('BEGIN');
+        await blocker.query(`UPDATE ${table} SET status = 'in_progress', token = $2, lease_expires_at = $3 WHERE pk = $1`, [
+          first.pk,
+          otherToken,
+          T0 + 2 + LEASE,
+        ]);
+        const measure = trips(store);
+        const pending = store.claim({ ...first, token: randomUUID(), id: randomUUID(), now: T0 + 2 });
+        await blockedOn(schema);
+        await blocker.query('COMMIT');
+        const result = await pending;
+        expect(result.kind).toBe('existing');
+        expect(result.record.token).toBe(otherToken);
+        expect(result.record.status).toBe('in_progress');
+        expect(measure()).toBe(2);
+      } finally {
+        blocker.release();
+        await drop();
+      }
+    });
+
+    it('a claim that waited on a concurrent insert that rolled back claims in 1 trip', async () => {
+      const { schema, table, store, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const loser = request();
+        await blocker.query('BEGIN');
+        await insertRow(blocker, table, loser);
+        const measure = trips(store);
+        const mine = { ...loser, token: randomUUID(), id: randomUUID() };
+        const pending = store.claim(mine);
+        await blockedOn(schema);
+        await blocker.query('ROLLBACK');
+        const result = await pending;
+        expect(result.kind).toBe('claimed');
+        expect(result.record.token).toBe(mine.token);
+        expect(result.record.id).toBe(mine.id);
+        expect(measure()).toBe(1);
+      } finally {
+        blocker.release();
+        await drop();
+      }
+    });
+
+    it('200 concurrent claims of one key from 3 pools (3 processes): exactly one claims', async () => {
+      const { schema, drop } = await isolated();
+      const pools = Array.from({ length: 3 }, () => new pg.Pool({ connectionString: POSTGRES_URL, max: 10 }));
+      try {
+        const stores = pools.map((p) => postgresStore<pg.PoolClient>({ pool: p, schema }));
+        const base = request();
+        const results = await Promise.all(
+          Array.from({ length: 200 }, (_, i) =>
+            (stores[i % 3] as PostgresStore<pg.PoolClient>).claim({ ...base, token: randomUUID(), id: randomUUID() }),
+          ),
+        );
+        const winners = results.filter((r) => r.kind === 'claimed');
+        expect(winners.length).toBe(1);
+        const token = winners[0]?.record.token;
+        expect(results.filter((r) => r.record.token === token).length).toBe(200);
+        expect((await postgresStore({ pool, schema }).get(base.pk))?.token).toBe(token);
+        const total = stores.reduce((sum, s) => sum + s.roundTrips, 0);
+        const extra = total - 200;
+        console.log(`postgres: 200 contended claims took ${total} round trips; ${extra} re-ran after the READ COMMITTED gap`);
+        expect(extra).toBeGreaterThanOrEqual(0);
+        expect(extra).toBeLessThanOrEqual(199);
+      } finally {
+        await Promise.all(pools.map((p) => p.end()));
+        await drop();
+      }
+    });
+
+    it('under a SERIALIZABLE default the same race raises 40001, and the claim retries it: 2 trips', async () => {
+      const strict = new pg.Pool({
+        connectionString: POSTGRES_URL,
+        max: 2,
+        options: '-c default_transaction_isolation=serializable',
+      });
+      const { schema, table, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const level = await strict.query<{ transaction_isolation: string }>('SHOW transaction_isolation');
+        expect(level.rows[0]?.transaction_isolation).toBe('serializable');
+        const store = postgresStore<pg.PoolClient>({ pool: strict, schema });
+        const winner = request();
+        await blocker.query('BEGIN');
+        await insertRow(blocker, table, winner);
+        const measure = trips(store);
+        const pending = store.claim({ ...winner, token: randomUUID(), id: randomUUID() });
+        await blockedOn(schema);
+        await blocker.query('COMMIT');
+        const result = await pending;
+        expect(result.kind).toBe('existing');
+        expect(result.record.token).toBe(winner.token);
+        expect(measure()).toBe(2);
+      } finally {
+        blocker.release();
+        await strict.end();
+        await drop();
+      }
+    });
+  });
+
+  describe('transactional completion', () => {
+    const withLedger = async () => {
+      const isolatedStore = await isolated();
+      const ledger = `"${isolatedStore.schema}"."ledger"`;
+      await pool.query(`CREATE TABLE ${ledger} (record_id text PRIMARY KEY, amount integer NOT NULL)`);
+      const charges = async () =>
+        (await pool.query<{ record_id: string; amount: number }>(`SELECT record_id, amount FROM ${ledger}`)).rows;
+      return { ...isolatedStore, ledger, charges };
+    };
+
+    it('commits the effects’ row together with the record, in 3 store round trips', async () => {
+      const { store, ledger, charges, drop } = await withLedger();
+      try {
+        const req = request();
+        const record = (await store.claim(req)).record;
+        const measure = trips(store);
+        const result = await store.complete({
+          pk: req.pk,
+          token: req.token,
+          now: T0 + 1,
+          outcome: succeeded,
+          effects: (tx) => tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [record.id]),
+        });
+        expect(result).toEqual({ ok: true });
+        expect(measure()).toBe(3); // BEGIN, UPDATE, COMMIT (the effects' INSERT is the work's, not counted)
+        expect(await charges()).toEqual([{ record_id: req.id, amount: 500 }]);
+        expect((await store.get(req.pk))?.status).toBe('succeeded');
+        expect(pool.totalCount).toBe(pool.idleCount); // the connection went back to the pool
+      } finally {
+        await drop();
+      }
+    });
+
+    it('with a stale token: ok false, the effects’ row rolled back, the record unchanged', async () => {
+      const { store, ledger, charges, drop } = await withLedger();
+      try {
+        const req = request();
+        await store.claim(req);
+        const takeover = { ...req, token: randomUUID(), now: T0 + LEASE };
+        expect((await store.claim(takeover)).kind).toBe('claimed');
+        const measure = trips(store);
+        let ran = 0;
+        const result = await store.complete({
+          pk: req.pk,
+          token: req.token,
+          now: T0 + LEASE + 1,
+          outcome: succeeded,
+          effects: async (tx) => {
+            ran++;
+            await tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [req.id]);
+          },
+        });
+        expect(result).toEqual({ ok: false });
+        expect(ran).toBe(1);
+        expect(measure()).toBe(3); // BEGIN, UPDATE (0 rows), ROLLBACK
+        expect(await charges()).toEqual([]);
+        const after = await store.get(req.pk);
+        expect(after?.status).toBe('in_progress');
+        expect(after?.token).toBe(takeover.token);
+      } finally {
+        await drop();
+      }
+    });
+
+    it('effects that throw roll back and the error reaches the caller; the record stays in_progress', async () => {
+      const { store, ledger, charges, drop } = await withLedger();
+      try {
+        const req = request();
+        await store.claim(req);
+        const measure = trips(store);
+        const boom = new Error('processor exploded');
+        await expect(
+          store.complete({
+            pk: req.pk,
+            token: req.token,
+            now: T0 + 1,
+            outcome: succeeded,
+            effects: async (tx) => {
+              await tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [req.id]);
+              throw boom;
+            },
+          }),
+        ).rejects.toBe(boom);
+        expect(measure()).toBe(2); // BEGIN, ROLLBACK
+        expect(await charges()).toEqual([]);
+        expect((await store.get(req.pk))?.status).toBe('in_progress');
+        // The connection came back clean: the same token completes now.
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({ ok: true });
+      } finally {
+        await drop();
+      }
+    });
+
+    it('an effects statement that fails in SQL rolls back the whole transaction', async () => {
+      const { store, ledger, charges, drop } = await withLedger();
+      try {
+        const req = request();
+        await store.claim(req);
+        await expect(
+          store.complete({
+            pk: req.pk,
+            token: req.token,
+            now: T0 + 1,
+            outcome: succeeded,
+            effects: async (tx) => {
+              await tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [req.id]);
+              await tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [req.id]);
+            },
+          }),
+        ).rejects.toMatchObject({ code: '23505' });
+        expect(await charges()).toEqual([]);
+        expect((await store.get(req.pk))?.status).toBe('in_progress');
+      } finally {
+        await drop();
+      }
+    });
+
+    it('through the engine: one ledger row per key, however many retries', async () => {
+      const { store, ledger, charges, drop } = await withLedger();
+      try {
+        const engine = createEngine({ store, leaseMs: LEASE, ttlMs: 24 * 3_600_000 });
+        const run = { scope, key: randomUUID(), fingerprint: 'a'.repeat(64) };
+        const work = async ({ id }: { id: string }) => ({
+          response: { status: 201, headers: [], body: new TextEncoder().encode(id) },
+          effects: (tx: pg.PoolClient) => tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [id]),
+        });
+        const first = await engine.run(run, work);
+        const again = await engine.run(run, work);
+        expect(first.replayed).toBe(false);
+        expect(again.replayed).toBe(true);
+        expect([...again.response.body]).toEqual([...first.response.body]);
+        expect((await charges()).length).toBe(1);
+      } finally {
+        await drop();
+      }
+    });
+  });
+
+  describe('sweep', () => {
+    const expire = (table: string, count: number) =>
+      pool.query(
+        `INSERT INTO ${table} (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at)
+         SELECT 'IDEMPOTENCY#old#' || g || '-' || $2, 'old', g || '-' || $2, 'succeeded', 'f', 'id', 't', $1, $1, $1
+         FROM generate_series(1, $3) AS g`,
+        [T0, randomUUID(), count],
+      );
+    const count = async (table: string) => (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n;
+
+    it('deletes 1200 expired records in batches of 500: 3 round trips, the 5 live ones stay', async () => {
+      const { table, store, drop } = await isolated();
+      try {
+        await expire(table, 1200);
+        const live = Array.from({ length: 5 }, () => request({ now: T0 + TTL }));
+        for (const r of live) await store.claim(r);
+        const measure = trips(store);
+        expect(await store.sweep({ now: T0 + TTL, batchSize: 500 })).toBe(1200);
+        expect(measure()).toBe(3); // 500, 500, 200 (a short batch ends the loop)
+        expect(await count(table)).toBe(5);
+        for (const r of live) expect((await store.get(r.pk))?.token).toBe(r.token);
+      } finally {
+        await drop();
+      }
+    });
+
+    it('stops at limit; a last full batch costs one more, empty, statement', async () => {
+      const { table, store, drop } = await isolated();
+      try {
+        await expire(table, 1200);
+        const measure = trips(store);
+        expect(await store.sweep({ now: T0 + TTL, batchSize: 500, limit: 700 })).toBe(700);
+        expect(measure()).toBe(2); // 500, 200
+        expect(await store.sweep({ now: T0 + TTL, batchSize: 500 })).toBe(500);
+        expect(measure()).toBe(2); // 500 (full), 0
+        expect(await count(table)).toBe(0);
+      } finally {
+        await drop();
+      }
+    });
+
+    it('rejects a batch size that is not a positive integer', async () => {
+      const { store, drop } = await isolated();
+      try {
+        await expect(store.sweep({ now: T0, batchSize: 0 })).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+      } finally {
+        await drop();
+      }
+    });
+  });
+
+  describe('migrate and options', () => {
+    it('runs concurrently from several stores, and again, without failing', async () => {
+      const schema = `idem_test_${randomBytes(6).toString('hex')}`;
+      const pools = Array.from({ length: 2 }, () => new pg.Pool({ connectionString: POSTGRES_URL, max: 2 }));
+      try {
+        const stores = [...pools, ...pools].map((p) => postgresStore<pg.PoolClient>({ pool: p, schema }));
+        await Promise.all(stores.map((s) => s.migrate()));
+        await (stores[0] as PostgresStore<pg.PoolClient>).migrate();
+        const { rows } = await pool.query<{ indexname: string }>(
+          'SELECT indexname FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname',
+          [schema],
+        );
+        expect(rows.map((r) => r.indexname)).toEqual([
+          'idempotency_records_expires_at_idx',
+          'idempotency_records_pkey',
+          'idempotency_records_scope_claimed_at_idx',
+        ]);
+      } finally {
+        await Promise.all(pools.map((p) => p.end()));
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      }
+    });
+
+    it('schema.sql holds the same DDL as migrate() for the default names', async () => {
+      const file = await readFile(new URL('./schema.sql', import.meta.url), 'utf8');
+      const statements = file
+        .split('\n')
+        .filter((line) => !line.startsWith('--'))
+        .join('\n')
+        .trim();
+      expect(statements).toBe(postgresSchemaSql().trim());
+      expect(postgresSchemaSql({ schema: 'payments', table: 'keys' }).split('\n')[0]).toBe('CREATE SCHEMA IF NOT EXISTS "payments";');
+    });
+
+    it('validates options, naming the one that is wrong', () => {
+      expect(() => postgresStore({ pool, table: 'records; DROP TABLE x' })).toThrow(
+        'Expected `table` to be an identifier of letters, digits and _ (not starting with a digit, at most 48 characters), got "records; DROP TABLE x".',
+      );
+      expect(() => postgresStore({ pool, schema: '1abc' })).toThrow(/^Expected `schema` to be/);
+      expect(() => postgresStore({ pool: {} as never })).toThrow(/^Expected `pool` to be a pg\.Pool/);
+    });
+
+    it('close() leaves the pool open unless endPoolOnClose is set', async () => {
+      const own = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+      const store = postgresStore({ pool: own });
+      await store.close();
+      expect(own.ended).toBe(false);
+      await expect(store.get('IDEMPOTENCY#x#y')).rejects.toThrow('postgres store is closed');
+      await postgresStore({ pool: own, endPoolOnClose: true }).close();
+      expect(own.ended).toBe(true);
+    });
+  });
+});

@@ -1,0 +1,436 @@
+/**
+ * @module `idem/stores/postgres` — records in a PostgreSQL table, through your own `pg.Pool` (or anything of
+ * the same shape). The work's own writes can commit in the same transaction as the record's completion.
+ */
+import { configError } from '../../core/errors.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  CompleteRequest,
+  IdempotencyRecord,
+  IdempotencyStore,
+  ListRequest,
+  Outcome,
+  RecordStatus,
+  ReleaseRequest,
+  RenewRequest,
+  StoredResponse,
+  SweepRequest,
+  WriteResult,
+} from '../contract.js';
+import { decodeHeaders, encodeHeaders, isClaimable } from '../contract.js';
+
+/** The part of a query result the store reads (`pg`'s `QueryResult` has it). */
+export interface PostgresQueryResult {
+  readonly rows: readonly unknown[];
+  readonly rowCount: number | null;
+}
+
+/** Anything that runs one parameterised statement: a pool, or a client checked out of it. */
+export interface PostgresQueryable {
+  query(text: string, values?: unknown[]): Promise<PostgresQueryResult>;
+}
+
+/** A connection checked out of the pool: the store runs a transaction on it, then gives it back. */
+export interface PostgresPoolClient extends PostgresQueryable {
+  /** Returns the connection; with an error, the pool discards it instead (pg's `PoolClient.release`). */
+  release(error?: Error): void;
+}
+
+/** The subset of `pg.Pool` the store calls. `end` is only called when `endPoolOnClose` is true. */
+export interface PostgresPool<Client extends PostgresPoolClient = PostgresPoolClient> extends PostgresQueryable {
+  connect(): Promise<Client>;
+  end?(): Promise<void>;
+}
+
+export interface PostgresStoreOptions<Client extends PostgresPoolClient = PostgresPoolClient> {
+  readonly pool: PostgresPool<Client>;
+  /** Schema of the records table. Default `public`. A plain identifier (letters, digits, `_`), quoted as given. */
+  readonly schema?: string;
+  /** The records table. Default `idempotency_records`. A plain identifier of at most 48 characters. */
+  readonly table?: string;
+  /** End the pool in `close()`. Default false: the pool is yours, and stays open for your own queries. */
+  readonly endPoolOnClose?: boolean;
+}
+
+/**
+ * The Postgres store: the {@link IdempotencyStore} contract plus `migrate()`. `Tx` is what `effects` receive: a
+ * connection inside the transaction (never release it yourself). By default it is typed by the shape the store
+ * needs; name your driver's client type to get all of it, e.g. `postgresStore<pg.PoolClient>({ pool })`.
+ */
+export interface PostgresStore<Tx extends PostgresQueryable = PostgresQueryable> extends IdempotencyStore<Tx> {
+  /**
+   * Creates the schema, table and indexes if they are missing. Idempotent, and safe to run from several
+   * processes at once (serialised by a transaction-scoped advisory lock). `schema.sql` holds the same DDL.
+   */
+  migrate(): Promise<void>;
+}
+
+const DEFAULT_SCHEMA = 'public';
+const DEFAULT_TABLE = 'idempotency_records';
+const DEFAULT_SWEEP_BATCH = 500;
+/** A claim that keeps meeting a concurrent insert or delete gives up after this many statements (fail closed). */
+const MAX_CLAIM_ATTEMPTS = 5;
+/** 48, not 63: the index names append up to 15 characters, and Postgres would truncate them into one name. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;
+
+const COLUMNS =
+  'pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at, retryable, ' +
+  'result_id, response_status, response_headers::text AS response_headers, response_body';
+
+/** The DDL for a schema and table, in the order `migrate()` runs it. */
+function ddl(schema: string, table: string): { createSchema: string; rest: string[] } {
+  const t = `${quote(schema)}.${quote(table)}`;
+  return {
+    createSchema: `CREATE SCHEMA IF NOT EXISTS ${quote(schema)};`,
+    rest: [
+      `CREATE TABLE IF NOT EXISTS ${t} (
+  pk               text    PRIMARY KEY,
+  scope            text    NOT NULL,
+  key              text    NOT NULL,
+  status           text    NOT NULL CHECK (status IN ('in_progress', 'succeeded', 'failed')),
+  fingerprint      text    NOT NULL,
+  id               text    NOT NULL,
+  token            text    NOT NULL,
+  claimed_at       bigint  NOT NULL,
+  lease_expires_at bigint  NOT NULL,
+  expires_at       bigint  NOT NULL,
+  retryable        boolean NOT NULL DEFAULT false,
+  result_id        text,
+  response_status  integer,
+  response_headers jsonb,
+  response_body    bytea
+);`,
+      `CREATE INDEX IF NOT EXISTS ${quote(`${table}_expires_at_idx`)} ON ${t} (expires_at);`,
+      `CREATE INDEX IF NOT EXISTS ${quote(`${table}_scope_claimed_at_idx`)} ON ${t} (scope, claimed_at DESC);`,
+    ],
+  };
+}
+
+/**
+ * The DDL `migrate()` runs, as one SQL script for your own migration tool. Times are epoch milliseconds in
+ * `bigint` columns. `CREATE SCHEMA` is left out for `public`, which every database has.
+ *
+ * @example
+ * await writeFile('migrations/0001_idem.sql', postgresSchemaSql({ schema: 'payments' }))
+ */
+export function postgresSchemaSql({
+  schema = DEFAULT_SCHEMA,
+  table = DEFAULT_TABLE,
+}: Pick<PostgresStoreOptions, 'schema' | 'table'> = {}): string {
+  checkIdentifier('schema', schema);
+  checkIdentifier('table', table);
+  const { createSchema, rest } = ddl(schema, table);
+  return [...(schema === DEFAULT_SCHEMA ? [] : [createSchema]), ...rest].join('\n\n') + '\n';
+}
+
+/**
+ * Creates a PostgreSQL store over your pool. Run `migrate()` once (or `schema.sql`) before first use.
+ *
+ * Round trips (each statement sent is one): claim 1, or 2 when it waited on a concurrent claim's insert or
+ * update (see the comment on `claim`); complete 1; complete with `effects` 3 (`BEGIN`, the conditional
+ * `UPDATE`, `COMMIT`/`ROLLBACK`) plus the statements the effects send themselves, which are the work's and not
+ * counted; renew, release, get, list 1; sweep 1 per batch. Checking a connection out of the pool is not counted.
+ *
+ * The pool stays yours: `close()` only ends it with `endPoolOnClose: true`.
+ *
+ * @example
+ * import pg from 'pg'
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL })
+ * const store = postgresStore<pg.PoolClient>({ pool })
+ * await store.migrate()
+ * const engine = createEngine({ store })
+ * await engine.run({ scope, key, fingerprint }, async ({ id }) => ({
+ *   response: jsonResponse(201, { id }),
+ *   // Commits with the record's completion, or not at all.
+ *   effects: (tx) => tx.query('INSERT INTO ledger (record_id, amount) VALUES ($1, $2)', [id, 500]),
+ * }))
+ */
+export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>({
+  pool,
+  schema = DEFAULT_SCHEMA,
+  table = DEFAULT_TABLE,
+  endPoolOnClose = false,
+}: PostgresStoreOptions<Tx & PostgresPoolClient>): PostgresStore<Tx> {
+  if (typeof pool?.query !== 'function' || typeof pool.connect !== 'function') {
+    throw configError('pool', 'a pg.Pool (an object with query() and connect())');
+  }
+  checkIdentifier('schema', schema);
+  checkIdentifier('table', table);
+  if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
+  if (endPoolOnClose && typeof pool.end !== 'function') throw configError('pool', 'a pool with end() when endPoolOnClose is true');
+  return new Store<Tx>(pool, schema, table, endPoolOnClose);
+}
+
+class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
+  readonly name = 'postgres';
+  readonly #pool: PostgresPool<Tx & PostgresPoolClient>;
+  readonly #schema: string;
+  readonly #table: string;
+  readonly #endPoolOnClose: boolean;
+  readonly #sql: ReturnType<typeof statements>;
+  #roundTrips = 0;
+  #closed = false;
+
+  constructor(pool: PostgresPool<Tx & PostgresPoolClient>, schema: string, table: string, endPoolOnClose: boolean) {
+    this.#pool = pool;
+    this.#schema = schema;
+    this.#table = table;
+    this.#endPoolOnClose = endPoolOnClose;
+    this.#sql = statements(`${quote(schema)}.${quote(table)}`);
+  }
+
+  get roundTrips(): number {
+    return this.#roundTrips;
+  }
+
+  /** Every statement the store sends goes through here, so `roundTrips` counts each one. */
+  #query(on: PostgresQueryable, text: string, values?: unknown[]): Promise<PostgresQueryResult> {
+    if (this.#closed) return Promise.reject(new Error('postgres store is closed'));
+    this.#roundTrips++;
+    return values === undefined ? on.query(text) : on.query(text, values);
+  }
+
+  async migrate(): Promise<void> {
+    const { createSchema, rest } = ddl(this.#schema, this.#table);
+    await this.#transaction(async (client) => {
+      // Concurrent CREATE ... IF NOT EXISTS of the same object can still fail on a catalog unique index; the
+      // lock makes a second migrator wait for the first to commit, then find everything in place.
+      await this.#query(client, 'SELECT pg_advisory_xact_lock(hashtext($1))', [`idem:migrate:${this.#schema}.${this.#table}`]);
+      // Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database even when the
+      // schema exists, and many application roles lack it.
+      const found = await this.#query(client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.#schema]);
+      if (found.rows.length === 0) await this.#query(client, createSchema);
+      for (const statement of rest) await this.#query(client, statement);
+      return true;
+    });
+  }
+
+  // The claim is one statement: an upsert whose DO UPDATE only fires when the stored row is claimable, plus a
+  // read of the row that stopped it, both in the statement's snapshot. Contention comes back as that row.
+  //
+  // READ COMMITTED leaves one gap, closed by running the statement again (one more round trip):
+  //   A: INSERT pk, not yet committed ........................................ COMMIT
+  //   B:   statement starts; its snapshot has no row · INSERT meets A's pending row, waits
+  //   B:   A commits → conflict; B locks A's row; the DO UPDATE condition is false (A's lease is live), so `ins`
+  //        is empty; the outer SELECT reads B's snapshot, taken before A committed → zero rows.
+  // The same happens when A updated an existing row (reclaimed a retryable failure, took over a dead lease): B's
+  // snapshot holds the old, claimable version, which is not the row that refused B. So zero rows, or a row the
+  // claim condition accepts, means "stale snapshot": B runs the statement again (a new statement, a new
+  // snapshot) and now sees A's row, or claims if A has released it since. Under a REPEATABLE READ or
+  // SERIALIZABLE default the same race raises 40001 instead, retried the same way.
+  async claim(request: ClaimRequest): Promise<ClaimResult> {
+    const { pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs } = request;
+    const values = [pk, scope, key, fingerprint, id, token, now, now + leaseMs, now + ttlMs];
+    for (let attempt = 1; ; attempt++) {
+      let rows: readonly unknown[];
+      try {
+        ({ rows } = await this.#query(this.#pool, this.#sql.claim, values));
+      } catch (error) {
+        if (sqlState(error) === '40001' && attempt < MAX_CLAIM_ATTEMPTS) continue;
+        throw error;
+      }
+      const row = rows[0] as Row | undefined;
+      if (row) {
+        const record = toRecord(row);
+        if (row.claimed === true) return { kind: 'claimed', record };
+        if (!isClaimable(record, fingerprint, now)) return { kind: 'existing', record };
+      }
+      if (attempt >= MAX_CLAIM_ATTEMPTS) {
+        throw new Error(`postgres claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} statements`);
+      }
+    }
+  }
+
+  async complete({ pk, token, outcome, effects }: CompleteRequest<Tx>): Promise<WriteResult> {
+    const values = [pk, token, ...outcomeValues(outcome)];
+    if (!effects) return { ok: (await this.#query(this.#pool, this.#sql.complete, values)).rowCount === 1 };
+    // The work's writes first, then the fenced update: if the token no longer matches, both roll back. The row
+    // lock is only held from the UPDATE to the COMMIT, so concurrent claims of this key are not kept waiting
+    // while the effects run.
+    const ok = await this.#transaction(async (client) => {
+      await effects(client);
+      return (await this.#query(client, this.#sql.complete, values)).rowCount === 1;
+    });
+    return { ok };
+  }
+
+  async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
+    return { ok: (await this.#query(this.#pool, this.#sql.renew, [pk, token, now + leaseMs])).rowCount === 1 };
+  }
+
+  async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
+    return { ok: (await this.#query(this.#pool, this.#sql.release, [pk, token])).rowCount === 1 };
+  }
+
+  async get(pk: string): Promise<IdempotencyRecord | null> {
+    const row = (await this.#query(this.#pool, this.#sql.get, [pk])).rows[0] as Row | undefined;
+    return row ? toRecord(row) : null;
+  }
+
+  /**
+   * Deletes expired records in batches of `batchSize` (default 500), one short statement each, so no statement
+   * holds many locks or a long transaction. Rows locked by a concurrent claim are skipped, never waited for;
+   * a batch that comes back short ends the sweep (the next sweep picks up what was skipped).
+   */
+  async sweep({ now, batchSize = DEFAULT_SWEEP_BATCH, limit = Infinity }: SweepRequest): Promise<number> {
+    if (!Number.isInteger(batchSize) || batchSize <= 0) throw configError('batchSize', 'a positive integer', batchSize);
+    if (limit !== Infinity && (!Number.isInteger(limit) || limit < 0)) {
+      throw configError('limit', 'a non-negative integer', limit);
+    }
+    let deleted = 0;
+    while (deleted < limit) {
+      const batch = Math.min(batchSize, limit - deleted);
+      const count = (await this.#query(this.#pool, this.#sql.sweep, [now, batch])).rowCount ?? 0;
+      deleted += count;
+      if (count < batch) break;
+    }
+    return deleted;
+  }
+
+  async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
+    const { rows } = await this.#query(this.#pool, this.#sql.list, [scope, limit]);
+    return rows.map((row) => toRecord(row as Row));
+  }
+
+  /** Ends the pool only when `endPoolOnClose` was set; otherwise the pool is the caller's to end. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    if (this.#endPoolOnClose) await this.#pool.end?.();
+  }
+
+  /**
+   * BEGIN, `body`, then COMMIT when it returns true, ROLLBACK when it returns false or throws (rethrown).
+   */
+  async #transaction(body: (client: Tx & PostgresPoolClient) => Promise<boolean>): Promise<boolean> {
+    if (this.#closed) throw new Error('postgres store is closed');
+    const client = await this.#pool.connect();
+    // Set when BEGIN/COMMIT/ROLLBACK itself fails: the connection's state is unknown, so the pool discards it.
+    // An error from the body (the work's effects, the UPDATE) leaves a healthy connection once rolled back.
+    let broken: Error | undefined;
+    const control = async (command: 'BEGIN' | 'COMMIT' | 'ROLLBACK'): Promise<void> => {
+      try {
+        await this.#query(client, command);
+      } catch (error) {
+        broken = asError(error);
+        throw error;
+      }
+    };
+    try {
+      await control('BEGIN');
+      let commit: boolean;
+      try {
+        commit = await body(client);
+      } catch (error) {
+        await control('ROLLBACK').catch(() => {}); // The body's error is the one to report.
+        throw error;
+      }
+      await control(commit ? 'COMMIT' : 'ROLLBACK');
+      return commit;
+    } finally {
+      client.release(broken);
+    }
+  }
+}
+
+/** The statements, built once per store with the table's quoted name. */
+function statements(t: string) {
+  return {
+    claim: `WITH ins AS (
+  INSERT INTO ${t} AS r (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at,
+    retryable, result_id, response_status, response_headers, response_body)
+  VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7::bigint, $8::bigint, $9::bigint, false, NULL, NULL, NULL, NULL)
+  ON CONFLICT (pk) DO UPDATE SET
+    scope = EXCLUDED.scope, key = EXCLUDED.key, status = 'in_progress', fingerprint = EXCLUDED.fingerprint,
+    id = CASE WHEN r.expires_at > $7::bigint THEN r.id ELSE EXCLUDED.id END,
+    token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at, lease_expires_at = EXCLUDED.lease_expires_at,
+    expires_at = EXCLUDED.expires_at, retryable = false, result_id = NULL,
+    response_status = NULL, response_headers = NULL, response_body = NULL
+  WHERE r.expires_at <= $7::bigint
+     OR (r.fingerprint = EXCLUDED.fingerprint
+         AND ((r.status = 'failed' AND r.retryable)
+              OR (r.status = 'in_progress' AND r.lease_expires_at <= $7::bigint)))
+  RETURNING ${COLUMNS}
+)
+SELECT *, true AS claimed FROM ins
+UNION ALL
+SELECT ${COLUMNS}, false AS claimed FROM ${t} WHERE pk = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
+    complete: `UPDATE ${t} SET status = $3, retryable = $4, result_id = $5,
+  response_status = $6, response_headers = $7::jsonb, response_body = $8
+WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    renew: `UPDATE ${t} SET lease_expires_at = $3::bigint WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    release: `DELETE FROM ${t} WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE pk = $1`,
+    sweep: `DELETE FROM ${t} WHERE pk IN (
+  SELECT pk FROM ${t} WHERE expires_at <= $1::bigint ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+) AND expires_at <= $1::bigint`,
+    list: `SELECT ${COLUMNS} FROM ${t} WHERE scope = $1 ORDER BY claimed_at DESC, pk LIMIT $2`,
+  };
+}
+
+type Row = Record<string, unknown>;
+
+function outcomeValues({ status, retryable, resultId, response }: Outcome): unknown[] {
+  return [
+    status,
+    retryable,
+    resultId,
+    response?.status ?? null,
+    response ? encodeHeaders(response.headers) : null,
+    response ? Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength) : null,
+  ];
+}
+
+/** Converts a row at the store's edge: `bigint` ms (a string in `pg`) to number, `bytea` to a plain Uint8Array. */
+function toRecord(row: Row): IdempotencyRecord {
+  const response: StoredResponse | null =
+    row.response_status === null || row.response_status === undefined
+      ? null
+      : {
+          status: Number(row.response_status),
+          headers: decodeHeaders(row.response_headers as string),
+          body: toBytes(row.response_body),
+        };
+  return {
+    pk: row.pk as string,
+    scope: row.scope as string,
+    key: row.key as string,
+    status: row.status as RecordStatus,
+    fingerprint: row.fingerprint as string,
+    id: row.id as string,
+    token: row.token as string,
+    claimedAt: Number(row.claimed_at),
+    leaseExpiresAt: Number(row.lease_expires_at),
+    expiresAt: Number(row.expires_at),
+    retryable: row.retryable === true,
+    resultId: (row.result_id as string | null) ?? null,
+    response,
+  };
+}
+
+function toBytes(value: unknown): Uint8Array {
+  if (value instanceof Uint8Array) return new Uint8Array(value);
+  // A driver without a bytea parser hands back the hex text form, `\x0a0b…`.
+  if (typeof value === 'string' && value.startsWith('\\x')) return new Uint8Array(Buffer.from(value.slice(2), 'hex'));
+  // Never replay a guess: a body the store cannot read is an error, not an empty response.
+  throw new Error(`postgres store cannot read response_body of type ${typeof value}`);
+}
+
+function checkIdentifier(name: string, value: unknown): void {
+  if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
+    throw configError(name, 'an identifier of letters, digits and _ (not starting with a digit, at most 48 characters)', value);
+  }
+}
+
+function quote(identifier: string): string {
+  return `"${identifier}"`;
+}
+
+function sqlState(error: unknown): unknown {
+  return typeof error === 'object' && error !== null ? (error as { code?: unknown }).code : undefined;
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
