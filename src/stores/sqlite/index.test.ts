@@ -1,0 +1,433 @@
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import Database from 'better-sqlite3';
+import { createEngine, manualClock, recordPk } from 'idem';
+import type { ClaimRequest, Outcome } from 'idem';
+import { describeStoreConformance } from 'idem/testing';
+import { afterAll, describe, expect, it } from 'vitest';
+import { sqliteSchema, sqliteStore } from './index.js';
+import type { SqliteStoreOptions } from './index.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'idem-sqlite-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const freshFile = (): string => join(dir, `${randomUUID()}.db`);
+
+/** A migrated store on a new database file of its own; closing the store closes the database. */
+async function freshStore(options: Partial<SqliteStoreOptions<Database.Database>> = {}) {
+  const store = sqliteStore({ database: new Database(freshFile()), closeDatabase: true, ...options });
+  await store.migrate();
+  return store;
+}
+
+describeStoreConformance({ name: 'sqlite', create: () => freshStore() });
+
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const LEASE = 10_000;
+const TTL = 60_000;
+const scope = 'acct_sqlite';
+
+const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
+  const key = overrides.key ?? randomUUID();
+  return {
+    pk: recordPk(scope, key),
+    scope,
+    key,
+    fingerprint: 'f'.repeat(64),
+    token: randomUUID(),
+    id: randomUUID(),
+    now: T0,
+    leaseMs: LEASE,
+    ttlMs: TTL,
+    ...overrides,
+  };
+};
+
+const succeeded: Outcome = {
+  status: 'succeeded',
+  retryable: false,
+  resultId: 'ch_1',
+  response: { status: 201, headers: [['content-type', 'application/json']], body: new Uint8Array([0x7b, 0x7d]) },
+};
+
+/** A store with a `ledger` table beside the records, as the demo has. */
+async function storeWithLedger() {
+  const store = await freshStore();
+  store.database.exec('CREATE TABLE ledger (charge_id TEXT PRIMARY KEY, record_id TEXT NOT NULL UNIQUE, amount INTEGER NOT NULL)');
+  const ledger = () => store.database.prepare('SELECT charge_id, record_id, amount FROM ledger ORDER BY charge_id').all();
+  return { store, ledger };
+}
+
+describe('sqlite store: options and schema', () => {
+  it('validates its options at once, naming the option', () => {
+    const database = new Database(':memory:');
+    expect(() => sqliteStore({ database: undefined as unknown as Database.Database })).toThrow(
+      expect.objectContaining({ code: 'CONFIG_INVALID', message: 'Expected `database` to be an open better-sqlite3 Database.' }),
+    );
+    expect(() => sqliteStore({ database, table: 'idem records; --' })).toThrow(
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message:
+          'Expected `table` to be an SQL identifier (letters, digits and _, not starting with a digit or sqlite_), got "idem records; --".',
+      }),
+    );
+    expect(() => sqliteStore({ database, table: 'sqlite_records' })).toThrow(expect.objectContaining({ code: 'CONFIG_INVALID' }));
+    expect(() => sqliteStore({ database, busyTimeoutMs: -1 })).toThrow(
+      expect.objectContaining({ code: 'CONFIG_INVALID', message: 'Expected `busyTimeoutMs` to be a non-negative integer, got -1.' }),
+    );
+    database.close();
+  });
+
+  it('sets WAL and the busy timeout on the database', async () => {
+    const store = await freshStore({ busyTimeoutMs: 1_234 });
+    expect(store.database.pragma('journal_mode', { simple: true })).toBe('wal');
+    expect(store.database.pragma('busy_timeout', { simple: true })).toBe(1_234);
+    await store.close();
+    const defaults = await freshStore();
+    expect(defaults.database.pragma('busy_timeout', { simple: true })).toBe(5_000);
+    await defaults.close();
+  });
+
+  it('migrate() is idempotent and creates exactly the DDL of schema.sql', async () => {
+    const master = (database: Database.Database) =>
+      database.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name").all();
+    const store = await freshStore();
+    await store.migrate();
+    const fromFile = new Database(freshFile());
+    fromFile.exec(readFileSync(fileURLToPath(new URL('./schema.sql', import.meta.url)), 'utf8'));
+    expect(master(store.database)).toEqual(master(fromFile));
+    expect(master(store.database).map((row) => (row as { name: string }).name)).toEqual([
+      'idem_records',
+      'idem_records_expires_at',
+      'idem_records_scope_claimed_at',
+    ]);
+    fromFile.close();
+    await store.close();
+  });
+
+  it('uses the table it is given, and sqliteSchema() names its indexes after it', async () => {
+    expect(sqliteSchema('payments_idem')).toContain('CREATE INDEX IF NOT EXISTS "payments_idem_expires_at" ON "payments_idem"');
+    const store = await freshStore({ table: 'payments_idem' });
+    const req = claimRequest();
+    await store.claim(req);
+    const tables = store.database.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all();
+    expect(tables).toEqual(['payments_idem']);
+    expect(store.database.prepare('SELECT token FROM payments_idem').pluck().all()).toEqual([req.token]);
+    await store.close();
+  });
+
+  it('stores times as INTEGER ms, booleans as 0/1, headers as JSON text and the body as a BLOB', async () => {
+    const store = await freshStore();
+    const req = claimRequest();
+    await store.claim(req);
+    await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: { ...succeeded, status: 'failed', retryable: true } });
+    const row = store.database
+      .prepare(
+        `SELECT typeof(claimed_at) AS t_claimed, claimed_at, lease_expires_at, expires_at, retryable,
+           typeof(response_headers) AS t_headers, response_headers, typeof(response_body) AS t_body, response_body
+         FROM idem_records`,
+      )
+      .get();
+    expect(row).toEqual({
+      t_claimed: 'integer',
+      claimed_at: T0,
+      lease_expires_at: T0 + LEASE,
+      expires_at: T0 + TTL,
+      retryable: 1,
+      t_headers: 'text',
+      response_headers: '[["content-type","application/json"]]',
+      t_body: 'blob',
+      response_body: Buffer.from([0x7b, 0x7d]),
+    });
+    await store.close();
+  });
+
+  it('keeps an empty response body as zero bytes, not as no response', async () => {
+    const store = await freshStore();
+    const req = claimRequest();
+    await store.claim(req);
+    const empty: Outcome = { ...succeeded, response: { status: 204, headers: [], body: new Uint8Array() } };
+    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: empty })).toEqual({ ok: true });
+    const response = (await store.get(req.pk))?.response;
+    expect(response?.status).toBe(204);
+    expect(response?.body).toEqual(new Uint8Array());
+    await store.close();
+  });
+
+  it('close() leaves a database it was given open unless closeDatabase is set, and refuses calls after', async () => {
+    const database = new Database(freshFile());
+    const store = sqliteStore({ database });
+    await store.migrate();
+    await store.close();
+    expect(database.open).toBe(true);
+    await expect(store.get('IDEMPOTENCY#a#b')).rejects.toThrow('sqlite store is closed');
+    const owning = sqliteStore({ database, closeDatabase: true });
+    await owning.close();
+    expect(database.open).toBe(false);
+  });
+});
+
+describe('sqlite store: effects commit with the completion, in one transaction', () => {
+  it('effects that insert a row commit together with an ok completion', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    await store.claim(req);
+    const result = await store.complete({
+      pk: req.pk,
+      token: req.token,
+      now: T0 + 1,
+      outcome: succeeded,
+      effects: (tx) => tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500),
+    });
+    expect(result).toEqual({ ok: true });
+    expect(ledger()).toEqual([{ charge_id: 'ch_1', record_id: req.id, amount: 500 }]);
+    expect((await store.get(req.pk))?.status).toBe('succeeded');
+    await store.close();
+  });
+
+  it('a stale token completes nothing: {ok:false}, the effects do not run and leave no row', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    await store.claim(req);
+    const before = await store.get(req.pk);
+    let calls = 0;
+    const result = await store.complete({
+      pk: req.pk,
+      token: randomUUID(),
+      now: T0 + 1,
+      outcome: succeeded,
+      effects: (tx) => {
+        calls++;
+        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_stale', req.id, 500);
+      },
+    });
+    expect(result).toEqual({ ok: false });
+    expect(calls).toBe(0);
+    expect(ledger()).toEqual([]);
+    expect(await store.get(req.pk)).toEqual(before);
+    await store.close();
+  });
+
+  it('a lease taken over while the work ran: the first owner’s completion and effects are refused', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const first = claimRequest();
+    await store.claim(first);
+    const takeover = { ...first, token: randomUUID(), now: T0 + LEASE };
+    expect((await store.claim(takeover)).kind).toBe('claimed');
+    const insert = (chargeId: string) => (tx: Database.Database) =>
+      tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run(chargeId, first.id, 500);
+    const late = { pk: first.pk, now: T0 + LEASE + 1, outcome: succeeded };
+    expect(await store.complete({ ...late, token: first.token, effects: insert('ch_late') })).toEqual({ ok: false });
+    expect(await store.complete({ ...late, token: takeover.token, effects: insert('ch_owner') })).toEqual({ ok: true });
+    expect(ledger()).toEqual([{ charge_id: 'ch_owner', record_id: first.id, amount: 500 }]);
+    expect((await store.get(first.pk))?.token).toBe(takeover.token);
+    await store.close();
+  });
+
+  it('effects that throw roll back their writes and the completion, and the error is rethrown', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    await store.claim(req);
+    const before = await store.get(req.pk);
+    const boom = new Error('ledger constraint');
+    const completion = store.complete({
+      pk: req.pk,
+      token: req.token,
+      now: T0 + 1,
+      outcome: succeeded,
+      effects: (tx) => {
+        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500);
+        throw boom;
+      },
+    });
+    await expect(completion).rejects.toBe(boom);
+    expect(ledger()).toEqual([]);
+    expect(await store.get(req.pk)).toEqual(before);
+    // The holder can still complete afterwards: nothing was left half-written.
+    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({ ok: true });
+    await store.close();
+  });
+
+  it('async effects are refused with a clear error, and their synchronous writes roll back', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    await store.claim(req);
+    const before = await store.get(req.pk);
+    const completion = store.complete({
+      pk: req.pk,
+      token: req.token,
+      now: T0 + 1,
+      outcome: succeeded,
+      effects: async (tx) => {
+        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500);
+      },
+    });
+    await expect(completion).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: 'Expected `effects` to be a synchronous function: SQLite transactions here are synchronous.',
+    });
+    expect(ledger()).toEqual([]);
+    expect(await store.get(req.pk)).toEqual(before);
+    await store.close();
+  });
+
+  it('through the engine: the work’s ledger write and the completion commit once; a retry replays', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const engine = createEngine({ store, clock: manualClock(T0), ttlMs: 24 * 3_600_000 });
+    const run = { scope, key: randomUUID(), fingerprint: 'a'.repeat(64) };
+    let executions = 0;
+    const work = async ({ id }: { id: string }) => {
+      executions++;
+      return {
+        response: { status: 201, headers: [], body: new TextEncoder().encode('{"id":"ch_1"}') },
+        resultId: 'ch_1',
+        effects: (tx: Database.Database) => tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', id, 500),
+      };
+    };
+    const first = await engine.run(run, work);
+    const retry = await engine.run(run, work);
+    expect([first.replayed, retry.replayed]).toEqual([false, true]);
+    expect(executions).toBe(1);
+    expect(ledger()).toEqual([{ charge_id: 'ch_1', record_id: first.record?.id, amount: 500 }]);
+    expect(new TextDecoder().decode(retry.response.body)).toBe('{"id":"ch_1"}');
+    await store.close();
+  });
+});
+
+describe('sqlite store: sweep', () => {
+  /** Inserts `count` finished records directly (one statement), expiring at `expiresAt`. */
+  const seed = (database: Database.Database, count: number, expiresAt: number): void => {
+    database
+      .prepare(
+        `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < @count)
+         INSERT INTO idem_records (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at, retryable)
+         SELECT 'IDEMPOTENCY#acct_sweep#' || @prefix || i, 'acct_sweep', @prefix || i, 'succeeded', 'f', 'id' || i, 't' || i,
+           @claimedAt, @claimedAt, @expiresAt, 0 FROM n`,
+      )
+      .run({ count, prefix: randomUUID(), claimedAt: expiresAt - TTL, expiresAt });
+  };
+  const countWhere = (database: Database.Database, condition: string, now: number) =>
+    database.prepare(`SELECT count(*) FROM idem_records WHERE ${condition}`).pluck().get({ now });
+
+  it('deletes 2500 expired records in batches of 1000 — 3 round trips — and keeps the 10 live ones', async () => {
+    const store = await freshStore();
+    seed(store.database, 2_500, T0);
+    seed(store.database, 10, T0 + 1);
+    const before = store.roundTrips;
+    expect(await store.sweep({ now: T0, batchSize: 1_000 })).toBe(2_500);
+    // 1000 + 1000 + 500: the third batch deletes fewer than a batch, so it is the last.
+    expect(store.roundTrips - before).toBe(3);
+    expect(countWhere(store.database, 'expires_at <= @now', T0)).toBe(0);
+    expect(countWhere(store.database, 'expires_at > @now', T0)).toBe(10);
+    await store.close();
+  });
+
+  it('a whole number of full batches takes one more, empty, batch to know it is done', async () => {
+    const store = await freshStore();
+    seed(store.database, 3_000, T0);
+    const before = store.roundTrips;
+    expect(await store.sweep({ now: T0, batchSize: 1_000 })).toBe(3_000);
+    expect(store.roundTrips - before).toBe(4);
+    await store.close();
+  });
+
+  it('stops at limit, capping the last batch', async () => {
+    const store = await freshStore();
+    seed(store.database, 2_500, T0);
+    const before = store.roundTrips;
+    expect(await store.sweep({ now: T0, batchSize: 1_000, limit: 1_500 })).toBe(1_500);
+    expect(store.roundTrips - before).toBe(2);
+    expect(countWhere(store.database, 'expires_at <= @now', T0)).toBe(1_000);
+    await store.close();
+  });
+
+  it('yields to the event loop between batches', async () => {
+    const store = await freshStore();
+    seed(store.database, 2_500, T0);
+    const events: Array<string | number> = [];
+    // Queued before the sweep starts, so it runs at the sweep's first yield: after batch 1, before batch 2.
+    setImmediate(() => events.push(countWhere(store.database, 'expires_at <= @now', T0) as number));
+    const sweeping = store.sweep({ now: T0, batchSize: 1_000 });
+    expect(await sweeping).toBe(2_500);
+    events.push('swept');
+    expect(events).toEqual([1_500, 'swept']);
+    await store.close();
+  });
+
+  it('refuses a batch size that is not a positive integer', async () => {
+    const store = await freshStore();
+    await expect(store.sweep({ now: T0, batchSize: 0 })).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+      message: 'Expected `batchSize` to be a positive integer, got 0.',
+    });
+    await store.close();
+  });
+});
+
+describe('sqlite store: two processes racing on one database file', () => {
+  const child = fileURLToPath(new URL('./race-child.ts', import.meta.url));
+  const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+  interface ChildResult {
+    readonly key: string;
+    readonly kind: 'claimed' | 'existing';
+    readonly token: string;
+    readonly recordToken: string;
+  }
+
+  it('50 claims of each of 64 keys from each of 2 processes: exactly one claim per key wins', async () => {
+    const file = freshFile();
+    const store = sqliteStore({ database: new Database(file), closeDatabase: true });
+    await store.migrate();
+    const keys = Array.from({ length: 64 }, () => randomUUID());
+    const N = 50;
+
+    const processes = [0, 1].map(() =>
+      spawn(process.execPath, ['--import', 'tsx', child, file, String(N), ...keys], {
+        cwd: root,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      }),
+    );
+    const runs = processes.map((proc) => {
+      const lines = createInterface({ input: proc.stdout });
+      let stderr = '';
+      proc.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      const ready = new Promise<void>((resolve) => lines.once('line', () => resolve()));
+      const output = new Promise<{ code: number | null; stderr: string; lines: string[] }>((resolve) => {
+        const seen: string[] = [];
+        lines.on('line', (line) => seen.push(line));
+        proc.on('close', (code) => resolve({ code, stderr, lines: seen }));
+      });
+      return { ready, output };
+    });
+    // The shared start signal: once both processes are loaded and waiting, both are told the same instant.
+    await Promise.all(runs.map((run) => run.ready));
+    const startAt = Date.now() + 200;
+    for (const proc of processes) proc.stdin.end(`${startAt}\n`);
+    const outputs = await Promise.all(runs.map((run) => run.output));
+
+    for (const output of outputs) {
+      expect({ code: output.code, stderr: output.stderr }).toEqual({ code: 0, stderr: '' });
+    }
+    const reports = outputs.map((output) => JSON.parse(output.lines.at(-1) ?? '{}') as { pid: number; results: ChildResult[] });
+    for (const report of reports) expect(report.results.length).toBe(N * keys.length);
+    const all = reports.flatMap((report) => report.results);
+    for (const key of keys) {
+      const mine = all.filter((result) => result.key === key);
+      expect(mine.length).toBe(2 * N);
+      const winners = mine.filter((result) => result.kind === 'claimed');
+      expect(winners.length).toBe(1);
+      const winner = winners[0] as ChildResult;
+      expect(winner.recordToken).toBe(winner.token);
+      // Every loser was handed the winner's record, in its one call.
+      expect(mine.filter((result) => result.recordToken !== winner.token)).toEqual([]);
+      expect((await store.get(recordPk('acct_race', key)))?.token).toBe(winner.token);
+    }
+    await store.close();
+  });
+});

@@ -1,0 +1,362 @@
+/**
+ * @module `idem/stores/sqlite` — the embedded default store, on a better-sqlite3 (v12) `Database` that you open
+ * and pass in. Your own tables can live in the same database, and the work's writes can commit in the same
+ * transaction as the record's completion (DESIGN.md §4).
+ */
+import { configError } from '../../core/errors.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  CompleteRequest,
+  IdempotencyRecord,
+  IdempotencyStore,
+  ListRequest,
+  Outcome,
+  RecordStatus,
+  ReleaseRequest,
+  RenewRequest,
+  SweepRequest,
+  WriteResult,
+} from '../contract.js';
+import { decodeHeaders, encodeHeaders } from '../contract.js';
+
+/** The subset of a better-sqlite3 `Statement` the store calls. */
+export interface SqliteStatement {
+  run(...params: unknown[]): { readonly changes: number };
+  get(...params: unknown[]): unknown;
+  all(...params: unknown[]): unknown[];
+}
+
+/**
+ * The subset of better-sqlite3's `Database` the store calls. A better-sqlite3 12 `Database` satisfies it; the
+ * store imports nothing from the driver.
+ */
+export interface SqliteDatabase {
+  prepare(source: string): SqliteStatement;
+  exec(source: string): unknown;
+  pragma(source: string, options?: { readonly simple?: boolean }): unknown;
+  transaction<A extends unknown[], R>(fn: (...args: A) => R): { immediate(...args: A): R };
+  close(): unknown;
+}
+
+/** What `effects` receive: the store's own database handle, inside the completion's transaction. */
+export type SqliteTx = SqliteDatabase;
+
+export interface SqliteStoreOptions<Db extends SqliteDatabase = SqliteDatabase> {
+  /** An open better-sqlite3 `Database`, e.g. `new Database('idem.db')`. The store sets WAL and a busy timeout on it. */
+  readonly database: Db;
+  /** The records table: an SQL identifier. Default `idem_records`. */
+  readonly table?: string;
+  /**
+   * How long a statement waits for another connection's write lock before failing with `SQLITE_BUSY`, in ms.
+   * The wait is synchronous (it blocks this process's event loop). Default 5000.
+   */
+  readonly busyTimeoutMs?: number;
+  /** Close `database` when the store is closed. Default false: the database is yours, and you close it. */
+  readonly closeDatabase?: boolean;
+}
+
+/** An SQLite store: the contract, plus the database it uses and its migration. */
+export interface SqliteStore<Db extends SqliteDatabase = SqliteDatabase> extends IdempotencyStore<Db> {
+  readonly database: Db;
+  readonly table: string;
+  /** Creates the table and its indexes if they do not exist (idempotent). Run it once at startup. */
+  migrate(): Promise<void>;
+}
+
+/**
+ * The DDL `migrate()` runs: the records table plus an index on `expires_at` (the sweep) and one on
+ * `(scope, claimed_at)` (`list`). `schema.sql`, beside this file, is the same DDL for the default table name.
+ *
+ * @example
+ * database.exec(sqliteSchema('idem_records'))
+ */
+export function sqliteSchema(table = 'idem_records'): string {
+  checkTable(table);
+  const t = `"${table}"`;
+  return `CREATE TABLE IF NOT EXISTS ${t} (
+  "pk" TEXT NOT NULL PRIMARY KEY,
+  "scope" TEXT NOT NULL,
+  "key" TEXT NOT NULL,
+  "status" TEXT NOT NULL CHECK ("status" IN ('in_progress', 'succeeded', 'failed')),
+  "fingerprint" TEXT NOT NULL,
+  "id" TEXT NOT NULL,
+  "token" TEXT NOT NULL,
+  "claimed_at" INTEGER NOT NULL,
+  "lease_expires_at" INTEGER NOT NULL,
+  "expires_at" INTEGER NOT NULL,
+  "retryable" INTEGER NOT NULL CHECK ("retryable" IN (0, 1)),
+  "result_id" TEXT,
+  "response_status" INTEGER,
+  "response_headers" TEXT,
+  "response_body" BLOB
+);
+CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON ${t} ("expires_at");
+CREATE INDEX IF NOT EXISTS "${table}_scope_claimed_at" ON ${t} ("scope", "claimed_at");
+`;
+}
+
+/**
+ * Creates an SQLite store on a database you opened with better-sqlite3. On creation it sets
+ * `journal_mode = WAL` (readers never block the writer; persistent in the file) and `busy_timeout`
+ * (`busyTimeoutMs`, so a second process waits for the write lock instead of failing). Call `migrate()` once
+ * before use, or apply `schema.sql` yourself.
+ *
+ * Every call is synchronous inside the embedded engine, and is counted as one round trip (there is no
+ * network; a claim's two statements run under one write lock in one call). `effects` given to `complete`
+ * receive `database` and must be synchronous: they run after the token-conditional update, in the same
+ * `BEGIN IMMEDIATE` transaction, and only if the token still holds. If they throw, everything rolls back and
+ * the error is rethrown; if they return a promise, everything rolls back and `complete` rejects.
+ *
+ * `close()` does not close `database` unless `closeDatabase` is true.
+ *
+ * @example
+ * import Database from 'better-sqlite3'
+ * const database = new Database('idem.db')
+ * const store = sqliteStore({ database })
+ * await store.migrate()
+ * const engine = createEngine({ store })
+ */
+export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
+  database,
+  table = 'idem_records',
+  busyTimeoutMs = 5_000,
+  closeDatabase = false,
+}: SqliteStoreOptions<Db>): SqliteStore<Db> {
+  const methods = ['prepare', 'exec', 'pragma', 'transaction', 'close'] as const;
+  if (typeof database !== 'object' || database === null || methods.some((m) => typeof database[m] !== 'function')) {
+    throw configError('database', 'an open better-sqlite3 Database');
+  }
+  checkTable(table);
+  if (!Number.isSafeInteger(busyTimeoutMs) || busyTimeoutMs < 0) {
+    throw configError('busyTimeoutMs', 'a non-negative integer', busyTimeoutMs);
+  }
+  if (typeof closeDatabase !== 'boolean') throw configError('closeDatabase', 'a boolean', closeDatabase);
+
+  let roundTrips = 0;
+  let closed = false;
+  const trip = (): void => {
+    if (closed) throw new Error('sqlite store is closed');
+    roundTrips++;
+  };
+
+  trip();
+  database.pragma(`busy_timeout = ${busyTimeoutMs}`);
+  trip();
+  database.pragma('journal_mode = WAL');
+
+  // Statements are prepared on first use (the table may not exist until `migrate()`), then reused.
+  const prepared = new Map<string, SqliteStatement>();
+  const statement = (sql: string): SqliteStatement => {
+    let found = prepared.get(sql);
+    if (!found) {
+      found = database.prepare(sql);
+      prepared.set(sql, found);
+    }
+    return found;
+  };
+
+  const t = `"${table}"`;
+  const sql = {
+    claim: `INSERT INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
+        "lease_expires_at", "expires_at", "retryable", "result_id", "response_status", "response_headers", "response_body")
+      VALUES (@pk, @scope, @key, 'in_progress', @fingerprint, @id, @token, @now, @leaseExpiresAt, @expiresAt, 0,
+        NULL, NULL, NULL, NULL)
+      ON CONFLICT ("pk") DO UPDATE SET
+        "scope" = excluded."scope", "key" = excluded."key", "status" = 'in_progress',
+        "fingerprint" = excluded."fingerprint",
+        "id" = CASE WHEN ${t}."expires_at" > @now THEN ${t}."id" ELSE excluded."id" END,
+        "token" = excluded."token", "claimed_at" = excluded."claimed_at",
+        "lease_expires_at" = excluded."lease_expires_at", "expires_at" = excluded."expires_at",
+        "retryable" = 0, "result_id" = NULL, "response_status" = NULL, "response_headers" = NULL,
+        "response_body" = NULL
+      WHERE ${t}."expires_at" <= @now
+        OR (${t}."fingerprint" = excluded."fingerprint" AND (
+          (${t}."status" = 'failed' AND ${t}."retryable" = 1)
+          OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now)))
+      RETURNING *`,
+    get: `SELECT * FROM ${t} WHERE "pk" = ?`,
+    complete: `UPDATE ${t} SET "status" = @status, "retryable" = @retryable, "result_id" = @resultId,
+        "response_status" = @responseStatus, "response_headers" = @responseHeaders, "response_body" = @responseBody
+      WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
+    renew: `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt
+      WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
+    release: `DELETE FROM ${t} WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
+    sweep: `DELETE FROM ${t} WHERE rowid IN (SELECT rowid FROM ${t} WHERE "expires_at" <= @now LIMIT @take)`,
+    list: `SELECT * FROM ${t} WHERE "scope" = @scope ORDER BY "claimed_at" DESC, rowid DESC LIMIT @limit`,
+  } as const;
+
+  // The race this closes — two requests (two processes, or two connections) claim one key with no record:
+  //   A: BEGIN IMMEDIATE takes the database's write lock.
+  //   B: BEGIN IMMEDIATE waits for the lock (busy_timeout); it does not read a snapshot that could go stale.
+  //   A: the upsert inserts A's row and RETURNING yields it → 'claimed'; COMMIT releases the lock.
+  //   B: its upsert conflicts with A's row; A's live lease fails the WHERE, so nothing is written and RETURNING
+  //      yields no row; B's SELECT, still under the lock, reads A's row → 'existing'.
+  // Both decide on the row under one write lock, so there is never a second winner, and the loser gets the
+  // winner's record without another call. (A read-then-write would let both read "nothing", then both write.)
+  // The same holds for takeovers: the WHERE is `isClaimable` from src/core/record.ts, evaluated on the stored row.
+  const claimTx = database.transaction((request: ClaimRequest): ClaimResult => {
+    const won = statement(sql.claim).get({
+      pk: request.pk,
+      scope: request.scope,
+      key: request.key,
+      fingerprint: request.fingerprint,
+      id: request.id,
+      token: request.token,
+      now: request.now,
+      leaseExpiresAt: request.now + request.leaseMs,
+      expiresAt: request.now + request.ttlMs,
+    }) as Row | undefined;
+    if (won) return { kind: 'claimed', record: toRecord(won) };
+    const existing = statement(sql.get).get(request.pk) as Row | undefined;
+    // Unreachable under the write lock: the conflicting row cannot vanish between the two statements.
+    if (!existing) throw new Error(`sqlite store: claim of ${request.pk} conflicted with a row that is gone`);
+    return { kind: 'existing', record: toRecord(existing) };
+  });
+
+  // The update is conditional on the token and `in_progress`; the effects run only if it changed the row, and
+  // both commit together or not at all.
+  const completeTx = database.transaction(
+    (pk: string, token: string, outcome: Outcome, effects: ((tx: Db) => unknown) | undefined): boolean => {
+      const { changes } = statement(sql.complete).run({
+        pk,
+        token,
+        status: outcome.status,
+        retryable: outcome.retryable ? 1 : 0,
+        resultId: outcome.resultId,
+        responseStatus: outcome.response?.status ?? null,
+        responseHeaders: outcome.response ? encodeHeaders(outcome.response.headers) : null,
+        responseBody: outcome.response?.body ?? null,
+      });
+      if (changes === 0) return false;
+      if (effects) {
+        const value = effects(database);
+        if (isThenable(value)) {
+          void value.then(undefined, () => {}); // Its rejection is not ours to report; the refusal below is.
+          throw configError('effects', 'a synchronous function: SQLite transactions here are synchronous');
+        }
+      }
+      return true;
+    },
+  );
+
+  return {
+    name: 'sqlite',
+    database,
+    table,
+    get roundTrips() {
+      return roundTrips;
+    },
+    async migrate(): Promise<void> {
+      trip();
+      database.exec(sqliteSchema(table));
+    },
+    async claim(request: ClaimRequest): Promise<ClaimResult> {
+      trip();
+      return claimTx.immediate(request);
+    },
+    async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
+      trip();
+      return { ok: completeTx.immediate(pk, token, outcome, effects) };
+    },
+    async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
+      trip();
+      return { ok: statement(sql.renew).run({ pk, token, leaseExpiresAt: now + leaseMs }).changes === 1 };
+    },
+    async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
+      trip();
+      return { ok: statement(sql.release).run({ pk, token }).changes === 1 };
+    },
+    async get(pk: string): Promise<IdempotencyRecord | null> {
+      trip();
+      const row = statement(sql.get).get(pk) as Row | undefined;
+      return row ? toRecord(row) : null;
+    },
+    // Batched so no single statement holds the write lock for long, with a turn of the event loop between
+    // batches so traffic in this process is served meanwhile. Each batch is one round trip.
+    async sweep({ now, batchSize = 1_000, limit = Infinity }: SweepRequest): Promise<number> {
+      if (!Number.isSafeInteger(batchSize) || batchSize <= 0) throw configError('batchSize', 'a positive integer', batchSize);
+      if (!(Number.isSafeInteger(limit) || limit === Infinity) || limit < 0) {
+        throw configError('limit', 'a non-negative integer', limit);
+      }
+      let deleted = 0;
+      for (;;) {
+        const take = Math.min(batchSize, limit - deleted);
+        if (take <= 0) return deleted;
+        trip();
+        const { changes } = statement(sql.sweep).run({ now, take });
+        deleted += changes;
+        if (changes < take) return deleted;
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+    },
+    async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
+      trip();
+      return (statement(sql.list).all({ scope, limit }) as Row[]).map(toRecord);
+    },
+    async close(): Promise<void> {
+      if (closed) return;
+      closed = true;
+      if (closeDatabase) database.close();
+    },
+  };
+}
+
+/** A row as SQLite returns it (integers may be bigints if the database was set to safe integers). */
+interface Row {
+  readonly pk: string;
+  readonly scope: string;
+  readonly key: string;
+  readonly status: RecordStatus;
+  readonly fingerprint: string;
+  readonly id: string;
+  readonly token: string;
+  readonly claimed_at: number | bigint;
+  readonly lease_expires_at: number | bigint;
+  readonly expires_at: number | bigint;
+  readonly retryable: number | bigint;
+  readonly result_id: string | null;
+  readonly response_status: number | bigint | null;
+  readonly response_headers: string | null;
+  readonly response_body: Uint8Array | null;
+}
+
+function toRecord(row: Row): IdempotencyRecord {
+  return {
+    pk: row.pk,
+    scope: row.scope,
+    key: row.key,
+    status: row.status,
+    fingerprint: row.fingerprint,
+    id: row.id,
+    token: row.token,
+    claimedAt: Number(row.claimed_at),
+    leaseExpiresAt: Number(row.lease_expires_at),
+    expiresAt: Number(row.expires_at),
+    retryable: Number(row.retryable) === 1,
+    resultId: row.result_id,
+    response:
+      row.response_status === null
+        ? null
+        : {
+            status: Number(row.response_status),
+            headers: decodeHeaders(row.response_headers ?? '[]'),
+            // A copy, as a plain Uint8Array (the driver returns a Buffer).
+            body: new Uint8Array(row.response_body ?? []),
+          },
+  };
+}
+
+function checkTable(table: unknown): asserts table is string {
+  if (typeof table !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(table) || /^sqlite_/i.test(table)) {
+    throw configError('table', 'an SQL identifier (letters, digits and _, not starting with a digit or sqlite_)', table);
+  }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  );
+}
