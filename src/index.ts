@@ -32,6 +32,8 @@ export type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   StoredResponse,
   SweepRequest,
   WriteResult,

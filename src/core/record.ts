@@ -107,6 +107,24 @@ export interface ListRequest {
 }
 
 /**
+ * One request to a store's backend, as sent and as answered: SQL text and parameters with the rows; a Lua
+ * script's name, keys and arguments with the reply; a DynamoDB command's name and input with its output or its
+ * error (e.g. `ConditionalCheckFailedException`). Stores report them to an `onRoundTrip` option, for the demo's
+ * model page, debugging and metrics; `roundTrips` counts the same requests.
+ */
+export interface RoundTrip {
+  readonly op: 'claim' | 'complete' | 'renew' | 'release' | 'get' | 'sweep' | 'list' | (string & {});
+  readonly request: unknown;
+  readonly response?: unknown;
+  readonly error?: unknown;
+}
+
+/** The option every store accepts to observe its round trips. */
+export interface RoundTripObserver {
+  readonly onRoundTrip?: (trip: RoundTrip) => void;
+}
+
+/**
  * The store contract. Every write is conditional; contention is returned as a value. A store that cannot
  * reach its backend rejects with an error (the engine turns it into `STORE_UNAVAILABLE`).
  *

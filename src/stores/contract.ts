@@ -12,6 +12,8 @@ export type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   StoredResponse,
   SweepRequest,
   WriteResult,

@@ -11,12 +11,13 @@ import type {
   ListRequest,
   ReleaseRequest,
   RenewRequest,
+  RoundTripObserver,
   SweepRequest,
   WriteResult,
 } from '../contract.js';
 import { claimedRecord, isClaimable } from '../contract.js';
 
-export interface MemoryStoreOptions {
+export interface MemoryStoreOptions extends RoundTripObserver {
   /** Refuse new claims beyond this many live records (a guard against unbounded growth). Default 1,000,000. */
   readonly maxRecords?: number;
 }
@@ -28,7 +29,7 @@ export interface MemoryStoreOptions {
  * @example
  * const engine = createEngine({ store: memoryStore() })
  */
-export function memoryStore({ maxRecords = 1_000_000 }: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
+export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
   const records = new Map<string, IdempotencyRecord>();
   let roundTrips = 0;
   let closed = false;
@@ -37,6 +38,20 @@ export function memoryStore({ maxRecords = 1_000_000 }: MemoryStoreOptions = {})
     roundTrips++;
     if (closed) throw new Error('memory store is closed');
   };
+  /** Reports the call and what it returned: in memory, the "engine response" is the value itself. */
+  const traced = <A, R>(op: string, fn: (arg: A) => Promise<R>) =>
+    onRoundTrip
+      ? async (arg: A): Promise<R> => {
+          try {
+            const response = await fn(arg);
+            onRoundTrip({ op, request: arg, response });
+            return response;
+          } catch (error) {
+            onRoundTrip({ op, request: arg, error });
+            throw error;
+          }
+        }
+      : fn;
   const held = (pk: string, token: string): IdempotencyRecord | undefined => {
     const record = records.get(pk);
     return record && record.status === 'in_progress' && record.token === token ? record : undefined;
@@ -44,7 +59,7 @@ export function memoryStore({ maxRecords = 1_000_000 }: MemoryStoreOptions = {})
 
   // Each method below runs to completion without an await between its read and its write, so in one
   // JavaScript thread the read-check-write is atomic: two claims cannot interleave inside it.
-  return {
+  const store: IdempotencyStore<undefined> = {
     name: 'memory',
     get roundTrips() {
       return roundTrips;
@@ -109,4 +124,14 @@ export function memoryStore({ maxRecords = 1_000_000 }: MemoryStoreOptions = {})
       closed = true;
     },
   };
+  if (!onRoundTrip) return store;
+  return Object.assign(store, {
+    claim: traced('claim', store.claim),
+    complete: traced('complete', store.complete),
+    renew: traced('renew', store.renew),
+    release: traced('release', store.release),
+    get: traced('get', store.get),
+    sweep: traced('sweep', store.sweep),
+    list: traced('list', store.list),
+  });
 }
