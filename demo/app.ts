@@ -2,10 +2,9 @@
  * @module The payments API (DESIGN.md §8) as a Web-standard handler: `(Request) => Promise<Response>`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type Database from 'better-sqlite3';
 import type { IdempotencyEvent, IdempotencyRecord, IdempotencyStore } from 'idem';
 import { BodyTooLargeError, idempotency, problem, readBytes } from 'idem/http';
-import { Ledger, type Charge, type NewCharge } from './ledger.js';
+import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
 
 export const MAX_BODY_BYTES = 1_048_576;
 /** The longest `Idem-Lab-Delay-Ms` honoured. */
@@ -94,10 +93,10 @@ export function createApp(options: AppOptions): App {
       failureCode: declined ? 'card_declined' : null,
       ref: context.protected ? context.id : null,
     };
-    let charge = Ledger.draft(input);
-    if (!context.protected) ledger.insert(charge, input);
-    else if (sharedLedger) context.declare({ effects: (tx) => ledger.insert(charge, input, tx as Database.Database) });
-    else charge = ledger.insertOnce(charge, { ...input, ref: context.id });
+    let charge = draftCharge(input);
+    if (!context.protected) await ledger.insert(charge, input);
+    else if (sharedLedger) context.declare({ effects: (tx) => ledger.insertIn(tx, charge, input) });
+    else charge = await ledger.insertOnce(charge, { ...input, ref: context.id });
     context.declare({ resultId: charge.id });
     if (charge.status === 'failed') {
       return problem({
@@ -134,7 +133,7 @@ export function createApp(options: AppOptions): App {
         if (!/^\d+$/.test(limit) || Number(limit) < 1 || Number(limit) > 100) {
           return invalid('limit', '`limit` must be an integer from 1 to 100.');
         }
-        return json({ object: 'list', data: ledger.list(account, Number(limit)) });
+        return json({ object: 'list', data: await ledger.list(account, Number(limit)) });
       }
       if (request.method !== 'POST') return notAllowed('GET, POST');
       // Validate before the idempotency layer: a request that fails validation changes nothing, stores nothing.
@@ -146,12 +145,12 @@ export function createApp(options: AppOptions): App {
     const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
     if (one) {
       if (request.method !== 'GET') return notAllowed('GET');
-      const charge = ledger.get(account, decodeURIComponent(one[1] as string));
+      const charge = await ledger.get(account, decodeURIComponent(one[1] as string));
       return charge ? json(charge) : notFound(path);
     }
     if (path === '/v1/balance') {
       if (request.method !== 'GET') return notAllowed('GET');
-      return json({ object: 'balance', ...ledger.balance(account) });
+      return json({ object: 'balance', ...(await ledger.balance(account)) });
     }
     if (path === '/v1/idempotency_records') {
       if (request.method !== 'GET') return notAllowed('GET');
@@ -160,7 +159,7 @@ export function createApp(options: AppOptions): App {
     }
     if (path === '/v1/lab/reset' && lab) {
       if (request.method !== 'POST') return notAllowed('POST');
-      return json({ object: 'lab_reset', deleted_charges: ledger.clear(account) });
+      return json({ object: 'lab_reset', deleted_charges: await ledger.clear(account) });
     }
     return notFound(path);
   }

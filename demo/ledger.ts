@@ -64,13 +64,47 @@ const toCharge = (row: Row): Charge => ({
 });
 
 /**
+ * Where charges are written. Implementations: {@link SqliteLedger} here; a Postgres one when the store is
+ * Postgres. Methods may be synchronous where the database is embedded.
+ */
+export interface Ledger {
+  /** Writes the charge inside a store transaction's handle (`effects`): the charge commits with the record. */
+  insertIn(tx: unknown, charge: Charge, input: NewCharge): unknown;
+  /** Writes the charge on the ledger's own connection (keyless requests). */
+  insert(charge: Charge, input: NewCharge): Promise<void>;
+  /**
+   * Writes the charge unless one with the same `ref` exists, and returns whichever is stored: a takeover after
+   * a crash finds the dead attempt's charge and answers with it instead of charging again.
+   */
+  insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Promise<Charge>;
+  list(account: string, limit: number): Promise<Charge[]>;
+  get(account: string, id: string): Promise<Charge | undefined>;
+  balance(account: string): Promise<{ charged: number; count: number }>;
+  /** Deletes an account's charges (the lab's Reset). Returns how many. */
+  clear(account: string): Promise<number>;
+}
+
+/** A new charge object, not yet written. */
+export function draftCharge(input: NewCharge): Charge {
+  return {
+    id: `ch_${randomBytes(12).toString('hex')}`,
+    object: 'charge',
+    amount: input.amount,
+    currency: input.currency,
+    status: input.status,
+    created: Math.floor(Date.now() / 1000),
+    failure_code: input.failureCode,
+  };
+}
+
+/**
  * The charges table on a better-sqlite3 database (the records' own database when the store is SQLite).
  *
  * @example
- * const ledger = new Ledger(db)
- * db.transaction(() => ledger.insert(db, charge))()
+ * const ledger = new SqliteLedger(db)
+ * await ledger.insert(draftCharge(input), input)
  */
-export class Ledger {
+export class SqliteLedger implements Ledger {
   readonly #db: Database.Database;
 
   constructor(db: Database.Database) {
@@ -78,61 +112,50 @@ export class Ledger {
     db.exec(SCHEMA);
   }
 
-  /** A new charge object (not yet written). */
-  static draft(input: NewCharge): Charge {
-    return {
-      id: `ch_${randomBytes(12).toString('hex')}`,
-      object: 'charge',
-      amount: input.amount,
-      currency: input.currency,
-      status: input.status,
-      created: Math.floor(Date.now() / 1000),
-      failure_code: input.failureCode,
-    };
+  insertIn(tx: unknown, charge: Charge, input: NewCharge): void {
+    this.#write(tx as Database.Database, charge, input);
   }
 
-  /** Writes the charge, on `db` when given (a completion's transaction handle), else on the ledger's own. */
-  insert(charge: Charge, input: NewCharge, db: Pick<Database.Database, 'prepare'> = this.#db): void {
+  async insert(charge: Charge, input: NewCharge): Promise<void> {
+    this.#write(this.#db, charge, input);
+  }
+
+  #write(db: Pick<Database.Database, 'prepare'>, charge: Charge, input: NewCharge): void {
     db.prepare(
       `INSERT INTO charges (id, account, amount, currency, status, failure_code, source, created, idempotency_ref)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ).run(charge.id, input.account, charge.amount, charge.currency, charge.status, charge.failure_code, input.source, charge.created, input.ref);
   }
 
-  /**
-   * Writes the charge unless one with the same `ref` exists, and returns whichever is stored: a takeover after
-   * a crash finds the dead attempt's charge and answers with it instead of charging again.
-   */
-  insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Charge {
+  async insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Promise<Charge> {
     return this.#db.transaction(() => {
       const existing = this.#db.prepare('SELECT * FROM charges WHERE idempotency_ref = ?').get(input.ref) as Row | undefined;
       if (existing) return toCharge(existing);
-      this.insert(charge, input);
+      this.#write(this.#db, charge, input);
       return charge;
     }).immediate();
   }
 
-  list(account: string, limit: number): Charge[] {
+  async list(account: string, limit: number): Promise<Charge[]> {
     const rows = this.#db
       .prepare('SELECT * FROM charges WHERE account = ? ORDER BY created DESC, rowid DESC LIMIT ?')
       .all(account, limit) as Row[];
     return rows.map(toCharge);
   }
 
-  get(account: string, id: string): Charge | undefined {
+  async get(account: string, id: string): Promise<Charge | undefined> {
     const row = this.#db.prepare('SELECT * FROM charges WHERE account = ? AND id = ?').get(account, id) as Row | undefined;
     return row && toCharge(row);
   }
 
-  balance(account: string): { charged: number; count: number } {
+  async balance(account: string): Promise<{ charged: number; count: number }> {
     const row = this.#db
       .prepare(`SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM charges WHERE account = ? AND status = 'succeeded'`)
       .get(account) as { charged: number; count: number };
     return { charged: row.charged, count: row.count };
   }
 
-  /** Deletes an account's charges (the lab's Reset). Returns how many. */
-  clear(account: string): number {
+  async clear(account: string): Promise<number> {
     return this.#db.prepare('DELETE FROM charges WHERE account = ?').run(account).changes;
   }
 }

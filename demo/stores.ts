@@ -8,7 +8,7 @@ import type { IdempotencyStore } from 'idem';
 import { memoryStore } from 'idem/stores/memory';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { ConfigError, type DemoConfig } from './config.js';
-import { Ledger } from './ledger.js';
+import { SqliteLedger, type Ledger } from './ledger.js';
 
 export interface Backend {
   readonly store: IdempotencyStore<never> | IdempotencyStore<unknown>;
@@ -42,7 +42,7 @@ export async function openBackend(config: DemoConfig): Promise<Backend> {
     await store.migrate();
     return {
       store,
-      ledger: new Ledger(database),
+      ledger: new SqliteLedger(database),
       sharedLedger: true,
       description: `SQLite ${path} (records and ledger, one transaction)`,
       close: async () => {
@@ -56,7 +56,7 @@ export async function openBackend(config: DemoConfig): Promise<Backend> {
     const store = memoryStore();
     return {
       store,
-      ledger: new Ledger(ledgerDb),
+      ledger: new SqliteLedger(ledgerDb),
       sharedLedger: false,
       description: `memory (records), SQLite ${config.ledger} (ledger)`,
       close: async () => {
