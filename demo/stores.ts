@@ -4,7 +4,7 @@
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
 import Database from 'better-sqlite3';
-import type { IdempotencyStore } from 'idem';
+import type { IdempotencyStore, RoundTripObserver } from 'idem';
 import { memoryStore } from 'idem/stores/memory';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { ConfigError, type DemoConfig } from './config.js';
@@ -27,12 +27,12 @@ function openSqlite(path: string): Database.Database {
 
 /**
  * Opens the backend for `config.store`: `sqlite:<path>` (records and ledger in one database) or `memory:`
- * (records in memory, ledger in `config.ledger`).
+ * (records in memory, ledger in `config.ledger`). `observer.onRoundTrip` sees every store round trip (the model page).
  *
  * @example
  * const backend = await openBackend(loadConfig(process.env))
  */
-export async function openBackend(config: DemoConfig): Promise<Backend> {
+export async function openBackend(config: DemoConfig, observer: RoundTripObserver = {}): Promise<Backend> {
   const url = config.store;
   if (url.startsWith('sqlite:')) {
     const path = url.slice('sqlite:'.length);
@@ -53,7 +53,7 @@ export async function openBackend(config: DemoConfig): Promise<Backend> {
   }
   if (url === 'memory:') {
     const ledgerDb = openSqlite(config.ledger);
-    const store = memoryStore();
+    const store = memoryStore(observer);
     return {
       store,
       ledger: new SqliteLedger(ledgerDb),
