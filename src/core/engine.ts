@@ -42,6 +42,8 @@ export interface EngineOptions<Tx = never> {
   /** Instead of answering 409 at once, wait up to this long for the in-flight attempt's outcome. Default 0. */
   readonly waitForOutcomeMs?: number;
   readonly clock?: Clock;
+  /** Makes fencing tokens and record ids. Default `crypto.randomUUID`; inject a seeded one to replay a simulation. */
+  readonly generateId?: () => string;
   readonly onEvent?: (event: IdempotencyEvent) => void;
 }
 
@@ -119,6 +121,7 @@ export function createEngine<Tx = never>({
   renewEveryMs = Math.max(1, Math.floor(leaseMs / 3)),
   waitForOutcomeMs = 0,
   clock = systemClock,
+  generateId = randomUUID,
   onEvent = () => {},
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
@@ -127,6 +130,7 @@ export function createEngine<Tx = never>({
   positive('renewEveryMs', renewEveryMs);
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
   if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
+  if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0) {
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
   }
@@ -163,8 +167,8 @@ export function createEngine<Tx = never>({
     const pk = recordPk(scope, key);
     const waitUntil = clock.now() + waitForOutcomeMs;
     for (;;) {
-      const token = randomUUID();
-      const freshId = randomUUID();
+      const token = generateId();
+      const freshId = generateId();
       const claim = await call('claim', () =>
         store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs }),
       );
