@@ -1,0 +1,59 @@
+/**
+ * Imports flow one way (CONVENTIONS.md): core imports nothing of ours; stores, http and adapters import core
+ * (and http, for adapters); no store imports another; demo reaches the library only by its package name.
+ */
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+function files(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(path).isDirectory()) return name === 'node_modules' ? [] : files(path);
+    return path.endsWith('.ts') && !path.endsWith('.test.ts') ? [path] : [];
+  });
+}
+
+/** Every relative import of a file, resolved to a path under the repo. */
+function relativeImports(file: string): string[] {
+  const text = readFileSync(file, 'utf8');
+  const specifiers = [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'"]*?from\s+['"]([^'"]+)['"]/g)].map((m) => m[1] as string);
+  return specifiers.filter((s) => s.startsWith('.')).map((s) => relative(ROOT, resolve(dirname(file), s)));
+}
+
+const violations = (dir: string, allowed: (target: string, file: string) => boolean): string[] =>
+  files(join(ROOT, dir)).flatMap((file) =>
+    relativeImports(file)
+      .filter((target) => !allowed(target, relative(ROOT, file)))
+      .map((target) => `${relative(ROOT, file)} → ${target}`),
+  );
+
+describe('architecture', () => {
+  it('core imports nothing of ours outside core', () => {
+    expect(violations('src/core', (target) => target.startsWith('src/core/'))).toEqual([]);
+  });
+
+  it('stores import only core, the contract, and their own folder', () => {
+    const ownFolder = (target: string, file: string) => target.startsWith(dirname(file) + '/');
+    expect(
+      violations('src/stores', (t, f) => t.startsWith('src/core/') || t === 'src/stores/contract.js' || ownFolder(t, f)),
+    ).toEqual([]);
+  });
+
+  it('http imports only core and itself', () => {
+    expect(violations('src/http', (t) => t.startsWith('src/core/') || t.startsWith('src/http/'))).toEqual([]);
+  });
+
+  it('adapters import only core, http and their own code', () => {
+    expect(
+      violations('src/adapters', (t) => t.startsWith('src/core/') || t.startsWith('src/http/') || t.startsWith('src/adapters/')),
+    ).toEqual([]);
+  });
+
+  it('the demo reaches the library only through its package name', () => {
+    expect(violations('demo', (t) => t.startsWith('demo/'))).toEqual([]);
+  });
+});
