@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import {
+  ConditionalCheckFailedException,
   DeleteTableCommand,
   DescribeTableCommand,
   DynamoDBClient,
@@ -10,7 +11,7 @@ import type { UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { describeStoreConformance } from 'idem/testing';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
-import type { ClaimRequest, IdempotencyRecord } from '../contract.js';
+import type { ClaimRequest, IdempotencyRecord, RoundTrip } from '../contract.js';
 import type { DynamoDBAttributeNames, DynamoDBClientLike, DynamoDBStore, DynamoDBStoreOptions } from './index.js';
 import { dynamodbStore } from './index.js';
 import { startLocalDynamo } from './local.js';
@@ -150,6 +151,30 @@ describe('dynamodb store against dynalite', () => {
     expect((sent[0] as PutItemCommand).input.ReturnValuesOnConditionCheckFailure).toBe('ALL_OLD');
     expect((sent[1] as GetItemCommand).input.ConsistentRead).toBe(true);
     expect(store.roundTrips - before).toBe(2);
+  });
+
+  it('reports every round trip to onRoundTrip: command, input, output, or the engine’s own error', async () => {
+    const trips: RoundTrip[] = [];
+    const { store, table } = await recordingStore({ onRoundTrip: (trip) => trips.push(trip) });
+    trips.length = 0;
+    const before = store.roundTrips;
+    const first = request();
+    await store.claim(first);
+    await store.claim({ ...first, token: randomUUID(), now: T0 + 1 });
+    await store.renew({ pk: first.pk, token: 'stale', now: T0 + 2, leaseMs: LEASE });
+    expect(trips.map((t) => [t.op, (t.request as { command: string }).command])).toEqual([
+      ['claim', 'PutItem'],
+      ['claim', 'PutItem'],
+      ['claim', 'GetItem'],
+      ['renew', 'UpdateItem'],
+    ]);
+    expect(store.roundTrips - before).toBe(4);
+    expect((trips[0]?.request as { input: { TableName: string } }).input.TableName).toBe(table);
+    expect(trips[0]?.error).toBeUndefined();
+    expect(trips[1]?.error).toBeInstanceOf(ConditionalCheckFailedException);
+    expect(trips[1]?.response).toBeUndefined();
+    expect((trips[2]?.response as { Item: Record<string, unknown> }).Item.token).toEqual({ S: first.token });
+    expect(trips[3]?.error).toBeInstanceOf(ConditionalCheckFailedException);
   });
 
   it('takes over a dead lease with an UpdateItem conditional on the token it saw, keeping the id', async () => {

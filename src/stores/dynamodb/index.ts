@@ -68,6 +68,8 @@ import type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   SweepRequest,
   WriteResult,
 } from '../contract.js';
@@ -146,7 +148,7 @@ export const DEFAULT_ATTRIBUTE_NAMES: DynamoDBAttributeNames = Object.freeze({
   responseBody: 'responseBody',
 });
 
-export interface DynamoDBStoreOptions {
+export interface DynamoDBStoreOptions extends RoundTripObserver {
   readonly client: DynamoDBClientLike;
   readonly table: string;
   /** Rename any attribute; the rest keep {@link DEFAULT_ATTRIBUTE_NAMES}. */
@@ -219,7 +221,14 @@ const TAKEOVER =
  * const store = dynamodbStore({ client: new DynamoDBClient({}), table: 'app', attributes: { pk: 'PK' } })
  * const engine = createEngine({ store })
  */
-export function dynamodbStore({ client, table, attributes = {}, sortKey, listIndex }: DynamoDBStoreOptions): DynamoDBStore {
+export function dynamodbStore({
+  client,
+  table,
+  attributes = {},
+  sortKey,
+  listIndex,
+  onRoundTrip,
+}: DynamoDBStoreOptions): DynamoDBStore {
   if (typeof client?.send !== 'function') throw configError('client', 'an object with a send(command) method');
   if (typeof table !== 'string' || !TABLE_NAME.test(table)) {
     throw configError('table', 'a DynamoDB table name (3-255 of a-z A-Z 0-9 _ . -)', table);
@@ -242,10 +251,11 @@ export function dynamodbStore({ client, table, attributes = {}, sortKey, listInd
   if (listIndex !== undefined && (typeof listIndex !== 'string' || listIndex.length === 0)) {
     throw configError('listIndex', 'a non-empty index name', listIndex);
   }
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') throw configError('onRoundTrip', 'a function');
   const names: DynamoDBAttributeNames = Object.freeze({ ...DEFAULT_ATTRIBUTE_NAMES, ...attributes });
   const all = [...(Object.keys(names) as Field[]).map((field) => names[field]), ...(sortKey ? [sortKey.name] : [])];
   if (new Set(all).size !== all.length) throw configError('attributes', 'distinct names (including sortKey.name)', all);
-  return new DynamoStore(client, table, names, sortKey, listIndex);
+  return new DynamoStore(client, table, names, sortKey, listIndex, onRoundTrip);
 }
 
 class DynamoStore implements DynamoDBStore {
@@ -255,6 +265,7 @@ class DynamoStore implements DynamoDBStore {
   readonly #names: DynamoDBAttributeNames;
   readonly #sortKey: { readonly name: string; readonly value: string } | undefined;
   readonly #listIndex: string | undefined;
+  readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
   #roundTrips = 0;
   #closed = false;
 
@@ -264,12 +275,14 @@ class DynamoStore implements DynamoDBStore {
     names: DynamoDBAttributeNames,
     sortKey: { readonly name: string; readonly value: string } | undefined,
     listIndex: string | undefined,
+    onRoundTrip: ((trip: RoundTrip) => void) | undefined,
   ) {
     this.#client = client;
     this.#table = table;
     this.#names = names;
     this.#sortKey = sortKey;
     this.#listIndex = listIndex;
+    this.#onRoundTrip = onRoundTrip;
   }
 
   get roundTrips(): number {
@@ -380,6 +393,7 @@ class DynamoStore implements DynamoDBStore {
     }
     const update = `SET ${set.join(', ')}${remove.length > 0 ? ` REMOVE ${remove.join(', ')}` : ''}`;
     return this.#heldWrite(
+      'complete',
       new UpdateItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
@@ -392,6 +406,7 @@ class DynamoStore implements DynamoDBStore {
   async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
     this.#open();
     return this.#heldWrite(
+      'renew',
       new UpdateItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
@@ -408,6 +423,7 @@ class DynamoStore implements DynamoDBStore {
   async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
     this.#open();
     return this.#heldWrite(
+      'release',
       new DeleteItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
@@ -421,7 +437,7 @@ class DynamoStore implements DynamoDBStore {
 
   async get(pk: string): Promise<IdempotencyRecord | null> {
     this.#open();
-    return this.#read(pk);
+    return this.#read('get', pk);
   }
 
   /**
@@ -437,7 +453,7 @@ class DynamoStore implements DynamoDBStore {
     let deleted = 0;
     let start: Item | undefined;
     do {
-      const page = await this.#send(
+      const page = await this.#via('sweep')(
         new ScanCommand({
           TableName: this.#table,
           ConsistentRead: true,
@@ -452,6 +468,7 @@ class DynamoStore implements DynamoDBStore {
         const pk = item[this.#names.pk]?.S;
         if (pk === undefined) continue;
         const gone = await this.#heldWrite(
+          'sweep',
           new DeleteItemCommand({
             TableName: this.#table,
             Key: this.#key(pk),
@@ -477,7 +494,7 @@ class DynamoStore implements DynamoDBStore {
       const values = { ...this.#oursValues(), ':scope': str(scope) };
       const page: QueryCommandOutput | ScanCommandOutput =
         this.#listIndex === undefined
-          ? await this.#send(
+          ? await this.#via('list')(
               new ScanCommand({
                 TableName: this.#table,
                 ConsistentRead: true,
@@ -485,7 +502,7 @@ class DynamoStore implements DynamoDBStore {
                 ...this.#filter(`#scope = :scope AND ${this.#ours()}`, values),
               }),
             )
-          : await this.#send(
+          : await this.#via('list')(
               new QueryCommand({
                 TableName: this.#table,
                 IndexName: this.#listIndex,
@@ -519,7 +536,7 @@ class DynamoStore implements DynamoDBStore {
     }
     let created = true;
     try {
-      await this.#send(
+      await this.#via('createTable')(
         new CreateTableCommand({
           TableName: this.#table,
           BillingMode: 'PAY_PER_REQUEST',
@@ -550,7 +567,7 @@ class DynamoStore implements DynamoDBStore {
 
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const { Table } = await this.#send(new DescribeTableCommand({ TableName: this.#table }));
+      const { Table } = await this.#via('createTable')(new DescribeTableCommand({ TableName: this.#table }));
       const indexes = Table?.GlobalSecondaryIndexes ?? [];
       if (Table?.TableStatus === 'ACTIVE' && indexes.every((index) => index.IndexStatus === 'ACTIVE')) break;
       if (Date.now() >= deadline) {
@@ -560,10 +577,10 @@ class DynamoStore implements DynamoDBStore {
     }
 
     try {
-      const { TimeToLiveDescription: ttl } = await this.#send(new DescribeTimeToLiveCommand({ TableName: this.#table }));
+      const { TimeToLiveDescription: ttl } = await this.#via('createTable')(new DescribeTimeToLiveCommand({ TableName: this.#table }));
       const on = ttl?.TimeToLiveStatus === 'ENABLED' || ttl?.TimeToLiveStatus === 'ENABLING';
       if (!(on && ttl?.AttributeName === n.expiresAt)) {
-        await this.#send(
+        await this.#via('createTable')(
           new UpdateTimeToLiveCommand({
             TableName: this.#table,
             TimeToLiveSpecification: { AttributeName: n.expiresAt, Enabled: true },
@@ -580,10 +597,26 @@ class DynamoStore implements DynamoDBStore {
     if (this.#closed) throw new Error('dynamodb store is closed');
   }
 
-  #send: DynamoDBClientLike['send'] = (command: never) => {
-    this.#roundTrips++;
-    return this.#client.send(command);
-  };
+  /**
+   * The client's `send`, counted and reported as part of the store operation `op`: every request to DynamoDB goes
+   * through here.
+   */
+  #via(op: string): DynamoDBClientLike['send'] {
+    return async (command: never) => {
+      this.#roundTrips++;
+      const onRoundTrip = this.#onRoundTrip;
+      if (!onRoundTrip) return this.#client.send(command);
+      const request = { command: commandName(command), input: (command as { input: unknown }).input };
+      try {
+        const response = await this.#client.send(command);
+        report(onRoundTrip, { op, request, response });
+        return response;
+      } catch (error) {
+        report(onRoundTrip, { op, request, error });
+        throw error;
+      }
+    };
+  }
 
   /**
    * Sends a conditional write. Resolves undefined when it was applied; when the condition failed, the item in the
@@ -595,18 +628,18 @@ class DynamoStore implements DynamoDBStore {
     pk: string,
   ): Promise<IdempotencyRecord | null | undefined> {
     try {
-      await this.#send(command as PutItemCommand);
+      await this.#via('claim')(command as PutItemCommand);
       return undefined;
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      return error.Item ? this.#decode(error.Item) : this.#read(pk);
+      return error.Item ? this.#decode(error.Item) : this.#read('claim', pk);
     }
   }
 
   /** A write conditional on holding the token: refused is `{ ok: false }`, not an error. */
-  async #heldWrite(command: UpdateItemCommand | DeleteItemCommand): Promise<WriteResult> {
+  async #heldWrite(op: string, command: UpdateItemCommand | DeleteItemCommand): Promise<WriteResult> {
     try {
-      await this.#send(command);
+      await this.#via(op)(command);
       return { ok: true };
     } catch (error) {
       if (error instanceof ConditionalCheckFailedException) return { ok: false };
@@ -614,8 +647,8 @@ class DynamoStore implements DynamoDBStore {
     }
   }
 
-  async #read(pk: string): Promise<IdempotencyRecord | null> {
-    const { Item } = await this.#send(
+  async #read(op: string, pk: string): Promise<IdempotencyRecord | null> {
+    const { Item } = await this.#via(op)(
       new GetItemCommand({ TableName: this.#table, Key: this.#key(pk), ConsistentRead: true }),
     );
     return Item ? this.#decode(Item) : null;
@@ -722,6 +755,20 @@ class DynamoStore implements DynamoDBStore {
               body: need('responseBody', item[n.responseBody]?.B),
             },
     };
+  }
+}
+
+/** `PutItemCommand` → `PutItem`: the operation's name in DynamoDB's own API. */
+function commandName(command: object): string {
+  return command.constructor.name.replace(/Command$/, '');
+}
+
+/** An observer must never change what happens to a payment. */
+function report(onRoundTrip: (trip: RoundTrip) => void, trip: RoundTrip): void {
+  try {
+    onRoundTrip(trip);
+  } catch {
+    // Ignored on purpose.
   }
 }
 
