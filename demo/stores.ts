@@ -3,12 +3,17 @@
  */
 import { mkdirSync } from 'node:fs';
 import { dirname } from 'node:path';
+import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import Database from 'better-sqlite3';
+import type { PoolClient } from 'pg';
 import type { IdempotencyStore, RoundTripObserver } from 'idem';
 import { memoryStore } from 'idem/stores/memory';
+import { postgresStore } from 'idem/stores/postgres';
+import { redisStore } from 'idem/stores/redis';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { ConfigError, type DemoConfig } from './config.js';
 import { SqliteLedger, type Ledger } from './ledger.js';
+import { PostgresLedger } from './ledger-postgres.js';
 
 export interface Backend {
   readonly store: IdempotencyStore<never> | IdempotencyStore<unknown>;
@@ -65,5 +70,229 @@ export async function openBackend(config: DemoConfig, observer: RoundTripObserve
       },
     };
   }
-  throw new ConfigError(`IDEM_STORE must be sqlite:<path> or memory:, got "${url}".`);
+  if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url, observer);
+  if (/^rediss?:\/\//.test(url)) return openRedis(url, config.ledger, observer);
+  if (url.startsWith('dynamodb:')) return openDynamo(url, config.ledger, observer);
+  throw new ConfigError(`IDEM_STORE must be one of ${ACCEPTED_STORES}; got "${url}".`);
+}
+
+/** The forms `IDEM_STORE` accepts, for error messages and `--help`. */
+export const ACCEPTED_STORES =
+  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
+  'dynamodb://host:port[?table=name&region=r], dynamodb:local[?table=name]';
+
+/**
+ * Client timeouts for the network stores, so that a stalled store (a partition, a hung server) answers 503
+ * within a few seconds instead of holding the request: fail closed, and fast.
+ *
+ * - `connectMs` — opening a connection (pg `connectionTimeoutMillis`, which also bounds the wait for a free pool
+ *   connection; ioredis `connectTimeout`; the AWS SDK's `connectionTimeout`).
+ * - `statementMs` — pg `statement_timeout`: the server cancels a slow statement first, cleanly.
+ * - `requestMs` — the client gives up on a reply (pg `query_timeout`, ioredis `commandTimeout`, the AWS SDK's
+ *   `requestTimeout`): the backstop when the server cannot even be told to cancel. Above `statementMs`.
+ * - `idleInTransactionMs` — pg `idle_in_transaction_session_timeout`: a transaction whose client vanished
+ *   mid-way is rolled back by the server, releasing its row locks.
+ */
+export const STORE_TIMEOUTS = {
+  connectMs: 2_000,
+  statementMs: 2_000,
+  requestMs: 2_500,
+  idleInTransactionMs: 5_000,
+} as const;
+
+/** A connection-error logger that prints at most one line every 5 s (a cut store errors on every reconnect). */
+function warner(name: string): (error: unknown) => void {
+  let last = 0;
+  return (error) => {
+    const now = Date.now();
+    if (now - last < 5_000) return;
+    last = now;
+    console.error(`demo: ${name} connection error: ${error instanceof Error ? error.message : String(error)}`);
+  };
+}
+
+/** Parses a store URL; `params` are demo options removed from it before the driver sees it. */
+function storeUrl(url: string, params: readonly string[]): { url: URL; options: Map<string, string>; shown: string } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new ConfigError(`IDEM_STORE is not a valid URL: "${url}". Accepted: ${ACCEPTED_STORES}.`);
+  }
+  const options = new Map<string, string>();
+  for (const name of params) {
+    const value = parsed.searchParams.get(name);
+    if (value !== null) options.set(name, value);
+    parsed.searchParams.delete(name);
+  }
+  const shown = new URL(parsed);
+  if (shown.password) shown.password = '***';
+  return { url: parsed, options, shown: shown.toString() };
+}
+
+/**
+ * `postgres://…[?schema=name]`: records and the ledger's `charges` table in one database and schema (default
+ * `public`); the charge is written on the completion's transaction (`sharedLedger`). Both tables are migrated
+ * at startup (idempotent, safe from several processes at once).
+ */
+async function openPostgres(raw: string, observer: RoundTripObserver): Promise<Backend> {
+  const { url, options, shown } = storeUrl(raw, ['schema']);
+  const schema = options.get('schema') ?? 'public';
+  if (!/^[A-Za-z_][A-Za-z0-9_]{0,47}$/.test(schema)) {
+    throw new ConfigError(`IDEM_STORE ?schema= must be a plain identifier (letters, digits, _), got "${schema}".`);
+  }
+  const { default: pg } = await import('pg');
+  const pool = new pg.Pool({
+    connectionString: url.toString(),
+    connectionTimeoutMillis: STORE_TIMEOUTS.connectMs,
+    statement_timeout: STORE_TIMEOUTS.statementMs,
+    query_timeout: STORE_TIMEOUTS.requestMs,
+    idle_in_transaction_session_timeout: STORE_TIMEOUTS.idleInTransactionMs,
+    keepAlive: true,
+  });
+  const warn = warner('postgres');
+  // An idle pooled connection that dies is reported on the pool; one checked out (inside a transaction) on the
+  // client itself. Without listeners either would crash the process: the store sees the failure as a rejected
+  // query anyway.
+  pool.on('error', warn);
+  pool.on('connect', (client) => client.on('error', warn));
+  const store = postgresStore<PoolClient>({ pool, schema, ...observer });
+  const ledger = new PostgresLedger(pool, schema);
+  try {
+    await store.migrate();
+    await ledger.migrate();
+  } catch (error) {
+    await pool.end();
+    throw error;
+  }
+  return {
+    store,
+    ledger,
+    sharedLedger: true,
+    description: `PostgreSQL ${shown} schema ${schema} (records and ledger, one transaction)`,
+    close: async () => {
+      await store.close();
+      await pool.end();
+    },
+  };
+}
+
+/** The ledger beside a store that is not SQL: a SQLite file, WAL so several server processes can share it. */
+function openLedgerDb(path: string): Database.Database {
+  const db = openSqlite(path);
+  if (path !== ':memory:') db.pragma('journal_mode = WAL');
+  return db;
+}
+
+/**
+ * `redis://host:port[/db][?prefix=name:]`: records in Redis (default prefix `idem:`), the ledger in the SQLite
+ * file `ledgerPath`, each charge unique on its record's id. Scripts are loaded at startup.
+ */
+async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
+  const { url, options, shown } = storeUrl(raw, ['prefix']);
+  const prefix = options.get('prefix') ?? 'idem:';
+  if (/[{}]/.test(prefix)) throw new ConfigError(`IDEM_STORE ?prefix= must not contain { or }, got "${prefix}".`);
+  const { Redis } = await import('ioredis');
+  const client = new Redis(url.toString(), {
+    lazyConnect: true,
+    connectTimeout: STORE_TIMEOUTS.connectMs,
+    commandTimeout: STORE_TIMEOUTS.requestMs,
+    // Fail fast and never resend: a command on a dropped connection is rejected at once (not queued until the
+    // connection returns, not sent a second time after it). The engine answers 503; the client retries the key.
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
+  });
+  client.on('error', warner('redis'));
+  try {
+    await client.connect();
+  } catch (error) {
+    client.disconnect();
+    throw error;
+  }
+  const store = redisStore({ client, prefix, ...observer });
+  const ledgerDb = openLedgerDb(ledgerPath);
+  try {
+    await store.load();
+  } catch (error) {
+    client.disconnect();
+    ledgerDb.close();
+    throw error;
+  }
+  return {
+    store,
+    ledger: new SqliteLedger(ledgerDb),
+    sharedLedger: false,
+    description: `Redis ${shown} prefix ${prefix} (records), SQLite ${ledgerPath} (ledger)`,
+    close: async () => {
+      await store.close();
+      await client.quit().catch(() => client.disconnect());
+      ledgerDb.close();
+    },
+  };
+}
+
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
+
+/**
+ * `dynamodb://host:port[?table=name&region=r]` (an endpoint: DynamoDB Local, dynalite, or AWS itself over https)
+ * or `dynamodb:local[?table=name]` (an in-process dynalite that forgets everything on exit). Table default
+ * `idempotency`, created at startup if missing; the ledger in the SQLite file `ledgerPath`.
+ */
+async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
+  const { dynamodbStore, startLocalDynamo } = await import('idem/stores/dynamodb');
+  const local = raw === 'dynamodb:local' || raw.startsWith('dynamodb:local?');
+  if (!local && !raw.startsWith('dynamodb://')) {
+    throw new ConfigError(`IDEM_STORE for DynamoDB must be dynamodb://host:port[?table=name] or dynamodb:local, got "${raw}".`);
+  }
+  const query = new URLSearchParams(raw.includes('?') ? raw.slice(raw.indexOf('?') + 1) : '');
+  const table = query.get('table') ?? 'idempotency';
+  let client: DynamoDBClient;
+  let stop: () => Promise<void>;
+  let where: string;
+  if (local) {
+    const dynalite = await startLocalDynamo();
+    client = dynalite.client;
+    stop = () => dynalite.close();
+    where = `in-process dynalite ${dynalite.endpoint}`;
+  } else {
+    const { url } = storeUrl(raw, ['table', 'region']);
+    if (!url.hostname) throw new ConfigError(`IDEM_STORE=dynamodb://host:port needs a host, got "${raw}".`);
+    const loopback = LOOPBACK.has(url.hostname);
+    const endpoint = `${loopback ? 'http' : 'https'}://${url.host}`;
+    const sdkModule = await import('@aws-sdk/client-dynamodb');
+    client = new sdkModule.DynamoDBClient({
+      endpoint,
+      region: query.get('region') ?? process.env.AWS_REGION ?? 'us-east-1',
+      maxAttempts: 2,
+      requestHandler: { connectionTimeout: STORE_TIMEOUTS.connectMs, requestTimeout: STORE_TIMEOUTS.requestMs },
+      // A local engine takes any credentials; elsewhere the SDK's default chain (env, profile, role) applies.
+      ...(loopback ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+    });
+    const sdk = client;
+    stop = async () => sdk.destroy();
+    where = endpoint;
+  }
+  const store = dynamodbStore({ client, table, ...observer });
+  let ledgerDb: Database.Database | undefined;
+  try {
+    await store.createTable();
+    ledgerDb = openLedgerDb(ledgerPath);
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  const db = ledgerDb;
+  return {
+    store,
+    ledger: new SqliteLedger(db),
+    sharedLedger: false,
+    description: `DynamoDB ${where} table ${table} (records), SQLite ${ledgerPath} (ledger)`,
+    close: async () => {
+      await store.close();
+      await stop();
+      db.close();
+    },
+  };
 }

@@ -1,0 +1,145 @@
+/**
+ * @module The demo's ledger in PostgreSQL: the `charges` table in the records' own database and schema, so a
+ * charge commits in the same transaction as its record's completion (`insertIn` on the store's transaction).
+ */
+import type { PostgresPool, PostgresQueryable } from 'idem/stores/postgres';
+import type { Charge, ChargeStatus, Ledger, NewCharge } from './ledger.js';
+
+interface Row {
+  id: string;
+  amount: number;
+  currency: string;
+  status: ChargeStatus;
+  created: string | number;
+  failure_code: string | null;
+}
+
+const INSERT_COLUMNS = '(id, account, amount, currency, status, failure_code, source, created, idempotency_ref)';
+
+const toCharge = (row: Row): Charge => ({
+  id: row.id,
+  object: 'charge',
+  amount: Number(row.amount),
+  currency: row.currency,
+  status: row.status,
+  created: Number(row.created),
+  failure_code: row.failure_code,
+});
+
+const values = (charge: Charge, input: NewCharge): unknown[] => [
+  charge.id,
+  input.account,
+  charge.amount,
+  charge.currency,
+  charge.status,
+  charge.failure_code,
+  input.source,
+  charge.created,
+  input.ref,
+];
+
+/**
+ * The charges table on a `pg` pool, in `schema` (the store's). `seq` orders charges made in the same second.
+ *
+ * @example
+ * const ledger = new PostgresLedger(pool, 'public')
+ * await ledger.migrate()
+ * // in a shared-ledger work: context.declare({ effects: (tx) => ledger.insertIn(tx, charge, input) })
+ */
+export class PostgresLedger implements Ledger {
+  readonly #pool: PostgresPool;
+  readonly #table: string;
+  readonly #schema: string;
+
+  /** `schema` must be a plain identifier (the store validates the same one). */
+  constructor(pool: PostgresPool, schema: string) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) throw new Error(`PostgresLedger: invalid schema name "${schema}"`);
+    this.#pool = pool;
+    this.#schema = schema;
+    this.#table = `"${schema}"."charges"`;
+  }
+
+  /**
+   * Creates the table if it is missing. Safe from several processes at once: a transaction-scoped advisory lock
+   * serialises concurrent `CREATE TABLE IF NOT EXISTS` (which can otherwise collide on the catalog).
+   */
+  async migrate(): Promise<void> {
+    const client = await this.#pool.connect();
+    let failed: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idem:demo-ledger:${this.#schema}`]);
+      await client.query(`CREATE TABLE IF NOT EXISTS ${this.#table} (
+  seq             bigserial PRIMARY KEY,
+  id              text      NOT NULL UNIQUE,
+  account         text      NOT NULL,
+  amount          integer   NOT NULL CHECK (amount > 0),
+  currency        text      NOT NULL,
+  status          text      NOT NULL CHECK (status IN ('succeeded', 'failed')),
+  failure_code    text,
+  source          text      NOT NULL,
+  created         bigint    NOT NULL,
+  idempotency_ref text      UNIQUE
+)`);
+      await client.query(`CREATE INDEX IF NOT EXISTS charges_account_seq ON ${this.#table} (account, seq)`);
+      await client.query('COMMIT');
+    } catch (error) {
+      failed = error instanceof Error ? error : new Error(String(error));
+      await client.query('ROLLBACK').catch(() => {});
+      throw error;
+    } finally {
+      client.release(failed);
+    }
+  }
+
+  /** Runs the INSERT on the store's transaction: the charge commits with the record's completion, or not at all. */
+  insertIn(tx: unknown, charge: Charge, input: NewCharge): Promise<unknown> {
+    return (tx as PostgresQueryable).query(`INSERT INTO ${this.#table} ${INSERT_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, values(charge, input));
+  }
+
+  async insert(charge: Charge, input: NewCharge): Promise<void> {
+    await this.insertIn(this.#pool, charge, input);
+  }
+
+  /** One statement: insert unless the ref exists, else return the stored charge (a takeover finds the dead attempt's). */
+  async insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Promise<Charge> {
+    for (let attempt = 1; ; attempt++) {
+      const { rows } = await this.#pool.query(
+        `WITH ins AS (
+  INSERT INTO ${this.#table} ${INSERT_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+  ON CONFLICT (idempotency_ref) DO NOTHING RETURNING *
+)
+SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref = $9 AND NOT EXISTS (SELECT 1 FROM ins)`,
+        values(charge, input),
+      );
+      // Zero rows: a concurrent insert of the same ref committed after this statement's snapshot. Read again.
+      const row = rows[0] as Row | undefined;
+      if (row) return toCharge(row);
+      if (attempt === 3) throw new Error(`PostgresLedger: the charge for ${input.ref} kept changing under insertOnce`);
+    }
+  }
+
+  async list(account: string, limit: number): Promise<Charge[]> {
+    const { rows } = await this.#pool.query(`SELECT * FROM ${this.#table} WHERE account = $1 ORDER BY seq DESC LIMIT $2`, [account, limit]);
+    return (rows as Row[]).map(toCharge);
+  }
+
+  async get(account: string, id: string): Promise<Charge | undefined> {
+    const { rows } = await this.#pool.query(`SELECT * FROM ${this.#table} WHERE account = $1 AND id = $2`, [account, id]);
+    const row = rows[0] as Row | undefined;
+    return row && toCharge(row);
+  }
+
+  async balance(account: string): Promise<{ charged: number; count: number }> {
+    const { rows } = await this.#pool.query(
+      `SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM ${this.#table} WHERE account = $1 AND status = 'succeeded'`,
+      [account],
+    );
+    const row = rows[0] as { charged: string | number; count: string | number };
+    return { charged: Number(row.charged), count: Number(row.count) };
+  }
+
+  async clear(account: string): Promise<number> {
+    return (await this.#pool.query(`DELETE FROM ${this.#table} WHERE account = $1`, [account])).rowCount ?? 0;
+  }
+}
