@@ -2,7 +2,7 @@
  * @module The payments API (DESIGN.md §8) as a Web-standard handler: `(Request) => Promise<Response>`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { IdempotencyEvent, IdempotencyRecord, IdempotencyStore } from 'idem';
+import { systemClock, type Clock, type IdempotencyEvent, type IdempotencyRecord, type IdempotencyStore } from 'idem';
 import { BodyTooLargeError, idempotency, problem, readBytes } from 'idem/http';
 import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
 
@@ -29,6 +29,8 @@ export interface AppOptions {
   readonly leaseMs: number;
   readonly mismatchStatus: 400 | 422;
   readonly onEvent?: (event: IdempotencyEvent) => void;
+  /** Lab only: the engine's clock runs this many ms ahead (negative: behind) of the wall clock. Ignored unless `lab`. */
+  readonly clockSkewMs?: number;
   /** Static pages (the lab), by path. */
   readonly pages?: (request: Request) => Promise<Response | undefined>;
 }
@@ -71,6 +73,7 @@ export function createApp(options: AppOptions): App {
     leaseMs: options.leaseMs,
     mismatchStatus: options.mismatchStatus,
     maxBodyBytes: MAX_BODY_BYTES,
+    ...(lab && options.clockSkewMs ? { clock: skewedClock(options.clockSkewMs) } : {}),
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
   });
 
@@ -178,6 +181,11 @@ export function createApp(options: AppOptions): App {
   return Object.assign(app, {
     dropsAfterCommit: (request: Request) => lab && request.headers.get('idem-lab-fault') === 'drop-after-commit',
   });
+}
+
+/** The wall clock offset by `skewMs` (timers are unchanged: a skewed clock still ticks at the same rate). */
+function skewedClock(skewMs: number): Clock {
+  return { ...systemClock, now: () => Date.now() + skewMs };
 }
 
 interface ChargeParams {

@@ -17,6 +17,11 @@ export interface DemoConfig {
   /** API key → account. */
   readonly apiKeys: ReadonlyMap<string, string>;
   readonly mismatchStatus: 400 | 422;
+  /**
+   * Lab and tests only (`IDEM_LAB=1`): offsets this process's engine clock by N ms, so several processes on one
+   * store can be run with skewed clocks (the chaos suite). 0 (the default) is the wall clock.
+   */
+  readonly clockSkewMs: number;
 }
 
 export const DEFAULTS = {
@@ -40,6 +45,7 @@ export const OPTIONS = {
   lab: { env: 'IDEM_LAB', help: 'honour the lab fault headers (1 to enable; `npm start` does)' },
   'api-keys': { env: 'IDEM_API_KEYS', help: 'comma-separated apikey:account pairs' },
   'mismatch-status': { env: 'IDEM_MISMATCH_STATUS', help: 'status for a reused key with another payload: 400 or 422' },
+  'clock-skew-ms': { env: 'IDEM_CLOCK_SKEW_MS', help: 'lab/tests only: offset the engine clock by N ms (-60000…60000; needs IDEM_LAB=1)' },
 } as const;
 
 /** A configuration error: the message names the variable or flag. */
@@ -81,6 +87,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   }
   const lab = get('lab') ?? '';
   if (!['', '0', '1', 'true', 'false'].includes(lab)) throw new ConfigError(`IDEM_LAB (--lab) must be 1 or 0, got "${lab}".`);
+  const skew = get('clock-skew-ms') ?? '';
+  const clockSkewMs = skew === '' ? 0 : Number(skew);
+  if (!Number.isInteger(clockSkewMs) || Math.abs(clockSkewMs) > 60_000) {
+    throw new ConfigError(`IDEM_CLOCK_SKEW_MS (--clock-skew-ms) must be an integer from -60000 to 60000, got "${skew}".`);
+  }
+  if (clockSkewMs !== 0 && !(lab === '1' || lab === 'true')) {
+    throw new ConfigError('IDEM_CLOCK_SKEW_MS (--clock-skew-ms) is a lab setting: it needs IDEM_LAB=1.');
+  }
   const apiKeys = new Map<string, string>();
   for (const pair of (get('api-keys') || DEFAULTS.apiKeys).split(',')) {
     const [apiKey, account, ...rest] = pair.trim().split(':');
@@ -99,5 +113,6 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
     lab: lab === '1' || lab === 'true',
     apiKeys,
     mismatchStatus: mismatch,
+    clockSkewMs,
   };
 }
