@@ -43,7 +43,7 @@ export async function openBackend(config: DemoConfig, observer: RoundTripObserve
     const path = url.slice('sqlite:'.length);
     if (!path) throw new ConfigError('IDEM_STORE=sqlite:<path> needs a path, e.g. sqlite:./.idem/idem.db');
     const database = openSqlite(path);
-    const store = sqliteStore({ database });
+    const store = sqliteStore({ database, ...observer });
     await store.migrate();
     return {
       store,

@@ -14,6 +14,8 @@ import type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   StoredResponse,
   SweepRequest,
   WriteResult,
@@ -43,7 +45,17 @@ export interface PostgresPool<Client extends PostgresPoolClient = PostgresPoolCl
   end?(): Promise<void>;
 }
 
-export interface PostgresStoreOptions<Client extends PostgresPoolClient = PostgresPoolClient> {
+/**
+ * What `onRoundTrip` receives from this store for each statement it sends: `request` is `{ text, values }` as
+ * passed to `query()` (no `values` for `BEGIN`/`COMMIT`/`ROLLBACK` and DDL), `response` is
+ * `{ rows, rowCount }` as the driver returned them (`bigint` columns as strings, `bytea` as a `Buffer` with pg).
+ */
+export interface PostgresRoundTripRequest {
+  readonly text: string;
+  readonly values?: readonly unknown[];
+}
+
+export interface PostgresStoreOptions<Client extends PostgresPoolClient = PostgresPoolClient> extends RoundTripObserver {
   readonly pool: PostgresPool<Client>;
   /** Schema of the records table. Default `public`. A plain identifier (letters, digits, `_`), quoted as given. */
   readonly schema?: string;
@@ -131,6 +143,7 @@ export function postgresSchemaSql({
  * update (see the comment on `claim`); complete 1; complete with `effects` 3 (`BEGIN`, the conditional
  * `UPDATE`, `COMMIT`/`ROLLBACK`) plus the statements the effects send themselves, which are the work's and not
  * counted; renew, release, get, list 1; sweep 1 per batch. Checking a connection out of the pool is not counted.
+ * `onRoundTrip` sees each counted statement as a {@link PostgresRoundTripRequest} with its `{ rows, rowCount }`.
  *
  * The pool stays yours: `close()` only ends it with `endPoolOnClose: true`.
  *
@@ -151,6 +164,7 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   schema = DEFAULT_SCHEMA,
   table = DEFAULT_TABLE,
   endPoolOnClose = false,
+  onRoundTrip,
 }: PostgresStoreOptions<Tx & PostgresPoolClient>): PostgresStore<Tx> {
   if (typeof pool?.query !== 'function' || typeof pool.connect !== 'function') {
     throw configError('pool', 'a pg.Pool (an object with query() and connect())');
@@ -159,7 +173,10 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   checkIdentifier('table', table);
   if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
   if (endPoolOnClose && typeof pool.end !== 'function') throw configError('pool', 'a pool with end() when endPoolOnClose is true');
-  return new Store<Tx>(pool, schema, table, endPoolOnClose);
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
+    throw configError('onRoundTrip', 'a function', onRoundTrip);
+  }
+  return new Store<Tx>(pool, schema, table, endPoolOnClose, onRoundTrip);
 }
 
 class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
@@ -169,39 +186,68 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   readonly #table: string;
   readonly #endPoolOnClose: boolean;
   readonly #sql: ReturnType<typeof statements>;
+  readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
   #roundTrips = 0;
   #closed = false;
 
-  constructor(pool: PostgresPool<Tx & PostgresPoolClient>, schema: string, table: string, endPoolOnClose: boolean) {
+  constructor(
+    pool: PostgresPool<Tx & PostgresPoolClient>,
+    schema: string,
+    table: string,
+    endPoolOnClose: boolean,
+    onRoundTrip: ((trip: RoundTrip) => void) | undefined,
+  ) {
     this.#pool = pool;
     this.#schema = schema;
     this.#table = table;
     this.#endPoolOnClose = endPoolOnClose;
     this.#sql = statements(`${quote(schema)}.${quote(table)}`);
+    this.#onRoundTrip = onRoundTrip;
   }
 
   get roundTrips(): number {
     return this.#roundTrips;
   }
 
-  /** Every statement the store sends goes through here, so `roundTrips` counts each one. */
-  #query(on: PostgresQueryable, text: string, values?: unknown[]): Promise<PostgresQueryResult> {
+  /** Every statement the store sends goes through here, so `roundTrips` counts each one and `onRoundTrip` sees it. */
+  #query(op: RoundTrip['op'], on: PostgresQueryable, text: string, values?: unknown[]): Promise<PostgresQueryResult> {
     if (this.#closed) return Promise.reject(new Error('postgres store is closed'));
     this.#roundTrips++;
-    return values === undefined ? on.query(text) : on.query(text, values);
+    const sent = values === undefined ? on.query(text) : on.query(text, values);
+    if (!this.#onRoundTrip) return sent;
+    const request: PostgresRoundTripRequest = values === undefined ? { text } : { text, values };
+    return sent.then(
+      (result) => {
+        this.#report({ op, request, response: { rows: result.rows, rowCount: result.rowCount } });
+        return result;
+      },
+      (error: unknown) => {
+        this.#report({ op, request, error });
+        throw error;
+      },
+    );
+  }
+
+  #report(trip: RoundTrip): void {
+    try {
+      this.#onRoundTrip?.(trip);
+    } catch {
+      // An observer's failure is not the store's: the statement already ran, and its result stands.
+    }
   }
 
   async migrate(): Promise<void> {
     const { createSchema, rest } = ddl(this.#schema, this.#table);
-    await this.#transaction(async (client) => {
+    await this.#transaction('migrate', async (client) => {
       // Concurrent CREATE ... IF NOT EXISTS of the same object can still fail on a catalog unique index; the
       // lock makes a second migrator wait for the first to commit, then find everything in place.
-      await this.#query(client, 'SELECT pg_advisory_xact_lock(hashtext($1))', [`idem:migrate:${this.#schema}.${this.#table}`]);
+      const lock = `idem:migrate:${this.#schema}.${this.#table}`;
+      await this.#query('migrate', client, 'SELECT pg_advisory_xact_lock(hashtext($1))', [lock]);
       // Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database even when the
       // schema exists, and many application roles lack it.
-      const found = await this.#query(client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.#schema]);
-      if (found.rows.length === 0) await this.#query(client, createSchema);
-      for (const statement of rest) await this.#query(client, statement);
+      const found = await this.#query('migrate', client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.#schema]);
+      if (found.rows.length === 0) await this.#query('migrate', client, createSchema);
+      for (const statement of rest) await this.#query('migrate', client, statement);
       return true;
     });
   }
@@ -225,7 +271,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     for (let attempt = 1; ; attempt++) {
       let rows: readonly unknown[];
       try {
-        ({ rows } = await this.#query(this.#pool, this.#sql.claim, values));
+        ({ rows } = await this.#query('claim', this.#pool, this.#sql.claim, values));
       } catch (error) {
         if (sqlState(error) === '40001' && attempt < MAX_CLAIM_ATTEMPTS) continue;
         throw error;
@@ -244,27 +290,27 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
 
   async complete({ pk, token, outcome, effects }: CompleteRequest<Tx>): Promise<WriteResult> {
     const values = [pk, token, ...outcomeValues(outcome)];
-    if (!effects) return { ok: (await this.#query(this.#pool, this.#sql.complete, values)).rowCount === 1 };
+    if (!effects) return { ok: (await this.#query('complete', this.#pool, this.#sql.complete, values)).rowCount === 1 };
     // The work's writes first, then the fenced update: if the token no longer matches, both roll back. The row
     // lock is only held from the UPDATE to the COMMIT, so concurrent claims of this key are not kept waiting
     // while the effects run.
-    const ok = await this.#transaction(async (client) => {
+    const ok = await this.#transaction('complete', async (client) => {
       await effects(client);
-      return (await this.#query(client, this.#sql.complete, values)).rowCount === 1;
+      return (await this.#query('complete', client, this.#sql.complete, values)).rowCount === 1;
     });
     return { ok };
   }
 
   async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-    return { ok: (await this.#query(this.#pool, this.#sql.renew, [pk, token, now + leaseMs])).rowCount === 1 };
+    return { ok: (await this.#query('renew', this.#pool, this.#sql.renew, [pk, token, now + leaseMs])).rowCount === 1 };
   }
 
   async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
-    return { ok: (await this.#query(this.#pool, this.#sql.release, [pk, token])).rowCount === 1 };
+    return { ok: (await this.#query('release', this.#pool, this.#sql.release, [pk, token])).rowCount === 1 };
   }
 
   async get(pk: string): Promise<IdempotencyRecord | null> {
-    const row = (await this.#query(this.#pool, this.#sql.get, [pk])).rows[0] as Row | undefined;
+    const row = (await this.#query('get', this.#pool, this.#sql.get, [pk])).rows[0] as Row | undefined;
     return row ? toRecord(row) : null;
   }
 
@@ -281,7 +327,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     let deleted = 0;
     while (deleted < limit) {
       const batch = Math.min(batchSize, limit - deleted);
-      const count = (await this.#query(this.#pool, this.#sql.sweep, [now, batch])).rowCount ?? 0;
+      const count = (await this.#query('sweep', this.#pool, this.#sql.sweep, [now, batch])).rowCount ?? 0;
       deleted += count;
       if (count < batch) break;
     }
@@ -289,7 +335,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   }
 
   async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
-    const { rows } = await this.#query(this.#pool, this.#sql.list, [scope, limit]);
+    const { rows } = await this.#query('list', this.#pool, this.#sql.list, [scope, limit]);
     return rows.map((row) => toRecord(row as Row));
   }
 
@@ -303,7 +349,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   /**
    * BEGIN, `body`, then COMMIT when it returns true, ROLLBACK when it returns false or throws (rethrown).
    */
-  async #transaction(body: (client: Tx & PostgresPoolClient) => Promise<boolean>): Promise<boolean> {
+  async #transaction(op: RoundTrip['op'], body: (client: Tx & PostgresPoolClient) => Promise<boolean>): Promise<boolean> {
     if (this.#closed) throw new Error('postgres store is closed');
     const client = await this.#pool.connect();
     // Set when BEGIN/COMMIT/ROLLBACK itself fails: the connection's state is unknown, so the pool discards it.
@@ -311,7 +357,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     let broken: Error | undefined;
     const control = async (command: 'BEGIN' | 'COMMIT' | 'ROLLBACK'): Promise<void> => {
       try {
-        await this.#query(client, command);
+        await this.#query(op, client, command);
       } catch (error) {
         broken = asError(error);
         throw error;

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeStoreConformance } from 'idem/testing';
 import { REDIS_URL, serviceAvailable } from '../../../test/services.js';
 import { recordPk } from '../../core/key.js';
-import type { ClaimRequest, Outcome } from '../contract.js';
+import type { ClaimRequest, Outcome, RoundTrip } from '../contract.js';
 import { fromNodeRedis, redisStore, type RedisClient, type RedisStore } from './index.js';
 import { SCRIPTS } from './scripts.js';
 
@@ -111,14 +111,24 @@ describe.skipIf(!available)('redis store', () => {
 
   /**
    * A loaded store on its own connection under a fresh random prefix. Its `close` also deletes the prefix's
-   * keys and quits the connection. `wrap` lets a test interpose on the client.
+   * keys and quits the connection. `wrap` lets a test interpose on the client; `onRoundTrip` observes the store.
    */
   async function isolated(
     driver: Driver,
-    { prefix = `idemtest:${randomUUID()}:`, wrap = (client: RedisClient) => client, load = true } = {},
+    {
+      prefix = `idemtest:${randomUUID()}:`,
+      wrap = (client: RedisClient) => client,
+      load = true,
+      onRoundTrip,
+    }: {
+      prefix?: string;
+      wrap?: (client: RedisClient) => RedisClient;
+      load?: boolean;
+      onRoundTrip?: (trip: RoundTrip) => void;
+    } = {},
   ): Promise<RedisStore> {
     const connection = await driver.connect();
-    const store = redisStore({ client: wrap(connection.client), prefix });
+    const store = redisStore({ client: wrap(connection.client), prefix, ...(onRoundTrip ? { onRoundTrip } : {}) });
     if (load) await store.load();
     return Object.create(store, {
       close: {
@@ -257,6 +267,165 @@ describe.skipIf(!available)('redis store', () => {
           await store.close();
         }
       });
+
+      describe('onRoundTrip', () => {
+        /** The claim script's arguments for `req`, as the store sends them. */
+        const claimArgs = (req: ClaimRequest) => [
+          String(req.now),
+          req.fingerprint,
+          req.token,
+          req.id,
+          String(req.now + req.leaseMs),
+          String(req.now + req.ttlMs),
+          String(req.ttlMs),
+          req.scope,
+          req.key,
+        ];
+        /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
+        const claimedFields = (req: ClaimRequest) => [
+          'scope', req.scope,
+          'key', req.key,
+          'status', 'in_progress',
+          'fingerprint', req.fingerprint,
+          'id', req.id,
+          'token', req.token,
+          'claimedAt', String(req.now),
+          'leaseExpiresAt', String(req.now + req.leaseMs),
+          'expiresAt', String(req.now + req.ttlMs),
+          'retryable', '0',
+        ];
+
+        it('load() reports one SCRIPT LOAD per script, answered with its SHA', async () => {
+          const trips: RoundTrip[] = [];
+          const store = await isolated(driver, { load: false, onRoundTrip: (trip) => void trips.push(trip) });
+          try {
+            await store.load();
+            const byScript = [...trips].sort((a, b) =>
+              String((a.request as { script: string }).script).localeCompare(String((b.request as { script: string }).script)),
+            );
+            expect(byScript).toEqual(
+              Object.values(SCRIPTS)
+                .map(({ name, sha }) => ({ op: 'load', request: { command: 'SCRIPT LOAD', script: name }, response: sha }))
+                .sort((a, b) => a.request.script.localeCompare(b.request.script)),
+            );
+            expect(trips.length).toBe(store.roundTrips);
+          } finally {
+            await store.close();
+          }
+        });
+
+        it('a fresh claim is one EVALSHA of the claim script, answered [1, the record’s fields]', async () => {
+          const trips: RoundTrip[] = [];
+          const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });
+          try {
+            trips.length = 0;
+            const req = claimRequest();
+            expect((await store.claim(req)).kind).toBe('claimed');
+            expect(trips).toEqual([
+              {
+                op: 'claim',
+                request: { command: 'EVALSHA', script: 'claim', keys: [`${store.prefix}{${req.pk}}`], args: claimArgs(req) },
+                response: [1, claimedFields(req)],
+              },
+            ]);
+          } finally {
+            await store.close();
+          }
+        });
+
+        it('a losing claim is one EVALSHA answered [0, the fields of the record in the way]', async () => {
+          const trips: RoundTrip[] = [];
+          const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });
+          try {
+            const winner = claimRequest();
+            await store.claim(winner);
+            trips.length = 0;
+            const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
+            expect((await store.claim(loser)).kind).toBe('existing');
+            expect(trips).toEqual([
+              {
+                op: 'claim',
+                request: { command: 'EVALSHA', script: 'claim', keys: [`${store.prefix}{${winner.pk}}`], args: claimArgs(loser) },
+                response: [0, claimedFields(winner)],
+              },
+            ]);
+          } finally {
+            await store.close();
+          }
+        });
+
+        it('reports as many trips as roundTrips counts: claim, complete, get, and list’s SCAN pages and reads', async () => {
+          const trips: RoundTrip[] = [];
+          const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });
+          try {
+            const before = store.roundTrips;
+            trips.length = 0;
+            const req = claimRequest();
+            const key = `${store.prefix}{${req.pk}}`;
+            const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+            await store.claim(req);
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome });
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome }); // no longer in_progress
+            await store.get(req.pk);
+            await store.list({ scope, limit: 10 });
+            expect(trips.length).toBe(store.roundTrips - before);
+            const args = [req.token, 'succeeded', '0', '1', 'ch_1', '0', '', '', ''];
+            const completion = { command: 'EVALSHA', script: 'complete', keys: [key], args };
+            expect(trips.slice(1, 4)).toEqual([
+              { op: 'complete', request: completion, response: 1 },
+              { op: 'complete', request: completion, response: 0 },
+              {
+                op: 'get',
+                request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] },
+                response: [...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)), 'resultId', 'ch_1'],
+              },
+            ]);
+            // list: SCAN pages until the cursor comes back to 0 (how many depends on the server's whole
+            // keyspace), then one read of the one record under this prefix.
+            const list = trips.slice(4);
+            const scans = list.filter((trip) => (trip.request as { command: string }).command === 'SCAN');
+            expect(list.map((trip) => trip.op)).toEqual(list.map(() => 'list'));
+            expect(list.slice(scans.length)).toEqual([
+              { op: 'list', request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] }, response: trips[3]?.response },
+            ]);
+            const pattern = `${store.prefix}{IDEMPOTENCY#${scope}#*}`;
+            expect(scans.map((trip) => trip.request)).toEqual(
+              scans.map((_, i) => ({
+                command: 'SCAN',
+                args: [i === 0 ? '0' : (scans[i - 1]?.response as [string, string[]])[0], 'MATCH', pattern, 'COUNT', 1_000],
+              })),
+            );
+            expect((scans.at(-1)?.response as [string, string[]])[0]).toBe('0');
+            expect(scans.flatMap((trip) => (trip.response as [string, string[]])[1])).toEqual([key]);
+          } finally {
+            await store.close();
+          }
+        });
+
+        it('an observer that throws changes nothing: same results and round trips', async () => {
+          let calls = 0;
+          const store = await isolated(driver, {
+            onRoundTrip: () => {
+              calls++;
+              throw new Error('observer broke');
+            },
+          });
+          try {
+            const req = claimRequest();
+            const won = await store.claim(req);
+            expect([won.kind, won.record.token]).toEqual(['claimed', req.token]);
+            const lost = await store.claim(claimRequest({ key: req.key, token: randomUUID() }));
+            expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
+            const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+            expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome })).toEqual({ ok: true });
+            expect((await store.get(req.pk))?.status).toBe('succeeded');
+            expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
+            expect(calls).toBe(store.roundTrips); // load ×6 included
+          } finally {
+            await store.close();
+          }
+        });
+      });
     });
   }
 
@@ -321,6 +490,34 @@ describe.skipIf(!available)('redis store', () => {
       expect(store.roundTrips - before).toBe(2);
       expect((await store.get(req.pk))?.token).toBe(req.token);
       expect(store.roundTrips - before).toBe(4);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('onRoundTrip sees the EVALSHA answered NOSCRIPT as an error, then the EVAL that followed', async () => {
+    const ioredis = drivers[0] as Driver;
+    const trips: RoundTrip[] = [];
+    const store = await isolated(ioredis, {
+      load: false,
+      onRoundTrip: (trip) => void trips.push(trip),
+      wrap: (client) => ({
+        evalsha: (_sha, numKeys, ...keysAndArgs) => client.evalsha('0'.repeat(40), numKeys, ...keysAndArgs),
+        eval: (source, numKeys, ...keysAndArgs) => client.eval(source, numKeys, ...keysAndArgs),
+        script: (load, source) => client.script(load, source),
+        scan: (...args) => client.scan(...args),
+      }),
+    });
+    try {
+      const req = claimRequest();
+      await store.get(req.pk);
+      const request = { script: 'get', keys: [`${store.prefix}{${req.pk}}`], args: [] };
+      expect(trips).toEqual([
+        { op: 'get', request: { command: 'EVALSHA', ...request }, error: trips[0]?.error },
+        { op: 'get', request: { command: 'EVAL', ...request }, response: [] },
+      ]);
+      expect(String(trips[0]?.error)).toMatch(/^ReplyError: NOSCRIPT/);
+      expect(store.roundTrips).toBe(2);
     } finally {
       await store.close();
     }
@@ -400,6 +597,9 @@ describe.skipIf(!available)('redis store', () => {
   });
 
   it('options are validated at once, naming the option', () => {
+    expect(() => redisStore({ client: admin, onRoundTrip: 'log' as never })).toThrow(
+      'Expected `onRoundTrip` to be a function, got "log".',
+    );
     expect(() => redisStore({ client: {} as RedisClient })).toThrow(
       'Expected `client` to be a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client)).',
     );

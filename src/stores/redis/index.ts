@@ -26,6 +26,8 @@ import type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   StoredResponse,
   SweepRequest,
   WriteResult,
@@ -91,7 +93,24 @@ export function fromNodeRedis(client: NodeRedisClient): RedisClient {
   };
 }
 
-export interface RedisStoreOptions {
+/**
+ * What `onRoundTrip` receives from this store for each command it sends. `EVALSHA`/`EVAL` name the script (the
+ * SHA or source sent is `SCRIPTS[script]`'s) with its `keys` and `args`; `SCAN` has its arguments; `SCRIPT LOAD`
+ * names the script it loads. `response` is the driver's reply as is: a claim's `[1 | 0, [field, value, …]]`
+ * (`0` when a live record is in the way, with that record), `1`/`0` for a conditional write, `[cursor, keys]`
+ * for a `SCAN`. A `NOSCRIPT` answer to `EVALSHA` is reported as its `error`, then the `EVAL` that follows.
+ */
+export type RedisRoundTripRequest =
+  | {
+      readonly command: 'EVALSHA' | 'EVAL';
+      readonly script: RedisScript['name'];
+      readonly keys: readonly string[];
+      readonly args: readonly string[];
+    }
+  | { readonly command: 'SCAN'; readonly args: readonly [cursor: string, 'MATCH', pattern: string, 'COUNT', count: number] }
+  | { readonly command: 'SCRIPT LOAD'; readonly script: RedisScript['name'] };
+
+export interface RedisStoreOptions extends RoundTripObserver {
   /** An ioredis client, or a node-redis client wrapped by {@link fromNodeRedis}. The store never closes it. */
   readonly client: RedisClient;
   /** Prepended to every record key; must not contain `{` or `}` (the hash tag is the pk's). Default `idem:`. */
@@ -117,6 +136,7 @@ export interface RedisStore extends IdempotencyStore {
  * `sweep` is not needed in production — records expire natively — and costs a `SCAN` of the prefix plus one call
  * per record found; it deletes the records whose `expiresAt` has passed by the `now` it is given (useful when
  * the caller's clock runs ahead of Redis's). `close` stops the store; it does not quit the client you passed.
+ * `onRoundTrip` sees every counted command as a {@link RedisRoundTripRequest} with the server's raw reply.
  *
  * @example
  * import { Redis } from 'ioredis'
@@ -124,7 +144,7 @@ export interface RedisStore extends IdempotencyStore {
  * await store.load()
  * const engine = createEngine({ store })
  */
-export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: RedisStoreOptions): RedisStore {
+export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoundTrip }: RedisStoreOptions): RedisStore {
   const expected = 'a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client))';
   if (typeof client !== 'object' || client === null) throw configError('client', expected, client);
   for (const method of ['evalsha', 'eval', 'script', 'scan'] as const) {
@@ -134,35 +154,66 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
     throw configError('prefix', 'a string without `{` or `}`', prefix);
   }
   if (!Number.isInteger(scanCount) || scanCount <= 0) throw configError('scanCount', 'a positive integer', scanCount);
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
+    throw configError('onRoundTrip', 'a function', onRoundTrip);
+  }
 
   let roundTrips = 0;
   let closed = false;
 
+  /**
+   * Every command the store sends goes through here: counted, then reported to `onRoundTrip` with its raw reply
+   * once it settles. `request` is only built when someone observes.
+   */
+  function send<R>(op: RoundTrip['op'], request: () => RedisRoundTripRequest, call: () => Promise<R>): Promise<R> {
+    if (closed) return Promise.reject(new Error('redis store is closed'));
+    roundTrips++;
+    if (!onRoundTrip) return call();
+    const sent = request();
+    return call().then(
+      (response) => {
+        report({ op, request: sent, response });
+        return response;
+      },
+      (error: unknown) => {
+        report({ op, request: sent, error });
+        throw error;
+      },
+    );
+  }
+  function report(trip: RoundTrip): void {
+    try {
+      onRoundTrip?.(trip);
+    } catch {
+      // An observer's failure is not the store's: the command already ran, and its reply stands.
+    }
+  }
+
   const keyOf = (pk: string): string => `${prefix}{${pk}}`;
   const pkOf = (key: string): string => key.slice(prefix.length + 1, -1);
 
-  /** One script call: one `EVALSHA`, plus one `EVAL` if the server answers `NOSCRIPT`. */
-  async function run(script: RedisScript, key: string, ...args: string[]): Promise<unknown> {
-    if (closed) throw new Error('redis store is closed');
-    roundTrips++;
+  /** One script call for `op`: one `EVALSHA`, plus one `EVAL` if the server answers `NOSCRIPT`. */
+  async function run(op: RoundTrip['op'], script: RedisScript, key: string, ...args: string[]): Promise<unknown> {
+    const request = (command: 'EVALSHA' | 'EVAL') => () => ({ command, script: script.name, keys: [key], args });
     try {
-      return await client.evalsha(script.sha, 1, key, ...args);
+      return await send(op, request('EVALSHA'), () => client.evalsha(script.sha, 1, key, ...args));
     } catch (error) {
       // The protocol's error code leads the message (`NOSCRIPT No matching script...`) in every driver.
       if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
-      roundTrips++;
-      return client.eval(script.source, 1, key, ...args);
+      return send(op, request('EVAL'), () => client.eval(script.source, 1, key, ...args));
     }
   }
 
   /** Pages of keys matching `pattern`, one `SCAN` round trip per page. */
-  async function* scan(pattern: string, count: number): AsyncGenerator<string[]> {
+  async function* scan(op: RoundTrip['op'], pattern: string, count: number): AsyncGenerator<string[]> {
     const seen = new Set<string>();
     let cursor = '0';
     do {
-      if (closed) throw new Error('redis store is closed');
-      roundTrips++;
-      const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', count);
+      const [next, keys] = await send(
+        op,
+        () => ({ command: 'SCAN', args: [cursor, 'MATCH', pattern, 'COUNT', count] }),
+        () => client.scan(cursor, 'MATCH', pattern, 'COUNT', count),
+      );
       cursor = next;
       // SCAN may return a key twice; keep the first.
       const fresh = keys.filter((key) => !seen.has(key) && seen.add(key));
@@ -183,8 +234,11 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
       if (closed) throw new Error('redis store is closed');
       await Promise.all(
         Object.values(SCRIPTS).map(async ({ name, source, sha }) => {
-          roundTrips++;
-          const loaded = await client.script('LOAD', source);
+          const loaded = await send(
+            'load',
+            () => ({ command: 'SCRIPT LOAD', script: name }),
+            () => client.script('LOAD', source),
+          );
           if (loaded !== sha) throw new Error(`redis SCRIPT LOAD of ${name} returned ${String(loaded)}, expected ${sha}`);
         }),
       );
@@ -199,6 +253,7 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
     async claim(request: ClaimRequest): Promise<ClaimResult> {
       const { pk, scope, key, fingerprint, token, id, now, leaseMs, ttlMs } = request;
       const reply = await run(
+        'claim',
         SCRIPTS.claim,
         keyOf(pk),
         String(now),
@@ -226,6 +281,7 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
       const { status, retryable, resultId, response } = outcome;
       return written(
         await run(
+          'complete',
           SCRIPTS.complete,
           keyOf(pk),
           token,
@@ -242,25 +298,25 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
     },
 
     async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-      return written(await run(SCRIPTS.renew, keyOf(pk), token, String(now + leaseMs)));
+      return written(await run('renew', SCRIPTS.renew, keyOf(pk), token, String(now + leaseMs)));
     },
 
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
-      return written(await run(SCRIPTS.release, keyOf(pk), token));
+      return written(await run('release', SCRIPTS.release, keyOf(pk), token));
     },
 
     async get(pk: string): Promise<IdempotencyRecord | null> {
-      return decode(pk, await run(SCRIPTS.get, keyOf(pk)));
+      return decode(pk, await run('get', SCRIPTS.get, keyOf(pk)));
     },
 
     async sweep({ now, batchSize = scanCount, limit = Infinity }: SweepRequest): Promise<number> {
       let deleted = 0;
-      for await (const keys of scan(`${globEscape(`${prefix}{IDEMPOTENCY#`)}*}`, batchSize)) {
+      for await (const keys of scan('sweep', `${globEscape(`${prefix}{IDEMPOTENCY#`)}*}`, batchSize)) {
         // Each call deletes at most one record, so a chunk no larger than what is left never overshoots `limit`.
         for (let i = 0; i < keys.length && deleted < limit; ) {
           const chunk = keys.slice(i, i + Math.min(keys.length, limit - deleted));
           i += chunk.length;
-          const replies = await Promise.all(chunk.map((key) => run(SCRIPTS.sweep, key, String(now))));
+          const replies = await Promise.all(chunk.map((key) => run('sweep', SCRIPTS.sweep, key, String(now))));
           deleted += replies.filter((reply) => reply === 1).length;
         }
         if (deleted >= limit) break;
@@ -270,8 +326,8 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000 }: Redi
 
     async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
       const records: IdempotencyRecord[] = [];
-      for await (const keys of scan(`${globEscape(`${prefix}{${recordPk(scope, '')}`)}*}`, scanCount)) {
-        const page = await Promise.all(keys.map(async (key) => decode(pkOf(key), await run(SCRIPTS.get, key))));
+      for await (const keys of scan('list', `${globEscape(`${prefix}{${recordPk(scope, '')}`)}*}`, scanCount)) {
+        const page = await Promise.all(keys.map(async (key) => decode(pkOf(key), await run('list', SCRIPTS.get, key))));
         // A record that expired or was released between SCAN and the read comes back null: skip it.
         for (const record of page) if (record !== null && record.scope === scope) records.push(record);
       }

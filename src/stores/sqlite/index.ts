@@ -15,6 +15,8 @@ import type {
   RecordStatus,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
+  RoundTripObserver,
   SweepRequest,
   WriteResult,
 } from '../contract.js';
@@ -42,7 +44,17 @@ export interface SqliteDatabase {
 /** What `effects` receive: the store's own database handle, inside the completion's transaction. */
 export type SqliteTx = SqliteDatabase;
 
-export interface SqliteStoreOptions<Db extends SqliteDatabase = SqliteDatabase> {
+/**
+ * What `onRoundTrip` receives from this store: `request` lists the statements of the trip in order, and
+ * `response` holds what each returned, in the same order — its rows (a `Buffer` for a BLOB), `{ changes }` for a
+ * write without `RETURNING`, `null` for DDL. A claim that loses is one trip of two statements: the upsert, whose
+ * `RETURNING` is empty, then the `SELECT` of the row that stopped it.
+ */
+export interface SqliteRoundTripRequest {
+  readonly statements: ReadonlyArray<{ readonly sql: string; readonly params?: Readonly<Record<string, unknown>> }>;
+}
+
+export interface SqliteStoreOptions<Db extends SqliteDatabase = SqliteDatabase> extends RoundTripObserver {
   /** An open better-sqlite3 `Database`, e.g. `new Database('idem.db')`. The store sets WAL and a busy timeout on it. */
   readonly database: Db;
   /** The records table: an SQL identifier. Default `idem_records`. */
@@ -108,7 +120,8 @@ CREATE INDEX IF NOT EXISTS "${table}_scope_claimed_at" ON ${t} ("scope", "claime
  * `BEGIN IMMEDIATE` transaction, and only if the token still holds. If they throw, everything rolls back and
  * the error is rethrown; if they return a promise, everything rolls back and `complete` rejects.
  *
- * `close()` does not close `database` unless `closeDatabase` is true.
+ * `close()` does not close `database` unless `closeDatabase` is true. `onRoundTrip` sees every counted call,
+ * including the two pragmas at creation (op `open`), as a {@link SqliteRoundTripRequest} and its results.
  *
  * @example
  * import Database from 'better-sqlite3'
@@ -122,6 +135,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   table = 'idem_records',
   busyTimeoutMs = 5_000,
   closeDatabase = false,
+  onRoundTrip,
 }: SqliteStoreOptions<Db>): SqliteStore<Db> {
   const methods = ['prepare', 'exec', 'pragma', 'transaction', 'close'] as const;
   if (typeof database !== 'object' || database === null || methods.some((m) => typeof database[m] !== 'function')) {
@@ -132,18 +146,40 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     throw configError('busyTimeoutMs', 'a non-negative integer', busyTimeoutMs);
   }
   if (typeof closeDatabase !== 'boolean') throw configError('closeDatabase', 'a boolean', closeDatabase);
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
+    throw configError('onRoundTrip', 'a function', onRoundTrip);
+  }
 
   let roundTrips = 0;
   let closed = false;
-  const trip = (): void => {
+  /** The trip in progress, recorded only while someone observes (every trip is synchronous, so one suffices). */
+  let observed: { statements: SqliteRoundTripRequest['statements'][number][]; results: unknown[] } | undefined;
+
+  /** One call into the engine: counted, and reported to `onRoundTrip` once it has returned or thrown. */
+  const trip = <R>(op: RoundTrip['op'], call: () => R): R => {
     if (closed) throw new Error('sqlite store is closed');
     roundTrips++;
+    if (!onRoundTrip) return call();
+    const current = (observed = { statements: [], results: [] });
+    const request: SqliteRoundTripRequest = { statements: current.statements };
+    try {
+      const value = call();
+      report({ op, request, response: current.results });
+      return value;
+    } catch (error) {
+      report({ op, request, error });
+      throw error;
+    } finally {
+      observed = undefined;
+    }
   };
-
-  trip();
-  database.pragma(`busy_timeout = ${busyTimeoutMs}`);
-  trip();
-  database.pragma('journal_mode = WAL');
+  const report = (roundTrip: RoundTrip): void => {
+    try {
+      onRoundTrip?.(roundTrip);
+    } catch {
+      // An observer's failure is not the store's: the request already happened, and its result stands.
+    }
+  };
 
   // Statements are prepared on first use (the table may not exist until `migrate()`), then reused.
   const prepared = new Map<string, SqliteStatement>();
@@ -155,6 +191,33 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     }
     return found;
   };
+  /** Runs one statement of the current trip, noting it (before, so a failing one shows) and what it returned. */
+  const execute = <R>(
+    sql: string,
+    params: Record<string, unknown> | undefined,
+    call: () => R,
+    result: (value: R) => unknown,
+  ): R => {
+    if (!observed) return call();
+    const { statements, results } = observed;
+    statements.push(params === undefined ? { sql } : { sql, params });
+    const value = call();
+    results.push(result(value));
+    return value;
+  };
+  /** The statement's first row (a single-row upsert's `RETURNING`, a lookup by pk); reported as a row list. */
+  const one = (sql: string, params: Record<string, unknown>): Row | undefined =>
+    execute(sql, params, () => statement(sql).get(params) as Row | undefined, (row) => (row === undefined ? [] : [row]));
+  const all = (sql: string, params: Record<string, unknown>): Row[] =>
+    execute(sql, params, () => statement(sql).all(params) as Row[], (rows) => rows);
+  const run = (sql: string, params: Record<string, unknown>): number =>
+    execute(sql, params, () => statement(sql).run(params).changes, (changes) => ({ changes }));
+
+  const pragma = (source: string): unknown =>
+    execute(`PRAGMA ${source}`, undefined, () => database.pragma(source), (rows) => rows);
+
+  trip('open', () => pragma(`busy_timeout = ${busyTimeoutMs}`));
+  trip('open', () => pragma('journal_mode = WAL'));
 
   const t = `"${table}"`;
   const sql = {
@@ -175,7 +238,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
           (${t}."status" = 'failed' AND ${t}."retryable" = 1)
           OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now)))
       RETURNING *`,
-    get: `SELECT * FROM ${t} WHERE "pk" = ?`,
+    get: `SELECT * FROM ${t} WHERE "pk" = @pk`,
     complete: `UPDATE ${t} SET "status" = @status, "retryable" = @retryable, "result_id" = @resultId,
         "response_status" = @responseStatus, "response_headers" = @responseHeaders, "response_body" = @responseBody
       WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
@@ -196,7 +259,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   // winner's record without another call. (A read-then-write would let both read "nothing", then both write.)
   // The same holds for takeovers: the WHERE is `isClaimable` from src/core/record.ts, evaluated on the stored row.
   const claimTx = database.transaction((request: ClaimRequest): ClaimResult => {
-    const won = statement(sql.claim).get({
+    const won = one(sql.claim, {
       pk: request.pk,
       scope: request.scope,
       key: request.key,
@@ -206,9 +269,9 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       now: request.now,
       leaseExpiresAt: request.now + request.leaseMs,
       expiresAt: request.now + request.ttlMs,
-    }) as Row | undefined;
+    });
     if (won) return { kind: 'claimed', record: toRecord(won) };
-    const existing = statement(sql.get).get(request.pk) as Row | undefined;
+    const existing = one(sql.get, { pk: request.pk });
     // Unreachable under the write lock: the conflicting row cannot vanish between the two statements.
     if (!existing) throw new Error(`sqlite store: claim of ${request.pk} conflicted with a row that is gone`);
     return { kind: 'existing', record: toRecord(existing) };
@@ -218,7 +281,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   // both commit together or not at all.
   const completeTx = database.transaction(
     (pk: string, token: string, outcome: Outcome, effects: ((tx: Db) => unknown) | undefined): boolean => {
-      const { changes } = statement(sql.complete).run({
+      const changes = run(sql.complete, {
         pk,
         token,
         status: outcome.status,
@@ -248,28 +311,23 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       return roundTrips;
     },
     async migrate(): Promise<void> {
-      trip();
-      database.exec(sqliteSchema(table));
+      const ddl = sqliteSchema(table);
+      trip('migrate', () => execute(ddl, undefined, () => database.exec(ddl), () => null));
     },
     async claim(request: ClaimRequest): Promise<ClaimResult> {
-      trip();
-      return claimTx.immediate(request);
+      return trip('claim', () => claimTx.immediate(request));
     },
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
-      trip();
-      return { ok: completeTx.immediate(pk, token, outcome, effects) };
+      return { ok: trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
     },
     async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-      trip();
-      return { ok: statement(sql.renew).run({ pk, token, leaseExpiresAt: now + leaseMs }).changes === 1 };
+      return { ok: trip('renew', () => run(sql.renew, { pk, token, leaseExpiresAt: now + leaseMs })) === 1 };
     },
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
-      trip();
-      return { ok: statement(sql.release).run({ pk, token }).changes === 1 };
+      return { ok: trip('release', () => run(sql.release, { pk, token })) === 1 };
     },
     async get(pk: string): Promise<IdempotencyRecord | null> {
-      trip();
-      const row = statement(sql.get).get(pk) as Row | undefined;
+      const row = trip('get', () => one(sql.get, { pk }));
       return row ? toRecord(row) : null;
     },
     // Batched so no single statement holds the write lock for long, with a turn of the event loop between
@@ -283,16 +341,14 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       for (;;) {
         const take = Math.min(batchSize, limit - deleted);
         if (take <= 0) return deleted;
-        trip();
-        const { changes } = statement(sql.sweep).run({ now, take });
+        const changes = trip('sweep', () => run(sql.sweep, { now, take }));
         deleted += changes;
         if (changes < take) return deleted;
         await new Promise<void>((resolve) => setImmediate(resolve));
       }
     },
     async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
-      trip();
-      return (statement(sql.list).all({ scope, limit }) as Row[]).map(toRecord);
+      return trip('list', () => all(sql.list, { scope, limit })).map(toRecord);
     },
     async close(): Promise<void> {
       if (closed) return;
