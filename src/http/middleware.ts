@@ -1,7 +1,8 @@
 /**
- * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler.
+ * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
+ * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import { createEngine, type Engine, type EngineOptions, type OutcomeKind, type WorkContext } from '../core/engine.js';
+import { createEngine, type Engine, type EngineOptions, type OutcomeKind, type RunResult, type WorkContext, type WorkResult } from '../core/engine.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
@@ -29,11 +30,15 @@ export interface HandlerContext<Tx> extends WorkContext {
 
 export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<Tx>) => Response | Promise<Response>;
 
-export interface IdempotencyOptions<Tx> extends EngineOptions<Tx> {
+/**
+ * Options of the Web layer and of every adapter. `Req` is the request type the callbacks receive: a Web
+ * `Request` here, the framework's own request (or context) in an adapter.
+ */
+export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx> {
   /** The tenant a request belongs to (the authenticated account). Two scopes never share a key. Default: one global scope. */
-  readonly scope?: (request: Request) => string | Promise<string>;
+  readonly scope?: (request: Req) => string | Promise<string>;
   /** Reject keyless requests with 400 `idempotency-key-missing`. A function decides per request. Default false. */
-  readonly required?: boolean | ((request: Request) => boolean);
+  readonly required?: boolean | ((request: Req) => boolean);
   /** Methods the layer protects; others pass straight through. Default `POST`, `PATCH`. */
   readonly methods?: readonly string[];
   /** Request headers that take part in the fingerprint. Default none. */
@@ -47,7 +52,7 @@ export interface IdempotencyOptions<Tx> extends EngineOptions<Tx> {
   /** Largest response body stored, in bytes. A larger one is answered and recorded as a final 500. Default 1 MiB. */
   readonly maxResponseBytes?: number;
   /** Called with errors the handler threw (answered as a 500 problem). Default `console.error`. */
-  readonly onError?: (error: unknown, request: Request) => void;
+  readonly onError?: (error: unknown, request: Req) => void;
 }
 
 /** A handler wrapped by {@link idempotency}, and the engine it runs on. */
@@ -56,20 +61,65 @@ export interface IdempotentFetch {
   readonly engine: Engine<unknown>;
 }
 
+/** A request as the gate sees it, whatever framework it came from. */
+export interface GateRequest<Req> {
+  /** The framework's own request, handed to `scope`, `required` and `onError`. */
+  readonly native: Req;
+  readonly method: string;
+  /** The request target: a path with its query, or an absolute URL. */
+  readonly url: string;
+  header(name: string): string | null | undefined;
+  /** The raw body bytes; rejects with {@link BodyTooLargeError} past `limit`. Called only for keyed requests. */
+  body(limit: number): Promise<Uint8Array>;
+}
+
+/**
+ * What the gate decided about a request: let it through unguarded, answer it without running anything
+ * (replay, or a problem: nothing was claimed, so nothing is written), or run it under a claim.
+ */
+export type Admission<Tx> =
+  | { readonly kind: 'pass'; readonly context: HandlerContext<Tx> }
+  | { readonly kind: 'answer'; readonly response: Response }
+  | Claim<Tx>;
+
+/** A claimed key: the handler may run. Exactly one of `complete` or `abandon` must follow, or the lease is renewed forever. */
+export interface Claim<Tx> {
+  readonly kind: 'run';
+  readonly context: HandlerContext<Tx>;
+  /** The request body the fingerprint was computed over. */
+  readonly body: Uint8Array;
+  /**
+   * Records the response the handler produced (classified by status unless declared). Resolves when the record
+   * is written, with `undefined`, or with the problem to answer instead when it could not be (lease lost, store down).
+   */
+  complete(response: StoredResponse, outcome?: OutcomeKind): Promise<Response | undefined>;
+  /** The handler produced no response (it threw, or the client went away first): the key ends `failed`, retryable. */
+  abandon(error: unknown): Promise<void>;
+}
+
+/** The framework-neutral core of the Web layer and the adapters: options validated once, one engine. */
+export interface Gate<Tx, Req> {
+  readonly engine: Engine<Tx>;
+  readonly replayHeaders: readonly string[];
+  readonly maxBodyBytes: number;
+  readonly maxResponseBytes: number;
+  /** Never rejects: every refusal or failure becomes an `answer`. */
+  admit(request: GateRequest<Req>): Promise<Admission<Tx>>;
+  /** The problem for an error; errors that are not Idem's go to `onError` first. */
+  answerFor(error: unknown, request: Req): Response;
+}
+
 const MiB = 1_048_576;
 
 /**
- * Wraps a Web-standard handler so retries with the same `Idempotency-Key` run it once.
+ * Builds the gate: validates the options (errors name the option) and creates the engine. Adapters call this;
+ * applications use {@link idempotency} or an adapter.
  *
  * @example
- * const protect = idempotency({ store: memoryStore(), scope: (req) => accountOf(req), required: true })
- * const handle = protect(async (request, { id }) => {
- *   const charge = await createCharge(await request.json(), { idempotencyKey: id })
- *   return Response.json(charge, { status: 201 })
- * })
- * const response = await handle(new Request('http://x/v1/charges', { method: 'POST', headers, body }))
+ * const gate = createGate<never, IncomingMessage>({ store: memoryStore(), scope: (req) => accountOf(req) })
+ * const admission = await gate.admit({ native: req, method: req.method, url: req.url, header, body })
  */
-export function idempotency<Tx = never>({
+export function createGate<Tx, Req>({
   scope = () => 'global',
   required = false,
   methods = ['POST', 'PATCH'],
@@ -80,7 +130,7 @@ export function idempotency<Tx = never>({
   maxResponseBytes = MiB,
   onError = (error) => console.error('idem: handler failed', error),
   ...engineOptions
-}: IdempotencyOptions<Tx>): (handler: IdempotentHandler<Tx>) => IdempotentFetch {
+}: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
   if (typeof scope !== 'function') throw configError('scope', 'a function (request) => string', scope);
   if (typeof required !== 'boolean' && typeof required !== 'function') {
     throw configError('required', 'a boolean or a function', required);
@@ -94,96 +144,203 @@ export function idempotency<Tx = never>({
   const fingerprinted = fingerprintHeaders.map((h) => h.toLowerCase());
   const settings = Object.freeze({ mismatchStatus });
 
-  return (handler) => {
-    const fetch = async (request: Request): Promise<Response> => {
-      try {
-        return await handle(request);
-      } catch (error) {
-        if (isIdempotencyError(error)) return problemFor(error, settings);
-        if (error instanceof BodyTooLargeError) {
-          return problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: error.message });
-        }
-        onError(error, request);
-        return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
-      }
-    };
+  function answerFor(error: unknown, request: Req): Response {
+    if (isIdempotencyError(error)) return problemFor(error, settings);
+    if (error instanceof BodyTooLargeError) {
+      return problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: error.message });
+    }
+    try {
+      onError(error, request);
+    } catch {
+      // A logging hook must not turn an answer into a hung request.
+    }
+    return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
+  }
 
-    const unguarded = (request: Request): Promise<Response> | Response =>
-      handler(request, {
-        scope: '',
-        key: '',
-        id: crypto.randomUUID(),
-        reclaimed: false,
-        signal: new AbortController().signal,
-        protected: false,
-        declare: () => {},
-      });
+  const pass = (): Admission<Tx> => ({
+    kind: 'pass',
+    context: {
+      scope: '',
+      key: '',
+      id: crypto.randomUUID(),
+      reclaimed: false,
+      signal: new AbortController().signal,
+      protected: false,
+      declare: () => {},
+    },
+  });
 
-    async function handle(request: Request): Promise<Response> {
-      if (!protectedMethods.has(request.method.toUpperCase())) return unguarded(request);
-      const raw = request.headers.get('idempotency-key');
+  async function admit(request: GateRequest<Req>): Promise<Admission<Tx>> {
+    try {
+      if (!protectedMethods.has(request.method.toUpperCase())) return pass();
+      const raw = request.header('idempotency-key') ?? null;
       if (raw === null) {
-        const mustHave = typeof required === 'function' ? required(request) : required;
+        const mustHave = typeof required === 'function' ? required(request.native) : required;
         if (mustHave) throw new IdempotencyError('KEY_MISSING', `${request.method} requests to this route need an Idempotency-Key header.`);
-        return unguarded(request);
+        return pass();
       }
       const key = parseKey(raw);
-      const body = await readBytes(request.body, maxBodyBytes);
-      const url = new URL(request.url);
-      const tenant = await scope(request);
+      const body = await request.body(maxBodyBytes);
+      const url = new URL(request.url, 'http://idem.invalid');
+      const tenant = await scope(request.native);
       if (typeof tenant !== 'string' || tenant.length === 0) throw new TypeError('`scope(request)` must return a non-empty string.');
       const print = fingerprint({
         method: request.method,
         path: url.pathname,
         query: url.search,
-        contentType: request.headers.get('content-type'),
+        contentType: request.header('content-type') ?? null,
         body,
-        headers: fingerprinted.map((name) => [name, request.headers.get(name) ?? ''] as const),
+        headers: fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
       });
-
-      // The first attempt's own answer keeps every header (e.g. Set-Cookie); only the stored copy is filtered.
-      let firstHeaders: Headers | undefined;
-      const result = await engine.run({ scope: tenant, key, fingerprint: print }, async (work) => {
-        let declared: Declaration<Tx> = {};
-        const replica = new Request(request.url, {
-          method: request.method,
-          headers: request.headers,
-          body: bodyFor(200, body),
-          signal: work.signal,
-        });
-        const response = await handler(replica, { ...work, protected: true, declare: (d) => (declared = { ...declared, ...d }) });
-        firstHeaders = response.headers;
-        let bytes: Uint8Array;
-        try {
-          bytes = await readBytes(response.body, maxResponseBytes);
-        } catch (error) {
-          if (!(error instanceof BodyTooLargeError)) throw error;
-          firstHeaders = undefined;
-          const tooLarge = await frozen(
-            problem({ status: 500, slug: 'response-too-large', title: 'Response too large to store', detail: error.message }),
-          );
-          return { response: tooLarge, outcome: 'failed-final' as const };
-        }
-        const stored: StoredResponse = {
-          status: response.status,
-          headers: storableHeaders(response.headers, replayHeaders),
-          body: bytes,
-        };
-        return { response: stored, ...declared };
-      });
-      if (result.replayed) return replayResponse(result.response);
-      const { status, headers, body: bytes } = result.response;
-      return new Response(bodyFor(status, bytes), { status, headers: firstHeaders ?? new Headers(headers as Array<[string, string]>) });
+      return await claim(tenant, key, print, body, request.native);
+    } catch (error) {
+      return { kind: 'answer', response: answerFor(error, request.native) };
     }
+  }
 
-    return Object.assign(fetch, { engine: engine });
-  };
+  /**
+   * Runs the engine with a work function that hands control back to the caller: the engine claims, then the
+   * caller's handler runs (in its own framework's way) and settles the work with what it produced.
+   */
+  async function claim(scopeOf: string, key: string, print: string, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
+    let admitted!: (work: WorkContext) => void;
+    const claimed = new Promise<WorkContext>((resolve) => (admitted = resolve));
+    let settle!: { resolve: (result: WorkResult<Tx>) => void; reject: (error: unknown) => void };
+    const produced = new Promise<WorkResult<Tx>>((resolve, reject) => (settle = { resolve, reject }));
+    const running: Promise<RunResult> = engine.run({ scope: scopeOf, key, fingerprint: print }, (work) => {
+      admitted(work);
+      return produced;
+    });
+    // Either the claim succeeds (the work is called) or the engine answers without running it.
+    const first = await Promise.race([claimed.then((work) => ({ work })), running.then((result) => ({ result }))]);
+    if ('result' in first) return { kind: 'answer', response: replayResponse(first.result.response) };
+
+    let declared: Declaration<Tx> = {};
+    let settled = false;
+    return {
+      kind: 'run',
+      body,
+      context: { ...first.work, protected: true, declare: (d) => (declared = { ...declared, ...d }) },
+      async complete(response, outcome) {
+        if (settled) return undefined;
+        settled = true;
+        settle.resolve({ response, ...declared, ...(outcome === undefined ? {} : { outcome }) });
+        try {
+          await running;
+          return undefined;
+        } catch (error) {
+          return answerFor(error, native);
+        }
+      },
+      async abandon(error) {
+        if (settled) return;
+        settled = true;
+        settle.reject(error);
+        await running.catch(() => undefined);
+      },
+    };
+  }
+
+  return { engine, replayHeaders, maxBodyBytes, maxResponseBytes, admit, answerFor };
 }
 
-async function frozen(response: Response): Promise<StoredResponse> {
+/**
+ * What is stored (and answered) instead of a response too large to store: a final 500 problem.
+ *
+ * @example
+ * const stored = await responseTooLarge(new BodyTooLargeError(1_048_576))
+ */
+export async function responseTooLarge(error: BodyTooLargeError): Promise<StoredResponse> {
+  const response = problem({ status: 500, slug: 'response-too-large', title: 'Response too large to store', detail: error.message });
   return {
     status: response.status,
     headers: storableHeaders(response.headers, ['content-type']),
     body: new Uint8Array(await response.arrayBuffer()),
   };
+}
+
+/**
+ * A Web `Response` for a stored response (without the replay marker): what the first attempt answers when
+ * the stored copy replaced the handler's own response.
+ *
+ * @example
+ * return storedResponse(await responseTooLarge(error))
+ */
+export function storedResponse({ status, headers, body }: StoredResponse): Response {
+  return new Response(bodyFor(status, body), { status, headers: new Headers(headers as Array<[string, string]>) });
+}
+
+/**
+ * Runs a Web-standard handler behind the gate: the Web layer's engine room, shared with the Hono adapter.
+ * The handler gets a replica of the request carrying the exact body bytes the fingerprint saw.
+ *
+ * @example
+ * const response = await serveWeb(gate, request, request, handler)
+ */
+export async function serveWeb<Tx, Req>(
+  gate: Gate<Tx, Req>,
+  native: Req,
+  request: Request,
+  handler: IdempotentHandler<Tx>,
+  readBody: (limit: number) => Promise<Uint8Array> = (limit) => readBytes(request.body, limit),
+): Promise<Response> {
+  try {
+    const admission = await gate.admit({
+      native,
+      method: request.method,
+      url: request.url,
+      header: (name) => request.headers.get(name),
+      body: readBody,
+    });
+    if (admission.kind === 'answer') return admission.response;
+    if (admission.kind === 'pass') return await handler(request, admission.context);
+
+    let response: Response;
+    try {
+      const replica = new Request(request.url, {
+        method: request.method,
+        headers: request.headers,
+        body: bodyFor(200, admission.body),
+        signal: admission.context.signal,
+      });
+      response = await handler(replica, admission.context);
+    } catch (error) {
+      // The work threw: nothing was promised to the client, so the next attempt may run it again.
+      await admission.abandon(error);
+      throw error;
+    }
+    let bytes: Uint8Array;
+    try {
+      bytes = await readBytes(response.body, gate.maxResponseBytes);
+    } catch (error) {
+      if (!(error instanceof BodyTooLargeError)) {
+        await admission.abandon(error);
+        throw error;
+      }
+      const stored = await responseTooLarge(error);
+      return (await admission.complete(stored, 'failed-final')) ?? storedResponse(stored);
+    }
+    const { status } = response;
+    const stored: StoredResponse = { status, headers: storableHeaders(response.headers, gate.replayHeaders), body: bytes };
+    // The first attempt's own answer keeps every header (e.g. Set-Cookie); only the stored copy is filtered.
+    return (await admission.complete(stored)) ?? new Response(bodyFor(status, bytes), { status, headers: response.headers });
+  } catch (error) {
+    return gate.answerFor(error, native);
+  }
+}
+
+/**
+ * Wraps a Web-standard handler so retries with the same `Idempotency-Key` run it once.
+ *
+ * @example
+ * const protect = idempotency({ store: memoryStore(), scope: (req) => accountOf(req), required: true })
+ * const handle = protect(async (request, { id }) => {
+ *   const charge = await createCharge(await request.json(), { idempotencyKey: id })
+ *   return Response.json(charge, { status: 201 })
+ * })
+ * const response = await handle(new Request('http://x/v1/charges', { method: 'POST', headers, body }))
+ */
+export function idempotency<Tx = never>(options: IdempotencyOptions<Tx>): (handler: IdempotentHandler<Tx>) => IdempotentFetch {
+  const gate = createGate<Tx, Request>(options);
+  return (handler) => Object.assign((request: Request) => serveWeb(gate, request, request, handler), { engine: gate.engine });
 }

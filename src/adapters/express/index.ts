@@ -1,0 +1,239 @@
+/**
+ * @module `idem/express` — idempotency keys as Express 5 middleware. Mount it before any body parser.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
+import type { OutcomeKind } from '../../core/engine.js';
+import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import { BodyTooLargeError, storableHeaders } from '../../http/replay.js';
+import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer, toBytes } from '../shared.js';
+
+/** The Web layer's options; `scope`, `required` and `onError` receive the Express request. */
+export type ExpressIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Request>;
+
+const CONTEXT = 'idempotency';
+
+/**
+ * Express 5 middleware: the first request with a key runs the route, every retry gets its answer back.
+ *
+ * Mount it app-wide (`app.use`) or per route, **before** body parsers: it reads the raw body for the
+ * fingerprint and puts the bytes back, so `express.json()` mounted after it parses them as usual. The first
+ * client's response streams as the handler writes it; only its last write waits for the record to be stored.
+ *
+ * @example
+ * const app = express()
+ * app.use(authenticate)
+ * app.post('/v1/charges', idempotency({ store, scope: (req) => req.account, required: true }), express.json(),
+ *   async (req, res) => {
+ *     const charge = await createCharge(req.body, { idempotencyKey: idempotencyContext(res)?.id })
+ *     res.status(201).location(`/v1/charges/${charge.id}`).json(charge)
+ *   })
+ */
+export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): RequestHandler {
+  const gate = createGate<Tx, Request>(options);
+  return async function idempotencyMiddleware(req: Request, res: ExpressResponse, next: NextFunction): Promise<void> {
+    const admission = await gate.admit({
+      native: req,
+      method: req.method,
+      url: req.originalUrl,
+      header: (name) => req.get(name),
+      body: (limit) => readAndRestore(req, limit),
+    });
+    if (admission.kind === 'answer') {
+      const { status, headers, body } = await responseParts(admission.response);
+      res.statusCode = status;
+      for (const [name, value] of headers) res.setHeader(name, value);
+      res.end(body);
+      return;
+    }
+    (res.locals as Record<string, unknown>)[CONTEXT] = admission.context;
+    if (admission.kind === 'run') capture(res, admission, gate.maxResponseBytes, gate.replayHeaders);
+    next();
+  };
+}
+
+/**
+ * The idempotency context of the request being answered: the record's stable `id` (pass it downstream as the
+ * idempotency key), `declare()`, and the lease's `signal`. Undefined outside the middleware.
+ *
+ * @example
+ * const { id, declare } = idempotencyContext(res) ?? {}
+ */
+export function idempotencyContext<Tx = never>(res: ExpressResponse): HandlerContext<Tx> | undefined {
+  return (res.locals as Record<string, unknown>)[CONTEXT] as HandlerContext<Tx> | undefined;
+}
+
+const BODY_ALREADY_READ =
+  'idem/express: the request body was already read. Mount idempotency() before express.json() and other body parsers.';
+
+/**
+ * Reads the raw body without consuming it: chunks are read in paused mode and, once the message is complete and
+ * before `end` is emitted, put back with `unshift`, so the next reader (a body parser) sees an untouched stream.
+ */
+function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array> {
+  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(BODY_ALREADY_READ));
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const stop = (): void => {
+      req.off('readable', onReadable);
+      req.off('end', onEnd);
+      req.off('error', onError);
+    };
+    const onReadable = (): void => {
+      for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
+        size += chunk.byteLength;
+        if (size > limit) {
+          stop();
+          reject(new BodyTooLargeError(limit));
+          return;
+        }
+        chunks.push(chunk);
+      }
+      if (!req.complete) return;
+      const body = Buffer.concat(chunks, size);
+      // Node emits 'end' on the next tick only if the buffer is still empty then: this puts the bytes back first.
+      if (size > 0) req.unshift(body);
+      stop();
+      resolve(toBytes(body));
+    };
+    const onEnd = (): void => {
+      stop();
+      if (size > 0) reject(new Error(BODY_ALREADY_READ));
+      else resolve(NO_BYTES);
+    };
+    const onError = (error: unknown): void => {
+      stop();
+      reject(error instanceof Error ? error : new Error(String(error)));
+    };
+    req.on('readable', onReadable);
+    req.on('end', onEnd);
+    req.on('error', onError);
+  });
+}
+
+type Phase = 'running' | 'ending' | 'done';
+
+/**
+ * Wraps `writeHead`/`write`/`end` to copy what the handler sends. Writes pass straight through (the client
+ * sees the response stream as it is produced); the handler's final `end` is held until the record is written,
+ * so a client that has the whole answer can count on a retry replaying it. If the connection closes before
+ * the handler ends the response, the key ends `failed`, retryable.
+ */
+function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, replayHeaders: readonly string[]): void {
+  // Bound to `res`: every call below is on this response, whoever wrapped these methods before us.
+  const original = {
+    writeHead: res.writeHead.bind(res) as (...args: unknown[]) => ServerResponse,
+    write: res.write.bind(res) as (...args: unknown[]) => boolean,
+    end: res.end.bind(res) as (...args: unknown[]) => ServerResponse,
+  };
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let tooLarge: BodyTooLargeError | undefined;
+  let head: { status: number; headers: Array<[string, string]> } | undefined;
+  let phase: Phase = 'running';
+  const afterEnd: Array<() => void> = [];
+
+  const keep = (chunk: unknown, encoding: unknown): void => {
+    if (tooLarge || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+    const bytes = toBuffer(chunk, encoding);
+    size += bytes.byteLength;
+    if (size > limit) {
+      tooLarge = new BodyTooLargeError(limit);
+      chunks.length = 0;
+    } else {
+      chunks.push(bytes);
+    }
+  };
+  const headersNow = (): Array<[string, string]> => storableHeaders(headerPairs(res.getHeaders()), replayHeaders);
+
+  res.writeHead = (statusCode: number, ...rest: unknown[]): ServerResponse => {
+    if (phase !== 'running') return original.writeHead(statusCode, ...rest);
+    const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
+    const headers = reason === undefined ? rest[0] : rest[1];
+    // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
+    if (headers) foldHeaders(res, headers);
+    const result = reason === undefined ? original.writeHead(statusCode) : original.writeHead(statusCode, reason);
+    head = { status: statusCode, headers: headersNow() };
+    return result;
+  };
+
+  res.write = ((...args: unknown[]): boolean => {
+    if (phase === 'ending') {
+      afterEnd.push(() => original.write(...args));
+      return true;
+    }
+    if (phase === 'running') keep(args[0], typeof args[1] === 'function' ? undefined : args[1]);
+    return original.write(...args);
+  }) as ServerResponse['write'];
+
+  res.end = ((...args: unknown[]): ServerResponse => {
+    if (phase === 'done') return original.end(...args);
+    if (phase === 'ending') {
+      afterEnd.push(() => original.end(...args));
+      return res;
+    }
+    phase = 'ending';
+    if (typeof args[0] !== 'function') keep(args[0], typeof args[1] === 'function' ? undefined : args[1]);
+    void finish(args);
+    return res;
+  }) as ServerResponse['end'];
+
+  res.once('close', () => {
+    if (phase !== 'running') return;
+    phase = 'done';
+    void claim.abandon(new Error('The connection closed before the handler completed the response.'));
+  });
+
+  async function finish(args: unknown[]): Promise<void> {
+    let replacement: Response | undefined;
+    try {
+      if (tooLarge) {
+        const stored = await responseTooLarge(tooLarge);
+        replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
+      } else {
+        const status = head?.status ?? res.statusCode;
+        const empty = NULL_BODY_STATUSES.has(status) || res.req.method === 'HEAD';
+        const body = empty ? NO_BYTES : toBytes(Buffer.concat(chunks, size));
+        replacement = await claim.complete({ status, headers: head?.headers ?? headersNow(), body });
+      }
+    } catch (error) {
+      // complete() answers failures itself; this is a last resort so the response still ends.
+      await claim.abandon(error);
+    }
+    phase = 'done';
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
+    if (replacement && !res.headersSent) {
+      const { status, headers, body } = await responseParts(replacement);
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      res.statusCode = status;
+      for (const [name, value] of headers) res.setHeader(name, value);
+      original.end(...(callback ? [body, callback] : [body]));
+    } else {
+      original.end(...args);
+    }
+    for (const run of afterEnd) run();
+  }
+}
+
+/** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */
+function foldHeaders(res: ServerResponse, headers: unknown): void {
+  if (Array.isArray(headers)) {
+    const pairs: Array<[string, string]> = [];
+    if (headers.every((item) => Array.isArray(item))) {
+      for (const [name, value] of headers as Array<[string, string]>) pairs.push([String(name), String(value)]);
+    } else {
+      for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([String(headers[i]), String(headers[i + 1])]);
+    }
+    const grouped = new Map<string, string[]>();
+    for (const [name, value] of pairs) grouped.set(name, [...(grouped.get(name) ?? []), value]);
+    for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? (values[0] as string) : values);
+    return;
+  }
+  if (typeof headers === 'object' && headers !== null) {
+    for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
+      if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
+      else if (Array.isArray(value)) res.setHeader(name, value.map((item) => String(item as string)));
+    }
+  }
+}

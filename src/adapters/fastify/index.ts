@@ -1,0 +1,205 @@
+/**
+ * @module `idem/fastify` — idempotency keys as a Fastify 5 plugin, with per-route opt-in through route config.
+ */
+import { Readable } from 'node:stream';
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { configError } from '../../core/errors.js';
+import type { StoredResponse } from '../../core/record.js';
+import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import { BodyTooLargeError, bodyFor, readBytes, storableHeaders } from '../../http/replay.js';
+import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, readStream, responseParts, toBuffer, toBytes } from '../shared.js';
+
+/** Per-route settings: `config: { idempotency: { required: true } }`, or `idempotency: false` to leave a route alone. */
+export type FastifyRouteIdempotency = false | { readonly required?: boolean };
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    idempotency?: FastifyRouteIdempotency;
+  }
+  interface FastifyRequest {
+    /** The request's idempotency context (stable `id`, `declare()`, lease `signal`); null on routes it does not cover. */
+    idempotency: HandlerContext<unknown> | null;
+  }
+}
+
+/** The Web layer's options; `scope`, `required` and `onError` receive the Fastify request. */
+export type FastifyIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, FastifyRequest>;
+
+interface State<Tx> {
+  body?: Uint8Array;
+  claim?: Claim<Tx>;
+  phase: 'running' | 'completing' | 'done';
+}
+
+/**
+ * A Fastify 5 plugin. Registered with `app.register`, its hooks apply to the whole app (it skips Fastify's
+ * encapsulation, like `fastify-plugin`); a route opts in to required keys, or out, through its config.
+ *
+ * It reads the raw body in `preParsing` (and hands Fastify's parser the same bytes), claims in `preHandler`
+ * (so put authentication in `onRequest` or `preValidation`, where `scope` can see it), and records the
+ * serialized payload in `onSend` before it is written. Stream payloads are buffered, up to `maxResponseBytes`.
+ *
+ * @example
+ * const app = Fastify()
+ * app.addHook('onRequest', authenticate)
+ * await app.register(idempotency({ store, scope: (request) => request.account }))
+ * app.post('/v1/charges', { config: { idempotency: { required: true } } }, async (request, reply) => {
+ *   const charge = await createCharge(request.body, { idempotencyKey: request.idempotency?.id })
+ *   return reply.code(201).header('location', `/v1/charges/${charge.id}`).send(charge)
+ * })
+ */
+export function idempotency<Tx = never>({ required = false, ...options }: FastifyIdempotencyOptions<Tx>): FastifyPluginAsync {
+  if (typeof required !== 'boolean' && typeof required !== 'function') {
+    throw configError('required', 'a boolean or a function', required);
+  }
+  const routeOf = (request: FastifyRequest): FastifyRouteIdempotency | undefined => request.routeOptions.config.idempotency;
+  const gate = createGate<Tx, FastifyRequest>({
+    ...options,
+    required: (request) => {
+      const route = routeOf(request);
+      if (route && route.required !== undefined) return route.required;
+      return typeof required === 'function' ? required(request) : required;
+    },
+  });
+  const states = new WeakMap<FastifyRequest, State<Tx>>();
+  const covered = (request: FastifyRequest): boolean => routeOf(request) !== false;
+
+  const plugin = async (app: FastifyInstance): Promise<void> => {
+    if (!app.hasRequestDecorator('idempotency')) app.decorateRequest('idempotency', null);
+
+    app.addHook('preParsing', async (request, reply, payload) => {
+      if (!covered(request) || request.headers['idempotency-key'] === undefined) return payload;
+      let body: Uint8Array;
+      try {
+        body = await readStream(payload, gate.maxBodyBytes);
+      } catch (error) {
+        states.set(request, { phase: 'done' });
+        await answer(reply, gate.answerFor(error, request));
+        return reply;
+      }
+      states.set(request, { body, phase: 'running' });
+      // Fastify's parser reads the same bytes (its length check against Content-Length still holds).
+      return Readable.from([Buffer.from(body)], { objectMode: false });
+    });
+
+    app.addHook('preHandler', async (request, reply) => {
+      if (!covered(request)) return;
+      const admission = await gate.admit({
+        native: request,
+        method: request.method,
+        url: request.url,
+        header: (name) => headerValue(request.headers, name),
+        body: async () => states.get(request)?.body ?? NO_BYTES,
+      });
+      if (admission.kind === 'answer') {
+        states.set(request, { phase: 'done' });
+        await answer(reply, admission.response);
+        return reply;
+      }
+      request.idempotency = admission.context;
+      if (admission.kind === 'pass') return;
+      const state: State<Tx> = { claim: admission, phase: 'running' };
+      states.set(request, state);
+      reply.raw.once('close', () => {
+        if (state.phase !== 'running') return;
+        state.phase = 'done';
+        void admission.abandon(new Error('The connection closed before a response was sent.'));
+      });
+      return;
+    });
+
+    app.addHook('onSend', async (request, reply, payload) => {
+      const state = states.get(request);
+      const claim = state?.claim;
+      if (!state || !claim || state.phase !== 'running') return payload;
+      state.phase = 'completing';
+      let captured: Captured;
+      try {
+        captured = await capture(reply, payload, gate.maxResponseBytes, gate.replayHeaders);
+      } catch (error) {
+        if (!(error instanceof BodyTooLargeError)) {
+          state.phase = 'done';
+          await claim.abandon(error);
+          throw error;
+        }
+        const stored = await responseTooLarge(error);
+        const replacement = (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
+        state.phase = 'done';
+        return replace(reply, replacement);
+      }
+      const replacement = await claim.complete(captured.stored);
+      state.phase = 'done';
+      return replacement ? replace(reply, replacement) : captured.payload;
+    });
+
+    // A reply that bypassed onSend (hijacked) or never produced a payload must not hold the lease forever.
+    app.addHook('onResponse', async (request) => {
+      const state = states.get(request);
+      if (state?.claim && state.phase === 'running') {
+        state.phase = 'done';
+        await state.claim.abandon(new Error('The reply was sent without passing through onSend.'));
+      }
+    });
+  };
+  return Object.assign(plugin, {
+    [Symbol.for('skip-override')]: true,
+    [Symbol.for('fastify.display-name')]: 'idem',
+  });
+}
+
+interface Captured {
+  readonly stored: StoredResponse;
+  /** What Fastify writes: the payload as it was, or its bytes when it was a stream (now consumed). */
+  readonly payload: unknown;
+}
+
+/** The serialized payload `onSend` sees (string, bytes, Node or Web stream, or a Web `Response`) as a stored response. */
+async function capture(reply: FastifyReply, payload: unknown, limit: number, replayHeaders: readonly string[]): Promise<Captured> {
+  const stored = (status: number, headers: Array<[string, string]>, body: Uint8Array): StoredResponse => ({
+    status,
+    headers: storableHeaders(headers, replayHeaders),
+    body: NULL_BODY_STATUSES.has(status) ? NO_BYTES : body,
+  });
+  const headers = headerPairs(reply.getHeaders());
+  if (payload instanceof Response) {
+    const body = await readBytes(payload.body, limit);
+    const merged = [...headers.filter(([name]) => !payload.headers.has(name)), ...payload.headers];
+    return {
+      stored: stored(payload.status, merged, body),
+      payload: new Response(bodyFor(payload.status, body), { status: payload.status, statusText: payload.statusText, headers: payload.headers }),
+    };
+  }
+  if (payload === undefined || payload === null) return { stored: stored(reply.statusCode, headers, NO_BYTES), payload };
+  if (isNodeStream(payload)) {
+    const body = await readStream(payload, limit);
+    return { stored: stored(reply.statusCode, headers, body), payload: Buffer.from(body) };
+  }
+  if (payload instanceof ReadableStream) {
+    const body = await readBytes(payload as ReadableStream<Uint8Array>, limit);
+    return { stored: stored(reply.statusCode, headers, body), payload: Buffer.from(body) };
+  }
+  const bytes = toBuffer(payload);
+  if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
+  return { stored: stored(reply.statusCode, headers, toBytes(bytes)), payload };
+}
+
+function isNodeStream(value: unknown): value is Readable {
+  return typeof value === 'object' && value !== null && typeof (value as { pipe?: unknown }).pipe === 'function';
+}
+
+/** Replaces the reply's status, headers and payload from inside `onSend` (nothing has been written yet). */
+async function replace(reply: FastifyReply, response: Response): Promise<Buffer> {
+  const { status, headers, body } = await responseParts(response);
+  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
+  reply.code(status);
+  for (const [name, value] of headers) reply.header(name, value);
+  return body;
+}
+
+/** Sends an answer (replay or problem) from a hook; the caller returns `reply` so Fastify stops there. */
+async function answer(reply: FastifyReply, response: Response): Promise<void> {
+  const { status, headers, body } = await responseParts(response);
+  reply.code(status);
+  for (const [name, value] of headers) reply.header(name, value);
+  void reply.send(body);
+}

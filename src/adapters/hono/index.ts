@@ -1,0 +1,57 @@
+/**
+ * @module `idem/hono` — idempotency keys as Hono 4 middleware, on the Web-standard layer.
+ */
+import type { Context, MiddlewareHandler } from 'hono';
+import { createGate, serveWeb, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import { BodyTooLargeError, readBytes } from '../../http/replay.js';
+
+/** The Web layer's options; `scope`, `required` and `onError` receive the Hono context. */
+export type HonoIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Context>;
+
+/** What the middleware sets on the context: `c.get('idempotency')`. */
+export interface IdempotencyVariables {
+  idempotency: HandlerContext<unknown>;
+}
+
+/**
+ * Hono 4 middleware. Use it app-wide or per route (`app.post('/x', idempotency({...}), handler)`); `scope`
+ * gets the context, so it can read what an auth middleware set. The handler sees the request with the exact
+ * body that was fingerprinted; its response is buffered, stored, then answered (streams included).
+ *
+ * @example
+ * const app = new Hono<{ Variables: { account: string } & IdempotencyVariables }>()
+ * app.use('/v1/*', authenticate)
+ * app.post('/v1/charges', idempotency({ store, scope: (c) => c.get('account'), required: true }), async (c) => {
+ *   const charge = await createCharge(await c.req.json(), { idempotencyKey: c.get('idempotency').id })
+ *   c.header('Location', `/v1/charges/${charge.id}`)
+ *   return c.json(charge, 201)
+ * })
+ */
+export function idempotency<Tx = never>(options: HonoIdempotencyOptions<Tx>): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+  const gate = createGate<Tx, Context>(options);
+  return async (c, next) => {
+    const response = await serveWeb(
+      gate,
+      c,
+      c.req.raw,
+      async (request, context) => {
+        c.req.raw = request;
+        c.set('idempotency', context as HandlerContext<unknown>);
+        await next();
+        return c.res;
+      },
+      (limit) => bodyOf(c, limit),
+    );
+    // Cleared first so Hono does not merge the handler's headers into an answer that replaced its response.
+    c.res = undefined;
+    c.res = response;
+  };
+}
+
+/** The raw body; if an earlier middleware read it through Hono (which caches it), the cached bytes. */
+async function bodyOf(c: Context, limit: number): Promise<Uint8Array> {
+  if (!c.req.raw.bodyUsed) return readBytes(c.req.raw.body, limit);
+  const bytes = new Uint8Array(await c.req.arrayBuffer());
+  if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
+  return bytes;
+}
