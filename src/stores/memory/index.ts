@@ -11,6 +11,7 @@ import type {
   ListRequest,
   ReleaseRequest,
   RenewRequest,
+  RoundTrip,
   RoundTripObserver,
   SweepRequest,
   WriteResult,
@@ -39,19 +40,26 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
     if (closed) throw new Error('memory store is closed');
   };
   /** Reports the call and what it returned: in memory, the "engine response" is the value itself. */
-  const traced = <A, R>(op: string, fn: (arg: A) => Promise<R>) =>
-    onRoundTrip
-      ? async (arg: A): Promise<R> => {
-          try {
-            const response = await fn(arg);
-            onRoundTrip({ op, request: arg, response });
-            return response;
-          } catch (error) {
-            onRoundTrip({ op, request: arg, error });
-            throw error;
-          }
-        }
-      : fn;
+  const report = (trip: RoundTrip): void => {
+    try {
+      onRoundTrip?.(trip);
+    } catch {
+      // An observer must never change what the store does.
+    }
+  };
+  const traced =
+    <A, R>(op: string, fn: (arg: A) => Promise<R>) =>
+    async (arg: A): Promise<R> => {
+      let response: R;
+      try {
+        response = await fn(arg);
+      } catch (error) {
+        report({ op, request: arg, error });
+        throw error;
+      }
+      report({ op, request: arg, response });
+      return response;
+    };
   const held = (pk: string, token: string): IdempotencyRecord | undefined => {
     const record = records.get(pk);
     return record && record.status === 'in_progress' && record.token === token ? record : undefined;
