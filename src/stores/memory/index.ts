@@ -48,8 +48,9 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
     }
   };
   const traced =
-    <A, R>(op: string, fn: (arg: A) => Promise<R>) =>
+    <A, R>(op: RoundTrip['op'], fn: (arg: A) => Promise<R>) =>
     async (arg: A): Promise<R> => {
+      if (!onRoundTrip) return fn(arg);
       let response: R;
       try {
         response = await fn(arg);
@@ -72,7 +73,7 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
     get roundTrips() {
       return roundTrips;
     },
-    async claim(request: ClaimRequest): Promise<ClaimResult> {
+    claim: traced('claim', async (request: ClaimRequest): Promise<ClaimResult> => {
       open();
       const existing = records.get(request.pk) ?? null;
       if (!isClaimable(existing, request.fingerprint, request.now)) {
@@ -82,8 +83,8 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
       const record = claimedRecord(existing, request);
       records.set(request.pk, record);
       return { kind: 'claimed', record };
-    },
-    async complete({ pk, token, outcome, effects }: CompleteRequest<undefined>): Promise<WriteResult> {
+    }),
+    complete: traced('complete', async ({ pk, token, outcome, effects }: CompleteRequest<undefined>): Promise<WriteResult> => {
       open();
       const record = held(pk, token);
       if (!record) return { ok: false };
@@ -93,25 +94,25 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
       }
       records.set(pk, { ...record, ...outcome });
       return { ok: true };
-    },
-    async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
+    }),
+    renew: traced('renew', async ({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> => {
       open();
       const record = held(pk, token);
       if (!record) return { ok: false };
       records.set(pk, { ...record, leaseExpiresAt: now + leaseMs });
       return { ok: true };
-    },
-    async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
+    }),
+    release: traced('release', async ({ pk, token }: ReleaseRequest): Promise<WriteResult> => {
       open();
       if (!held(pk, token)) return { ok: false };
       records.delete(pk);
       return { ok: true };
-    },
-    async get(pk: string): Promise<IdempotencyRecord | null> {
+    }),
+    get: traced('get', async (pk: string): Promise<IdempotencyRecord | null> => {
       open();
       return records.get(pk) ?? null;
-    },
-    async sweep({ now, limit = Infinity }: SweepRequest): Promise<number> {
+    }),
+    sweep: traced('sweep', async ({ now, limit = Infinity }: SweepRequest): Promise<number> => {
       open();
       let deleted = 0;
       for (const [pk, record] of records) {
@@ -122,24 +123,15 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
         }
       }
       return deleted;
-    },
-    async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
+    }),
+    list: traced('list', async ({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> => {
       open();
       const mine = [...records.values()].filter((r) => r.scope === scope);
       return mine.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
-    },
+    }),
     async close(): Promise<void> {
       closed = true;
     },
   };
-  if (!onRoundTrip) return store;
-  return Object.assign(store, {
-    claim: traced('claim', store.claim),
-    complete: traced('complete', store.complete),
-    renew: traced('renew', store.renew),
-    release: traced('release', store.release),
-    get: traced('get', store.get),
-    sweep: traced('sweep', store.sweep),
-    list: traced('list', store.list),
-  });
+  return store;
 }
