@@ -1,0 +1,257 @@
+/**
+ * @module `idem/client` — a retrying `fetch` for callers of an Idem-protected API: one key per logical
+ * operation, reused on every attempt, so a retry can never do the work twice.
+ */
+import { configError } from '../core/errors.js';
+
+/** What `onFailedAttempt` and `shouldRetry` see about an attempt that may be retried. */
+export interface FailedAttempt {
+  /** 1 for the first attempt. */
+  readonly attemptNumber: number;
+  /** Attempts still allowed by `retries` after this one. */
+  readonly retriesLeft: number;
+  /** The operation's Idempotency-Key (the same on every attempt). */
+  readonly key: string;
+  /** The network error, when the attempt got no answer. */
+  readonly error: unknown;
+  /** The retryable answer (409, 5xx, …), when there was one. Its body is discarded before the next attempt. */
+  readonly response: Response | undefined;
+  /** How long the client waits before the next attempt, in ms: `Retry-After` if the server sent one, else backoff. */
+  readonly retryDelay: number;
+}
+
+export interface IdempotentFetchOptions {
+  /** The operation's key. Default: a fresh `crypto.randomUUID()` (or the request's own `Idempotency-Key` header). */
+  readonly key?: string;
+  /** Retries after the first attempt. Default 5. */
+  readonly retries?: number;
+  /** Backoff growth per retry. Default 2. */
+  readonly factor?: number;
+  /** The first retry's backoff ceiling, in ms. Default 1000. */
+  readonly minTimeout?: number;
+  /** The largest wait between attempts, in ms (also caps `Retry-After`). Default 30 000. */
+  readonly maxTimeout?: number;
+  /** Give up once the next wait would end later than this many ms after the first attempt. Default Infinity. */
+  readonly maxRetryTime?: number;
+  /** Aborts the attempt in flight and any further retries. */
+  readonly signal?: AbortSignal;
+  /** Consulted before each retry the client would make; return false to stop and return (or throw) what you have. */
+  readonly shouldRetry?: (attempt: FailedAttempt) => boolean | Promise<boolean>;
+  /** Called after every attempt that failed in a retryable way (including the last). */
+  readonly onFailedAttempt?: (attempt: FailedAttempt) => void | Promise<void>;
+  /** The `fetch` to call. Default `globalThis.fetch`. */
+  readonly fetch?: (input: string, init: RequestInit) => Promise<Response>;
+  /** A number in [0, 1) for the jitter. Default `Math.random`. */
+  readonly random?: () => number;
+  /** Waits `ms`, rejecting with the signal's reason when it aborts. Default a timer. */
+  readonly sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** The clock `maxRetryTime` and HTTP-date `Retry-After` values are measured on, in epoch ms. Default `Date.now`. */
+  readonly now?: () => number;
+}
+
+export interface IdempotentFetchResult {
+  /** The final answer: a success, a final refusal, or the last retryable answer when retries ran out. */
+  readonly response: Response;
+  /** How many requests were sent. */
+  readonly attempts: number;
+  /** True when the final answer is a stored one (`Idempotent-Replayed: true`): the work ran on an earlier attempt. */
+  readonly replayed: boolean;
+  readonly key: string;
+}
+
+/** Statuses worth another attempt: the ones Idem's server records as retryable (DESIGN.md §2), and 5xx. */
+const RETRYABLE_4XX: ReadonlySet<number> = new Set([408, 409, 425, 429]);
+
+/**
+ * True for an answer the client retries: 408, 409 (in flight), 425, 429 and every 5xx. Never 400, 401, 402,
+ * 403, 404, 413, 422 or any other 4xx: those are final, and a retry with the same key would only replay them.
+ *
+ * @example
+ * isRetryableStatus(409) // → true
+ * isRetryableStatus(402) // → false
+ */
+export function isRetryableStatus(status: number): boolean {
+  return status >= 500 || RETRYABLE_4XX.has(status);
+}
+
+/**
+ * `fetch` with retries under one Idempotency-Key. The body is buffered once and re-sent on every attempt.
+ * Network errors and retryable answers are retried with exponential backoff and full jitter (a wait drawn
+ * uniformly from 0 to `min(maxTimeout, minTimeout × factor^(n−1))`), or after the server's `Retry-After`.
+ * Resolves with the final answer; rejects only with the last network error, or the signal's reason.
+ *
+ * @example
+ * const { response, attempts, replayed, key } = await idempotentFetch('https://api.example.com/v1/charges', {
+ *   method: 'POST',
+ *   headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+ *   body: JSON.stringify({ amount: 50_000, currency: 'usd', source: 'tok_visa' }),
+ * }, { retries: 5, signal: AbortSignal.timeout(60_000) })
+ */
+export async function idempotentFetch(
+  input: string | URL | Request,
+  init: RequestInit = {},
+  options: IdempotentFetchOptions = {},
+): Promise<IdempotentFetchResult> {
+  const settings = settle(options);
+  const { retries, factor, minTimeout, maxTimeout, maxRetryTime, random, sleep, now } = settings;
+  const signal = combine(options.signal, init.signal ?? undefined);
+  signal?.throwIfAborted();
+
+  // Buffer once: a stream, FormData or Blob body is read here, so every attempt sends the same bytes.
+  const template = new Request(input, init);
+  const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
+  const headers = new Headers(template.headers);
+  const key = options.key ?? headers.get('idempotency-key') ?? crypto.randomUUID();
+  headers.set('idempotency-key', key);
+  const send = (): Promise<Response> =>
+    settings.fetch(template.url, {
+      ...init,
+      method: template.method,
+      headers,
+      body,
+      ...(signal ? { signal } : {}),
+    });
+
+  const started = now();
+  for (let attempt = 1; ; attempt++) {
+    let response: Response | undefined;
+    let error: unknown;
+    try {
+      response = await send();
+    } catch (caught) {
+      if (signal?.aborted) throw signal.reason;
+      error = caught;
+    }
+    if (response && !isRetryableStatus(response.status)) {
+      return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
+    }
+
+    const retriesLeft = retries + 1 - attempt;
+    const serverSaid = response ? retryAfterMs(response.headers.get('retry-after'), now()) : undefined;
+    const backoff = Math.round(random() * Math.min(maxTimeout, minTimeout * factor ** (attempt - 1)));
+    const retryDelay = serverSaid === undefined ? backoff : Math.min(serverSaid, maxTimeout);
+    const failed: FailedAttempt = { attemptNumber: attempt, retriesLeft, key, error, response, retryDelay };
+    await options.onFailedAttempt?.(failed);
+    signal?.throwIfAborted();
+
+    const giveUp =
+      retriesLeft <= 0 ||
+      now() - started + retryDelay > maxRetryTime ||
+      (options.shouldRetry !== undefined && !(await options.shouldRetry(failed)));
+    if (giveUp) {
+      if (response) return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
+      throw error;
+    }
+    if (response && !response.bodyUsed) await response.body?.cancel().catch(() => undefined);
+    await sleep(retryDelay, signal);
+  }
+}
+
+/**
+ * An {@link idempotentFetch} with defaults (validated now). Each call is its own logical operation with its own
+ * key, so `key` cannot be a default.
+ *
+ * @example
+ * const payments = createIdempotentFetch({ retries: 8, maxRetryTime: 120_000 })
+ * const { response, replayed } = await payments(`${base}/v1/charges`, { method: 'POST', headers, body })
+ */
+export function createIdempotentFetch(
+  defaults: Omit<IdempotentFetchOptions, 'key'> = {},
+): (input: string | URL | Request, init?: RequestInit, options?: IdempotentFetchOptions) => Promise<IdempotentFetchResult> {
+  if ('key' in defaults) throw configError('key', 'given per call (one key per logical operation), not as a default');
+  settle(defaults);
+  return (input, init, options = {}) => idempotentFetch(input, init, { ...defaults, ...options });
+}
+
+interface Settings {
+  readonly retries: number;
+  readonly factor: number;
+  readonly minTimeout: number;
+  readonly maxTimeout: number;
+  readonly maxRetryTime: number;
+  readonly fetch: (input: string, init: RequestInit) => Promise<Response>;
+  readonly random: () => number;
+  readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
+  readonly now: () => number;
+}
+
+/** Applies defaults and validates, with errors that name the option. */
+function settle({
+  key,
+  retries = 5,
+  factor = 2,
+  minTimeout = 1_000,
+  maxTimeout = 30_000,
+  maxRetryTime = Number.POSITIVE_INFINITY,
+  signal,
+  shouldRetry,
+  onFailedAttempt,
+  fetch = (input, init) => globalThis.fetch(input, init),
+  random = Math.random,
+  sleep = abortableSleep,
+  now = Date.now,
+}: IdempotentFetchOptions): Settings {
+  if (key !== undefined && (typeof key !== 'string' || key.length === 0)) throw configError('key', 'a non-empty string', key);
+  if (!Number.isInteger(retries) || retries < 0) throw configError('retries', 'a non-negative integer', retries);
+  if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1) throw configError('factor', 'a number of at least 1', factor);
+  if (typeof minTimeout !== 'number' || !Number.isFinite(minTimeout) || minTimeout < 0) {
+    throw configError('minTimeout', 'a non-negative number', minTimeout);
+  }
+  if (typeof maxTimeout !== 'number' || Number.isNaN(maxTimeout) || maxTimeout < minTimeout) {
+    throw configError('maxTimeout', `a number of at least minTimeout (${minTimeout})`, maxTimeout);
+  }
+  if (typeof maxRetryTime !== 'number' || Number.isNaN(maxRetryTime) || maxRetryTime < 0) {
+    throw configError('maxRetryTime', 'a non-negative number', maxRetryTime);
+  }
+  if (signal !== undefined && !(signal instanceof AbortSignal)) throw configError('signal', 'an AbortSignal');
+  for (const [name, value] of [
+    ['shouldRetry', shouldRetry],
+    ['onFailedAttempt', onFailedAttempt],
+  ] as const) {
+    if (value !== undefined && typeof value !== 'function') throw configError(name, 'a function', value);
+  }
+  for (const [name, value] of [
+    ['fetch', fetch],
+    ['random', random],
+    ['sleep', sleep],
+    ['now', now],
+  ] as const) {
+    if (typeof value !== 'function') throw configError(name, 'a function', value);
+  }
+  return { retries, factor, minTimeout, maxTimeout, maxRetryTime, fetch, random, sleep, now };
+}
+
+/**
+ * A `Retry-After` value in ms from `now`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3). Undefined when
+ * absent or unreadable; never negative.
+ */
+function retryAfterMs(value: string | null, now: number): number | undefined {
+  if (value === null) return undefined;
+  const trimmed = value.trim();
+  if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1_000;
+  const at = Date.parse(trimmed);
+  return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+function combine(a: AbortSignal | undefined, b: AbortSignal | undefined): AbortSignal | undefined {
+  if (!a || !b || a === b) return a ?? b;
+  return AbortSignal.any([a, b]);
+}
+
+function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason as Error);
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal?.reason as Error);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
