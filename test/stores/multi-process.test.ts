@@ -6,12 +6,11 @@
  * own database.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import pg from 'pg';
-import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startLocalDynamo, type LocalDynamo } from 'idem/stores/dynamodb';
 import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
+import { deleteRedisPrefix, dropSchema } from './cleanup.js';
 
 const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
 const LEASE_MS = 1500;
@@ -41,12 +40,7 @@ const backings: Array<{ name: string; available: boolean; open: () => Promise<Ba
       url.searchParams.set('schema', schema);
       return {
         env: { IDEM_STORE: url.toString() },
-        cleanup: async () => {
-          const client = new pg.Client({ connectionString: POSTGRES_URL });
-          await client.connect();
-          await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-          await client.end();
-        },
+        cleanup: () => dropSchema(schema),
       };
     },
   },
@@ -84,21 +78,6 @@ const backings: Array<{ name: string; available: boolean; open: () => Promise<Ba
     },
   },
 ];
-
-/** Deletes every key under `prefix` (SCAN, then DEL in batches). */
-export async function deleteRedisPrefix(prefix: string): Promise<void> {
-  const redis = new Redis(REDIS_URL);
-  try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
-  } finally {
-    redis.disconnect();
-  }
-}
 
 interface Answer {
   readonly status: number;
