@@ -259,6 +259,26 @@ describe('idem/fastify', () => {
     expect(app.runs).toEqual({ slow: 1 });
   });
 
+  it('costs 2 store round trips for a new key, 1 for a replay, a conflict or a mismatch', async () => {
+    const app = await chargesApp();
+    const trips = async (send: () => Promise<unknown>) => {
+      const before = app.store.roundTrips;
+      await send();
+      return app.store.roundTrips - before;
+    };
+    const started = app.handlerStarted();
+    let first: Promise<unknown> = Promise.resolve();
+    const fresh = trips(() => (first = app.post('/slow', { key: 'k1' })));
+    await started;
+    const conflict = await trips(() => app.post('/slow', { key: 'k1' }));
+    app.release();
+    await first;
+    const replay = await trips(() => app.post('/slow', { key: 'k1' }));
+    const mismatch = await trips(() => app.post('/slow', { key: 'k1', body: { amount: 1 } }));
+    // The first request's window also saw the conflicting one's single trip.
+    expect({ fresh: (await fresh) - conflict, replay, conflict, mismatch }).toEqual({ fresh: 2, replay: 1, conflict: 1, mismatch: 1 });
+  });
+
   it('lets nothing the client sends force a replay or skip the claim', async () => {
     const app = await chargesApp();
     const forged = { 'idempotent-replayed': 'true' };
