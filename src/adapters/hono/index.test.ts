@@ -95,7 +95,7 @@ function chargesApp(options: Partial<HonoIdempotencyOptions<undefined>> = {}, st
     },
   );
 
-  const post = (path: string, { key, body = { amount: 50000, currency: 'usd' }, headers = {} }: PostOptions = {}) =>
+  const post = async (path: string, { key, body = { amount: 50000, currency: 'usd' }, headers = {} }: PostOptions = {}): Promise<Response> =>
     app.request(path, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
