@@ -33,6 +33,8 @@ export interface AppOptions {
   readonly clockSkewMs?: number;
   /** Static pages (the lab), by path. */
   readonly pages?: (request: Request) => Promise<Response | undefined>;
+  /** The model page's routes under `/v1/model` (demo/model.ts), for an authenticated account. Lab mode only. */
+  readonly model?: (request: Request, account: string) => Promise<Response | undefined>;
 }
 
 export interface App {
@@ -159,6 +161,10 @@ export function createApp(options: AppOptions): App {
       if (request.method !== 'GET') return notAllowed('GET');
       const records = await store.list({ scope: account, limit: 100 });
       return json({ object: 'list', data: records.map(publicRecord) });
+    }
+    if (lab && options.model && (path === '/v1/model' || path.startsWith('/v1/model/'))) {
+      const answer = await options.model(request, account);
+      if (answer) return answer;
     }
     if (path === '/v1/lab/reset' && lab) {
       if (request.method !== 'POST') return notAllowed('POST');

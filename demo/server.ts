@@ -5,7 +5,9 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type DemoConfig } from './config.js';
+import { modelRoutes, tripRecorder } from './model.js';
 import { serve } from './node.js';
+import { staticPages } from './pages.js';
 import { openBackend } from './stores.js';
 
 /**
@@ -15,8 +17,15 @@ import { openBackend } from './stores.js';
  * const { url, close } = await startServer(loadConfig(process.env))
  */
 export async function startServer(config: DemoConfig): Promise<{ url: string; close: () => Promise<void> }> {
-  const backend = await openBackend(config);
-  const app = createApp({ ...config, ...backend });
+  // The model page shows each operation's raw round trips: the recorder files them under the request that caused them.
+  const trips = tripRecorder();
+  const backend = await openBackend(config, { onRoundTrip: trips.onRoundTrip });
+  const app = createApp({
+    ...config,
+    ...backend,
+    pages: staticPages(),
+    ...(config.lab ? { model: modelRoutes({ store: backend.store, trips, ttlMs: config.ttlMs }) } : {}),
+  });
   const server = serve(app);
   server.listen(config.port, config.host);
   await once(server, 'listening');

@@ -1,0 +1,448 @@
+/**
+ * @module The model page's API: the store's own contract operations (claim, complete, get), run for real against the
+ * running store, each answered with the raw requests the store sent and what its engine replied (its `onRoundTrip`
+ * reports), and the round trips it took. Lab mode only, on lab sandbox accounts only.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { IdempotencyRecord, IdempotencyStore, Outcome, RoundTrip } from 'idem';
+import { fingerprint, isIdempotencyError, parseKey, recordPk } from 'idem';
+import { problem } from 'idem/http';
+
+/** Round trips of one model operation, collected through `AsyncLocalStorage`, plus the store's own count. */
+export interface TripRecorder {
+  /** Give this to the store (`openBackend(config, { onRoundTrip })`): it files each trip under the current operation. */
+  readonly onRoundTrip: (trip: RoundTrip) => void;
+  /** Runs `fn`, collecting the round trips it causes (and nothing from concurrent requests). */
+  record<T>(fn: () => Promise<T>): Promise<Recorded<T>>;
+}
+
+export interface Recorded<T> {
+  readonly value?: T;
+  readonly error?: unknown;
+  readonly trips: readonly RoundTrip[];
+}
+
+/**
+ * A recorder whose observer pushes each trip into the array of the operation that caused it.
+ *
+ * @example
+ * const trips = tripRecorder()
+ * const backend = await openBackend(config, { onRoundTrip: trips.onRoundTrip })
+ * const { value, trips: sent } = await trips.record(() => backend.store.get(pk))
+ */
+export function tripRecorder(): TripRecorder {
+  const current = new AsyncLocalStorage<RoundTrip[]>();
+  return {
+    onRoundTrip: (trip) => current.getStore()?.push(trip),
+    async record<T>(fn: () => Promise<T>): Promise<Recorded<T>> {
+      const trips: RoundTrip[] = [];
+      return current.run(trips, async () => {
+        try {
+          return { value: await fn(), trips };
+        } catch (error) {
+          return { error, trips };
+        }
+      });
+    },
+  };
+}
+
+export interface ModelOptions {
+  readonly store: IdempotencyStore<never> | IdempotencyStore<unknown>;
+  readonly trips: TripRecorder;
+  /** The records' TTL for claims that do not ask for a short one. */
+  readonly ttlMs: number;
+  /** The clock, epoch ms. Default `Date.now`. */
+  readonly now?: () => number;
+}
+
+/** The shortest and longest TTL a model claim may ask for (the expiry demonstration uses a few seconds). */
+const MIN_TTL_MS = 1_000;
+const EXPIRING_TTL_MS = 3_000;
+/** Model claims hold their lease long enough to press "Record the outcome" by hand. */
+const MODEL_LEASE_MS = 60_000;
+/** The seeded in_progress row keeps its lease for an hour: it stays "in progress" while the page is open. */
+const SEED_LEASE_MS = 3_600_000;
+/** The lab's $500 charge: the model's claims carry the same fingerprint a real charge request would. */
+const CHARGE_BODY = new TextEncoder().encode('{"amount":50000,"currency":"usd","source":"tok_visa"}');
+const CHARGE_FINGERPRINT = fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body: CHARGE_BODY });
+
+const SEEDS = [
+  { key: 'seed-succeeded', state: 'succeeded' },
+  { key: 'seed-failed', state: 'failed' },
+  { key: 'seed-in-progress', state: 'in_progress' },
+] as const;
+
+const json = (body: unknown, status = 200): Response =>
+  new Response(JSON.stringify(body, jsonSafe), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store' } });
+
+const badRequest = (detail: string, param: string): Response =>
+  problem({ status: 400, slug: 'parameter-invalid', title: 'Invalid parameter', detail, extensions: { param } });
+
+/**
+ * The model routes under `/v1/model`, for `createApp({ model })`. Every operation is scoped to
+ * `<account>/model`, so the model's rows never mix with the lab page's charges.
+ *
+ * | route | does |
+ * |---|---|
+ * | `GET /v1/model` | the store, the item's attributes with their stored types, the three patterns' engine operations |
+ * | `POST /v1/model/seed` | stages three rows: succeeded, failed (final), in_progress |
+ * | `POST /v1/model/claim` `{ key, ttlMs? }` | Claim a request key: `store.claim` |
+ * | `POST /v1/model/complete` `{ key, token, outcome, resultId? }` | Record the outcome: `store.complete` |
+ * | `GET /v1/model/read?key=` | Read a previous outcome: `store.get` |
+ * | `POST /v1/model/race` | two concurrent claims of a fresh key |
+ * | `POST /v1/model/expiring` | a succeeded row with a 3 s TTL |
+ *
+ * @example
+ * const model = modelRoutes({ store, trips, ttlMs: 86_400_000 })
+ * const app = createApp({ ...config, ...backend, model })
+ */
+export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOptions): (request: Request, account: string) => Promise<Response | undefined> {
+  const contract = store as IdempotencyStore<unknown>;
+
+  /** One contract call, with the trips it caused; `roundTrips` falls back to the store's counter when it reports none. */
+  const run = async <T>(operation: string, fn: () => Promise<T>): Promise<RunResult<T>> => {
+    const before = contract.roundTrips;
+    const recorded = await trips.record(fn);
+    const counted = contract.roundTrips - before;
+    return {
+      operation,
+      traced: recorded.trips.length > 0,
+      roundTrips: recorded.trips.length > 0 ? recorded.trips.length : counted,
+      trips: recorded.trips,
+      ...(recorded.error === undefined ? { value: recorded.value as T } : { error: describeError(recorded.error) }),
+    };
+  };
+
+  const claim = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) =>
+    contract.claim({
+      pk: recordPk(scope, key),
+      scope,
+      key,
+      fingerprint: CHARGE_FINGERPRINT,
+      token: randomUUID(),
+      id: randomUUID(),
+      now: now(),
+      leaseMs: options.leaseMs ?? MODEL_LEASE_MS,
+      ttlMs: options.ttlMs ?? ttlMs,
+    });
+
+  const outcomeFor = (kind: string, resultId: string | null): Outcome | undefined => {
+    const body = (status: number, value: unknown) => ({
+      status,
+      headers: [['content-type', 'application/json']] as const,
+      body: new TextEncoder().encode(JSON.stringify(value)),
+    });
+    if (kind === 'succeeded') {
+      return { status: 'succeeded', retryable: false, resultId, response: body(201, { id: resultId, object: 'charge', amount: 50000 }) };
+    }
+    if (kind === 'failed-final') {
+      return { status: 'failed', retryable: false, resultId, response: body(402, { type: 'urn:idem:problem:card-declined', status: 402 }) };
+    }
+    if (kind === 'failed-retryable') {
+      return { status: 'failed', retryable: true, resultId: null, response: body(503, { type: 'urn:idem:problem:processor-unavailable', status: 503 }) };
+    }
+    return undefined;
+  };
+
+  const complete = (scope: string, key: string, token: string, outcome: Outcome) =>
+    contract.complete({ pk: recordPk(scope, key), token, now: now(), outcome });
+
+  const describe = async (scope: string) => {
+    // Read one seeded row to see how this store actually writes the item (DynamoDB's type descriptors, SQLite's columns).
+    const seeded = await trips.record(() => contract.get(recordPk(scope, 'seed-succeeded')));
+    return {
+      store: store.name,
+      scope,
+      pk: { pattern: 'IDEMPOTENCY#<key>', stored: 'IDEMPOTENCY#<scope>#<key>', example: recordPk(scope, 'seed-succeeded') },
+      attributes: attributeTypes(store, seeded.trips, seeded.value ?? null),
+      operations: OPERATIONS[store.name] ?? OPERATIONS.default,
+      ttlMs,
+      expiringTtlMs: EXPIRING_TTL_MS,
+    };
+  };
+
+  const seed = async (scope: string) => {
+    const results = [];
+    for (const { key, state } of SEEDS) {
+      const claimRun = await run('claim', () => claim(scope, key, state === 'in_progress' ? { leaseMs: SEED_LEASE_MS } : {}));
+      const steps = [present(claimRun)];
+      const claimed = claimRun.value;
+      if (claimed?.kind === 'claimed' && state !== 'in_progress') {
+        const outcome = outcomeFor(state === 'succeeded' ? 'succeeded' : 'failed-final', `ch_seed_${randomBytes(6).toString('hex')}`);
+        steps.push(present(await run('complete', () => complete(scope, key, claimed.record.token, outcome as Outcome))));
+      }
+      const read = await run('get', () => contract.get(recordPk(scope, key)));
+      results.push({ key, state, record: read.value ? modelRecord(read.value) : null, steps });
+    }
+    return { rows: results };
+  };
+
+  return async (request, account) => {
+    const url = new URL(request.url);
+    const path = url.pathname;
+    if (path !== '/v1/model' && !path.startsWith('/v1/model/')) return undefined;
+    if (!account.startsWith('acct_lab_')) {
+      return problem({
+        status: 403,
+        slug: 'lab-account-required',
+        title: 'Lab sandbox account required',
+        detail: 'The model page runs store operations on lab sandbox accounts only: send `Authorization: Bearer sk_lab_<id>`.',
+      });
+    }
+    const scope = `${account}/model`;
+    const method = request.method;
+
+    if (path === '/v1/model') return method === 'GET' ? json(await describe(scope)) : notAllowed('GET');
+    if (path === '/v1/model/read') {
+      if (method !== 'GET') return notAllowed('GET');
+      const key = readKey(url.searchParams.get('key'));
+      if (key instanceof Response) return key;
+      const result = await run('get', () => contract.get(recordPk(scope, key)));
+      const at = now();
+      return json({ ...present(result), key, pk: recordPk(scope, key), expired: result.value ? result.value.expiresAt <= at : null, now: at });
+    }
+    if (method !== 'POST') return path.startsWith('/v1/model/') ? notAllowed('POST') : undefined;
+    const body = await readJson(request);
+    if (body instanceof Response) return body;
+
+    switch (path) {
+      case '/v1/model/seed':
+        return json(await seed(scope));
+      case '/v1/model/claim': {
+        const key = readKey(body.key);
+        if (key instanceof Response) return key;
+        const ttl = body.ttlMs === undefined ? ttlMs : body.ttlMs;
+        if (typeof ttl !== 'number' || !Number.isSafeInteger(ttl) || ttl < MIN_TTL_MS || ttl > ttlMs) {
+          return badRequest(`\`ttlMs\` must be an integer from ${MIN_TTL_MS} to ${ttlMs}.`, 'ttlMs');
+        }
+        const result = await run('claim', () => claim(scope, key, { ttlMs: ttl }));
+        return json({ ...present(result), key, pk: recordPk(scope, key), now: now() });
+      }
+      case '/v1/model/complete': {
+        const key = readKey(body.key);
+        if (key instanceof Response) return key;
+        if (typeof body.token !== 'string' || body.token.length === 0 || body.token.length > 100) {
+          return badRequest('`token` must be the token a claim returned.', 'token');
+        }
+        const resultId = body.resultId === undefined ? `ch_${randomBytes(8).toString('hex')}` : body.resultId;
+        if (typeof resultId !== 'string' || !/^[A-Za-z0-9_]{1,64}$/.test(resultId)) {
+          return badRequest('`resultId` must be 1-64 letters, digits or _.', 'resultId');
+        }
+        const outcome = outcomeFor(String(body.outcome), resultId);
+        if (!outcome) return badRequest('`outcome` must be succeeded, failed-final or failed-retryable.', 'outcome');
+        const token = body.token;
+        const result = await run('complete', () => complete(scope, key, token, outcome));
+        return json({ ...present(result), key, pk: recordPk(scope, key), outcome: body.outcome });
+      }
+      case '/v1/model/race': {
+        // Two claims of one fresh key, started together. Each is its own operation with its own trips.
+        const key = `race-${randomBytes(6).toString('hex')}`;
+        const [a, b] = await Promise.all([run('claim', () => claim(scope, key)), run('claim', () => claim(scope, key))]);
+        const claims = [a, b].map((result, i) => ({
+          label: i === 0 ? 'A' : 'B',
+          verdict: result.value?.kind === 'claimed' ? 'won' : result.value?.kind === 'existing' ? 'lost' : 'error',
+          ...present(result),
+        }));
+        return json({ key, pk: recordPk(scope, key), claims, winners: claims.filter((c) => c.verdict === 'won').length });
+      }
+      case '/v1/model/expiring': {
+        const key = `expiring-${randomBytes(6).toString('hex')}`;
+        const claimed = await run('claim', () => claim(scope, key, { ttlMs: EXPIRING_TTL_MS }));
+        const steps = [present(claimed)];
+        if (claimed.value?.kind === 'claimed') {
+          const token = claimed.value.record.token;
+          steps.push(present(await run('complete', () => complete(scope, key, token, outcomeFor('succeeded', `ch_${randomBytes(8).toString('hex')}`) as Outcome))));
+        }
+        const read = await run('get', () => contract.get(recordPk(scope, key)));
+        return json({ key, pk: recordPk(scope, key), ttlMs: EXPIRING_TTL_MS, record: read.value ? modelRecord(read.value) : null, steps, now: now() });
+      }
+      default:
+        return undefined;
+    }
+  };
+}
+
+/** The engine operation behind each access pattern, by store name. */
+const OPERATIONS: Record<string, { claim: string; complete: string; get: string }> = {
+  dynamodb: { claim: 'PutItem (condition: attribute_not_exists, or expired / reclaimable)', complete: 'UpdateItem (condition: token and in_progress)', get: 'GetItem (consistent read)' },
+  sqlite: { claim: 'INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = ? AND status = in_progress', get: 'SELECT * … WHERE pk = ?' },
+  postgres: { claim: 'INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = $1 AND status = in_progress', get: 'SELECT * … WHERE pk = $1' },
+  redis: { claim: 'EVALSHA claim script (one hash key)', complete: 'EVALSHA complete script', get: 'HGETALL' },
+  memory: { claim: 'Map get + set in one synchronous step', complete: 'Map set if the token holds', get: 'Map get' },
+  default: { claim: 'claim', complete: 'complete', get: 'get' },
+};
+
+/** A record as the model page shows it (the response body as text; the token is the sandbox's own). */
+function modelRecord(record: IdempotencyRecord) {
+  return {
+    pk: record.pk,
+    key: record.key,
+    status: record.status,
+    fingerprint: record.fingerprint,
+    id: record.id,
+    token: record.token,
+    claimedAt: record.claimedAt,
+    leaseExpiresAt: record.leaseExpiresAt,
+    expiresAt: record.expiresAt,
+    retryable: record.status === 'failed' ? record.retryable : null,
+    resultId: record.resultId,
+    responseStatus: record.response?.status ?? null,
+  };
+}
+
+interface RunResult<T> {
+  readonly operation: string;
+  readonly traced: boolean;
+  readonly roundTrips: number;
+  readonly trips: readonly RoundTrip[];
+  readonly value?: T;
+  readonly error?: unknown;
+}
+
+/** What the page gets for one operation: the store's return value (records shaped for display), the trips, the count. */
+function present<T>(result: RunResult<T>) {
+  const value = result.value as unknown;
+  let shown: unknown = value;
+  if (isRecord(value)) shown = modelRecord(value);
+  else if (value && typeof value === 'object' && 'kind' in value && 'record' in value && isRecord(value.record)) {
+    shown = { kind: value.kind, record: modelRecord(value.record) };
+  }
+  return {
+    operation: result.operation,
+    traced: result.traced,
+    roundTrips: result.roundTrips,
+    result: shown ?? null,
+    ...(result.error === undefined ? {} : { error: result.error }),
+    trips: result.trips,
+  };
+}
+
+function isRecord(value: unknown): value is IdempotencyRecord {
+  return typeof value === 'object' && value !== null && 'pk' in value && 'token' in value && 'fingerprint' in value;
+}
+
+/**
+ * The four attributes the page describes, with the type this store gives them: DynamoDB's type descriptor from the
+ * item it returned, SQLite's declared column type, the declared types of the other network stores, otherwise the
+ * JavaScript type of the value the store holds (memory).
+ */
+function attributeTypes(store: object, trips: readonly RoundTrip[], record: IdempotencyRecord | null) {
+  const fields: readonly Field[] = [
+    { name: 'status', column: 'status', meaning: 'in_progress → succeeded or failed' },
+    { name: 'resultId', column: 'result_id', meaning: 'what the work produced (the charge id)' },
+    { name: 'claimedAt', column: 'claimed_at', meaning: 'when the key was claimed' },
+    { name: 'expiresAt', column: 'expires_at', meaning: 'when the record stops counting' },
+  ];
+  for (const trip of trips) {
+    const item = (trip.response as { Item?: Record<string, Record<string, unknown>> } | undefined)?.Item;
+    if (item && typeof item === 'object') {
+      return {
+        source: 'the type descriptors of the item GetItem returned',
+        fields: fields.map((f) => {
+          const descriptor = item[f.name];
+          const type = descriptor ? (Object.keys(descriptor)[0] ?? '?') : 'absent while null';
+          const unit = f.name === 'expiresAt' ? 'epoch seconds (what native TTL reads)' : f.name === 'claimedAt' ? 'epoch ms' : '';
+          return { ...f, storedAs: f.name, type, unit };
+        }),
+      };
+    }
+  }
+  const sqlite = store as { database?: { prepare?: (sql: string) => { all: (...p: unknown[]) => unknown[] } }; table?: unknown };
+  if (typeof sqlite.database?.prepare === 'function' && typeof sqlite.table === 'string') {
+    const table = sqlite.table;
+    const columns = sqlite.database.prepare('SELECT name, type FROM pragma_table_info(?)').all(table) as Array<{ name: string; type: string }>;
+    const declared = new Map(columns.map((c) => [c.name, c.type]));
+    return {
+      source: `the declared column types of ${table} (PRAGMA table_info)`,
+      fields: fields.map((f) => ({ ...f, storedAs: `${table}.${f.column}`, type: declared.get(f.column) ?? '?', unit: f.name.endsWith('At') ? 'epoch ms' : '' })),
+    };
+  }
+  const known = DECLARED[(store as { name?: string }).name ?? ''];
+  if (known) {
+    return { source: "the store's schema", fields: fields.map((f) => ({ ...f, storedAs: known.name(f), type: known.type(f.name), unit: known.unit(f.name) })) };
+  }
+  return {
+    source: 'the values the store holds (JavaScript types)',
+    fields: fields.map((f) => {
+      const value = record?.[f.name];
+      const type = value === undefined ? '?' : value === null ? 'string | null' : f.name === 'resultId' ? 'string | null' : typeof value;
+      return { ...f, storedAs: f.name, type, unit: f.name.endsWith('At') ? 'epoch ms' : '' };
+    }),
+  };
+}
+
+type Field = { readonly name: 'status' | 'resultId' | 'claimedAt' | 'expiresAt'; readonly column: string; readonly meaning: string };
+
+/** What the network stores declare (their schema.sql and scripts), for stores whose replies do not carry types. */
+const DECLARED: Record<string, { name(f: Field): string; type(name: Field['name']): string; unit(name: Field['name']): string }> = {
+  postgres: {
+    name: (f) => f.column,
+    type: (name) => (name.endsWith('At') ? 'bigint' : 'text'),
+    unit: (name) => (name.endsWith('At') ? 'epoch ms' : ''),
+  },
+  redis: {
+    name: (f) => `hash field ${f.name}`,
+    type: () => 'string (every hash field is a string)',
+    unit: (name) => (name.endsWith('At') ? 'epoch ms as decimal digits; the key also has a PEXPIRE' : ''),
+  },
+};
+
+function readKey(raw: unknown): string | Response {
+  if (typeof raw !== 'string') return badRequest('`key` is required: an Idempotency-Key value.', 'key');
+  try {
+    return parseKey(raw);
+  } catch (error) {
+    if (isIdempotencyError(error)) return badRequest(error.message, 'key');
+    throw error;
+  }
+}
+
+async function readJson(request: Request): Promise<Record<string, unknown> | Response> {
+  const text = await request.text();
+  if (text.length > 10_000) return badRequest('The body is too large.', 'body');
+  if (text === '') return {};
+  try {
+    const parsed: unknown = JSON.parse(text);
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+  } catch {
+    // answered below
+  }
+  return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+}
+
+function describeError(error: unknown): unknown {
+  if (error instanceof Error) {
+    const own = Object.fromEntries(Object.entries(error).filter(([k]) => k !== 'stack'));
+    return { name: error.name, message: error.message, ...own };
+  }
+  return error;
+}
+
+/**
+ * A `JSON.stringify` replacer for raw engine values: bytes as their length and text, bigints as strings, errors by
+ * name, message and own fields (e.g. DynamoDB's `ConditionalCheckFailedException` and its `$metadata`).
+ */
+function jsonSafe(this: unknown, _key: string, value: unknown): unknown {
+  if (typeof value === 'bigint') return value.toString();
+  if (isBufferJson(value)) return { bytes: value.data.length, text: new TextDecoder().decode(Uint8Array.from(value.data.slice(0, 2_000))) };
+  if (value instanceof Uint8Array) {
+    const text = new TextDecoder('utf-8', { fatal: false }).decode(value.subarray(0, 2_000));
+    return { bytes: value.byteLength, text };
+  }
+  if (value instanceof Error) return describeError(value);
+  if (value instanceof Map) return Object.fromEntries(value);
+  if (value instanceof Set) return [...value];
+  if (typeof value === 'function' || typeof value === 'symbol') return undefined;
+  return value;
+}
+
+/** A Node `Buffer` after its own `toJSON` ran (which happens before any replacer sees it). */
+function isBufferJson(value: unknown): value is { type: 'Buffer'; data: number[] } {
+  return typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data);
+}
+
+function notAllowed(allow: string): Response {
+  return problem({ status: 405, slug: 'method-not-allowed', title: 'Method not allowed', headers: { allow } });
+}
