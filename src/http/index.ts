@@ -1,8 +1,18 @@
 /**
  * @module `idem/http` — the Web-standard layer: middleware, problem+json, and response replay.
  */
-export { idempotency } from './middleware.js';
-export type { Declaration, HandlerContext, IdempotencyOptions, IdempotentFetch, IdempotentHandler } from './middleware.js';
+export { createGate, idempotency, serveWeb } from './middleware.js';
+export type {
+  Admission,
+  Claim,
+  Declaration,
+  Gate,
+  GateRequest,
+  HandlerContext,
+  IdempotencyOptions,
+  IdempotentFetch,
+  IdempotentHandler,
+} from './middleware.js';
 export { problem, problemFor } from './problem.js';
 export type { ProblemInit, ProblemSlug } from './problem.js';
 export {
