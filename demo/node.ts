@@ -1,12 +1,15 @@
 /**
  * @module A node:http server around the Web-standard app, with the lab's drop-after-commit fault.
  */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { problem } from 'idem/http';
 import { MAX_BODY_BYTES, type App } from './app.js';
 
 /**
- * Serves `app` on node:http. Bodies over the limit are refused with 413 before the app sees them.
+ * Serves `app` on node:http. Bodies over the limit are refused with 413 before the app sees them. Requests the
+ * HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over 16 KiB) get a
+ * problem+json answer too, never a bare status line.
  *
  * @example
  * const server = serve(app); server.listen(4000, '127.0.0.1')
@@ -21,8 +24,30 @@ export function serve(app: App): Server & { inFlight(): number } {
       res.destroy();
     });
   });
+  server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
+    if (error.code === 'ECONNRESET' || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+    socket.end(rawProblem(status, 'The request is not valid HTTP/1.1 (its request line, headers or framing).'));
+  });
   server.keepAliveTimeout = 5_000;
   return Object.assign(server, { inFlight: () => inFlight });
+}
+
+/** A complete HTTP/1.1 problem+json response as bytes, for answers written before node:http has a response. */
+function rawProblem(status: number, detail: string): string {
+  const body = JSON.stringify({ type: 'urn:idem:problem:http-invalid', title: STATUS_CODES[status] ?? 'Bad Request', status, detail });
+  return [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Bad Request'}`,
+    'content-type: application/problem+json',
+    'cache-control: no-store',
+    `content-length: ${Buffer.byteLength(body)}`,
+    'connection: close',
+    '',
+    body,
+  ].join('\r\n');
 }
 
 async function handle(app: App, req: IncomingMessage, res: ServerResponse): Promise<void> {
