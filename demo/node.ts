@@ -9,22 +9,37 @@ import { MAX_BODY_BYTES, type App } from './app.js';
 /**
  * Serves `app` on node:http. Bodies over the limit are refused with 413 before the app sees them. Requests the
  * HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over 16 KiB) get a
- * problem+json answer too, never a bare status line.
+ * problem+json answer too, never a bare status line; and an error in bytes that follow a request never
+ * replaces that request's own answer.
  *
  * @example
  * const server = serve(app); server.listen(4000, '127.0.0.1')
  */
 export function serve(app: App): Server & { inFlight(): number } {
   let inFlight = 0;
+  /** The response being produced on each socket: a parse error in what follows must not answer over it. */
+  const answering = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
   const server = createServer((req, res) => {
     inFlight++;
-    res.on('close', () => inFlight--);
+    answering.set(req.socket, { req, res });
+    res.on('close', () => {
+      inFlight--;
+      if (answering.get(req.socket)?.res === res) answering.delete(req.socket);
+    });
     handle(app, req, res).catch((error: unknown) => {
       console.error('demo: bridge failed', error);
       res.destroy();
     });
   });
   server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
+    const pending = answering.get(socket);
+    if (pending?.req.complete && !pending.res.writableFinished) {
+      // Garbage after a complete request (e.g. a body longer than its Content-Length): that request is being
+      // answered; let the answer out, then close. Answering 400 here would hide a charge behind an error.
+      pending.res.shouldKeepAlive = false;
+      pending.res.once('finish', () => socket.end());
+      return;
+    }
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy();
       return;
