@@ -8,9 +8,9 @@ import { MAX_BODY_BYTES, type App } from './app.js';
 
 /**
  * Serves `app` on node:http. Bodies over the limit are refused with 413 before the app sees them. Requests the
- * HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over 16 KiB) get a
- * problem+json answer too, never a bare status line; and an error in bytes that follow a request never
- * replaces that request's own answer.
+ * HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over 16 KiB) and
+ * requests without a usable Host or target get a problem+json answer too, never a bare status line or a dropped
+ * socket; and an error in bytes that follow a request never replaces that request's own answer.
  *
  * @example
  * const server = serve(app); server.listen(4000, '127.0.0.1')
@@ -19,7 +19,8 @@ export function serve(app: App): Server & { inFlight(): number } {
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
   const answering = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
-  const server = createServer((req, res) => {
+  // Node's own Host check answers a bare 400; `handle` answers it with a problem instead.
+  const server = createServer({ requireHostHeader: false }, (req, res) => {
     inFlight++;
     answering.set(req.socket, { req, res });
     res.on('close', () => {
@@ -65,6 +66,24 @@ function rawProblem(status: number, detail: string): string {
   ].join('\r\n');
 }
 
+/** A Host header value: empty, or a reg-name, IPv4 or bracketed IPv6 address with an optional port (RFC 3986 §3.2). */
+const HOST = /^(?:(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]+)(?::\d{1,5})?)?$/;
+
+/**
+ * The request's URL, from its target alone: the Host header never changes the route. Origin-form
+ * (`/path?query`) and absolute-form (`http://host/path`) targets are accepted; anything else is undefined.
+ */
+function requestUrl(target: string): URL | undefined {
+  try {
+    if (target.startsWith('/')) return new URL(`http://localhost${target}`);
+    const absolute = new URL(target);
+    if (absolute.protocol !== 'http:' && absolute.protocol !== 'https:') return undefined;
+    return new URL(`http://localhost${absolute.pathname}${absolute.search}`);
+  } catch {
+    return undefined;
+  }
+}
+
 async function handle(app: App, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const chunks: Buffer[] = [];
   let size = 0;
@@ -76,10 +95,19 @@ async function handle(app: App, req: IncomingMessage, res: ServerResponse): Prom
     }
     chunks.push(chunk);
   }
+  const url = requestUrl(req.url ?? '/');
+  // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
+  const hosts = req.rawHeaders.filter((_, i) => i % 2 === 0 && req.rawHeaders[i]?.toLowerCase() === 'host').length;
+  const hostInvalid = req.httpVersion === '1.1' && (hosts !== 1 || !HOST.test(req.headers.host ?? ''));
+  if (!url || hostInvalid) {
+    const detail = url ? 'An HTTP/1.1 request needs one valid Host header.' : 'The request target must be a path (or an absolute http URL).';
+    await write(res, problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }), true);
+    return;
+  }
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
   const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
-  const request = new Request(`http://${req.headers.host ?? 'localhost'}${req.url ?? '/'}`, {
+  const request = new Request(url, {
     method: req.method ?? 'GET',
     headers,
     ...(hasBody ? { body: Buffer.concat(chunks) } : {}),
