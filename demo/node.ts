@@ -66,6 +66,9 @@ function rawProblem(status: number, detail: string): string {
   ].join('\r\n');
 }
 
+/** How much of an oversized body is read and dropped so its sender still gets the 413; beyond it, the socket is cut. */
+const DRAIN_LIMIT_BYTES = 16 * MAX_BODY_BYTES;
+
 /** A Host header value: empty, or a reg-name, IPv4 or bracketed IPv6 address with an optional port (RFC 3986 §3.2). */
 const HOST = /^(?:(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]+)(?::\d{1,5})?)?$/;
 
@@ -89,11 +92,15 @@ async function handle(app: App, req: IncomingMessage, res: ServerResponse): Prom
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
     size += chunk.byteLength;
-    if (size > MAX_BODY_BYTES) {
-      await write(res, problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: `The body is larger than ${MAX_BODY_BYTES} bytes.` }), true);
-      return;
-    }
-    chunks.push(chunk);
+    // Past the limit, keep reading (and dropping) the rest before answering: closing on unread bytes makes TCP
+    // reset the connection, and the client would see the reset (EPIPE) instead of the 413. Past DRAIN_LIMIT,
+    // stop reading and answer anyway.
+    if (size > DRAIN_LIMIT_BYTES) break;
+    if (size <= MAX_BODY_BYTES) chunks.push(chunk);
+  }
+  if (size > MAX_BODY_BYTES) {
+    await write(res, problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: `The body is larger than ${MAX_BODY_BYTES} bytes.` }), true);
+    return;
   }
   const url = requestUrl(req.url ?? '/');
   // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
