@@ -150,7 +150,8 @@ export function createApp(options: AppOptions): App {
     const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
     if (one) {
       if (request.method !== 'GET') return notAllowed('GET');
-      const charge = await ledger.get(account, decodeURIComponent(one[1] as string));
+      const id = decodeId(one[1] as string);
+      const charge = id === undefined ? undefined : await ledger.get(account, id);
       return charge ? json(charge) : notFound(path);
     }
     if (path === '/v1/balance') {
@@ -238,6 +239,15 @@ export function publicRecord(record: IdempotencyRecord) {
     leaseExpiresAt: record.leaseExpiresAt,
     expiresAt: record.expiresAt,
   };
+}
+
+/** A path segment, percent-decoded; undefined when it is not valid percent-encoded UTF-8 (no such charge). */
+function decodeId(segment: string): string | undefined {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return undefined;
+  }
 }
 
 function notFound(path: string): Response {
