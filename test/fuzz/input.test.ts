@@ -1,0 +1,487 @@
+/**
+ * Bad input, fuzzed (issue 6, item 3): keys, bodies, headers, methods and HTTP framing thrown at the real demo
+ * server over TCP (SQLite, lab mode off). Property: every answer is exactly the one the oracle (./oracle.ts)
+ * owes — a 4xx problem+json, or a correct success — never a 5xx, never a hung or silently dropped socket; and
+ * the ledger and the records table change only for valid requests. `fetch` for what it can send; raw TCP
+ * (./raw.ts) for what it refuses: bare CR/LF and control bytes, duplicate Idempotency-Key headers, invalid
+ * methods, UTF-8 header bytes, lying Content-Lengths, chunked bodies.
+ *
+ * Seeded: `IDEM_FUZZ_SEED=<n>` replays a run; the seed is printed either way.
+ */
+import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { API_KEY, chargeOf, expected, MiB, type Expected, type SeenRequest } from './oracle.js';
+import { rawExchange, rawRequest, type RawOutcome } from './raw.js';
+
+const SEED = Number(process.env.IDEM_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
+const FETCH_RUNS = 250;
+const RAW_RUNS = 150;
+const AUTH = `Bearer ${API_KEY}`;
+
+let unique = 0;
+/** A fresh prefix for every generated key, so a valid key is never reused (reuse is tested elsewhere). */
+const nextPrefix = (): string => `f${SEED.toString(36)}.${(unique++).toString(36)}.`;
+
+// ---- keys: shapes that take the unique prefix -------------------------------------------------------------
+
+type KeyShape = (prefix: string) => string;
+const visible = fc.string({ unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 40 });
+const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 30 });
+const escapeSf = (s: string): string => s.replace(/["\\]/g, '\\$&');
+
+/** Key header values `fetch` can send (it refuses NUL, CR, LF and code points above 0xFF). */
+const fetchKeyShape: fc.Arbitrary<KeyShape> = fc.oneof(
+  { weight: 4, arbitrary: fc.constant((p: string) => `${p}${randomUUID()}`) },
+  { weight: 3, arbitrary: visible.map((s) => (p: string) => `${p}${s}`) },
+  { weight: 2, arbitrary: printable.map((s) => (p: string) => `"${p}${escapeSf(s)}"`) },
+  { weight: 1, arbitrary: printable.map((s) => (p: string) => `"${p}${s}"`) },
+  fc.constantFrom<KeyShape>(
+    () => '',
+    () => ' ',
+    () => '""',
+    () => '"',
+    (p) => `"${p}`,
+    (p) => `${p}"`,
+    (p) => `"${p}\\q"`,
+    (p) => `"${p}\\"`,
+    (p) => `${p}"x"`,
+    (p) => ` ${p} `,
+    (p) => `\t${p}`,
+    (p) => `${p} x`,
+    (p) => `${p}, ${p}`,
+    (p) => `${p},${p}`,
+    (p) => `${p}\tx`,
+    (p) => `${p}é`,
+    (p) => `${p}\u00ff`,
+    (p) => (p + 'k'.repeat(255)).slice(0, 255),
+    (p) => `"${(p + 'k'.repeat(255)).slice(0, 255)}"`,
+    (p) => (p + 'k'.repeat(256)).slice(0, 256),
+    (p) => `${p}${'k'.repeat(1_000)}`,
+  ),
+  fc.integer({ min: 256, max: 2_000 }).map((n) => () => 'k'.repeat(n)),
+  fc
+    .constantFrom(...[...Array(32).keys()].filter((c) => c !== 0 && c !== 9 && c !== 10 && c !== 13), 0x7f)
+    .map((c) => (p: string) => `${p}${String.fromCharCode(c)}x`),
+);
+
+// ---- bodies ----------------------------------------------------------------------------------------------
+
+const amount = fc.oneof(
+  { weight: 6, arbitrary: fc.integer({ min: 1, max: 99_999_999 }) },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom<unknown>(0, -1, 1, 99_999_999, 100_000_000, 1.5, 2 ** 53, -0, 1e21, '500', true, null, [500], { v: 500 }),
+  },
+);
+const currency = fc.option(fc.oneof({ weight: 4, arbitrary: fc.constantFrom('usd', 'eur', 'gbp') }, fc.constantFrom<unknown>('USD', 'xyz', '', 5, null)), {
+  nil: undefined,
+});
+const source = fc.option(
+  fc.oneof({ weight: 4, arbitrary: fc.constantFrom('tok_visa', 'tok_mastercard', 'tok_chargeDeclined') }, fc.constantFrom<unknown>('tok_nope', 1, null)),
+  { nil: undefined },
+);
+const extra = fc.dictionary(fc.constantFrom('metadata', 'description', '__proto__', 'constructor', 'x', 'amount_decimal'), fc.jsonValue({ maxDepth: 3 }), {
+  maxKeys: 2,
+});
+const validish = fc.record({ amount, currency, source, extra, pretty: fc.boolean() }).map(({ amount: a, currency: c, source: s, extra: x, pretty }) => {
+  const object: Record<string, unknown> = { ...x, amount: a };
+  if (c !== undefined) object.currency = c;
+  if (s !== undefined) object.source = s;
+  return Buffer.from(JSON.stringify(object, null, pretty ? 2 : undefined));
+});
+const nest = (depth: number, open: string, close: string, inner: string): string => open.repeat(depth) + inner + close.repeat(depth);
+const body: fc.Arbitrary<Buffer> = fc.oneof(
+  { weight: 10, arbitrary: validish },
+  // Malformed JSON: a valid body cut short, or with a byte changed.
+  validish.chain((b) => fc.integer({ min: 0, max: Math.max(0, b.length - 1) }).map((cut) => b.subarray(0, cut))),
+  validish.chain((b) =>
+    fc.tuple(fc.integer({ min: 0, max: b.length - 1 }), fc.integer({ min: 0, max: 255 })).map(([at, byte]) => {
+      const copy = Buffer.from(b);
+      copy[at] = byte;
+      return copy;
+    }),
+  ),
+  fc.string({ maxLength: 60 }).map((s) => Buffer.from(s)),
+  fc.jsonValue({ maxDepth: 3 }).map((v) => Buffer.from(JSON.stringify(v) ?? 'null')),
+  fc.constantFrom(
+    // Huge and odd numbers.
+    '{"amount":1e400}',
+    '{"amount":123456789012345678901234567890}',
+    '{"amount":9007199254740993}',
+    '{"amount":5e2}',
+    '{"amount":500.0}',
+    '{"amount":-0}',
+    '{"amount":0x1F4}',
+    '{"amount":NaN}',
+    '{"amount":Infinity}',
+    '{"amount":500,}',
+    "{'amount':500}",
+    '{"amount":500} {"amount":600}',
+    // Duplicate keys: the last one wins, in the handler and in the fingerprint alike.
+    '{"amount":500,"amount":"500"}',
+    '{"amount":"500","amount":500}',
+    '{"amount":500,"currency":"usd","currency":"xyz"}',
+    // Not UTF-8, BOM, NUL.
+    '\uFEFF{"amount":500}',
+    '{"amount":500,"x":"\u0000"}',
+    '',
+    'null',
+    '[]',
+    'amount=500&currency=usd',
+  ).map((s) => Buffer.from(s)),
+  fc.constantFrom(Buffer.from([0x7b, 0xff, 0x7d]), Buffer.from([0xef, 0xbb, 0xbf, 0x7b, 0x7d]), Buffer.from('{"amount":500,"d":"\xc3\x28"}', 'latin1')),
+  // Deep nesting, inside a valid charge and on its own.
+  fc.constantFrom(10, 255, 300, 5_000, 100_000).chain((depth) =>
+    fc.constantFrom(
+      Buffer.from(`{"amount":700,"deep":${nest(depth, '[', ']', '1')}}`),
+      Buffer.from(`{"amount":700,"deep":${nest(depth, '{"a":', '}', '1')}}`),
+      Buffer.from(nest(depth, '[', ']', '')),
+      Buffer.from(nest(depth, '{"amount":', '}', '1')),
+    ),
+  ),
+);
+
+// ---- the rest of the request -----------------------------------------------------------------------------
+
+const method = fc.oneof({ weight: 12, arbitrary: fc.constant('POST') }, fc.constantFrom('GET', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'));
+const target = fc.oneof(
+  { weight: 12, arbitrary: fc.constant('/v1/charges') },
+  fc.constantFrom(
+    '/v1/charges?x=1&y=%00',
+    '/v1/charges/',
+    '/v1/charges/ch_missing',
+    '/v1/charges/%E0%A4%A',
+    '/v1/charges/%',
+    '/v1/charges/..%2Fbalance',
+    '/v1/nothing',
+    '/V1/charges',
+    '/v1/lab/reset',
+    '/v1/idempotency_records/x',
+  ),
+);
+const authorization = fc.oneof(
+  { weight: 12, arbitrary: fc.constant<string | null>(AUTH) },
+  fc.constantFrom<string | null>(null, '', 'Bearer', 'bearer sk_test_alice', 'Bearer  sk_test_alice', 'Bearer sk_test_bobby', 'Basic c2tfdGVzdF9hbGljZTo=', `${AUTH} x`),
+);
+const contentType = fc.constantFrom<string | null>(
+  'application/json',
+  'application/json',
+  'application/json; charset=utf-8',
+  'application/problem+json',
+  'text/plain',
+  'application/x-www-form-urlencoded',
+  'multipart/form-data; boundary=x',
+  'application/json;;;',
+  null,
+);
+/** Headers that must change nothing — lab fault headers included, since lab mode is off. */
+const extraHeaders = fc.array(
+  fc.tuple(
+    fc.constantFrom('x-request-id', 'idem-lab-fault', 'idem-lab-delay-ms', 'idem-lab-fail', 'accept', 'x-forwarded-for', 'cookie', 'user-agent', 'x-idempotency-key'),
+    fc.oneof(fc.constantFrom('drop-after-commit', '60000', '503', '*/*', 'session=secret'), printable),
+  ),
+  { maxLength: 3 },
+);
+
+interface Case {
+  readonly method: string;
+  readonly target: string;
+  readonly authorization: string | null;
+  readonly keys: readonly KeyShape[];
+  readonly contentType: string | null;
+  readonly body: Buffer;
+  readonly extra: ReadonlyArray<readonly [string, string]>;
+}
+
+const fetchCase: fc.Arbitrary<Case> = fc.record({
+  method,
+  target,
+  authorization,
+  // fetch folds repeated names into one line; the raw property sends real duplicates.
+  keys: fc.oneof({ weight: 3, arbitrary: fetchKeyShape.map((k) => [k]) }, fc.constant([])),
+  contentType,
+  body,
+  extra: extraHeaders,
+});
+
+// ---- the server and its database -------------------------------------------------------------------------
+
+describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
+  const dir = tempDir('idem-fuzz-');
+  let server: DemoProcess;
+  let db: Database.Database;
+  const counts = () => ({
+    charges: (db.prepare('SELECT COUNT(*) AS n FROM charges').get() as { n: number }).n,
+    records: (db.prepare('SELECT COUNT(*) AS n FROM idem_records').get() as { n: number }).n,
+  });
+  const tally = new Map<string, number>();
+  const count = (what: string) => tally.set(what, (tally.get(what) ?? 0) + 1);
+
+  beforeAll(async () => {
+    console.log(`fuzz seed ${SEED} (IDEM_FUZZ_SEED=${SEED} replays it)`);
+    server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0' });
+    db = new Database(`${dir.path}/idem.db`, { readonly: true, fileMustExist: true });
+  });
+  afterAll(async () => {
+    db?.close();
+    await server?.stop();
+    dir.remove();
+    console.log('fuzz tally:', Object.fromEntries([...tally].sort()));
+  });
+
+  /** Checks one exchange against what the oracle owes: the answer, then the ledger and records deltas. */
+  async function check(want: Expected, seen: SeenRequest, answer: Answer, before: { charges: number; records: number }) {
+    count(`status ${answer.status}`);
+    expect(answer.status, 'never a hung socket, never a silent close').not.toBe(0);
+    expect(answer.status, 'never a 5xx').toBeLessThan(500);
+    expect(answer.status).toBe(want.status);
+    if (want.status >= 400) {
+      expect(answer.contentType).toBe('application/problem+json');
+      if (seen.method !== 'HEAD') expect((JSON.parse(answer.body) as { status: number }).status).toBe(want.status);
+    }
+    if (want.charges && want.params) {
+      const parsed = JSON.parse(answer.body) as Record<string, unknown>;
+      if (want.status === 201) {
+        expect([parsed.object, parsed.amount, parsed.currency, parsed.status]).toEqual(['charge', want.params.amount, want.params.currency, 'succeeded']);
+      } else {
+        expect([parsed.type, parsed.code]).toEqual(['urn:idem:problem:card-declined', 'card_declined']);
+      }
+    }
+    const after = counts();
+    expect(after.charges - before.charges, 'the ledger changes only for a valid charge').toBe(want.charges ? 1 : 0);
+    expect(after.records - before.records, 'a record is stored only for a valid keyed charge').toBe(want.records ? 1 : 0);
+  }
+
+  it('fetch: every answer is the owed 4xx problem or a correct success, and only valid charges reach the ledger', async () => {
+    await fc.assert(
+      fc.asyncProperty(fetchCase, async (c) => {
+        const keys = c.keys.map((shape) => shape(nextPrefix()));
+        const seen: SeenRequest = { method: c.method, target: c.target, authorization: c.authorization, keys, body: c.body };
+        // A control character in a header value is refused by the HTTP parser, before any route or credential.
+        const values = [...keys, ...c.extra.map(([, v]) => v)];
+        const broken = values.some(hasControl);
+        const want: Expected = broken ? { status: 400, charges: false, records: false } : expected(seen);
+        const headers = new Headers();
+        if (c.authorization !== null) headers.set('authorization', c.authorization);
+        for (const key of keys) headers.append('idempotency-key', key);
+        if (c.contentType !== null) headers.set('content-type', c.contentType);
+        for (const [name, value] of c.extra) headers.append(name, value);
+        const before = counts();
+        // fetch refuses to send a control character (undici: "invalid header"): those go over raw TCP.
+        const answer = broken
+          ? fromRaw(await rawExchange(server.url, rawRequest(c.method, c.target, [...headers, ['content-length', String(c.method === 'GET' || c.method === 'HEAD' ? 0 : c.body.length)]], c.method === 'GET' || c.method === 'HEAD' ? '' : c.body)))
+          : await viaFetch(server.url, c.method, c.target, headers, c.body);
+        await check(want, seen, answer, before);
+      }),
+      { seed: SEED, numRuns: FETCH_RUNS, interruptAfterTimeLimit: 60_000 },
+    );
+  }, 120_000);
+
+  it('raw TCP: invalid methods, CR/LF and control bytes, duplicate keys, UTF-8 header bytes and lying lengths', async () => {
+    const rawKey: fc.Arbitrary<(prefix: string) => Buffer> = fc.oneof(
+      fetchKeyShape.map((k) => (p: string) => Buffer.from(k(p), 'latin1')),
+      fc.constantFrom('\r', '\n', '\r\n', '\u0000', '\u0001', '\u007f').map((c) => (p: string) => Buffer.from(`${p}${c}x`, 'latin1')),
+      fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }).map((s) => (p: string) => Buffer.from(`${p}${s}`, 'utf8')),
+    );
+    const rawCase = fc.record({
+      method: fc.oneof({ weight: 6, arbitrary: fc.constant('POST') }, fc.constantFrom('FOO', 'post', 'P@ST', 'PO ST', 'GET', '')),
+      target: fc.oneof({ weight: 6, arbitrary: fc.constant('/v1/charges') }, fc.constantFrom('/v1/charges/%E0%A4%A', '/v1/./charges', '*', 'http://evil.example/v1/charges', '/v1/charges#frag')),
+      authorization,
+      keys: fc.oneof(
+        { weight: 3, arbitrary: rawKey.map((k) => [k]) },
+        fc.constant<Array<(prefix: string) => Buffer>>([]),
+        fc.tuple(rawKey, rawKey).map(([a, b]) => [a, b]),
+        rawKey.map((k) => [k, k]),
+      ),
+      contentType,
+      body,
+      framing: fc.constantFrom('exact', 'exact', 'exact', 'chunked', 'short', 'long', 'cl+te', 'two-cl'),
+    });
+    await fc.assert(
+      fc.asyncProperty(rawCase, async (c) => {
+        const keys = c.keys.map((shape) => shape(nextPrefix()));
+        const headers: Array<readonly [string, string | Buffer]> = [];
+        if (c.authorization !== null) headers.push(['Authorization', c.authorization]);
+        for (const key of keys) headers.push(['Idempotency-Key', key]);
+        if (c.contentType !== null) headers.push(['Content-Type', c.contentType]);
+        let payload: Buffer = c.body;
+        let visible: Buffer | undefined = c.body; // what the server reads as the body, when framing is sound
+        switch (c.framing) {
+          case 'exact':
+            headers.push(['Content-Length', String(c.body.length)]);
+            break;
+          case 'chunked':
+            headers.push(['Transfer-Encoding', 'chunked']);
+            payload = Buffer.concat([Buffer.from(`${c.body.length.toString(16)}\r\n`), c.body, Buffer.from('\r\n0\r\n\r\n')]);
+            if (c.body.length === 0) payload = Buffer.from('0\r\n\r\n');
+            break;
+          case 'short':
+            // The rest of the body follows as garbage: the server must not answer that garbage over a charge.
+            headers.push(['Content-Length', String(Math.floor(c.body.length / 2))]);
+            visible = c.body.subarray(0, Math.floor(c.body.length / 2));
+            break;
+          case 'long':
+            headers.push(['Content-Length', String(c.body.length + 10)]);
+            visible = undefined;
+            break;
+          case 'cl+te':
+            headers.push(['Content-Length', String(c.body.length)], ['Transfer-Encoding', 'chunked']);
+            visible = undefined;
+            break;
+          case 'two-cl':
+            headers.push(['Content-Length', String(c.body.length)], ['Content-Length', String(c.body.length + 1)]);
+            visible = undefined;
+            break;
+        }
+        const framingBroken =
+          visible === undefined ||
+          !/^[A-Z]+$/.test(c.method) ||
+          !['POST', 'GET'].includes(c.method) ||
+          keys.some((k) => hasControl(k.toString('latin1'))) ||
+          c.target === '*';
+        const seenKeys = keys.map((k) => k.toString('latin1'));
+        const seen: SeenRequest = { method: c.method, target: normalise(c.target), authorization: c.authorization, keys: seenKeys, body: visible ?? Buffer.alloc(0) };
+        const want: Expected = framingBroken ? { status: 400, charges: false, records: false } : expected(seen);
+        const before = counts();
+        const outcome = await rawExchange(server.url, rawRequest(c.method, c.target, headers, payload));
+        // A body that never arrives (the client half-closed early) may be answered 400 or just closed.
+        if (c.framing === 'long' && outcome.kind === 'closed') {
+          count('closed on a truncated body');
+          expect(counts()).toEqual(before);
+          return;
+        }
+        await check(want, seen, fromRaw(outcome), before);
+      }),
+      { seed: SEED + 1, numRuns: RAW_RUNS, interruptAfterTimeLimit: 60_000 },
+    );
+  }, 120_000);
+
+  it('size limits and framing edges: 1 MiB is accepted, 1 MiB + 1 is 413 (Content-Length or chunked), oversized headers are 431', async () => {
+    const pad = (size: number) => {
+      const base = `{"amount":4242,"pad":"`;
+      return Buffer.from(base + 'x'.repeat(size - base.length - 2) + '"}');
+    };
+    const exactly = pad(MiB);
+    expect(exactly.length).toBe(MiB);
+    const cases: Array<[string, Buffer, Record<string, string>, number, number]> = [
+      ['1 MiB, keyed', exactly, { 'idempotency-key': randomUUID() }, 201, 1],
+      ['1 MiB, keyless', exactly, {}, 201, 1],
+      ['1 MiB + 1, keyed', pad(MiB + 1), { 'idempotency-key': randomUUID() }, 413, 0],
+      ['1 MiB + 1, keyless', pad(MiB + 1), {}, 413, 0],
+      ['8 MiB', pad(8 * MiB), { 'idempotency-key': randomUUID() }, 413, 0],
+    ];
+    for (const [name, bytes, headers, status, charges] of cases) {
+      const before = counts();
+      const answer = await viaFetch(server.url, 'POST', '/v1/charges', new Headers({ authorization: AUTH, 'content-type': 'application/json', ...headers }), bytes);
+      expect([name, answer.status, answer.contentType]).toEqual([name, status, status === 201 ? 'application/json' : 'application/problem+json']);
+      expect(counts().charges - before.charges).toBe(charges);
+    }
+    // Chunked, so no Content-Length announces the size: the limit is counted as bytes arrive.
+    const before = counts();
+    const big = pad(MiB + 1);
+    const chunked = Buffer.concat([Buffer.from(`${big.length.toString(16)}\r\n`), big, Buffer.from('\r\n0\r\n\r\n')]);
+    const outcome = await rawExchange(server.url, rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Transfer-Encoding', 'chunked']], chunked));
+    expect(outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind).toEqual([413, 'application/problem+json']);
+    const header = await rawExchange(server.url, rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['X-Big', 'a'.repeat(20_000)], ['Content-Length', '2']], '{}'));
+    expect(header.kind === 'response' ? [header.status, header.headers.get('content-type')] : header.kind).toEqual([431, 'application/problem+json']);
+    expect(counts()).toEqual(before);
+  });
+
+  it('odd but valid HTTP is served: HTTP/1.0, Expect: 100-continue, absolute-form targets; a missing or invalid Host is a 400 problem', async () => {
+    const body = '{"amount":4343}';
+    const valid = [
+      Buffer.from(`POST /v1/charges HTTP/1.0\r\nAuthorization: ${AUTH}\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Expect', '100-continue'], ['Content-Length', String(body.length)]], body),
+      rawRequest('POST', 'http://127.0.0.1/v1/charges', [['Authorization', AUTH], ['Content-Length', String(body.length)]], body),
+      // Garbage after a complete request: the charge's own answer comes back, never a 400 for the garbage
+      // written over it (which would hide a committed charge from a client that then charges again).
+      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Content-Length', String(body.length)]], `${body}GARBAGE\r\n\r\n`),
+      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Idempotency-Key', randomUUID()], ['Content-Length', String(body.length)]], `${body}\u0000\u0001`),
+    ];
+    for (const request of valid) {
+      const before = counts();
+      const outcome = await rawExchange(server.url, request);
+      expect(outcome.kind === 'response' ? outcome.status : outcome.kind).toBe(201);
+      expect(counts().charges - before.charges).toBe(1);
+    }
+    const invalid = [
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: a b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: [\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1/v1/balance#\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: a\r\nHost: b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: x\r\nAuthorization: ${AUTH}\r\nIdempotency-Key: abc\r\n def\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from('\u0000\u0001\u0002hello\r\n\r\n', 'latin1'),
+    ];
+    for (const request of invalid) {
+      const before = counts();
+      const outcome = await rawExchange(server.url, request);
+      expect(outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind).toEqual([400, 'application/problem+json']);
+      expect(counts()).toEqual(before);
+    }
+    // The Host header never routes a request: the request target alone decides.
+    const routed = await rawExchange(server.url, Buffer.from(`GET /v1/charges HTTP/1.1\r\nHost: balance.example\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`));
+    expect(routed.kind === 'response' ? [routed.status, (JSON.parse(routed.body.toString()) as { object: string }).object] : routed.kind).toEqual([200, 'list']);
+    // A charge id that is not valid percent-encoding is a charge that does not exist.
+    for (const id of ['%E0%A4%A', '%', '%zz', '%C0%AF']) {
+      const answer = await viaFetch(server.url, 'GET', `/v1/charges/${id}`, new Headers({ authorization: AUTH }), Buffer.alloc(0));
+      expect([id, answer.status, answer.contentType]).toEqual([id, 404, 'application/problem+json']);
+    }
+    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    expect(chargeOf(Buffer.from(body))).toEqual({ amount: 4343, currency: 'usd', source: 'tok_visa' });
+  });
+});
+
+interface Answer {
+  /** 0 when nothing came back: a hung or silently closed socket. */
+  readonly status: number;
+  readonly contentType: string | null;
+  readonly body: string;
+}
+
+async function viaFetch(url: string, method: string, target: string, headers: Headers, body: Buffer): Promise<Answer> {
+  try {
+    const response = await fetch(`${url}${target}`, {
+      method,
+      headers,
+      ...(method === 'GET' || method === 'HEAD' ? {} : { body: body as Uint8Array<ArrayBuffer> }),
+      redirect: 'manual',
+      signal: AbortSignal.timeout(10_000),
+    });
+    return { status: response.status, contentType: response.headers.get('content-type'), body: await response.text() };
+  } catch (error) {
+    // fetch refusing to build the request is the generator's fault, not the server's: fail loudly either way.
+    return { status: 0, contentType: null, body: String((error as Error).cause ?? error) };
+  }
+}
+
+/** A control character other than HTAB: the HTTP parser refuses it in a header value. */
+function hasControl(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const code = value.charCodeAt(i);
+    if ((code < 0x20 && code !== 0x09) || code === 0x7f) return true;
+  }
+  return false;
+}
+
+function fromRaw(outcome: RawOutcome): Answer {
+  if (outcome.kind !== 'response') return { status: 0, contentType: null, body: outcome.kind };
+  return { status: outcome.status, contentType: outcome.headers.get('content-type') ?? null, body: outcome.body.toString('utf8') };
+}
+
+/** The path the server routes on: the target's path, dot segments resolved, as WHATWG URL parsing leaves it. */
+function normalise(target: string): string {
+  if (!target.startsWith('/')) {
+    try {
+      const url = new URL(target);
+      return url.pathname + url.search;
+    } catch {
+      return target;
+    }
+  }
+  const url = new URL(`http://localhost${target}`);
+  return url.pathname + url.search;
+}
