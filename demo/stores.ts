@@ -86,7 +86,9 @@ export const ACCEPTED_STORES =
  * within a few seconds instead of holding the request: fail closed, and fast.
  *
  * - `connectMs` — opening a connection (pg `connectionTimeoutMillis`, which also bounds the wait for a free pool
- *   connection; ioredis `connectTimeout`; the AWS SDK's `connectionTimeout`).
+ *   connection; ioredis `connectTimeout`; the AWS SDK's `connectionTimeout`). Longer than the others: a burst
+ *   that opens a pool's connections at once makes Postgres fork a backend for each, which takes seconds on a
+ *   loaded machine; 2 s turned a burst of 200 requests into 503s on a 2-core CI runner.
  * - `statementMs` — pg `statement_timeout`: the server cancels a slow statement first, cleanly.
  * - `requestMs` — the client gives up on a reply (pg `query_timeout`, ioredis `commandTimeout`, the AWS SDK's
  *   `requestTimeout`): the backstop when the server cannot even be told to cancel. Above `statementMs`.
@@ -94,7 +96,7 @@ export const ACCEPTED_STORES =
  *   mid-way is rolled back by the server, releasing its row locks.
  */
 export const STORE_TIMEOUTS = {
-  connectMs: 2_000,
+  connectMs: 5_000,
   statementMs: 2_000,
   requestMs: 2_500,
   idleInTransactionMs: 5_000,
