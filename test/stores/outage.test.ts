@@ -207,9 +207,9 @@ for (const store of stores) {
       it(`${fault} between the claim and the completion: 503; the retry after the lease charges once`, async () => {
         const before = await setup.charges();
         const key = randomUUID();
-        // The work takes 400 ms, under the lease renewal period (LEASE_MS / 3), so the completion is the only
-        // store call the fault meets.
-        const pending = alice().charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '400' }).then(answer);
+        // The work takes 1 s: time to see the claim and fault the link on a loaded machine. A lease renewal
+        // (every LEASE_MS / 3) meets the fault too, and a stalled one delays the completion by its timeout.
+        const pending = alice().charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '1000' }).then(answer);
         await claimed(key);
         proxy[fault]();
         expect(downOf(await pending)).toEqual(STORE_DOWN);

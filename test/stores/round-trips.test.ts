@@ -157,7 +157,7 @@ for (const c of cases) {
       // Conflict: a second request while the first holds the lease (its claim has landed, its work sleeps).
       const busy = randomUUID();
       const [before, reported] = [backend.store.roundTrips, seen.length];
-      const first = charge(busy, $500, { 'idem-lab-delay-ms': '500' });
+      const first = charge(busy, $500, { 'idem-lab-delay-ms': '1500' });
       // Sent (the counter) and answered (the observer, which hears of a trip when its reply arrives).
       while (backend.store.roundTrips === before || seen.length === reported) await new Promise((r) => setTimeout(r, 5));
       const conflict = await measure(() => charge(busy));
