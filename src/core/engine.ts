@@ -237,7 +237,7 @@ export function createEngine<Tx = never>({
     try {
       result = await work({ scope, key, id: record.id, reclaimed, signal: lease.signal });
     } catch (error) {
-      await lease.stop();
+      lease.stop();
       // The work threw: nothing was promised to the client, so the next attempt may run it again.
       const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
       const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed })).catch(
@@ -246,7 +246,7 @@ export function createEngine<Tx = never>({
       if (written && !written.ok) emit({ type: 'stale_write_refused', scope, key, op: 'complete' });
       throw error;
     }
-    await lease.stop();
+    lease.stop();
 
     const kind = result.outcome ?? classifyStatus(result.response.status);
     if (kind === 'release') {
@@ -274,16 +274,17 @@ export function createEngine<Tx = never>({
     return { replayed: false, response: result.response, record: { ...record, ...outcome } };
   }
 
-  /** Renews the lease every `renewEveryMs` while the work runs; aborts the work's signal if the lease is lost. */
-  function holdLease(record: IdempotencyRecord): { signal: AbortSignal; stop: () => Promise<void> } {
+  /**
+   * Renews the lease every `renewEveryMs` while the work runs; aborts the work's signal if the lease is lost.
+   * `stop()` does not wait for a renewal already in flight: renewals are conditional on `in_progress`, so one
+   * that lands after the completion changes nothing, and a stalled store must not delay the answer twice.
+   */
+  function holdLease(record: IdempotencyRecord): { signal: AbortSignal; stop: () => void } {
     const controller = new AbortController();
     let stopped = false;
-    let inFlight: Promise<void> = Promise.resolve();
     let timer: unknown;
     const schedule = (): void => {
-      timer = clock.setTimeout(() => {
-        inFlight = renew();
-      }, renewEveryMs);
+      timer = clock.setTimeout(() => void renew(), renewEveryMs);
     };
     const renew = async (): Promise<void> => {
       if (stopped) return;
@@ -304,10 +305,9 @@ export function createEngine<Tx = never>({
     schedule();
     return {
       signal: controller.signal,
-      stop: async () => {
+      stop: () => {
         stopped = true;
         clock.clearTimeout(timer);
-        await inFlight;
       },
     };
   }
