@@ -1,0 +1,27 @@
+/**
+ * Builds the lab (`index.html`) and model (`model.html`) pages into `dist/demo/public`, which demo/pages.ts serves.
+ * Run by `npm run build`.
+ */
+import { fileURLToPath } from 'node:url';
+import { defineConfig } from 'vite';
+
+const here = (path: string) => fileURLToPath(new URL(path, import.meta.url));
+
+export default defineConfig({
+  root: here('.'),
+  base: '/',
+  publicDir: false,
+  logLevel: 'warn',
+  build: {
+    outDir: here('../../dist/demo/public'),
+    emptyOutDir: true,
+    target: 'es2022',
+    sourcemap: false,
+    // No inlined data: URLs beyond the favicon; the CSP allows same-origin files.
+    assetsInlineLimit: 0,
+    modulePreload: { polyfill: false },
+    rolldownOptions: {
+      input: { lab: here('index.html'), model: here('model.html') },
+    },
+  },
+});

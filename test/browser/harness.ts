@@ -1,0 +1,156 @@
+/**
+ * Browser tests' harness: Debian's Chromium driven by playwright-core (never a downloaded browser), the built pages,
+ * and screenshots under `test-results/browser/`.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const WEB = join(ROOT, 'demo/web');
+const BUILT = join(ROOT, 'dist/demo/public/index.html');
+export const CHROMIUM = process.env.IDEM_TEST_CHROMIUM ?? '/usr/bin/chromium';
+export const SCREENSHOTS = join(ROOT, 'test-results/browser');
+
+export const VIEWPORTS = [
+  { name: 'desktop', width: 1280, height: 800 },
+  { name: 'phone', width: 390, height: 844 },
+] as const;
+export type Viewport = (typeof VIEWPORTS)[number];
+
+/**
+ * For `describe.skipIf(!chromiumAvailable())`: true when Chromium is installed; false (loudly) outside CI; throws
+ * under `CI=true`, where `.ci/run` installs it.
+ */
+export function chromiumAvailable(): boolean {
+  if (existsSync(CHROMIUM)) return true;
+  const message = `Chromium is not installed at ${CHROMIUM} (apt-get install chromium, or set IDEM_TEST_CHROMIUM)`;
+  if (process.env.CI === 'true') throw new Error(`${message}; CI requires it.`);
+  console.warn(`\n*** SKIPPING browser tests: ${message}. ***\n`);
+  return false;
+}
+
+function newestSource(dir: string): number {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name);
+    newest = Math.max(newest, entry.isDirectory() ? newestSource(path) : statSync(path).mtimeMs);
+  }
+  return newest;
+}
+
+/**
+ * Builds the pages when `dist/demo/public` is missing or older than demo/web (`npm test` builds first; this covers
+ * `npx vitest run test/browser`). A lock directory keeps two test files from building at once.
+ */
+export async function ensureBuilt(): Promise<void> {
+  const fresh = () => existsSync(BUILT) && statSync(BUILT).mtimeMs >= newestSource(WEB);
+  if (fresh()) return;
+  const lock = join(ROOT, 'dist/.pages-build-lock');
+  mkdirSync(join(ROOT, 'dist'), { recursive: true });
+  for (let waited = 0; ; waited += 200) {
+    try {
+      mkdirSync(lock);
+      break;
+    } catch {
+      if (waited > 120_000) throw new Error(`gave up waiting for ${lock}; remove it if no build is running`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  try {
+    if (!fresh()) {
+      execFileSync(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--config', join(WEB, 'vite.config.ts')], {
+        cwd: ROOT,
+        stdio: 'pipe',
+      });
+    }
+  } finally {
+    rmSync(lock, { recursive: true, force: true });
+  }
+}
+
+export interface Browser {
+  readonly context: BrowserContext;
+  /**
+   * A new tab (so a new sessionStorage: a new lab sandbox account) at this viewport. Script errors and console errors
+   * (a CSP violation, say) are collected in `errors`, except Chromium's own line for each failed or non-2xx request.
+   */
+  page(viewport: Viewport): Promise<Page & { errors: string[] }>;
+  close(): Promise<void>;
+}
+
+/**
+ * Launches headless Chromium with a fresh profile directory, removed on close.
+ *
+ * @example
+ * const browser = await launch()
+ * const page = await browser.page(VIEWPORTS[0])
+ */
+export async function launch(): Promise<Browser> {
+  const profile = mkdtempSync(join(tmpdir(), 'idem-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  });
+  return {
+    context,
+    async page(viewport) {
+      const page = await context.newPage();
+      await page.setViewportSize({ width: viewport.width, height: viewport.height });
+      const errors: string[] = [];
+      page.on('console', (message) => {
+        // Chromium logs every non-2xx answer and every dropped request; the lab provokes those on purpose.
+        if (message.type() === 'error' && !message.text().startsWith('Failed to load resource:')) errors.push(message.text());
+      });
+      page.on('pageerror', (error) => errors.push(String(error)));
+      return Object.assign(page, { errors });
+    },
+    async close() {
+      await context.close();
+      rmSync(profile, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * Saves a full-page screenshot as `test-results/browser/<name>-<viewport>.png` and returns its path.
+ *
+ * @example
+ * await screenshot(page, 'lab-flaky-retry', VIEWPORTS[0])
+ */
+export async function screenshot(page: Page, name: string, viewport: Viewport): Promise<string> {
+  mkdirSync(SCREENSHOTS, { recursive: true });
+  const path = join(SCREENSHOTS, `${name}-${viewport.name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  return path;
+}
+
+/**
+ * Resolves once `read()` returns `expected` (compared as JSON); fails with the last value seen after `timeoutMs`.
+ * For figures that update after a request completes. Not a timing assertion: only the final value is checked.
+ *
+ * @example
+ * await until(() => page.getByTestId('charged-total').textContent(), '$500.00')
+ */
+export async function until<T>(read: () => Promise<T>, expected: T, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last: T = await read();
+  while (JSON.stringify(last) !== JSON.stringify(expected)) {
+    if (Date.now() > deadline) throw new Error(`expected ${JSON.stringify(expected)}, still ${JSON.stringify(last)} after ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+    last = await read();
+  }
+}
