@@ -5,6 +5,8 @@ import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig, type DemoConfig } from './config.js';
+import { createLogger } from './log.js';
+import { createMetrics, withMetrics } from './metrics.js';
 import { modelRoutes, tripRecorder } from './model.js';
 import { serve } from './node.js';
 import { staticPages } from './pages.js';
@@ -17,16 +19,23 @@ import { openBackend } from './stores.js';
  * const { url, close } = await startServer(loadConfig(process.env))
  */
 export async function startServer(config: DemoConfig): Promise<{ url: string; close: () => Promise<void> }> {
+  // Observability (docs/OPERATIONS.md): counters at /metrics and one JSON log line per idempotency event.
+  const metrics = createMetrics();
+  const log = createLogger();
   // The model page shows each operation's raw round trips: the recorder files them under the request that caused them.
   const trips = tripRecorder();
   const backend = await openBackend(config, { onRoundTrip: trips.onRoundTrip });
   const app = createApp({
     ...config,
     ...backend,
+    onEvent: (event) => {
+      metrics.onEvent(event);
+      log.onEvent(event);
+    },
     pages: staticPages(),
     ...(config.lab ? { model: modelRoutes({ store: backend.store, trips, ttlMs: config.ttlMs }) } : {}),
   });
-  const server = serve(app);
+  const server = serve(withMetrics(app, metrics));
   server.listen(config.port, config.host);
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;
