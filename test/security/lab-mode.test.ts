@@ -1,0 +1,101 @@
+/**
+ * Lab faults are inert unless lab mode is on (issue 6, item 4). Each lab feature is tried on a production-mode
+ * server (IDEM_LAB=0) and, as a control that proves the probe works, on a lab-mode one: the fault headers
+ * (`Idem-Lab-Fault`, `Idem-Lab-Fail`, `Idem-Lab-Delay-Ms`), the sandbox `sk_lab_*` keys, `/v1/lab/reset`, the
+ * model routes, and the `IDEM_CLOCK_SKEW_MS` setting (refused at startup without lab mode).
+ */
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+
+const ALICE = { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json' };
+const BODY = JSON.stringify({ amount: 500 });
+
+async function charge(url: string, headers: Record<string, string>): Promise<{ status: number | 'dropped'; body: string }> {
+  try {
+    const response = await fetch(`${url}/v1/charges`, {
+      method: 'POST',
+      headers: { ...ALICE, 'idempotency-key': randomUUID(), ...headers },
+      body: BODY,
+      signal: AbortSignal.timeout(20_000),
+    });
+    return { status: response.status, body: await response.text() };
+  } catch (error) {
+    if ((error as Error).name === 'TimeoutError') throw error;
+    return { status: 'dropped', body: '' };
+  }
+}
+
+const balance = async (url: string) => (await (await fetch(`${url}/v1/balance`, { headers: ALICE })).json()) as { charged: number; count: number };
+
+describe('lab fault headers and lab routes do nothing unless lab mode is on', () => {
+  const dir = tempDir('idem-labmode-');
+  let production: DemoProcess;
+  let lab: DemoProcess;
+  beforeAll(async () => {
+    [production, lab] = await Promise.all([
+      startDemo({ IDEM_STORE: `sqlite:${dir.path}/prod.db`, IDEM_LAB: '0' }),
+      startDemo({ IDEM_STORE: `sqlite:${dir.path}/lab.db`, IDEM_LAB: '1' }),
+    ]);
+  });
+  afterAll(async () => {
+    await Promise.all([production.stop(), lab.stop()]);
+    dir.remove();
+  });
+
+  it('Idem-Lab-Fault: drop-after-commit — answered normally in production; dropped (after the commit) in the lab', async () => {
+    const headers = { 'idem-lab-fault': 'drop-after-commit' };
+    const [prodBefore, labBefore] = [await balance(production.url), await balance(lab.url)];
+    expect((await charge(production.url, headers)).status).toBe(201);
+    expect((await charge(lab.url, headers)).status).toBe('dropped');
+    expect((await balance(production.url)).count).toBe(prodBefore.count + 1);
+    expect((await balance(lab.url)).count).toBe(labBefore.count + 1);
+  });
+
+  it('Idem-Lab-Fail: 503 — a charge in production; a 503 and no charge in the lab', async () => {
+    const headers = { 'idem-lab-fail': '503' };
+    const [prodBefore, labBefore] = [await balance(production.url), await balance(lab.url)];
+    expect((await charge(production.url, headers)).status).toBe(201);
+    expect((await charge(lab.url, headers)).status).toBe(503);
+    expect((await balance(production.url)).count).toBe(prodBefore.count + 1);
+    expect(await balance(lab.url)).toEqual(labBefore);
+  });
+
+  it('Idem-Lab-Delay-Ms — ignored in production (a 60 s delay is not waited for); honoured in the lab (409 while it holds the key)', async () => {
+    expect((await charge(production.url, { 'idem-lab-delay-ms': '60000' })).status).toBe(201);
+    const key = randomUUID();
+    const held = charge(lab.url, { 'idem-lab-delay-ms': '1200', 'idempotency-key': key });
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await charge(lab.url, { 'idempotency-key': key })).status).toBe(409);
+    expect((await held).status).toBe(201);
+  });
+
+  it('sandbox keys, /v1/lab/reset and /v1/model exist in the lab only', async () => {
+    const sandbox = { authorization: `Bearer sk_lab_${randomUUID().replaceAll('-', '').slice(0, 16)}` };
+    const probes = async (url: string) => [
+      (await fetch(`${url}/v1/balance`, { headers: sandbox })).status,
+      (await fetch(`${url}/v1/lab/reset`, { method: 'POST', headers: ALICE })).status,
+      (await fetch(`${url}/v1/model`, { headers: sandbox })).status,
+    ];
+    expect(await probes(production.url)).toEqual([401, 404, 401]);
+    expect(await probes(lab.url)).toEqual([200, 200, 200]);
+    // In production even a known account gets no model route.
+    expect((await fetch(`${production.url}/v1/model`, { headers: ALICE })).status).toBe(404);
+  });
+
+  it('IDEM_CLOCK_SKEW_MS is refused at startup without lab mode (exit 2, the variable named)', async () => {
+    const root = fileURLToPath(new URL('../..', import.meta.url));
+    const child = spawn(process.execPath, ['--import', 'tsx', 'demo/server.ts'], {
+      cwd: root,
+      env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_LAB: '0', IDEM_CLOCK_SKEW_MS: '500' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    expect([code, output.includes('IDEM_CLOCK_SKEW_MS'), output.includes('listening')]).toEqual([2, true, false]);
+  });
+});
