@@ -1,0 +1,92 @@
+/**
+ * @module Argument handling shared by the `idem` commands: node:util `parseArgs` mistakes become a
+ * {@link UsageError} (exit 2) whose message says what was wrong and where to look.
+ */
+/** Wrong arguments: the CLI prints the message and `Run "idem <command> --help"`, and exits 2. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+  /** The command whose help to point at, e.g. `records list`. */
+  readonly command: string;
+  constructor(command: string, message: string) {
+    super(message);
+    this.command = command;
+  }
+}
+
+/** Something went wrong that is not the arguments' fault (a store down, a file missing): exit 1. */
+export class CommandError extends Error {
+  override readonly name = 'CommandError';
+}
+
+/** Where a command writes: stdout for results, stderr for progress and errors. */
+export interface Io {
+  readonly stdout: (text: string) => void;
+  readonly stderr: (text: string) => void;
+  readonly env: NodeJS.ProcessEnv;
+}
+
+/**
+ * Runs a `parseArgs` call, rethrowing its errors (`ERR_PARSE_ARGS_*`) as a {@link UsageError} for `command`.
+ *
+ * @example
+ * const { values } = usage('records list', () => parseArgs({ args, options: { scope: { type: 'string' } }, strict: true }))
+ */
+export function usage<T>(command: string, parse: () => T): T {
+  try {
+    return parse();
+  } catch (error) {
+    if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(command, (error as Error).message);
+    throw error;
+  }
+}
+
+/**
+ * A positive integer option, or `fallback` when absent; anything else is a {@link UsageError} naming the flag.
+ *
+ * @example
+ * const limit = integerOption('records list', 'limit', values.limit, 20)
+ */
+export function integerOption(command: string, name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < 1 || value > max) {
+    throw new UsageError(command, `--${name} must be an integer from 1 to ${max}, got "${raw}".`);
+  }
+  return value;
+}
+
+/**
+ * Parses `Name: value` (curl's `-H` form) into a header pair.
+ *
+ * @example
+ * headerOption('probe', 'header', 'Authorization: Bearer sk_test_alice') // → ['Authorization', 'Bearer sk_test_alice']
+ */
+export function headerOption(command: string, name: string, raw: string): [string, string] {
+  const colon = raw.indexOf(':');
+  const header = colon > 0 ? raw.slice(0, colon).trim() : '';
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) {
+    throw new UsageError(command, `--${name} must look like "Name: value", got "${raw}".`);
+  }
+  return [header, raw.slice(colon + 1).trim()];
+}
+
+/**
+ * Lays out rows as aligned columns: the first row is the header, then a rule.
+ *
+ * @example
+ * io.stdout(table([['KEY', 'STATUS'], ['k1', 'succeeded']]))
+ */
+export function table(rows: ReadonlyArray<readonly string[]>): string {
+  const widths: number[] = [];
+  for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, [...cell].length)));
+  const line = (row: readonly string[]) =>
+    row
+      .map((cell, i) => (i === row.length - 1 ? cell : cell + ' '.repeat((widths[i] ?? 0) - [...cell].length)))
+      .join('  ')
+      .trimEnd();
+  const [head, ...body] = rows;
+  if (!head) return '';
+  // The last column is free text of any length: its rule spans the header only.
+  const rule = head.map((cell, i) => '─'.repeat(i === head.length - 1 ? [...cell].length : (widths[i] ?? 0)));
+  return [line(head), line(rule), ...body.map(line)].join('\n') + '\n';
+}

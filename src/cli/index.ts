@@ -1,0 +1,134 @@
+#!/usr/bin/env node
+/**
+ * @module `idem` — the command line: run the demo server, migrate and inspect a store, probe any API's
+ * `Idempotency-Key` handling. Exit codes: 0 ok, 1 failed (a probe check, a store error), 2 wrong arguments.
+ */
+import { readFileSync, realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { CommandError, UsageError, type Io } from './args.js';
+import { probeCommand } from './probe.js';
+import { MIGRATE_HELP, RECORDS_HELP, migrateCommand, recordsCommand } from './records.js';
+import { serveCommand, serveHelp } from './serve.js';
+
+export const HELP = `Usage: idem <command> [options]
+
+Idempotency keys for payment APIs: the first attempt runs, every retry gets the first answer back byte for byte.
+
+Commands:
+  serve                        run the payments demo server (options = its environment variables)
+  migrate --store URL          create the records table and indexes (SQLite, PostgreSQL)
+  records list|show|sweep      list a tenant's records, show one, delete expired ones in batches
+  probe URL                    check any API's Idempotency-Key handling with real requests
+  help [command]               this text, or a command's options
+
+Examples:
+  idem serve --lab 1 --port 4000
+  idem migrate --store 'postgres://app@db:5432/payments?schema=idem'
+  idem records list --store sqlite:./.idem/idem.db --scope acct_alice
+  idem records sweep --store sqlite:./.idem/idem.db --batch-size 5000
+  idem probe http://127.0.0.1:4000/v1/charges -H 'Authorization: Bearer sk_test_alice' \\
+    --count-url http://127.0.0.1:4000/v1/balance --count-path count --delay-header 'Idem-Lab-Delay-Ms: 500'
+
+Run "idem <command> --help" for a command's options. Exit codes: 0 ok, 1 failed, 2 wrong arguments.
+`;
+
+const COMMANDS = ['serve', 'migrate', 'records', 'probe', 'help'] as const;
+
+/**
+ * Runs one `idem` invocation and resolves with its exit code; never calls `process.exit`.
+ *
+ * @example
+ * process.exitCode = await main(process.argv.slice(2), { stdout: (t) => process.stdout.write(t), stderr: (t) => process.stderr.write(t), env: process.env })
+ */
+export async function main(argv: readonly string[], io: Io): Promise<number> {
+  const [command, ...args] = argv;
+  try {
+    switch (command) {
+      case undefined:
+        io.stderr(HELP);
+        return 2;
+      case '-h':
+      case '--help':
+        io.stdout(HELP);
+        return 0;
+      case '-v':
+      case '--version':
+        io.stdout(`${version()}\n`);
+        return 0;
+      case 'help':
+        return await help(args[0], io);
+      case 'serve':
+        if (args.includes('--help') || args.includes('-h')) return await help('serve', io);
+        return await serveCommand(args, io);
+      case 'migrate':
+        return await migrateCommand(args, io);
+      case 'records':
+        return await recordsCommand(args, io);
+      case 'probe':
+        return await probeCommand(args, io);
+      default:
+        throw new UsageError('', `unknown command "${command}". Commands: ${COMMANDS.join(', ')}.`);
+    }
+  } catch (error) {
+    if (error instanceof UsageError) {
+      const where = error.command ? `idem ${error.command}` : 'idem';
+      io.stderr(`${where}: ${error.message}\nRun "${where} --help" for usage.\n`);
+      return 2;
+    }
+    if (error instanceof CommandError) {
+      io.stderr(`idem${command ? ` ${command}` : ''}: ${error.message}\n`);
+      return 1;
+    }
+    io.stderr(`idem${command ? ` ${command}` : ''}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    return 1;
+  }
+}
+
+async function help(topic: string | undefined, io: Io): Promise<number> {
+  switch (topic) {
+    case undefined:
+      io.stdout(HELP);
+      return 0;
+    case 'serve':
+      io.stdout(await serveHelp());
+      return 0;
+    case 'migrate':
+      io.stdout(MIGRATE_HELP);
+      return 0;
+    case 'records':
+      io.stdout(RECORDS_HELP);
+      return 0;
+    case 'probe':
+      return probeCommand(['--help'], io);
+    default:
+      throw new UsageError('', `no help for "${topic}". Commands: ${COMMANDS.join(', ')}.`);
+  }
+}
+
+function version(): string {
+  // package.json sits two levels above src/cli in the source tree and three above dist/src/cli in the build.
+  for (const path of ['../../package.json', '../../../package.json']) {
+    try {
+      const pkg = JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { name?: string; version?: string };
+      if (pkg.name === 'idem' && pkg.version) return pkg.version;
+    } catch {
+      // try the next location
+    }
+  }
+  return 'unknown';
+}
+
+// Run when executed (the `idem` bin — a symlink, hence realpath —, `node dist/src/cli/index.js`, tsx on the
+// source), not when imported.
+const invoked = process.argv[1];
+if (invoked && import.meta.url === pathToFileURL(realpathSync(invoked)).href) {
+  const io: Io = {
+    stdout: (text) => void process.stdout.write(text),
+    stderr: (text) => void process.stderr.write(text),
+    env: process.env,
+  };
+  const code = await main(process.argv.slice(2), io);
+  // The server leaves pools and sockets behind once drained; every other command lets stdout flush and ends.
+  if (process.argv[2] === 'serve') process.exit(code);
+  process.exitCode = code;
+}

@@ -1,0 +1,332 @@
+/**
+ * @module `idem migrate` and `idem records list|show|sweep`: an operator's view of a store, opened from its URL.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { recordPk } from '../core/key.js';
+import type { IdempotencyRecord } from '../core/record.js';
+import { CommandError, UsageError, integerOption, table, usage, type Io } from './args.js';
+import { openStore, type OpenedStore } from './demo.js';
+
+const STORE_HELP = [
+  'Store URLs (as IDEM_STORE for idem serve; --store defaults to $IDEM_STORE):',
+  '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   redis://host:6379[/db][?prefix=name:]',
+  '  dynamodb://host:port[?table=name&region=r]   memory: (a fresh, empty store: for trying the commands)',
+].join('\n');
+
+export const MIGRATE_HELP = `Usage: idem migrate --store URL
+
+Creates the records table and its indexes (and the demo ledger's table) if they are missing; on DynamoDB, the
+table and native TTL on expiresAt. Idempotent, and safe to run from several processes at once. Stores without a
+schema (redis, memory) need nothing.
+
+${STORE_HELP}
+
+Examples:
+  idem migrate --store sqlite:./.idem/idem.db
+  idem migrate --store 'postgres://app@db:5432/payments?schema=idem'
+`;
+
+export const RECORDS_HELP = `Usage: idem records <list|show|sweep> --store URL [options]
+
+  list --scope S [--limit N] [--json]       a scope's records, newest claim first (default 20, at most 1000)
+  show KEY --scope S [--json] [--body]      one record: state, lease, expiry, the stored response (--body prints it)
+  sweep [--batch-size N] [--limit N] [--json]
+                                            deletes expired records in batches, a progress line per batch on
+                                            stderr; stores with native expiry (redis, dynamodb) delete nothing
+
+The scope is the tenant the key belongs to (the demo's account, e.g. acct_alice). --json prints JSON for scripts.
+Keys are shown as they were sent; KEY HASH is the 16-hex prefix of SHA-256(key) that the server's logs carry.
+
+${STORE_HELP}
+
+Examples:
+  idem records list --store sqlite:./.idem/idem.db --scope acct_alice
+  idem records show 8e03978e-40d5-43e8-bc93-6894a57f9324 --store sqlite:./.idem/idem.db --scope acct_alice
+  idem records sweep --store 'postgres://app@db:5432/payments?schema=idem' --batch-size 5000
+`;
+
+/**
+ * `idem migrate --store URL`.
+ *
+ * @example
+ * process.exitCode = await migrateCommand(['--store', 'sqlite:./idem.db'], io)
+ */
+export async function migrateCommand(args: readonly string[], io: Io): Promise<number> {
+  const { values } = usage('migrate', () =>
+    parseArgs({ args: [...args], options: { store: { type: 'string' }, help: { type: 'boolean', short: 'h' } }, strict: true }),
+  );
+  if (values.help) {
+    io.stdout(MIGRATE_HELP);
+    return 0;
+  }
+  const url = storeUrl('migrate', values.store, io);
+  return withStore('migrate', url, false, async ({ store, description }) => {
+    if (typeof store.migrate === 'function') {
+      await store.migrate();
+      io.stdout(`Migrated: ${description}\n`);
+    } else if (typeof store.createTable === 'function') {
+      // DynamoDB: the table (PAY_PER_REQUEST, pk as HASH key) and native TTL on expiresAt.
+      const { created, timeToLive } = await store.createTable();
+      io.stdout(`Migrated: ${description} — table ${created ? 'created' : 'already there'}, native TTL ${timeToLive}\n`);
+    } else {
+      io.stdout(`Nothing to migrate: the ${store.name} store needs no schema (${description}).\n`);
+    }
+    return 0;
+  });
+}
+
+/**
+ * `idem records list|show|sweep`.
+ *
+ * @example
+ * process.exitCode = await recordsCommand(['list', '--store', 'sqlite:./idem.db', '--scope', 'acct_alice'], io)
+ */
+export async function recordsCommand(args: readonly string[], io: Io): Promise<number> {
+  const [sub, ...rest] = args;
+  if (sub === undefined) throw new UsageError('records', 'give a records command: list, show or sweep.');
+  if (sub === '--help' || sub === '-h' || sub === 'help') return help(io);
+  if (sub === 'list') return list(rest, io);
+  if (sub === 'show') return show(rest, io);
+  if (sub === 'sweep') return sweep(rest, io);
+  throw new UsageError('records', `unknown records command "${sub}": use list, show or sweep.`);
+}
+
+async function list(args: readonly string[], io: Io): Promise<number> {
+  const command = 'records list';
+  const { values } = usage(command, () =>
+    parseArgs({
+      args: [...args],
+      options: {
+        store: { type: 'string' },
+        scope: { type: 'string' },
+        limit: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    }),
+  );
+  if (values.help) return help(io);
+  const url = storeUrl(command, values.store, io);
+  if (!values.scope) throw new UsageError(command, '--scope is required: records are listed per tenant (e.g. --scope acct_alice).');
+  const limit = integerOption(command, 'limit', values.limit, 20, 1000);
+  const scope = values.scope;
+  return withStore(command, url, true, async ({ store }) => {
+    const records = await store.list({ scope, limit });
+    if (values.json) {
+      io.stdout(JSON.stringify(records.map((record) => recordJson(record, false)), null, 2) + '\n');
+      return 0;
+    }
+    if (records.length === 0) {
+      io.stdout(`No records for scope ${scope}.\n`);
+      return 0;
+    }
+    const now = Date.now();
+    const rows = records.map((r) => [
+      r.key,
+      keyHash(r.key),
+      stateOf(r, now),
+      r.response ? String(r.response.status) : '-',
+      r.resultId ?? '-',
+      isoTime(r.claimedAt),
+      isoTime(r.expiresAt),
+    ]);
+    io.stdout(table([['KEY', 'KEY HASH', 'STATUS', 'HTTP', 'RESULT', 'CLAIMED (UTC)', 'EXPIRES (UTC)'], ...rows]));
+    io.stdout(`${records.length} record${records.length === 1 ? '' : 's'}${records.length === limit ? ` (the newest ${limit}; --limit for more)` : ''}\n`);
+    return 0;
+  });
+}
+
+async function show(args: readonly string[], io: Io): Promise<number> {
+  const command = 'records show';
+  const { values, positionals } = usage(command, () =>
+    parseArgs({
+      args: [...args],
+      options: {
+        store: { type: 'string' },
+        scope: { type: 'string' },
+        json: { type: 'boolean' },
+        body: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: true,
+    }),
+  );
+  if (values.help) return help(io);
+  const url = storeUrl(command, values.store, io);
+  if (positionals.length !== 1 || !positionals[0]) throw new UsageError(command, 'give exactly one KEY: idem records show KEY --scope S --store URL.');
+  if (!values.scope) throw new UsageError(command, '--scope is required: a key belongs to one tenant (e.g. --scope acct_alice).');
+  const key = positionals[0];
+  const scope = values.scope;
+  return withStore(command, url, true, async ({ store }) => {
+    const record = await store.get(recordPk(scope, key));
+    if (!record) {
+      io.stderr(`idem records show: no record for key "${key}" in scope ${scope}.\n`);
+      return 1;
+    }
+    if (values.json) {
+      io.stdout(JSON.stringify(recordJson(record, values.body === true), null, 2) + '\n');
+      return 0;
+    }
+    const now = Date.now();
+    const response = record.response;
+    const lines: Array<[string, string]> = [
+      ['key', record.key],
+      ['key hash', keyHash(record.key)],
+      ['scope', record.scope],
+      ['pk', record.pk],
+      ['status', stateOf(record, now)],
+      ['id', record.id],
+      ['fingerprint', record.fingerprint],
+      ['claimed', isoTime(record.claimedAt)],
+      ['lease expires', `${isoTime(record.leaseExpiresAt)}${record.status === 'in_progress' ? ` (${relative(record.leaseExpiresAt - now)})` : ''}`],
+      ['expires', `${isoTime(record.expiresAt)} (${relative(record.expiresAt - now)})`],
+      ['result', record.resultId ?? '-'],
+      ['response', response ? `${response.status}, ${response.body.byteLength} bytes` : '-'],
+      ...(response?.headers ?? []).map(([name, value]): [string, string] => [`  ${name}`, value]),
+    ];
+    const width = Math.max(...lines.map(([name]) => name.length));
+    io.stdout(lines.map(([name, value]) => `${name.padEnd(width)}  ${value}`).join('\n') + '\n');
+    if (values.body && response) io.stdout(`\n${new TextDecoder().decode(response.body)}\n`);
+    return 0;
+  });
+}
+
+async function sweep(args: readonly string[], io: Io): Promise<number> {
+  const command = 'records sweep';
+  const { values } = usage(command, () =>
+    parseArgs({
+      args: [...args],
+      options: {
+        store: { type: 'string' },
+        'batch-size': { type: 'string' },
+        limit: { type: 'string' },
+        json: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+    }),
+  );
+  if (values.help) return help(io);
+  const url = storeUrl(command, values.store, io);
+  const batchSize = integerOption(command, 'batch-size', values['batch-size'], 1000, 100_000);
+  const limit = integerOption(command, 'limit', values.limit, Number.MAX_SAFE_INTEGER);
+  return withStore(command, url, true, async ({ store, description }) => {
+    // One `now` for the whole sweep: a record that expires while we run waits for the next one.
+    const now = Date.now();
+    const started = performance.now();
+    let deleted = 0;
+    let batches = 0;
+    // Batch by batch, so a large backlog shows progress and never holds one long delete; each call is the
+    // store's own batched, non-blocking sweep limited to one batch.
+    for (;;) {
+      const take = Math.min(batchSize, limit - deleted);
+      if (take <= 0) break;
+      const count = await store.sweep({ now, batchSize: take, limit: take });
+      batches++;
+      deleted += count;
+      if (count > 0) io.stderr(`swept batch ${batches}: ${count} deleted (${deleted} so far)\n`);
+      if (count < take) break;
+    }
+    const seconds = (performance.now() - started) / 1000;
+    if (values.json) {
+      io.stdout(JSON.stringify({ store: store.name, deleted, batches, batchSize, seconds: Math.round(seconds * 1000) / 1000 }) + '\n');
+    } else {
+      const native = store.name === 'redis' || store.name === 'dynamodb' ? ' (this store expires records natively)' : '';
+      io.stdout(`Deleted ${deleted} expired record${deleted === 1 ? '' : 's'} from ${description} in ${seconds.toFixed(2)} s${native}.\n`);
+    }
+    return 0;
+  });
+}
+
+function help(io: Io): number {
+  io.stdout(RECORDS_HELP);
+  return 0;
+}
+
+function storeUrl(command: string, flag: string | undefined, io: Io): string {
+  const url = flag ?? io.env.IDEM_STORE;
+  if (!url) throw new UsageError(command, '--store URL is required (or set IDEM_STORE), e.g. --store sqlite:./.idem/idem.db');
+  return url;
+}
+
+/**
+ * Opens the store, runs `fn`, closes the store. `mustExist`: a SQLite path that does not exist is an error
+ * rather than a new empty database (a typo should not look like "no records").
+ */
+async function withStore(command: string, url: string, mustExist: boolean, fn: (opened: OpenedStore) => Promise<number>): Promise<number> {
+  if (mustExist && url.startsWith('sqlite:') && url !== 'sqlite::memory:' && !existsSync(url.slice('sqlite:'.length))) {
+    throw new CommandError(`no SQLite database at ${url.slice('sqlite:'.length)} (run idem migrate --store ${url} to create one).`);
+  }
+  let opened: OpenedStore;
+  try {
+    // The demo opens a ledger beside stores that are not SQL; these commands never touch it, so keep it in memory.
+    opened = await openStore(url, ':memory:');
+  } catch (error) {
+    if ((error as Error).name === 'ConfigError') throw new UsageError(command, (error as Error).message);
+    throw new CommandError(`cannot open the store ${redact(url)}: ${(error as Error).message}`, { cause: error });
+  }
+  try {
+    return await fn(opened);
+  } finally {
+    await opened.close();
+  }
+}
+
+/** A record for `--json`: everything but the body, unless asked (base64, with its UTF-8 text when it is text). */
+function recordJson(record: IdempotencyRecord, withBody: boolean) {
+  const response = record.response;
+  return {
+    key: record.key,
+    keyHash: keyHash(record.key),
+    scope: record.scope,
+    pk: record.pk,
+    status: record.status,
+    id: record.id,
+    fingerprint: record.fingerprint,
+    claimedAt: record.claimedAt,
+    leaseExpiresAt: record.leaseExpiresAt,
+    expiresAt: record.expiresAt,
+    expired: record.expiresAt <= Date.now(),
+    retryable: record.status === 'failed' ? record.retryable : null,
+    resultId: record.resultId,
+    response: response
+      ? {
+          status: response.status,
+          headers: Object.fromEntries(response.headers),
+          bytes: response.body.byteLength,
+          ...(withBody ? { body: new TextDecoder().decode(response.body), bodyBase64: Buffer.from(response.body).toString('base64') } : {}),
+        }
+      : null,
+  };
+}
+
+/** The same hash the demo's logs carry (demo/log.ts `keyHash`), so an operator can match a record to its lines. */
+function keyHash(key: string): string {
+  return createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 16);
+}
+
+function stateOf(record: IdempotencyRecord, now: number): string {
+  if (record.expiresAt <= now) return `${record.status} (expired)`;
+  if (record.status === 'in_progress') return record.leaseExpiresAt <= now ? 'in_progress (lease lapsed)' : 'in_progress';
+  if (record.status === 'failed') return record.retryable ? 'failed (retryable)' : 'failed (final)';
+  return record.status;
+}
+
+function isoTime(ms: number): string {
+  return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+}
+
+function relative(ms: number): string {
+  const abs = Math.abs(ms);
+  const text =
+    abs < 1000 ? `${Math.round(abs)} ms` : abs < 60_000 ? `${Math.round(abs / 1000)} s` : abs < 3_600_000 ? `${Math.round(abs / 60_000)} min` : `${(abs / 3_600_000).toFixed(1)} h`;
+  return ms >= 0 ? `in ${text}` : `${text} ago`;
+}
+
+function redact(url: string): string {
+  return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
+}
