@@ -1,0 +1,248 @@
+/**
+ * `idem probe` against the demo server (every check passes) and against a deliberately broken server written
+ * here (a read-then-write claim with an await in between, and no fingerprint): the probe must report exactly the
+ * failures that server has.
+ */
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tamper, type ProbeReport } from '../../src/cli/probe.js';
+import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { idem } from './helpers.js';
+
+const results = (report: ProbeReport) => Object.fromEntries(report.checks.map((c) => [c.id, c.result]));
+
+describe('idem probe against the demo server', () => {
+  const dir = tempDir();
+  let demo: DemoProcess;
+  let args: string[];
+  beforeAll(async () => {
+    demo = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, LOG_LEVEL: 'warn' });
+    args = [
+      'probe',
+      `${demo.url}/v1/charges`,
+      '-H',
+      'Authorization: Bearer sk_test_alice',
+      '--body',
+      '{"amount":500,"currency":"usd"}',
+      '--count-url',
+      `${demo.url}/v1/balance`,
+      '--count-path',
+      'count',
+      // Held long enough that every duplicate arrives while the first attempt runs, even on a loaded machine.
+      '--delay-header',
+      'Idem-Lab-Delay-Ms: 2500',
+    ];
+  });
+  afterAll(async () => {
+    await demo.stop();
+    dir.remove();
+  });
+
+  it('--json: every check passes, exit 0; the profile columns grade the 400 as Stripe’s, not the draft’s 422', async () => {
+    const { code, stdout, stderr } = await idem([...args, '--json', '--concurrency', '8']);
+    const report = JSON.parse(stdout) as ProbeReport;
+    expect(results(report)).toEqual({
+      first: 'pass',
+      replay: 'pass',
+      'replay-marker': 'pass',
+      'key-order': 'pass',
+      mismatch: 'pass',
+      concurrent: 'pass',
+      conflict: 'pass',
+      'missing-key': 'pass',
+      'malformed-key': 'pass',
+    });
+    expect(code).toBe(0);
+    expect([report.ok, report.sideEffects, report.concurrency, report.tamperedBody]).toEqual([true, 'counted', 8, '{"amount":501,"currency":"usd"}']);
+    const byId = new Map(report.checks.map((c) => [c.id, c]));
+    expect(byId.get('first')?.observed).toBe('201, 146 bytes; 1 side effect');
+    expect(byId.get('replay')?.observed).toBe('201, 146 bytes, byte-identical; 0 side effects');
+    expect(byId.get('replay-marker')?.observed).toBe('Idempotent-Replayed: true on the replay, absent on the first answer');
+    expect(byId.get('mismatch')?.observed).toBe(
+      '400 urn:idem:problem:idempotency-key-reused; 0 side effects; control: the same payload with a fresh key → 201',
+    );
+    expect([byId.get('mismatch')?.ietf, byId.get('mismatch')?.stripe]).toEqual([
+      { ok: false, note: 'wants 422' },
+      { ok: true, note: '400' },
+    ]);
+    expect(byId.get('concurrent')?.observed).toBe('8 at once: 1 × 201, 7 × 409; 1 side effect; a later retry replays the winner');
+    // Seconds left on the 10 s lease when each duplicate arrived (10, or 9 if one was slow to get there).
+    expect(byId.get('conflict')?.observed).toMatch(/^7 × 409 with Retry-After: (10|9)(, (10|9))? \(urn:idem:problem:idempotency-key-in-use\)$/);
+    expect(byId.get('missing-key')?.observed).toBe('201: ran without protection (keys are optional here); 1 side effect');
+    expect(byId.get('malformed-key')?.observed).toBe(
+      'empty → 400 urn:idem:problem:idempotency-key-invalid; 300 chars → 400 urn:idem:problem:idempotency-key-invalid; 0 side effects',
+    );
+    // Progress goes to stderr, one line per check, so --json output stays parseable.
+    expect(stderr.trim().split('\n').length).toBe(9);
+  });
+
+  it('the table for people: one row per check, the verdict line, exit 0', async () => {
+    const { code, stdout } = await idem([...args, '--concurrency', '4', '--skip', 'missing-key']);
+    expect(code).toBe(0);
+    const lines = stdout.split('\n');
+    expect(lines[0]).toBe(`idem probe: POST ${demo.url}/v1/charges`);
+    expect(lines[3]).toMatch(/^CHECK\s+RESULT\s+IETF DRAFT\s+STRIPE\s+OBSERVED$/);
+    expect(lines[5]).toMatch(/^first request runs once\s+PASS\s+·\s+·\s+201, 146 bytes; 1 side effect$/);
+    expect(lines.find((l) => l.startsWith('reused key, other payload: refused'))).toMatch(/\sPASS\s+✗ wants 422\s+✓ 400\s+400 urn:idem/);
+    expect(lines.find((l) => l.startsWith('missing key'))).toMatch(/\sSKIP\s+·\s+·\s+skipped \(--skip\)$/);
+    expect(stdout).toContain('\n9 checks: 8 pass, 0 warn, 0 fail, 1 skip — OK\n');
+  });
+
+  it('with IDEM_MISMATCH_STATUS=422 the draft column turns ✓ and Stripe’s ✗ — still a pass', async () => {
+    const strict = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem422.db`, IDEM_MISMATCH_STATUS: '422', LOG_LEVEL: 'warn' });
+    try {
+      const { code, stdout } = await idem([
+        'probe',
+        `${strict.url}/v1/charges`,
+        '-H',
+        'Authorization: Bearer sk_test_bob',
+        '--json',
+        ...['--skip', 'concurrent', '--skip', 'conflict', '--skip', 'missing-key', '--skip', 'malformed-key'],
+      ]);
+      const mismatch = (JSON.parse(stdout) as ProbeReport).checks.find((c) => c.id === 'mismatch');
+      expect(code).toBe(0);
+      expect(mismatch).toMatchObject({ result: 'pass', ietf: { ok: true, note: '422' }, stripe: { ok: false, note: 'wants 400' } });
+    } finally {
+      await strict.stop();
+    }
+  });
+});
+
+/**
+ * What not to build: the claim reads, awaits (a database round trip), then writes — two requests both read
+ * nothing and both write — and a stored answer is replayed to any payload, because nothing is fingerprinted.
+ */
+async function brokenServer(): Promise<{ url: string; executions: () => number; close: () => Promise<void> }> {
+  const records = new Map<string, { body?: string }>();
+  let executions = 0;
+  const server: Server = createServer((req, res) => {
+    void (async () => {
+      const chunks: Buffer[] = [];
+      for await (const chunk of req) chunks.push(chunk as Buffer);
+      const body = Buffer.concat(chunks).toString();
+      const answer = (status: number, text: string, headers: Record<string, string> = {}) => {
+        res.writeHead(status, { 'content-type': 'application/json', ...headers });
+        res.end(text);
+      };
+      if (req.method === 'GET' && req.url === '/count') return answer(200, JSON.stringify({ count: executions }));
+      const execute = async (): Promise<string> => {
+        await sleep(Number(req.headers['x-hold-ms'] ?? 0));
+        executions++;
+        return JSON.stringify({ id: `ord_${randomUUID()}`, ...(JSON.parse(body) as object) });
+      };
+      const key = req.headers['idempotency-key'];
+      if (typeof key !== 'string') return answer(201, await execute());
+      const existing = records.get(key); // read…
+      await sleep(200); // …a round trip later…
+      if (existing?.body !== undefined) return answer(201, existing.body, { 'idempotent-replayed': 'true' }); // no fingerprint check
+      if (existing) return answer(409, '{"error":"in progress"}', { 'retry-after': '1' });
+      records.set(key, {}); // …write: every request that read nothing gets here.
+      const result = await execute();
+      records.set(key, { body: result });
+      return answer(201, result);
+    })().catch(() => res.destroy());
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    executions: () => executions,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe('idem probe against a broken server', () => {
+  let broken: Awaited<ReturnType<typeof brokenServer>>;
+  beforeAll(async () => {
+    broken = await brokenServer();
+  });
+  afterAll(async () => {
+    await broken.close();
+  });
+
+  it('reports the double execution and the replay to a tampered payload; exit 1', async () => {
+    const { code, stdout } = await idem([
+      'probe',
+      `${broken.url}/orders`,
+      '--body',
+      '{"sku":"A1","qty":1}',
+      '--count-url',
+      `${broken.url}/count`,
+      '--count-path',
+      'count',
+      '--concurrency',
+      '5',
+      '--delay-header',
+      'X-Hold-Ms: 100',
+      '--json',
+    ]);
+    const report = JSON.parse(stdout) as ProbeReport;
+    expect(results(report)).toEqual({
+      first: 'pass',
+      replay: 'pass',
+      'replay-marker': 'pass',
+      'key-order': 'pass',
+      mismatch: 'fail',
+      concurrent: 'fail',
+      conflict: 'fail',
+      'missing-key': 'pass',
+      'malformed-key': 'warn',
+    });
+    expect(code).toBe(1);
+    expect([report.ok, report.summary]).toEqual([false, { pass: 5, fail: 3, warn: 1, skip: 0 }]);
+    const byId = new Map(report.checks.map((c) => [c.id, c]));
+    expect(byId.get('mismatch')?.observed).toBe(
+      '201: replayed the first answer to another payload instead of refusing it (the fingerprint is not checked); 0 side effects',
+    );
+    expect(byId.get('mismatch')?.stripe).toEqual({ ok: false, note: 'wants 400' });
+    // Five duplicates read "nothing there" within the same 200 ms gap, so all five ran.
+    // (The later retry replays whichever duplicate wrote last.)
+    expect(byId.get('concurrent')?.observed).toMatch(/^5 at once: 5 × 201; 5 side effects; a later retry.* — executed 5 times$/);
+    expect(byId.get('conflict')?.observed).toBe('no 409: the duplicates ran (5 executions)');
+    expect(byId.get('malformed-key')?.observed).toBe('empty → 201; 300 chars → 201; 2 side effects — accepted a malformed key');
+    // 1 first + 5 concurrent + 1 missing key + 2 malformed; the control for the mismatch never ran (no refusal).
+    expect(broken.executions()).toBe(9);
+  });
+
+  it('without --count-url, the double execution is inferred from distinct bodies; the table says FAILED', async () => {
+    const { code, stdout } = await idem([
+      'probe',
+      `${broken.url}/orders`,
+      '--body',
+      '{"sku":"A1","qty":1}',
+      '--concurrency',
+      '3',
+      '--delay-header',
+      'X-Hold-Ms: 100',
+      '--skip',
+      'missing-key',
+      '--skip',
+      'malformed-key',
+    ]);
+    expect(code).toBe(1);
+    expect(stdout).toMatch(
+      /\nconcurrent duplicates run once\s+FAIL\s+✗ one execution\s+✗ one execution\s+3 at once: 3 × 201; 3 distinct success bodies; a later retry.* — executed 3 times\n/,
+    );
+    expect(stdout).toContain('side effects inferred from distinct bodies (pass --count-url to count them)');
+    expect(stdout).toContain('\n9 checks: 4 pass, 0 warn, 3 fail, 2 skip — FAILED\n');
+  });
+});
+
+describe('tamper: the payload for the reused-key check', () => {
+  it.each([
+    ['{"amount":500,"currency":"usd"}', '{"amount":501,"currency":"usd"}'],
+    ['{"order":{"lines":[{"sku":"A1","qty":2}]}}', '{"order":{"lines":[{"sku":"A1","qty":3}]}}'],
+    ['{"note":"hi","flag":true}', '{"note":"hi-tampered","flag":true}'],
+    ['[1,2]', '[2,2]'],
+  ])('%s → %s', (body, expected) => {
+    expect(tamper(body)).toBe(expected);
+  });
+});
