@@ -104,7 +104,11 @@ function verdictOf(op: Operation): { text: string; tone: string } {
   const record = op.result as ModelRecord | null;
   if (!record) return { text: 'no row with this key', tone: 'muted' };
   const expired = record.expiresAt <= Date.now();
-  return { text: `found: status ${record.status}${record.responseStatus ? `, response ${record.responseStatus}` : ''}${expired ? ' (expired: a claim would treat it as absent)' : ''}`, tone: 'good' };
+  const failed = record.status === 'failed' ? (record.retryable ? ', retryable' : ', final') : '';
+  return {
+    text: `found: status ${record.status}${failed}${record.responseStatus ? `, response ${record.responseStatus}` : ''}${expired ? ' (expired: a claim would treat it as absent)' : ''}`,
+    tone: 'good',
+  };
 }
 
 /** The first line of an SQL statement, shortened, to name it. */
@@ -381,7 +385,7 @@ ui.expiringClaim.addEventListener('click', () => {
         value?.kind === 'claimed'
           ? `The expired row counted as absent: claimed afresh with a new record id (${abbreviate(value.record.id, 8, 4)}, was ${abbreviate(before.id, 8, 4)}).`
           : 'Refused: the row is still live, so its key is still taken.';
-      ui.outExpiry.replaceChildren(h('p', { class: 'note', 'data-testid': 'expiry-note' }, note), showOperation(op, 'Claim its key'));
+      ui.outExpiry.replaceChildren(h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note), showOperation(op, 'Claim its key'));
       if (value?.kind === 'claimed') {
         window.clearInterval(ticker);
         ui.expiryClock.textContent = `${before.key} was claimed again; its new lease and TTL start now.`;
