@@ -307,7 +307,9 @@ export async function serveWeb<Tx, Req>(
     } catch (error) {
       // The work threw: nothing was promised to the client, so the next attempt may run it again.
       await admission.abandon(error);
-      throw error;
+      // A handler that honoured `signal` threw because the lease was lost: answer that (409), not a 500.
+      const { signal } = admission.context;
+      throw signal.aborted && isIdempotencyError(signal.reason) ? signal.reason : error;
     }
     let bytes: Uint8Array;
     try {
