@@ -55,9 +55,10 @@ export async function startServer(config: DemoConfig): Promise<{ url: string; cl
 }
 
 async function main(): Promise<void> {
-  let config: DemoConfig;
+  let close: () => Promise<void>;
   try {
-    config = loadConfig(process.env, process.argv.slice(2));
+    // A bad setting — in the environment, a flag, or a store URL that openBackend refuses — exits 2 with its message.
+    ({ close } = await startServer(loadConfig(process.env, process.argv.slice(2))));
   } catch (error) {
     if (error instanceof ConfigError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
       console.error(`idem demo: ${(error as Error).message}`);
@@ -65,7 +66,6 @@ async function main(): Promise<void> {
     }
     throw error;
   }
-  const { close } = await startServer(config);
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
       console.log(`idem demo: ${signal}, draining`);
