@@ -1,0 +1,253 @@
+/**
+ * @module What one seed simulates: the processes, the keys and their payloads, every client attempt and when it
+ * arrives, the engine's settings, and how hard each kind of fault hits. All drawn from the seed.
+ */
+import { fingerprint, RECOMMENDED_TTL_MS } from 'idem';
+import { Rng } from './prng.js';
+
+/** Simulated time starts here; traces show milliseconds since. */
+export const T0 = Date.parse('2026-01-01T00:00:00Z');
+
+export type BackendName = 'memory' | 'sqlite';
+/** `own`: the ledger is a separate database keyed by the record id (unique). `shared`: it commits with the completion. */
+export type LedgerMode = 'own' | 'shared';
+export type DefectName = 'read-then-write-claim' | 'unfenced-complete' | 'unfenced-renew' | 'fingerprint-blind-takeover';
+export const DEFECTS: readonly DefectName[] = [
+  'read-then-write-claim',
+  'unfenced-complete',
+  'unfenced-renew',
+  'fingerprint-blind-takeover',
+];
+
+export type FaultKind =
+  | 'crash'
+  | 'pause'
+  | 'store-delay'
+  | 'store-down'
+  | 'store-reply-lost'
+  | 'response-lost'
+  | 'processor-down'
+  | 'processor-reply-lost'
+  | 'slow-step';
+export const FAULT_KINDS: readonly FaultKind[] = [
+  'crash',
+  'pause',
+  'store-delay',
+  'store-down',
+  'store-reply-lost',
+  'response-lost',
+  'processor-down',
+  'processor-reply-lost',
+  'slow-step',
+];
+
+export interface SimConfig {
+  /** Default: drawn from the seed (SQLite when a defect is planted: the defects are written in its SQL). */
+  readonly backend?: BackendName | undefined;
+  /** Default: drawn from the seed. */
+  readonly ledger?: LedgerMode | undefined;
+  /** A planted defect, to prove the simulator finds it. Default none: the real stores, unchanged. */
+  readonly defect?: DefectName | undefined;
+  /** The largest offset of a process's clock from true time, either way. Default 1000 ms. */
+  readonly maxSkewMs?: number;
+}
+
+/** A charge request's body. `tok_chargeDeclined` is refused (402); `tok_invalid` is refused before the work starts. */
+export interface Payload {
+  readonly amount: number;
+  readonly currency: string;
+  readonly source: 'tok_visa' | 'tok_chargeDeclined' | 'tok_invalid';
+}
+
+export interface KeyPlan {
+  readonly index: number;
+  readonly scope: string;
+  readonly key: string;
+  readonly payload: Payload;
+  readonly fingerprint: string;
+  /** How many times its client retries on its own (after a timeout, a lost answer, a 409, a 503…). */
+  readonly retries: number;
+  /** How long its client waits for an answer before it gives up on that attempt and retries. */
+  readonly timeoutMs: number;
+}
+
+export interface AttemptPlan {
+  readonly index: number;
+  readonly keyIndex: number;
+  /** Milliseconds after the simulation starts. */
+  readonly at: number;
+  readonly process: number;
+  /** Same key, different payload (so a different fingerprint). */
+  readonly tampered: boolean;
+  readonly payload: Payload;
+  readonly fingerprint: string;
+}
+
+/** A process-level fault at a fixed time: a crash (then a restart `ms` later) or a freeze lasting `ms`. */
+export interface ScheduledFault {
+  /** `c0`, `c1`… for crashes, `p0`… for pauses: how a shrunk run names the ones it leaves out. */
+  readonly id: string;
+  readonly kind: 'crash' | 'pause';
+  readonly at: number;
+  readonly process: number;
+  readonly ms: number;
+}
+
+export interface Scenario {
+  readonly seed: number;
+  readonly backend: BackendName;
+  readonly ledger: LedgerMode;
+  readonly defect: DefectName | undefined;
+  readonly maxSkewMs: number;
+  readonly leaseMs: number;
+  readonly renewEveryMs: number;
+  readonly ttlMs: number;
+  readonly waitForOutcomeMs: number;
+  /** Does the handler check `signal.aborted` before its ledger write? Some do, some do not. */
+  readonly honoursAbort: boolean;
+  readonly processes: ReadonlyArray<{ readonly name: string; readonly skewMs: number }>;
+  readonly keys: readonly KeyPlan[];
+  readonly attempts: readonly AttemptPlan[];
+  /** Per decision point, the probability of each fault (0 when the seed leaves that kind out). */
+  readonly faults: Readonly<Record<FaultKind, number>>;
+  /** Crashes and pauses, aimed at the processes the planned attempts go to, while they are busy. */
+  readonly schedule: readonly ScheduledFault[];
+}
+
+/** Hex fingerprint of `POST /v1/charges` with this JSON body, as the HTTP layer computes it. */
+export function payloadFingerprint(payload: Payload): string {
+  const body = new TextEncoder().encode(JSON.stringify(payload));
+  return fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body });
+}
+
+/**
+ * Fault intensities: each kind is switched on for about half the seeds ("swarm testing"), at a drawn rate —
+ * per decision point for most kinds; for crashes and pauses, the number of them in the seed's fault schedule.
+ */
+const FAULT_RATES: Readonly<Record<FaultKind, readonly [number, number]>> = {
+  crash: [1, 3],
+  pause: [1, 3],
+  'store-delay': [0.01, 0.12],
+  'store-down': [0.01, 0.1],
+  'store-reply-lost': [0.01, 0.1],
+  'response-lost': [0.05, 0.4],
+  'processor-down': [0.05, 0.35],
+  'processor-reply-lost': [0.03, 0.2],
+  'slow-step': [0.05, 0.35],
+};
+
+/**
+ * Draws the scenario of one seed.
+ *
+ * @example
+ * const scenario = makeScenario(7, { backend: 'sqlite' })
+ */
+export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
+  const rng = new Rng(seed, 'scenario');
+  const { maxSkewMs = 1000 } = config;
+  const defect = config.defect;
+  const backend = config.backend ?? (defect ? 'sqlite' : rng.chance(0.5) ? 'memory' : 'sqlite');
+  const ledger = config.ledger ?? (rng.chance(0.5) ? 'own' : 'shared');
+  const leaseMs = rng.pick([2_000, 5_000, 10_000]);
+  const renewEveryMs = rng.chance(0.5) ? Math.floor(leaseMs / 3) : rng.int(Math.floor(leaseMs / 5), Math.floor(leaseMs / 2));
+  const waitForOutcomeMs = rng.chance(0.7) ? 0 : rng.int(100, 2 * leaseMs);
+  const honoursAbort = rng.chance(0.5);
+
+  const processCount = rng.int(2, 4);
+  const processes = Array.from({ length: processCount }, (_, i) => ({
+    name: `p${i + 1}`,
+    skewMs: maxSkewMs === 0 ? 0 : rng.int(-maxSkewMs, maxSkewMs),
+  }));
+
+  const keyCount = rng.int(1, 3);
+  const keys: KeyPlan[] = [];
+  for (let index = 0; index < keyCount; index++) {
+    // The same key string under two scopes must stay two records.
+    const scope = rng.chance(0.7) ? 'acct_a' : 'acct_b';
+    const key = rng.chance(0.3) ? 'key-1' : `key-${index + 1}`;
+    if (keys.some((k) => k.scope === scope && k.key === key)) continue;
+    const payload: Payload = {
+      amount: rng.int(1, 100) * 100,
+      currency: 'usd',
+      source: rng.chance(0.85) ? 'tok_visa' : rng.chance(0.6) ? 'tok_chargeDeclined' : 'tok_invalid',
+    };
+    keys.push({
+      index: keys.length,
+      scope,
+      key,
+      payload,
+      fingerprint: payloadFingerprint(payload),
+      retries: rng.int(0, 4),
+      timeoutMs: rng.int(Math.floor(leaseMs / 2), 3 * leaseMs),
+    });
+  }
+
+  const tamperRate = rng.chance(0.5) ? rng.next() * 0.4 : 0;
+  const attempts: AttemptPlan[] = [];
+  for (const plan of keys) {
+    const count = rng.int(1, 6);
+    let at = rng.int(0, 500);
+    for (let i = 0; i < count; i++) {
+      if (i > 0) {
+        const shape = rng.next();
+        if (shape < 0.25) at += rng.int(0, 5); // a burst: a double click, a client with two connections
+        else if (shape < 0.6) at += rng.int(0, Math.floor(leaseMs / 2)); // a quick retry while the first runs
+        else if (shape < 0.97) at += rng.int(Math.floor(leaseMs / 2), 2 * leaseMs); // after a lease or two
+        else at += RECOMMENDED_TTL_MS.min + rng.int(-2 * maxSkewMs, 2 * maxSkewMs); // a day later: the record expires
+      }
+      const tampered = rng.chance(tamperRate);
+      const payload: Payload = tampered
+        ? rng.chance(0.7)
+          ? { ...plan.payload, amount: plan.payload.amount + rng.int(1, 99) }
+          : { ...plan.payload, source: plan.payload.source === 'tok_visa' ? 'tok_chargeDeclined' : 'tok_visa' }
+        : plan.payload;
+      attempts.push({
+        index: attempts.length,
+        keyIndex: plan.index,
+        at,
+        process: rng.int(0, processCount - 1),
+        tampered,
+        payload,
+        fingerprint: tampered ? payloadFingerprint(payload) : plan.fingerprint,
+      });
+    }
+  }
+  attempts.sort((a, b) => a.at - b.at || a.index - b.index);
+
+  const faults = {} as Record<FaultKind, number>;
+  for (const kind of FAULT_KINDS) {
+    const [lo, hi] = FAULT_RATES[kind];
+    faults[kind] = rng.chance(0.5) ? lo + rng.next() * (hi - lo) : 0;
+  }
+  const schedule: ScheduledFault[] = [];
+  for (const kind of ['crash', 'pause'] as const) {
+    for (let i = 0; i < Math.round(faults[kind]); i++) {
+      const target = rng.pick(attempts);
+      schedule.push({
+        id: `${kind[0]}${i}`,
+        kind,
+        at: target.at + rng.int(0, kind === 'crash' ? leaseMs : Math.floor(leaseMs / 2)),
+        process: target.process,
+        ms: kind === 'crash' ? rng.int(0, 2 * leaseMs) : leaseMs + rng.int(0, leaseMs),
+      });
+    }
+  }
+
+  return {
+    seed,
+    backend,
+    ledger,
+    defect,
+    maxSkewMs,
+    leaseMs,
+    renewEveryMs,
+    ttlMs: RECOMMENDED_TTL_MS.min,
+    waitForOutcomeMs,
+    honoursAbort,
+    processes,
+    keys,
+    attempts,
+    faults,
+    schedule,
+  };
+}
