@@ -124,7 +124,12 @@ async function sqliteBackend(): Promise<Backend> {
 
 const statements = new WeakMap<Database.Database, Map<string, Database.Statement>>();
 
-/** A statement prepared once per database. */
+/**
+ * A statement prepared once per database.
+ *
+ * @example
+ * prepared(database, 'SELECT 1').get()
+ */
 export function prepared(database: Database.Database, sql: string): Database.Statement {
   let cache = statements.get(database);
   if (!cache) statements.set(database, (cache = new Map<string, Database.Statement>()));

@@ -70,7 +70,12 @@ export async function shrink(seed: number, config: SimConfig, failing: SimResult
   };
 }
 
-/** The command that replays a run exactly. */
+/**
+ * The command that replays a run exactly.
+ *
+ * @example
+ * replayCommand(1234, { defect: 'unfenced-renew' }) // 'npm run sim -- --seed 1234 --defect unfenced-renew'
+ */
 export function replayCommand(
   seed: number,
   config: SimConfig,
@@ -100,7 +105,12 @@ export async function investigate(seed: number, config: SimConfig): Promise<Fail
   return { seed, config, full, shrunk: await shrink(seed, config, full) };
 }
 
-/** What a failure prints: the seed, the broken invariant, how to replay it, and the shortest trace. */
+/**
+ * What a failure prints: the seed, the broken invariant, how to replay it, and the shortest trace.
+ *
+ * @example
+ * console.log(formatFailure(await investigate(seed, config)))
+ */
 export function formatFailure({ seed, config, full, shrunk }: Failure): string {
   const v = shrunk.result.violation ?? full.violation;
   return [

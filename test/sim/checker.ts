@@ -60,7 +60,7 @@ export interface WriteInfo {
  *
  * @example
  * const checker = new Checker((line) => trace.push(line))
- * checker.onAnswer('a3', record.pk, result)
+ * checker.onAnswer('a3', result)
  */
 export class Checker {
   violation: Violation | undefined;
@@ -207,7 +207,12 @@ function isFinal(status: number): boolean {
   return classifyStatus(status) !== 'failed-retryable';
 }
 
-/** Status, headers and body bytes, as one comparable string. */
+/**
+ * Status, headers and body bytes, as one comparable string.
+ *
+ * @example
+ * responseBytes(a) === responseBytes(b) // byte-identical responses
+ */
 export function responseBytes(response: StoredResponse): string {
   return `${response.status}\n${JSON.stringify(response.headers)}\n${Buffer.from(response.body).toString('base64')}`;
 }
@@ -221,6 +226,12 @@ function previewBytes(bytes: string): string {
   return `${status} ${Buffer.from(body ?? '', 'base64').toString('utf8')}`;
 }
 
+/**
+ * Every field of two records, the response bytes included, is equal (both null counts as equal).
+ *
+ * @example
+ * if (!sameRecord(before, after)) fail('stale-write', '…')
+ */
 export function sameRecord(a: IdempotencyRecord | null, b: IdempotencyRecord | null): boolean {
   if (a === null || b === null) return a === b;
   return (
@@ -240,7 +251,12 @@ export function sameRecord(a: IdempotencyRecord | null, b: IdempotencyRecord | n
   );
 }
 
-/** A record in one line, for traces. */
+/**
+ * A record in one line, for traces.
+ *
+ * @example
+ * describe(record) // 'succeeded 201 id=… token=… lease→1979'
+ */
 export function describe(record: IdempotencyRecord | null): string {
   if (!record) return 'none';
   const status = record.status === 'failed' ? `failed${record.retryable ? '(retryable)' : '(final)'}` : record.status;

@@ -114,7 +114,12 @@ export interface Scenario {
   readonly schedule: readonly ScheduledFault[];
 }
 
-/** Hex fingerprint of `POST /v1/charges` with this JSON body, as the HTTP layer computes it. */
+/**
+ * Hex fingerprint of `POST /v1/charges` with this JSON body, as the HTTP layer computes it.
+ *
+ * @example
+ * payloadFingerprint({ amount: 500, currency: 'usd', source: 'tok_visa' })
+ */
 export function payloadFingerprint(payload: Payload): string {
   const body = new TextEncoder().encode(JSON.stringify(payload));
   return fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body });
