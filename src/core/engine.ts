@@ -260,16 +260,18 @@ export function createEngine<Tx = never>({
       resultId: result.resultId ?? null,
       response: result.response,
     };
-    const written = await call('complete', () =>
-      store.complete({ pk, token, now: clock.now(), outcome, effects: result.effects }),
-    ).catch(async (error: unknown) => {
-      // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-      // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-      // constraint fails first. If the key is no longer ours, that is a lost lease, not a store failure.
-      if (result.effects === undefined) throw error;
-      const current = await call('get', () => store.get(pk)).catch(() => undefined);
-      if (current === null || (current && (current.token !== token || current.status !== 'in_progress'))) return { ok: false };
-      throw error;
+    const written = await call('complete', async () => {
+      try {
+        return await store.complete({ pk, token, now: clock.now(), outcome, effects: result.effects });
+      } catch (error) {
+        // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+        // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+        // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+        if (result.effects === undefined) throw error;
+        const current = await store.get(pk).catch(() => undefined);
+        if (current === null || (current && (current.token !== token || current.status !== 'in_progress'))) return { ok: false };
+        throw error;
+      }
     });
     if (!written.ok) {
       // Our lease was taken over while the work ran. The late writer loses and changes nothing.
