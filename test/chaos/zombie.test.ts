@@ -73,12 +73,13 @@ async function sqliteShared(path: string): Promise<Shared<SqliteDatabase>> {
   };
 }
 
-async function postgresShared(schema: string): Promise<Shared<PostgresQueryable>> {
+/** `unique`: the ledger is unique on the record id, as the demo's is (DESIGN.md §4): the zombie's INSERT then fails. */
+async function postgresShared(schema: string, unique = false): Promise<Shared<PostgresQueryable>> {
   const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 4 });
   const store = postgresStore<pg.PoolClient>({ pool, schema });
   await store.migrate();
-  // No unique constraint on purpose: if fencing failed, the second row would show.
-  await pool.query(`CREATE TABLE "${schema}".zombie_ledger (seq serial PRIMARY KEY, record_id text NOT NULL, writer text NOT NULL)`);
+  // Without the unique constraint, a failed fence would show as a second row.
+  await pool.query(`CREATE TABLE "${schema}".zombie_ledger (seq serial PRIMARY KEY, record_id text NOT NULL ${unique ? 'UNIQUE' : ''}, writer text NOT NULL)`);
   return {
     store,
     insert: (tx, recordId, writer) => tx.query(`INSERT INTO "${schema}".zombie_ledger (record_id, writer) VALUES ($1, $2)`, [recordId, writer]),
@@ -201,6 +202,15 @@ describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))('zombie f
       }
     });
   }
+
+  it("with the ledger unique on the record id (as the demo's): the zombie's INSERT fails on the owner's row first — still a lost lease (409), not a store failure (503)", async () => {
+    const shared = await postgresShared(`idem_zombie_${suffix()}`, true);
+    try {
+      expectFenced(await zombie(shared, false), { effectsRan: true, renewed: false });
+    } finally {
+      await shared.close();
+    }
+  });
 });
 
 describe('zombie fencing in the Web layer (in-process, memory store)', () => {
