@@ -4,6 +4,7 @@
 export { createGate, idempotency, serveWeb } from './middleware.js';
 export type {
   Admission,
+  Answer,
   Claim,
   Declaration,
   Gate,
@@ -22,6 +23,7 @@ export {
   REPLAYED_HEADER,
   bodyFor,
   readBytes,
+  replayParts,
   replayResponse,
   storableHeaders,
 } from './replay.js';

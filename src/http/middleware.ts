@@ -79,8 +79,18 @@ export interface GateRequest<Req> {
  */
 export type Admission<Tx> =
   | { readonly kind: 'pass'; readonly context: HandlerContext<Tx> }
-  | { readonly kind: 'answer'; readonly response: Response }
+  | Answer
   | Claim<Tx>;
+
+/**
+ * An answer given without running the handler. On a replay, `replay` is the stored response and `response` is
+ * built from it only when read, so an adapter can write `replayParts(replay)` without a Web `Response`.
+ */
+export interface Answer {
+  readonly kind: 'answer';
+  readonly response: Response;
+  readonly replay?: StoredResponse;
+}
 
 /** A claimed key: the handler may run. Exactly one of `complete` or `abandon` must follow, or the lease is renewed forever. */
 export interface Claim<Tx> {
@@ -110,6 +120,18 @@ export interface Gate<Tx, Req> {
 }
 
 const MiB = 1_048_576;
+
+/** A replay's answer: the stored response, and the Web `Response` for it built on first read only. */
+function replayAnswer(stored: StoredResponse): Answer {
+  let built: Response | undefined;
+  return {
+    kind: 'answer',
+    replay: stored,
+    get response(): Response {
+      return (built ??= replayResponse(stored));
+    },
+  };
+}
 
 /**
  * Builds the gate: validates the options (errors name the option) and creates the engine. Adapters call this;
@@ -213,7 +235,7 @@ export function createGate<Tx, Req>({
     });
     // Either the claim succeeds (the work is called) or the engine answers without running it.
     const first = await Promise.race([claimed.then((work) => ({ work })), running.then((result) => ({ result }))]);
-    if ('result' in first) return { kind: 'answer', response: replayResponse(first.result.response) };
+    if ('result' in first) return replayAnswer(first.result.response);
 
     let declared: Declaration<Tx> = {};
     let settled = false;

@@ -71,10 +71,27 @@ const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
  * return replayResponse(record.response)
  */
 export function replayResponse(stored: StoredResponse): Response {
+  return new Response(bodyFor(stored.status, stored.body), { status: stored.status, headers: replayHeaders(stored) });
+}
+
+/**
+ * The parts {@link replayResponse} would carry — status, its headers as the `Headers` iterator yields them, and
+ * the body bytes (empty where the status forbids one) — without building the `Response` and reading its stream
+ * back, which adapters writing to a Node response would otherwise pay on every replay.
+ *
+ * @example
+ * const { status, headers, body } = replayParts(record.response)
+ */
+export function replayParts(stored: StoredResponse): { status: number; headers: Array<[string, string]>; body: Uint8Array } {
+  const body = bodyFor(stored.status, stored.body) === null ? new Uint8Array(0) : stored.body;
+  return { status: stored.status, headers: [...replayHeaders(stored)], body };
+}
+
+function replayHeaders(stored: StoredResponse): Headers {
   const headers = new Headers();
   for (const [name, value] of stored.headers) headers.append(name, value);
   headers.set(REPLAYED_HEADER, 'true');
-  return new Response(bodyFor(stored.status, stored.body), { status: stored.status, headers });
+  return headers;
 }
 
 /** A `Response` body for these bytes, or null where the status forbids one. */

@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import type { OutcomeKind } from '../../core/engine.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError, storableHeaders } from '../../http/replay.js';
+import { BodyTooLargeError, replayParts, storableHeaders } from '../../http/replay.js';
 import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer, toBytes } from '../shared.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Express request. */
@@ -40,7 +40,8 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
       body: (limit) => readAndRestore(req, limit),
     });
     if (admission.kind === 'answer') {
-      const { status, headers, body } = await responseParts(admission.response);
+      // A replay is written from the stored parts directly; other answers (problems) from their Response.
+      const { status, headers, body } = admission.replay ? replayParts(admission.replay) : await responseParts(admission.response);
       res.statusCode = status;
       for (const [name, value] of headers) res.setHeader(name, value);
       res.end(body);
