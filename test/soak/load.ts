@@ -181,12 +181,13 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
 
 /**
  * Does RSS level off? The last third of the samples may not rise above the middle third's peak by more than
- * `factor` plus `slackMiB` (a generous bound: RSS is noisy, a leak is a trend).
+ * `factor` plus `slackMiB` (a generous bound: RSS is noisy, and a short run on a loaded machine is still
+ * growing its heap to its working size; a leak is a trend that outgrows it).
  *
  * @example
  * levelsOff(result.samples) // → { middleMax, lastMax, ok }
  */
-export function levelsOff(samples: readonly Sample[], factor = 1.2, slackMiB = 16): { middleMax: number; lastMax: number; limit: number; ok: boolean } {
+export function levelsOff(samples: readonly Sample[], factor = 1.25, slackMiB = 32): { middleMax: number; lastMax: number; limit: number; ok: boolean } {
   const third = Math.floor(samples.length / 3);
   const max = (from: number, to: number) => Math.max(...samples.slice(from, to).map((s) => s.rssMiB));
   const middleMax = max(third, 2 * third);
