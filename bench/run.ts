@@ -1,0 +1,638 @@
+/**
+ * @module `npm run bench [-- --quick] [-- --cpu-prof] [-- --report]`: Idem against no idempotency, against each store's raw floor,
+ * and against the peers, on 127.0.0.1 with autocannon. Prints a table, writes docs/BENCHMARKS.md and docs/bench/*.svg
+ * (a `--quick` run only prints; `--report` rewrites the docs from docs/bench/results.json and bench/notes.md).
+ * Every server is its own process (bench/server.ts), so its `process.cpuUsage()` is its CPU per request.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { barChart } from './svg.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const QUICK = process.argv.includes('--quick');
+const PROFILE = process.argv.includes('--cpu-prof');
+const RUN = randomUUID().slice(0, 8);
+const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+const SETTINGS = QUICK
+  ? { rounds: 1, seconds: 0.75, warmup: 0.4, connections: 16, small: 10_000, large: 50_000, expired: 20_000 }
+  : { rounds: Number(process.env.BENCH_ROUNDS ?? 4), seconds: Number(process.env.BENCH_SECONDS ?? 3), warmup: Number(process.env.BENCH_WARMUP ?? 3), connections: 16, small: 10_000, large: Number(process.env.BENCH_LARGE ?? 2_000_000), expired: Number(process.env.BENCH_EXPIRED ?? 1_000_000) };
+
+const BODY = JSON.stringify({ amount: 500, currency: 'usd', source: 'tok_visa' });
+type Kind = 'none' | 'new' | 'replay';
+
+interface Load {
+  rps: number;
+  p50: number;
+  p99: number;
+  requests: number;
+  non2xx: number;
+  errors: number;
+  /** Server CPU (user + system) per request, µs. */
+  cpuUs: number;
+}
+
+// ---- server processes ----------------------------------------------------------------------------------------------
+interface Server {
+  port: number;
+  child: ChildProcess;
+  url: string;
+}
+
+async function start(mode: string, store = 'memory'): Promise<Server> {
+  const args = ['--import', 'tsx'];
+  if (PROFILE) args.push('--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'profiles', `${mode}-${store}`)}`);
+  args.push(join(ROOT, 'bench', 'server.ts'));
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    env: { ...process.env, BENCH_MODE: mode, BENCH_STORE: store, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let errors = '';
+  child.stderr?.on('data', (chunk: Buffer) => {
+    const text = chunk.toString();
+    if (!text.includes('IDEM_SHORT_TTL') && !text.includes('--trace-warnings')) errors += text;
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${mode}/${store} did not start in 30 s: ${errors}`)), 30_000);
+    child.stdout?.on('data', (chunk: Buffer) => {
+      const match = /READY (\d+)/.exec(chunk.toString());
+      if (match) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${mode}/${store} exited with ${code}: ${errors}`));
+    });
+  });
+  return { port, child, url: `http://127.0.0.1:${port}` };
+}
+
+async function stop(server: Server): Promise<void> {
+  const exited = new Promise<void>((resolve) => server.child.once('exit', () => resolve()));
+  try {
+    await fetch(`${server.url}/__close`, { method: 'POST', signal: AbortSignal.timeout(30_000) });
+  } catch {
+    server.child.kill();
+  }
+  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
+}
+
+async function control<T = unknown>(server: Server, path: string, method = 'GET'): Promise<T> {
+  const response = await fetch(`${server.url}${path}`, { method });
+  return (await response.json()) as T;
+}
+
+// ---- load ----------------------------------------------------------------------------------------------------------
+let keyCounter = 0;
+const newKey = (): string => `bench:${RUN}:${++keyCounter}`;
+
+function cannon(server: Server, path: string, kind: Kind, seconds: number, replayKey: string): Promise<autocannon.Result> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (kind === 'replay') headers['idempotency-key'] = replayKey;
+  const request: autocannon.Request = { method: 'POST', path, headers, body: BODY };
+  if (kind === 'new') {
+    request.setupRequest = (req: autocannon.Request) => ({ ...req, headers: { ...headers, 'idempotency-key': newKey() } });
+  }
+  return autocannon({ url: server.url, connections: SETTINGS.connections, duration: seconds, requests: [request] });
+}
+
+async function load(server: Server, path: string, kind: Kind, seconds = SETTINGS.seconds): Promise<Load> {
+  const replayKey = newKey();
+  if (kind === 'replay') {
+    await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': replayKey }, body: BODY });
+  }
+  await cannon(server, path, kind, SETTINGS.warmup, replayKey);
+  await control(server, '/__reset', 'POST');
+  const result = await cannon(server, path, kind, seconds, replayKey);
+  const cpu = await control<{ userUs: number; systemUs: number; requests: number }>(server, '/__cpu');
+  if (result.non2xx + result.errors + result.timeouts > 0) {
+    progress(`WARNING ${path} (${kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`);
+  }
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+    cpuUs: cpu.requests > 0 ? (cpu.userUs + cpu.systemUs) / cpu.requests : NaN,
+  };
+}
+
+/** One measurement taken in slices: the same route and key kind on the same server, across rounds. */
+interface Slot {
+  server: Server;
+  path: string;
+  kind: Kind;
+  replayKey: string;
+  slices: Load[];
+}
+
+async function prepare(server: Server, path: string, kind: Kind): Promise<Slot> {
+  const replayKey = newKey();
+  if (kind === 'replay') {
+    await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': replayKey }, body: BODY });
+  }
+  await cannon(server, path, kind, SETTINGS.warmup, replayKey);
+  return { server, path, kind, replayKey, slices: [] };
+}
+
+async function slice(slot: Slot): Promise<void> {
+  await control(slot.server, '/__reset', 'POST');
+  const result = await cannon(slot.server, slot.path, slot.kind, SETTINGS.seconds, slot.replayKey);
+  const cpu = await control<{ userUs: number; systemUs: number; requests: number }>(slot.server, '/__cpu');
+  if (result.non2xx + result.errors + result.timeouts > 0) {
+    progress(`WARNING ${slot.path} (${slot.kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`);
+  }
+  slot.slices.push({
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: cpu.requests,
+    non2xx: result.non2xx,
+    errors: result.errors + result.timeouts,
+    cpuUs: cpu.userUs + cpu.systemUs,
+  });
+}
+
+const median = (values: number[]): number => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+
+/** Across slices: mean req/s, median p50/p99, total CPU over total requests. */
+function combine(slot: Slot): Load {
+  const s = slot.slices;
+  const requests = s.reduce((a, l) => a + l.requests, 0);
+  return {
+    rps: s.reduce((a, l) => a + l.rps, 0) / s.length,
+    p50: median(s.map((l) => l.p50)),
+    p99: median(s.map((l) => l.p99)),
+    requests,
+    non2xx: s.reduce((a, l) => a + l.non2xx, 0),
+    errors: s.reduce((a, l) => a + l.errors, 0),
+    cpuUs: requests > 0 ? s.reduce((a, l) => a + l.cpuUs, 0) / requests : NaN,
+  };
+}
+
+// ---- round trips and correctness -----------------------------------------------------------------------------------
+interface Stats {
+  executions: number;
+  roundTrips: number;
+}
+const stats = (server: Server, key: string) => control<Stats>(server, `/__stats?key=${encodeURIComponent(key)}`);
+const post = (server: Server, key: string, body = BODY) =>
+  fetch(`${server.url}/pay`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
+
+async function untilExecuted(server: Server, key: string, count: number): Promise<void> {
+  for (let i = 0; i < 200 && (await stats(server, key)).executions < count; i++) await sleep(10);
+}
+
+async function roundTrips(server: Server): Promise<Record<'new' | 'replay' | 'conflict' | 'mismatch', number>> {
+  const key = newKey();
+  const trips = async () => (await stats(server, key)).roundTrips;
+  const r0 = await trips();
+  await (await post(server, key)).arrayBuffer();
+  const r1 = await trips();
+  await (await post(server, key)).arrayBuffer();
+  const r2 = await trips();
+  await (await post(server, key, JSON.stringify({ amount: 999 }))).arrayBuffer();
+  const r3 = await trips();
+  const slow = newKey();
+  await control(server, `/__delay?ms=${QUICK ? 600 : 1500}`, 'POST');
+  const first = post(server, slow);
+  await untilExecuted(server, slow, 1);
+  await control(server, '/__delay?ms=0', 'POST');
+  const c0 = (await stats(server, slow)).roundTrips;
+  const conflict = await post(server, slow);
+  await conflict.arrayBuffer();
+  const c1 = (await stats(server, slow)).roundTrips;
+  await (await first).arrayBuffer();
+  if (conflict.status !== 409) console.warn(`conflict probe answered ${conflict.status}, not 409`);
+  return { new: r1 - r0, replay: r2 - r1, mismatch: r3 - r2, conflict: c1 - c0 };
+}
+
+/** Rounds of the 20-concurrent test, each with its own key. */
+const ROUNDS = QUICK ? 2 : 5;
+
+interface Correctness {
+  concurrent: string;
+  executions: number;
+  location: string;
+  afterError: string;
+}
+
+async function correctness(server: Server): Promise<Correctness> {
+  // 20 concurrent requests with one key, while the handler takes 200 ms.
+  // ROUNDS rounds, each with its own key; `executions` is the most runs any one key got.
+  await control(server, '/__delay?ms=200', 'POST');
+  const answers: number[] = [];
+  let executions = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    const key = newKey();
+    answers.push(...(await Promise.all(Array.from({ length: 20 }, () => post(server, key).then(async (r) => (await r.arrayBuffer(), r.status))))));
+    executions = Math.max(executions, (await stats(server, key)).executions);
+  }
+  await control(server, '/__delay?ms=0', 'POST');
+  const byStatus = new Map<number, number>();
+  for (const status of answers) byStatus.set(status, (byStatus.get(status) ?? 0) + 1);
+  const concurrent = [...byStatus].sort(([a], [b]) => a - b).map(([status, n]) => `${n}×${status}`).join(' ');
+  // A replay keeps the Location header?
+  const located = newKey();
+  const original = await post(server, located);
+  await original.arrayBuffer();
+  const replay = await post(server, located);
+  await replay.arrayBuffer();
+  const want = original.headers.get('location');
+  const got = replay.headers.get('location');
+  const location = want !== null && got === want ? 'kept' : `lost (${got ?? 'none'})`;
+  // A thrown error, then a retry of the same key.
+  const failing = newKey();
+  await control(server, '/__fail-next', 'POST');
+  const failed = await post(server, failing);
+  await failed.arrayBuffer();
+  await sleep(200);
+  const retry = await post(server, failing);
+  await retry.arrayBuffer();
+  const ran = (await stats(server, failing)).executions;
+  const afterError =
+    ran === 2 && retry.status < 300
+      ? `retryable (${failed.status}, retry ${retry.status} ran)`
+      : ran === 1
+        ? `not retryable (${failed.status}, retry ${retry.status} without running)`
+        : `${failed.status}, retry ${retry.status}, ran ${ran}×`;
+  return { concurrent, executions, location, afterError };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---- the run -------------------------------------------------------------------------------------------------------
+const STORES = ['memory', 'sqlite', 'postgres', 'redis'] as const;
+type StoreName = (typeof STORES)[number];
+const PEERS = [
+  { mode: 'ei', name: 'express-idempotency 1.0.6 + Redis adapter', trips: 'new 3 (GET, SET, SET), replay 1 (GET)' },
+  { mode: 'pt', name: '@aws-lambda-powertools/idempotency 2.35 (CachePersistenceLayer)', trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)' },
+  { mode: 'ni', name: '@node-idempotency/core 1.0.11 + Redis adapter', trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)' },
+] as const;
+
+interface Results {
+  started: string;
+  finished: string;
+  quick: boolean;
+  settings: typeof SETTINGS;
+  machine: Record<string, string>;
+  plain: Load;
+  plainRuns: Load[];
+  idem: Record<StoreName, { new: Load; replay: Load; trips: Awaited<ReturnType<typeof roundTrips>> }>;
+  floor: Record<StoreName, { write: Load; write2: Load; read: Load }>;
+  peers: Array<{ mode: string; name: string; trips: string; new: Load; replay: Load; correctness: Correctness }>;
+  idemCorrectness: Correctness;
+  scale: Record<'sqlite' | 'postgres', { smallN: number; largeN: number; seedMs: number; small: Load; large: Load; expiredN: number; expiredSeedMs: number; before: Load; during: Load; sweep: { deleted: number; ms: number } }>;
+}
+
+function progress(message: string): void {
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+}
+
+async function versions(): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  try {
+    const client = new pg.Client({ connectionString: PG_URL });
+    await client.connect();
+    const { rows } = await client.query<{ server_version: string }>('SHOW server_version');
+    out.postgres = rows[0]?.server_version ?? '?';
+    await client.end();
+  } catch (error) {
+    out.postgres = `unavailable (${String(error)})`;
+  }
+  try {
+    const redis = new Redis(REDIS_URL, { lazyConnect: true });
+    await redis.connect();
+    out.redis = /redis_version:(\S+)/.exec(await redis.info('server'))?.[1] ?? '?';
+    redis.disconnect();
+  } catch (error) {
+    out.redis = `unavailable (${String(error)})`;
+  }
+  return out;
+}
+
+async function cleanRedis(): Promise<void> {
+  const redis = new Redis(REDIS_URL);
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `bench:${RUN}:*`, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await redis.del(...keys);
+  } while (cursor !== '0');
+  redis.disconnect();
+}
+
+async function scale(server: Server, store: 'sqlite' | 'postgres'): Promise<Results['scale'][typeof store]> {
+  // The overhead runs already stored records: seed up to the stated totals, and report the counts measured at.
+  const count = async () => (await control<{ count: number }>(server, '/__count')).count;
+  const already = await count();
+  progress(`scale on ${store}: ${already} records, seeding to ${SETTINGS.small}`);
+  const seeded = await control<{ ms: number }>(server, `/__seed?count=${Math.max(0, SETTINGS.small - already)}`, 'POST');
+  const smallN = await count();
+  const small = await load(server, '/pay', 'new');
+  progress(`scale on ${store}: seeding to ${SETTINGS.large}`);
+  const more = await control<{ ms: number }>(server, `/__seed?count=${Math.max(0, SETTINGS.large - (await count()))}`, 'POST');
+  const largeN = await count();
+  const large = await load(server, '/pay', 'new');
+  progress(`sweep on ${store}: seeding ${SETTINGS.expired} expired records`);
+  const expired = await control<{ ms: number }>(server, `/__seed?count=${SETTINGS.expired}&expired=1`, 'POST');
+  const before = await load(server, '/pay', 'new');
+  await control(server, '/__sweep', 'POST');
+  const during = await load(server, '/pay', 'new', SETTINGS.seconds);
+  let sweep = await control<{ running: boolean; deleted: number; ms: number }>(server, '/__sweep');
+  while (sweep.running) {
+    await sleep(200);
+    sweep = await control(server, '/__sweep');
+  }
+  return {
+    smallN,
+    largeN,
+    seedMs: seeded.ms + more.ms,
+    small,
+    large,
+    expiredN: SETTINGS.expired,
+    expiredSeedMs: expired.ms,
+    before,
+    during,
+    sweep: { deleted: sweep.deleted, ms: sweep.ms },
+  };
+}
+
+async function main(): Promise<void> {
+  const started = new Date();
+  const load0 = loadavg();
+  const cpu = cpus();
+  progress(`run ${RUN}${QUICK ? ' (quick)' : ''}: ${SETTINGS.rounds} round(s) of ${SETTINGS.seconds} s per measurement, ${SETTINGS.connections} connections`);
+  const results = { started: started.toISOString(), quick: QUICK, settings: SETTINGS } as Results;
+  results.machine = {
+    cpu: `${cpu.length} × ${cpu[0]?.model ?? '?'}`,
+    memory: `${Math.round(totalmem() / 2 ** 30)} GiB`,
+    kernel: release(),
+    node: process.version,
+    loadStart: load0.map((n) => n.toFixed(2)).join(' '),
+    ...(await versions()),
+  };
+
+  const only = (process.env.BENCH_ONLY ?? '').split(',').filter(Boolean);
+  const want = (section: string) => only.length === 0 || only.includes(section);
+  try {
+    // Every server stays up (idle servers cost nothing); the measurements are then taken in rounds, each round
+    // visiting every route once, so a drift of the machine's load hits all of them alike.
+    const servers: Server[] = [];
+    const slots = new Map<string, Slot>();
+    progress('starting servers, counting round trips, checking correctness, warming up');
+    const stores = STORES.filter((store) => want(store));
+    const peers = want('peers') ? PEERS : [];
+    // Started together (each is an idle process until driven), then probed and warmed one at a time.
+    const [plain, ...rest] = await Promise.all([
+      start('plain'),
+      ...stores.map((store) => start('idem', store)),
+      ...peers.map((peer) => start(peer.mode)),
+    ]);
+    servers.push(plain, ...rest);
+    slots.set('plain', await prepare(plain, '/pay', 'none'));
+    const idemServers = new Map<StoreName, Server>();
+    results.idem = {} as Results['idem'];
+    results.floor = {} as Results['floor'];
+    results.scale = {} as Results['scale'];
+    for (const [i, store] of stores.entries()) {
+      const server = rest[i] as Server;
+      idemServers.set(store, server);
+      results.idem[store] = { trips: await roundTrips(server) } as Results['idem'][StoreName];
+      if (store === 'redis') results.idemCorrectness = await correctness(server);
+      slots.set(`${store}:new`, await prepare(server, '/pay', 'new'));
+      slots.set(`${store}:replay`, await prepare(server, '/pay', 'replay'));
+      slots.set(`${store}:write`, await prepare(server, '/floor/write', 'new'));
+      slots.set(`${store}:write2`, await prepare(server, '/floor/write2', 'new'));
+      slots.set(`${store}:read`, await prepare(server, '/floor/read', 'replay'));
+    }
+    results.peers = [];
+    const peerCorrectness = new Map<string, Correctness>();
+    for (const [i, peer] of peers.entries()) {
+      const server = rest[stores.length + i] as Server;
+      peerCorrectness.set(peer.mode, await correctness(server));
+      slots.set(`${peer.mode}:new`, await prepare(server, '/pay', 'new'));
+      slots.set(`${peer.mode}:replay`, await prepare(server, '/pay', 'replay'));
+    }
+    for (let round = 1; round <= SETTINGS.rounds; round++) {
+      progress(`round ${round}/${SETTINGS.rounds}: ${slots.size} measurements of ${SETTINGS.seconds} s`);
+      for (const slot of slots.values()) await slice(slot);
+    }
+    const get = (id: string): Load => combine(slots.get(id) as Slot);
+    results.plain = get('plain');
+    results.plainRuns = (slots.get('plain') as Slot).slices;
+    for (const store of idemServers.keys()) {
+      results.idem[store] = { ...results.idem[store], new: get(`${store}:new`), replay: get(`${store}:replay`) };
+      results.floor[store] = { write: get(`${store}:write`), write2: get(`${store}:write2`), read: get(`${store}:read`) };
+    }
+    for (const peer of peers) {
+      results.peers.push({ ...peer, new: get(`${peer.mode}:new`), replay: get(`${peer.mode}:replay`), correctness: peerCorrectness.get(peer.mode) as Correctness });
+    }
+    for (const server of servers) if (![...idemServers.values()].includes(server)) await stop(server);
+    for (const [store, server] of idemServers) {
+      if ((store === 'sqlite' || store === 'postgres') && want('scale')) results.scale[store] = await scale(server, store);
+      await stop(server);
+    }
+  } finally {
+    await cleanRedis();
+  }
+  results.finished = new Date().toISOString();
+  results.machine.loadEnd = loadavg().map((n) => n.toFixed(2)).join(' ');
+  if (only.length > 0) console.log(JSON.stringify(results, null, 2));
+  else report(results);
+}
+
+// ---- report --------------------------------------------------------------------------------------------------------
+const r0 = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : '–');
+const r1 = (n: number) => (Number.isFinite(n) ? n.toFixed(1) : '–');
+const pct = (a: number, b: number) => (b > 0 ? `${Math.round((a / b) * 100)} %` : '–');
+const ms = (n: number) => `${n} ms`;
+
+interface Target {
+  name: string;
+  measured: string;
+  met: boolean;
+}
+
+function targets(r: Results): Target[] {
+  const out: Target[] = [];
+  for (const store of ['redis', 'sqlite'] as const) {
+    const ratio = r.idem[store].replay.rps / r.plain.rps;
+    out.push({ name: `Replays ≥ 95 % of the no-key route (${store})`, measured: `${(ratio * 100).toFixed(0)} % (${r0(r.idem[store].replay.rps)} / ${r0(r.plain.rps)} req/s)`, met: ratio >= 0.95 });
+  }
+  const redisNew = r.idem.redis.new.rps / r.plain.rps;
+  out.push({ name: 'New keys ≥ 80 % of the no-key route (Redis)', measured: `${(redisNew * 100).toFixed(0)} % (${r0(r.idem.redis.new.rps)} / ${r0(r.plain.rps)} req/s)`, met: redisNew >= 0.8 });
+  const pgFloor1 = r.idem.postgres.new.rps / r.floor.postgres.write.rps;
+  const pgFloor2 = r.idem.postgres.new.rps / r.floor.postgres.write2.rps;
+  out.push({
+    name: 'New keys ≥ 90 % of the raw store floor (Postgres)',
+    measured: `${(pgFloor1 * 100).toFixed(0)} % of 1 raw INSERT … ON CONFLICT (${r0(r.floor.postgres.write.rps)} req/s); ${(pgFloor2 * 100).toFixed(0)} % of the raw INSERT + UPDATE pair (${r0(r.floor.postgres.write2.rps)} req/s)`,
+    met: pgFloor1 >= 0.9,
+  });
+  const added = (l: Load) => l.cpuUs - r.plain.cpuUs;
+  for (const kind of ['new', 'replay'] as const) {
+    const ours = added(r.idem.redis[kind]);
+    const peers = r.peers.map((p) => ({ name: p.mode, cpu: added(p[kind]), rps: p[kind].rps }));
+    const leanest = peers.reduce((a, b) => (b.cpu < a.cpu ? b : a));
+    const fastest = peers.reduce((a, b) => (b.rps > a.rps ? b : a));
+    out.push({
+      name: `Added CPU/request ≤ ½ of the leanest peer (${kind} keys, Redis)`,
+      // A replay skips the handler, so a peer's added CPU can be negative; then the ratio means nothing, the gap does.
+      measured:
+        leanest.cpu > 0
+          ? `${r1(ours)} µs vs ${r1(leanest.cpu)} µs (${leanest.name}): ${(ours / leanest.cpu).toFixed(2)}×`
+          : `${r1(ours)} µs vs ${r1(leanest.cpu)} µs (${leanest.name}; negative, i.e. below the no-key route: noise, or a replay skipping the handler): difference ${r1(ours - leanest.cpu)} µs`,
+      met: ours <= leanest.cpu / 2,
+    });
+    out.push({
+      name: `Throughput ≥ the best peer (${kind} keys, Redis)`,
+      measured: `${r0(r.idem.redis[kind].rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(r.idem.redis[kind].rps, fastest.rps)}`,
+      met: r.idem.redis[kind].rps >= fastest.rps,
+    });
+  }
+  for (const store of ['sqlite', 'postgres'] as const) {
+    const s = r.scale[store];
+    const ratio = s.large.rps / s.small.rps;
+    out.push({ name: `${r0(s.largeN)} records ≥ 90 % of ${r0(s.smallN)} (${store}, new keys)`, measured: `${(ratio * 100).toFixed(0)} % (${r0(s.large.rps)} / ${r0(s.small.rps)} req/s)`, met: ratio >= 0.9 });
+    const p99 = s.during.p99 / s.before.p99;
+    out.push({ name: `p99 during a sweep ≤ 1.5× before (${store})`, measured: `${p99.toFixed(2)}× (${s.during.p99} ms vs ${s.before.p99} ms; swept ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)})`, met: p99 <= 1.5 });
+  }
+  return out;
+}
+
+function loadRow(label: string, l: Load, base: Load): string {
+  return `| ${label} | ${r0(l.rps)} | ${pct(l.rps, base.rps)} | ${l.p50} | ${l.p99} | ${r1(l.cpuUs)} | ${r1(l.cpuUs - base.cpuUs)} | ${l.non2xx + l.errors} |`;
+}
+
+function report(r: Results): void {
+  const lines: string[] = [];
+  const head = '| route | req/s | vs no key | p50 ms | p99 ms | CPU µs/req | added CPU µs/req | non-2xx + errors |\n|---|---:|---:|---:|---:|---:|---:|---:|';
+  lines.push('## Overhead: the same Express route with Idem vs without (no key)', '', head, loadRow('no Idem, no key', r.plain, r.plain));
+  for (const store of STORES) {
+    lines.push(loadRow(`Idem ${store}, new keys`, r.idem[store].new, r.plain));
+    lines.push(loadRow(`Idem ${store}, replays`, r.idem[store].replay, r.plain));
+  }
+  lines.push('', '## Floor: the store\'s raw operations on the same route', '');
+  lines.push('| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |', '|---|---:|---:|---:|---:|---:|---:|');
+  for (const store of STORES) {
+    const f = r.floor[store];
+    const i = r.idem[store];
+    lines.push(`| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`);
+  }
+  lines.push('', '## Round trips per request kind (counted by the store, one request at a time)', '');
+  lines.push('| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |', '|---|---:|---:|---:|---:|---|');
+  for (const store of STORES) {
+    const t = r.idem[store].trips;
+    lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | not implemented |`);
+  }
+  lines.push('| DESIGN.md §6 budget | 2 | 1 | 1 | 1 | 0 |');
+  lines.push('', '## Peers: same Express, same Redis, same handler, same TTL (1 h) and in-progress lease (10 s)', '');
+  lines.push('| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |', '|---|---:|---:|---:|---:|---|---|---:|---|---|');
+  const idemC = r.idemCorrectness;
+  const t = r.idem.redis.trips;
+  lines.push(`| **Idem** (redisStore, ioredis) | ${r0(r.idem.redis.new.rps)} | ${r0(r.idem.redis.replay.rps)} | ${r1(r.idem.redis.new.cpuUs - r.plain.cpuUs)} | ${r1(r.idem.redis.replay.cpuUs - r.plain.cpuUs)} | new ${t.new} (EVALSHA claim, complete), replay ${t.replay} (measured) | ${idemC.concurrent} | ${idemC.executions} | ${idemC.location} | ${idemC.afterError} |`);
+  for (const p of r.peers) {
+    const c = p.correctness;
+    const flag = c.executions > 1 ? ' **double-executes**' : '';
+    lines.push(`| ${p.name} | ${r0(p.new.rps)} | ${r0(p.replay.rps)} | ${r1(p.new.cpuUs - r.plain.cpuUs)} | ${r1(p.replay.cpuUs - r.plain.cpuUs)} | ${p.trips} | ${c.concurrent} | ${c.executions}${flag} | ${c.location} | ${c.afterError} |`);
+  }
+  lines.push('', '## Scale and sweep (Idem, new keys)', '');
+  lines.push('| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |', '|---|---:|---:|---:|---|---:|---:|---:|---|');
+  for (const store of ['sqlite', 'postgres'] as const) {
+    const s = r.scale[store];
+    lines.push(`| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`);
+  }
+  const tgt = targets(r);
+  const targetLines = ['| target | measured | met |', '|---|---|---|', ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`)];
+
+  const met = tgt.filter((x) => x.met).length;
+  const summary = `**${met} of ${tgt.length} targets met** in this run.`;
+  console.log(['', summary, '', ...targetLines, '', ...lines].join('\n'));
+  if (r.quick) {
+    // docs/BENCHMARKS.md holds the last full run; a quick run is a smoke test and only prints.
+    const file = join(tmpdir(), `idem-bench-quick-${RUN}.json`);
+    writeFileSync(file, JSON.stringify(r, null, 2) + '\n');
+    progress(`quick run: docs/ left as they are (they hold the last full run); results in ${file}`);
+    return;
+  }
+
+  const notesFile = join(ROOT, 'bench', 'notes.md');
+  const notes = existsSync(notesFile) ? readFileSync(notesFile, 'utf8') : '';
+  const m = r.machine;
+  const doc = [
+    '# Benchmarks',
+    '',
+    `Generated by \`npm run bench${r.quick ? ' -- --quick' : ''}\` (bench/run.ts) on ${r.started} — finished ${r.finished}. Every figure below is from that one run, measured side by side; ratios are what to read, absolute numbers are this machine's. Nothing here is a timed test.`,
+    '',
+    `**Machine:** ${m.cpu}, ${m.memory}, Linux ${m.kernel}, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. Shared and noisy: load average at start ${m.loadStart}, at end ${m.loadEnd} (1/5/15 min) — other work was running. Server processes, PostgreSQL, Redis and autocannon share the same 2 cores.`,
+    '',
+    `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike; req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
+    '',
+    '## Targets (issue 9)',
+    '',
+    summary,
+    '',
+    ...targetLines,
+    '',
+    ...lines,
+    '',
+    notes,
+    '',
+    '![Overhead](bench/overhead.svg)',
+    '',
+    '![Peers](bench/peers.svg)',
+    '',
+    '![Added CPU per request](bench/cpu.svg)',
+    '',
+  ].join('\n');
+  mkdirSync(join(ROOT, 'docs', 'bench'), { recursive: true });
+  writeFileSync(join(ROOT, 'docs', 'BENCHMARKS.md'), doc);
+  writeFileSync(join(ROOT, 'docs', 'bench', 'results.json'), JSON.stringify(r, null, 2) + '\n');
+
+  const overhead = [{ label: 'no Idem (no key)', value: r.plain.rps }];
+  for (const store of STORES) {
+    overhead.push({ label: `${store}: new keys`, value: r.idem[store].new.rps });
+    overhead.push({ label: `${store}: replays`, value: r.idem[store].replay.rps });
+    overhead.push({ label: `${store}: raw write+update floor`, value: r.floor[store].write2.rps });
+  }
+  writeFileSync(join(ROOT, 'docs', 'bench', 'overhead.svg'), barChart('Requests/s, same Express route (higher is better)', overhead, 'req/s'));
+  const peers = [
+    { label: 'Idem: new keys', value: r.idem.redis.new.rps },
+    { label: 'Idem: replays', value: r.idem.redis.replay.rps },
+  ];
+  const cpuBars = [
+    { label: 'Idem: new keys', value: r.idem.redis.new.cpuUs - r.plain.cpuUs },
+    { label: 'Idem: replays', value: r.idem.redis.replay.cpuUs - r.plain.cpuUs },
+  ];
+  for (const p of r.peers) {
+    peers.push({ label: `${p.mode}: new keys`, value: p.new.rps }, { label: `${p.mode}: replays`, value: p.replay.rps });
+    cpuBars.push({ label: `${p.mode}: new keys`, value: p.new.cpuUs - r.plain.cpuUs }, { label: `${p.mode}: replays`, value: p.replay.cpuUs - r.plain.cpuUs });
+  }
+  writeFileSync(join(ROOT, 'docs', 'bench', 'peers.svg'), barChart('Requests/s on Express + Redis: Idem vs peers (higher is better)', peers, 'req/s'));
+  writeFileSync(join(ROOT, 'docs', 'bench', 'cpu.svg'), barChart('Added server CPU per request over the bare route, µs (lower is better)', cpuBars, 'µs'));
+  progress('wrote docs/BENCHMARKS.md, docs/bench/*.svg, docs/bench/results.json');
+}
+
+if (process.argv.includes('--report')) {
+  // Regenerate the tables, the doc (with bench/notes.md) and the charts from the last run's results.json.
+  report(JSON.parse(readFileSync(join(ROOT, 'docs', 'bench', 'results.json'), 'utf8')) as Results);
+} else {
+  await main();
+}

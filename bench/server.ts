@@ -1,0 +1,417 @@
+/**
+ * @module One benchmark server process. Configured by environment variables (set by `bench/run.ts`):
+ *
+ * - `BENCH_MODE`: `plain` (the route alone, no key), `idem` (Idem's Express middleware), `floor` (routes doing only
+ *   the store's raw conditional write / point read), `ei` (express-idempotency + Redis adapter), `pt` (Powertools
+ *   idempotency, CachePersistenceLayer), `ni` (@node-idempotency/core wrapped in an Express middleware).
+ * - `BENCH_STORE`: `memory` | `sqlite` | `postgres` | `redis` (for `idem` and `floor`).
+ * - `BENCH_RUN`: the run id; every Redis key and Postgres schema this process creates carries it.
+ *
+ * Every mode serves the same handler at `POST /pay` on the same Express app. Control endpoints under `/__` report
+ * this process's CPU time (`process.cpuUsage()`), the store's round trips and the handler's executions per key.
+ */
+import express, { type Request, type Response } from 'express';
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { rmSync } from 'node:fs';
+import type { IIdempotencyDataAdapter } from 'express-idempotency';
+import type { IdempotencyStore } from 'idem';
+import { idempotency } from 'idem/express';
+
+const MODE = process.env.BENCH_MODE ?? 'plain';
+const STORE = process.env.BENCH_STORE ?? 'memory';
+const RUN = process.env.BENCH_RUN ?? 'local';
+const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** Same TTL and in-progress lease for Idem and every peer. */
+export const TTL_MS = 3_600_000;
+export const LEASE_MS = 10_000;
+
+// ---- the handler every mode shares -------------------------------------------------------------------------------
+const executions = new Map<string, number>();
+let failNext = false;
+let delayMs = 0;
+let served = 0;
+
+function keyOf(req: Request): string {
+  return req.get('idempotency-key') ?? '';
+}
+
+/** The work: counts its executions per key, optionally throws once or waits, answers 201 with a Location. */
+async function work(key: string): Promise<{ id: string; amount: number }> {
+  executions.set(key, (executions.get(key) ?? 0) + 1);
+  if (failNext) {
+    failNext = false;
+    throw new Error('the handler failed (bench: fail-next)');
+  }
+  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+  return { id: `ch_${randomUUID().slice(0, 12)}`, amount: 500 };
+}
+
+async function handler(req: Request, res: Response): Promise<void> {
+  const charge = await work(keyOf(req));
+  res.status(201).location(`/v1/charges/${charge.id}`).json(charge);
+}
+
+const app = express();
+app.disable('x-powered-by');
+app.disable('etag');
+app.use((_req, _res, next) => {
+  served++;
+  next();
+});
+
+let cpuStart = process.cpuUsage();
+let servedAtReset = 0;
+let roundTrips: () => number = () => 0;
+let sweep: ((now: number) => Promise<number>) | undefined;
+let sweepState: { running: boolean; deleted: number; ms: number } = { running: false, deleted: 0, ms: 0 };
+let seed: ((count: number, expired: boolean) => Promise<number>) | undefined;
+let countRecords: (() => Promise<number>) | undefined;
+const cleanups: Array<() => Promise<unknown>> = [];
+
+app.post('/__reset', (_req, res) => {
+  cpuStart = process.cpuUsage();
+  servedAtReset = served;
+  res.json({ ok: true });
+});
+app.get('/__cpu', (_req, res) => {
+  const { user, system } = process.cpuUsage(cpuStart);
+  // The /__cpu request itself is counted in `served`; leave it out.
+  res.json({ userUs: user, systemUs: system, requests: served - servedAtReset - 1 });
+});
+app.get('/__stats', (req, res) => {
+  const key = typeof req.query.key === 'string' ? req.query.key : '';
+  res.json({ executions: executions.get(key) ?? 0, roundTrips: roundTrips() });
+});
+app.post('/__fail-next', (_req, res) => {
+  failNext = true;
+  res.json({ ok: true });
+});
+app.post('/__delay', (req, res) => {
+  delayMs = Number(req.query.ms ?? 0);
+  res.json({ ok: true });
+});
+app.post('/__seed', async (req, res) => {
+  if (!seed) {
+    res.status(404).json({ error: 'no seeding for this store' });
+    return;
+  }
+  const started = performance.now();
+  const count = await seed(Number(req.query.count ?? 0), req.query.expired === '1');
+  res.json({ count, ms: Math.round(performance.now() - started) });
+});
+app.get('/__count', async (_req, res) => {
+  res.json({ count: countRecords ? await countRecords() : -1 });
+});
+app.post('/__sweep', (_req, res) => {
+  if (!sweep) {
+    res.status(404).json({ error: 'no sweep for this store' });
+    return;
+  }
+  const run = sweep;
+  sweepState = { running: true, deleted: 0, ms: 0 };
+  const started = performance.now();
+  void run(Date.now()).then(
+    (deleted) => (sweepState = { running: false, deleted, ms: Math.round(performance.now() - started) }),
+    (error: unknown) => {
+      console.error(error);
+      sweepState = { running: false, deleted: -1, ms: 0 };
+    },
+  );
+  res.json({ started: true });
+});
+app.get('/__sweep', (_req, res) => {
+  res.json(sweepState);
+});
+
+// ---- stores --------------------------------------------------------------------------------------------------------
+interface Opened {
+  store: IdempotencyStore<never>;
+  /** The floor's raw ops on the same backend: conditional write of a new key, then terminal update, and a point read. */
+  claim(key: string): Promise<unknown>;
+  update(key: string): Promise<unknown>;
+  read(key: string): Promise<unknown>;
+}
+
+async function openStore(): Promise<Opened> {
+  if (STORE === 'memory') {
+    const { memoryStore } = await import('idem/stores/memory');
+    const map = new Map<string, string>();
+    return {
+      store: memoryStore(),
+      claim: async (key) => (map.has(key) ? false : (map.set(key, 'in_progress'), true)),
+      update: async (key) => map.set(key, 'done'),
+      read: async (key) => map.get(key),
+    };
+  }
+  if (STORE === 'sqlite') {
+    const { default: Database } = await import('better-sqlite3');
+    const { sqliteStore } = await import('idem/stores/sqlite');
+    const file = join(tmpdir(), `idem-bench-${RUN}-${process.pid}.db`);
+    const database = new Database(file);
+    cleanups.push(async () => {
+      database.close();
+      for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
+    });
+    const store = sqliteStore({ database });
+    await store.migrate();
+    database.exec('CREATE TABLE IF NOT EXISTS floor (k TEXT PRIMARY KEY, v TEXT NOT NULL, expires_at INTEGER NOT NULL)');
+    const insert = database.prepare('INSERT OR IGNORE INTO floor (k, v, expires_at) VALUES (?, ?, ?)');
+    const update = database.prepare("UPDATE floor SET v = 'done' WHERE k = ? AND v = 'in_progress'");
+    const select = database.prepare('SELECT v FROM floor WHERE k = ?');
+    sweep = (now) => store.sweep({ now });
+    countRecords = async () => Number((database.prepare('SELECT count(*) AS n FROM idem_records').get() as { n: number }).n);
+    seed = async (count, expired) => {
+      const base = expired ? Date.now() - TTL_MS * 2 : Date.now();
+      // One statement: a recursive CTE generates the rows inside SQLite.
+      database
+        .prepare(
+          `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+           INSERT INTO idem_records (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at,
+             expires_at, retryable, result_id, response_status, response_headers, response_body)
+           SELECT 'IDEMPOTENCY#seed#' || ? || '-' || i, 'seed', ? || '-' || i, 'succeeded', 'f', 'id' || i, 't', ?, ?, ?, 0,
+             NULL, 201, '[["content-type","application/json"]]', X'7B7D' FROM n`,
+        )
+        .run(count, `${expired ? 'x' : 'l'}${Date.now()}`, `${expired ? 'x' : 'l'}${Date.now()}`, base, base, base + TTL_MS);
+      return count;
+    };
+    return {
+      store: store as unknown as IdempotencyStore<never>,
+      claim: async (key) => insert.run(key, 'in_progress', Date.now() + TTL_MS).changes,
+      update: async (key) => update.run(key).changes,
+      read: async (key) => select.get(key),
+    };
+  }
+  if (STORE === 'postgres') {
+    const { default: pg } = await import('pg');
+    const { postgresStore } = await import('idem/stores/postgres');
+    const schema = `bench_${RUN}_${process.pid}`;
+    const pool = new pg.Pool({ connectionString: PG_URL, max: 10 });
+    const store = postgresStore({ pool, schema });
+    await store.migrate();
+    const floor = `"${schema}".floor`;
+    await pool.query(`CREATE TABLE IF NOT EXISTS ${floor} (k text PRIMARY KEY, v text NOT NULL, expires_at bigint NOT NULL)`);
+    cleanups.push(async () => {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.end();
+    });
+    sweep = (now) => store.sweep({ now });
+    countRecords = async () => {
+      const { rows } = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".idempotency_records`);
+      return Number(rows[0]?.n);
+    };
+    seed = async (count, expired) => {
+      const base = expired ? Date.now() - TTL_MS * 2 : Date.now();
+      const tag = `${expired ? 'x' : 'l'}${Date.now()}`;
+      await pool.query(
+        `INSERT INTO "${schema}".idempotency_records (pk, scope, key, status, fingerprint, id, token, claimed_at,
+           lease_expires_at, expires_at, retryable, result_id, response_status, response_headers, response_body)
+         SELECT 'IDEMPOTENCY#seed#' || $2 || '-' || i, 'seed', $2 || '-' || i, 'succeeded', 'f', 'id' || i, 't', $3, $3, $4,
+           false, NULL, 201, '[["content-type","application/json"]]'::jsonb, '\\x7b7d'::bytea
+         FROM generate_series(1, $1::int) AS i`,
+        [count, tag, base, base + TTL_MS],
+      );
+      await pool.query(`ANALYZE "${schema}".idempotency_records`);
+      return count;
+    };
+    return {
+      store: store as unknown as IdempotencyStore<never>,
+      claim: (key) =>
+        pool.query(`INSERT INTO ${floor} (k, v, expires_at) VALUES ($1, 'in_progress', $2) ON CONFLICT DO NOTHING`, [
+          key,
+          Date.now() + TTL_MS,
+        ]),
+      update: (key) => pool.query(`UPDATE ${floor} SET v = 'done' WHERE k = $1 AND v = 'in_progress'`, [key]),
+      read: (key) => pool.query(`SELECT v FROM ${floor} WHERE k = $1`, [key]),
+    };
+  }
+  if (STORE === 'redis') {
+    const { Redis } = await import('ioredis');
+    const { redisStore } = await import('idem/stores/redis');
+    const client = new Redis(REDIS_URL);
+    const prefix = `bench:${RUN}:${process.pid}:`;
+    const store = redisStore({ client, prefix });
+    await store.load();
+    cleanups.push(async () => {
+      await deleteByPattern(client, `${prefix}*`);
+      client.disconnect();
+    });
+    return {
+      store: store as unknown as IdempotencyStore<never>,
+      claim: (key) => client.set(`${prefix}floor:${key}`, 'in_progress', 'PX', TTL_MS, 'NX'),
+      update: (key) => client.set(`${prefix}floor:${key}`, 'done', 'PX', TTL_MS, 'XX'),
+      read: (key) => client.get(`${prefix}floor:${key}`),
+    };
+  }
+  throw new Error(`unknown BENCH_STORE ${STORE}`);
+}
+
+interface ScanDel {
+  scan(cursor: string, match: 'MATCH', pattern: string, count: 'COUNT', n: number): Promise<[string, string[]]>;
+  del(...keys: string[]): Promise<number>;
+}
+
+async function deleteByPattern(client: ScanDel, pattern: string): Promise<void> {
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
+    cursor = next;
+    if (keys.length > 0) await client.del(...keys);
+  } while (cursor !== '0');
+}
+
+// ---- modes ---------------------------------------------------------------------------------------------------------
+async function mount(): Promise<void> {
+  if (MODE === 'plain') {
+    app.post('/pay', express.json(), handler);
+    return;
+  }
+  if (MODE === 'idem' || MODE === 'floor') {
+    const ops = await openStore();
+    const { store } = ops;
+    roundTrips = () => store.roundTrips;
+    cleanups.unshift(() => store.close());
+    if (MODE === 'idem') {
+      app.post('/pay', idempotency({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }), express.json(), handler);
+    }
+    // The floor, on the same backend and the same Express app. A new key: the raw conditional write only
+    // (`write`), or the raw conditional write and the conditional terminal update around the work (`write2`: the
+    // two trips Idem's budget allows). A replay: the point read, then the stored answer (`read`).
+    app.post('/floor/write', express.json(), async (req, res) => {
+      await ops.claim(keyOf(req));
+      await handler(req, res);
+    });
+    app.post('/floor/write2', express.json(), async (req, res) => {
+      const key = keyOf(req);
+      await ops.claim(key);
+      const charge = await work(key);
+      await ops.update(key);
+      res.status(201).location(`/v1/charges/${charge.id}`).json(charge);
+    });
+    app.post('/floor/read', express.json(), async (req, res) => {
+      await ops.read(keyOf(req));
+      res.status(201).location('/v1/charges/ch_floor').json({ id: 'ch_floor', amount: 500 });
+    });
+    return;
+  }
+  if (MODE === 'ei') {
+    const { idempotency: expressIdempotency, getSharedIdempotencyService } = await import('express-idempotency');
+    type AdapterClass = new (options: object) => IIdempotencyDataAdapter & {
+      connect(): Promise<void>;
+      disconnect(): Promise<void>;
+    };
+    // A CommonJS module with `exports.default`: Node and tsx differ on how many `default`s wrap it.
+    const loaded = (await import('express-idempotency-redis-adapter')) as unknown as { default: AdapterClass | { default: AdapterClass } };
+    const Adapter = typeof loaded.default === 'function' ? loaded.default : loaded.default.default;
+    const dataAdapter = new Adapter({ connectionConfig: { url: REDIS_URL }, ttl: TTL_MS / 1000 });
+    await dataAdapter.connect();
+    cleanups.push(() => dataAdapter.disconnect());
+    // Its documented use: the handler checks isHit() and does nothing when the middleware already answered.
+    app.post('/pay', express.json(), expressIdempotency({ dataAdapter }), async (req, res) => {
+      if (getSharedIdempotencyService().isHit(req)) return;
+      await handler(req, res);
+    });
+    return;
+  }
+  if (MODE === 'pt') {
+    const { makeIdempotent, IdempotencyConfig } = await import('@aws-lambda-powertools/idempotency');
+    const { CachePersistenceLayer } = await import('@aws-lambda-powertools/idempotency/cache');
+    const { createClient } = await import('@redis/client');
+    const client = await createClient({ url: REDIS_URL }).connect();
+    cleanups.push(() => client.quit());
+    const config = new IdempotencyConfig({
+      eventKeyJmesPath: 'key',
+      // No payloadValidationJmesPath: with it, CachePersistenceLayer drops the payload hash when it stores the
+      // result (_updateRecord writes status, expiry and data only), so every replay fails validation (a 500).
+      expiresAfterSeconds: TTL_MS / 1000,
+    });
+    // A fixed in-progress lease: Powertools takes it from the Lambda context's remaining time.
+    config.registerLambdaContext({ getRemainingTimeInMillis: () => LEASE_MS });
+    const persistenceStore = new CachePersistenceLayer({ client: client });
+    const run = makeIdempotent(
+      async (event: { key: string; body: unknown }) => {
+        const charge = await work(event.key);
+        return { status: 201, location: `/v1/charges/${charge.id}`, body: charge };
+      },
+      { persistenceStore, config, keyPrefix: `bench:${RUN}:pt` },
+    );
+    app.post('/pay', express.json(), async (req, res) => {
+      let result: Awaited<ReturnType<typeof run>>;
+      try {
+        result = await run({ key: keyOf(req), body: req.body as unknown });
+      } catch (error) {
+        // The in-progress answer is a 409, as every other layer here answers it.
+        if (error instanceof Error && error.name === 'IdempotencyAlreadyInProgressError') {
+          res.status(409).json({ error: error.message });
+          return;
+        }
+        throw error;
+      }
+      res.status(result.status).location(result.location).json(result.body);
+    });
+    return;
+  }
+  if (MODE === 'ni') {
+    const { Idempotency } = await import('@node-idempotency/core');
+    const { RedisStorageAdapter } = await import('@node-idempotency/storage-adapter-redis');
+    const storage = new RedisStorageAdapter({ url: REDIS_URL });
+    await storage.connect();
+    cleanups.push(() => storage.disconnect());
+    const idem = new Idempotency(storage, { cacheKeyPrefix: `bench:${RUN}:ni`, cacheTTLMS: TTL_MS });
+    // Wrapped as its NestJS interceptor does: onRequest before, onResponse with the body or the error after.
+    app.post('/pay', express.json(), async (req, res) => {
+      const params = { headers: req.headers as Record<string, unknown>, path: req.path, method: req.method, body: req.body as Record<string, unknown> };
+      let cached: { body?: unknown; additional?: Record<string, unknown>; error?: unknown } | undefined;
+      try {
+        cached = await idem.onRequest(params);
+      } catch (error) {
+        res.status(409).json({ error: (error as Error).message });
+        return;
+      }
+      if (cached) {
+        if (cached.error !== undefined) {
+          res.status(500).json({ error: 'replayed error' });
+          return;
+        }
+        const location = cached.additional?.location;
+        if (typeof location === 'string') res.location(location);
+        res.status(Number(cached.additional?.status ?? 200)).json(cached.body);
+        return;
+      }
+      try {
+        const charge = await work(keyOf(req));
+        const location = `/v1/charges/${charge.id}`;
+        await idem.onResponse(params, { body: charge, additional: { status: 201, location } });
+        res.status(201).location(location).json(charge);
+      } catch (error) {
+        await idem.onResponse(params, { error: { message: (error as Error).message } });
+        throw error;
+      }
+    });
+    return;
+  }
+  throw new Error(`unknown BENCH_MODE ${MODE}`);
+}
+
+await mount();
+app.use((error: unknown, _req: Request, res: Response, _next: unknown) => {
+  void _next;
+  // Like Express's final handler: a status already set to 4xx/5xx by a middleware stands, anything else is a 500.
+  if (!res.headersSent) res.status(res.statusCode >= 400 ? res.statusCode : 500).json({ error: error instanceof Error ? error.message : String(error) });
+});
+app.post('/__close', async (_req, res) => {
+  for (const cleanup of cleanups) await cleanup().catch((error: unknown) => console.error(error));
+  res.json({ ok: true });
+  setTimeout(() => process.exit(0), 50);
+});
+
+const server = app.listen(0, '127.0.0.1', () => {
+  const { port } = server.address() as AddressInfo;
+  process.stdout.write(`READY ${port}\n`);
+});
+server.keepAliveTimeout = 60_000;
+
+export { deleteByPattern };
