@@ -239,4 +239,80 @@ describe('engine.run', () => {
     });
     expect((await engine.run({ scope: 's', key: 'k', fingerprint: 'f' }, async () => answer(201))).replayed).toBe(false);
   });
+
+  describe('cacheSize: terminal records kept in process', () => {
+    const cachedSetup = (cacheSize: number) => {
+      const clock = manualClock(T0);
+      const store = memoryStore();
+      const engine = createEngine({ store, clock, ttlMs: DAY, cacheSize });
+      return { clock, store, engine };
+    };
+
+    it('a hot replay and a hot mismatch cost 0 round trips', async () => {
+      const { store, engine } = cachedSetup(10);
+      const request = { scope: 's', key: 'k', fingerprint: 'f' };
+      await engine.run(request, async () => answer(201, '{"id":"ch_1"}'));
+      const trips = store.roundTrips;
+      const replay = await engine.run(request, async () => answer(500));
+      expect([replay.replayed, new TextDecoder().decode(replay.response.body)]).toEqual([true, '{"id":"ch_1"}']);
+      await expect(engine.run({ ...request, fingerprint: 'other' }, async () => answer(201))).rejects.toMatchObject({
+        code: 'FINGERPRINT_MISMATCH',
+      });
+      expect(store.roundTrips - trips).toBe(0);
+    });
+
+    it('never keeps in_progress or retryable failures: those go to the store every time', async () => {
+      const { store, engine } = cachedSetup(10);
+      const flaky = { scope: 's', key: 'flaky', fingerprint: 'f' };
+      await engine.run(flaky, async () => answer(503));
+      let trips = store.roundTrips;
+      expect((await engine.run(flaky, async () => answer(201))).replayed).toBe(false);
+      expect(store.roundTrips - trips).toBe(2);
+
+      let finish = () => {};
+      const slow = { scope: 's', key: 'slow', fingerprint: 'f' };
+      const first = engine.run(slow, () => new Promise((resolve) => (finish = () => resolve(answer(201)))));
+      await tick();
+      trips = store.roundTrips;
+      await expect(engine.run(slow, async () => answer(201))).rejects.toMatchObject({ code: 'IN_FLIGHT' });
+      expect(store.roundTrips - trips).toBe(1);
+      finish();
+      await first;
+    });
+
+    it('respects expiry: past expiresAt the store decides and the work runs again', async () => {
+      const { store, engine, clock } = cachedSetup(10);
+      const request = { scope: 's', key: 'k', fingerprint: 'f' };
+      let runs = 0;
+      await engine.run(request, async () => (runs++, answer(201)));
+      clock.advance(DAY);
+      const trips = store.roundTrips;
+      expect((await engine.run(request, async () => (runs++, answer(201)))).replayed).toBe(false);
+      expect([runs, store.roundTrips - trips]).toEqual([2, 2]);
+    });
+
+    it('holds at most cacheSize records, evicting the least recently used', async () => {
+      const { store, engine } = cachedSetup(2);
+      const request = (key: string) => ({ scope: 's', key, fingerprint: 'f' });
+      for (const key of ['a', 'b', 'c']) await engine.run(request(key), async () => answer(201));
+      const trips = store.roundTrips;
+      await engine.run(request('c'), async () => answer(500));
+      await engine.run(request('b'), async () => answer(500));
+      expect(store.roundTrips - trips).toBe(0);
+      await engine.run(request('a'), async () => answer(500));
+      expect(store.roundTrips - trips).toBe(1);
+    });
+
+    it('is off by default and validated by name', async () => {
+      const store = memoryStore();
+      const engine = createEngine({ store, ttlMs: DAY });
+      const request = { scope: 's', key: 'k', fingerprint: 'f' };
+      await engine.run(request, async () => answer(201));
+      const trips = store.roundTrips;
+      await engine.run(request, async () => answer(201));
+      expect(store.roundTrips - trips).toBe(1);
+      expect(() => createEngine({ store, cacheSize: -1 })).toThrow('Expected `cacheSize` to be a non-negative integer, got -1.');
+    });
+  });
 });
+

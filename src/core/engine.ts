@@ -41,6 +41,13 @@ export interface EngineOptions<Tx = never> {
   readonly renewEveryMs?: number;
   /** Instead of answering 409 at once, wait up to this long for the in-flight attempt's outcome. Default 0. */
   readonly waitForOutcomeMs?: number;
+  /**
+   * Keep up to this many terminal records (succeeded, or failed and final) in this process, so a hot replay or
+   * mismatch costs no store round trip (DESIGN.md §6). Safe because a terminal record cannot change before it
+   * expires; `in_progress` and retryable failures are never kept. A record deleted behind the store's back is
+   * still replayed here until its `expiresAt`. Default 0 (off).
+   */
+  readonly cacheSize?: number;
   readonly clock?: Clock;
   /** Makes fencing tokens and record ids. Default `crypto.randomUUID`; inject a seeded one to replay a simulation. */
   readonly generateId?: () => string;
@@ -120,6 +127,7 @@ export function createEngine<Tx = never>({
   leaseMs = 10_000,
   renewEveryMs = Math.max(1, Math.floor(leaseMs / 3)),
   waitForOutcomeMs = 0,
+  cacheSize = 0,
   clock = systemClock,
   generateId = randomUUID,
   onEvent = () => {},
@@ -130,6 +138,7 @@ export function createEngine<Tx = never>({
   positive('renewEveryMs', renewEveryMs);
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
   if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
+  if (!Number.isSafeInteger(cacheSize) || cacheSize < 0) throw configError('cacheSize', 'a non-negative integer', cacheSize);
   if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0) {
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
@@ -162,9 +171,45 @@ export function createEngine<Tx = never>({
     }
   }
 
+  /** Terminal records by pk, least recently used first. */
+  const cache = new Map<string, IdempotencyRecord>();
+  const remember = (record: IdempotencyRecord): void => {
+    if (cacheSize === 0 || !replayOf(record)) return;
+    cache.delete(record.pk);
+    cache.set(record.pk, record);
+    if (cache.size > cacheSize) cache.delete(cache.keys().next().value as string);
+  };
+  const recall = (pk: string): IdempotencyRecord | undefined => {
+    const record = cache.get(pk);
+    if (!record) return undefined;
+    cache.delete(pk);
+    if (record.expiresAt <= clock.now()) return undefined;
+    cache.set(pk, record);
+    return record;
+  };
+
+  /** The answer an existing record gives this request: a mismatch (thrown), a replay, or undefined (in flight). */
+  function answerFrom(existing: IdempotencyRecord, { scope, key, fingerprint }: RunRequest): RunResult | undefined {
+    if (!fingerprintsEqual(existing.fingerprint, fingerprint)) {
+      emit({ type: 'mismatch', scope, key });
+      throw new IdempotencyError(
+        'FINGERPRINT_MISMATCH',
+        'This Idempotency-Key was already used with a different request (method, path, query or body).',
+      );
+    }
+    const replay = replayOf(existing);
+    if (replay) {
+      emit({ type: 'replayed', scope, key });
+      remember(existing);
+    }
+    return replay;
+  }
+
   async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
     const { scope, key, fingerprint } = request;
     const pk = recordPk(scope, key);
+    const hit = cacheSize > 0 ? recall(pk) : undefined;
+    if (hit) return answerFrom(hit, request) as RunResult;
     const waitUntil = clock.now() + waitForOutcomeMs;
     for (;;) {
       const token = generateId();
@@ -178,18 +223,8 @@ export function createEngine<Tx = never>({
         return execute(claim.record, reclaimed, work);
       }
       const existing = claim.record;
-      if (!fingerprintsEqual(existing.fingerprint, fingerprint)) {
-        emit({ type: 'mismatch', scope, key });
-        throw new IdempotencyError(
-          'FINGERPRINT_MISMATCH',
-          'This Idempotency-Key was already used with a different request (method, path, query or body).',
-        );
-      }
-      const replay = replayOf(existing);
-      if (replay) {
-        emit({ type: 'replayed', scope, key });
-        return replay;
-      }
+      const replay = answerFrom(existing, request);
+      if (replay) return replay;
       // In flight (or, rarely, a record the claim saw as live that has since become claimable): wait or refuse.
       const now = clock.now();
       const leaseLeft = Math.max(0, existing.leaseExpiresAt - now);
@@ -281,7 +316,9 @@ export function createEngine<Tx = never>({
       });
     }
     emit({ type: 'executed', scope, key, outcome: kind });
-    return { replayed: false, response: result.response, record: { ...record, ...outcome } };
+    const completed = { ...record, ...outcome };
+    remember(completed);
+    return { replayed: false, response: result.response, record: completed };
   }
 
   /**
