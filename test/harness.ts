@@ -30,8 +30,19 @@ export function tempDir(prefix = 'idem-test-'): { path: string; remove: () => vo
  * @example
  * const server = await startDemo({ IDEM_STORE: `sqlite:${dir}/idem.db` })
  */
-export async function startDemo(env: Record<string, string>, args: string[] = []): Promise<DemoProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'demo/server.ts'), ...args], {
+export function startDemo(env: Record<string, string>, args: string[] = []): Promise<DemoProcess> {
+  return spawnServer(['--import', 'tsx', join(ROOT, 'demo/server.ts'), ...args], env, 'demo server');
+}
+
+/**
+ * Runs `node ...argv` (a demo server, however it is started: directly or through `idem serve`) with `env` on top of
+ * a clean test environment (PORT=0, lab on), and resolves once it prints its startup line.
+ *
+ * @example
+ * const server = await spawnServer([cli, 'serve'], { IDEM_STORE: 'memory:' }, 'idem serve')
+ */
+export async function spawnServer(argv: readonly string[], env: Record<string, string>, label: string): Promise<DemoProcess> {
+  const child = spawn(process.execPath, [...argv], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_LAB: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -41,18 +52,17 @@ export async function startDemo(env: Record<string, string>, args: string[] = []
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`demo server did not start in 20 s:\n${output}`)), 20_000);
-    const check = () => {
-      const match = /listening on (http:\/\/\S+)/.exec(output);
+    const timer = setTimeout(() => reject(new Error(`${label} did not start in 20 s:\n${output}`)), 20_000);
+    child.stdout.on('data', () => {
+      const match = /^idem demo listening on (http:\/\/\S+)/m.exec(output);
       if (match?.[1]) {
         clearTimeout(timer);
         resolve(match[1]);
       }
-    };
-    child.stdout.on('data', check);
+    });
     void exited.then((code) => {
       clearTimeout(timer);
-      reject(new Error(`demo server exited (${code}) before listening:\n${output}`));
+      reject(new Error(`${label} exited (${code}) before listening:\n${output}`));
     });
   });
   return {

@@ -6,6 +6,7 @@ import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { main } from '../../src/cli/index.js';
+import { spawnServer, type DemoProcess } from '../harness.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const CLI_SOURCE = join(ROOT, 'src/cli/index.ts');
@@ -58,11 +59,7 @@ export async function inProcess(args: readonly string[], env: Record<string, str
   return { code, stdout, stderr };
 }
 
-export interface ServeProcess {
-  readonly url: string;
-  output(): string;
-  stop(signal?: NodeJS.Signals): Promise<number | string>;
-}
+export type ServeProcess = DemoProcess;
 
 /**
  * Starts `idem serve` and resolves with its URL once it prints the startup line.
@@ -70,38 +67,8 @@ export interface ServeProcess {
  * @example
  * const server = await serveIdem({ IDEM_STORE: `sqlite:${dir}/idem.db`, PORT: '0', IDEM_LAB: '1' })
  */
-export async function serveIdem(env: Record<string, string>, args: readonly string[] = []): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [...command(false), 'serve', ...args], {
-    cwd: ROOT,
-    env: environment({ PORT: '0', IDEM_LAB: '1', ...env }),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let output = '';
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
-  const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`idem serve did not start in 20 s:\n${output}`)), 20_000);
-    child.stdout.on('data', () => {
-      const match = /^idem demo listening on (http:\/\/\S+)/m.exec(output);
-      if (match?.[1]) {
-        clearTimeout(timer);
-        resolve(match[1]);
-      }
-    });
-    void exited.then((code) => {
-      clearTimeout(timer);
-      reject(new Error(`idem serve exited (${code}) before listening:\n${output}`));
-    });
-  });
-  return {
-    url,
-    output: () => output,
-    stop: (signal = 'SIGTERM') => {
-      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-      return exited;
-    },
-  };
+export function serveIdem(env: Record<string, string>, args: readonly string[] = []): Promise<ServeProcess> {
+  return spawnServer([...command(false), 'serve', ...args], env, 'idem serve');
 }
 
 /** The 16-hex key hash the demo's logs carry. */
