@@ -230,12 +230,8 @@ export function createEngine<Tx = never>({
       const leaseLeft = Math.max(0, existing.leaseExpiresAt - now);
       if (now < waitUntil) {
         const outcome = await waitForOutcome(pk, Math.min(waitUntil, existing.leaseExpiresAt));
-        if (outcome && !fingerprintsEqual(outcome.fingerprint, fingerprint)) continue;
-        const settled = outcome && replayOf(outcome);
-        if (settled) {
-          emit({ type: 'replayed', scope, key });
-          return settled;
-        }
+        const settled = outcome && answerFrom(outcome, request);
+        if (settled) return settled;
         if (clock.now() < waitUntil) continue;
       }
       emit({ type: 'in_flight', scope, key });
