@@ -164,6 +164,35 @@ describe.skipIf(!available)('postgres store', () => {
       }
     });
 
+    it.each([
+      { name: 'a dead lease', finish: null, now: T0 + LEASE },
+      { name: 'an expired record', finish: succeeded, now: T0 + TTL },
+    ])('the same after a concurrent claim of $name: 2 trips, the live claim comes back', async ({ finish, now }) => {
+      const { schema, table, store, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const first = request();
+        await store.claim(first);
+        if (finish) await store.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: finish });
+        const otherToken = randomUUID();
+        await blocker.query('BEGIN');
+        await blocker.query(
+          `UPDATE ${table} SET status = 'in_progress', token = $2, lease_expires_at = $3, expires_at = $4 WHERE pk = $1`,
+          [first.pk, otherToken, now + LEASE, now + TTL],
+        );
+        const measure = trips(store);
+        const pending = store.claim({ ...first, token: randomUUID(), id: randomUUID(), now });
+        await blockedOn(schema);
+        await blocker.query('COMMIT');
+        const result = await pending;
+        expect([result.kind, result.record.status, result.record.token]).toEqual(['existing', 'in_progress', otherToken]);
+        expect(measure()).toBe(2);
+      } finally {
+        blocker.release();
+        await drop();
+      }
+    });
+
     it('a claim that waited on a concurrent insert that rolled back claims in 1 trip', async () => {
       const { schema, table, store, drop } = await isolated();
       const blocker = await pool.connect();
@@ -240,6 +269,68 @@ describe.skipIf(!available)('postgres store', () => {
       } finally {
         blocker.release();
         await strict.end();
+        await drop();
+      }
+    });
+  });
+
+  describe('refusals are read-only', () => {
+    it('a replay, a mismatch and a live lease assign no transaction id and lock no row; a claim does', async () => {
+      const { schema, table, store, drop } = await isolated();
+      const client = await pool.connect();
+      try {
+        const done = request();
+        await store.claim(done);
+        await store.complete({ pk: done.pk, token: done.token, now: T0 + 1, outcome: succeeded });
+        const live = request();
+        await store.claim(live);
+        // The same store, on one connection inside an open transaction, so Postgres can tell whether it wrote.
+        const onClient = { query: client.query.bind(client), connect: () => Promise.reject(new Error('not used by claim')) };
+        const inTx = postgresStore({ pool: onClient, schema });
+        const xid = async () =>
+          (await client.query<{ xid: string | null }>('SELECT txid_current_if_assigned()::text AS xid')).rows[0]?.xid;
+        await client.query('BEGIN');
+        const again = { token: randomUUID(), id: randomUUID(), now: T0 + 2 };
+        const replay = await inTx.claim({ ...done, ...again });
+        expect([replay.kind, replay.record.status]).toEqual(['existing', 'succeeded']);
+        const mismatch = await inTx.claim({ ...done, ...again, fingerprint: 'e'.repeat(64) });
+        expect([mismatch.kind, mismatch.record.token]).toEqual(['existing', done.token]);
+        const busy = await inTx.claim({ ...live, ...again });
+        expect([busy.kind, busy.record.token]).toEqual(['existing', live.token]);
+        expect(await xid()).toBeNull();
+        expect((await inTx.claim(request({ now: T0 + 2 }))).kind).toBe('claimed');
+        expect(await xid()).not.toBeNull();
+        await client.query('ROLLBACK');
+        // A lock would have left the refusing transaction's id in xmax, even after the rollback.
+        const { rows } = await pool.query<{ xmax: string }>(`SELECT xmax::text FROM ${table} WHERE pk = ANY($1) ORDER BY pk`, [
+          [done.pk, live.pk],
+        ]);
+        expect(rows).toEqual([{ xmax: '0' }, { xmax: '0' }]);
+      } finally {
+        client.release();
+        await drop();
+      }
+    });
+
+    it('a refusal does not wait for a concurrent writer that holds the row: it answers from its snapshot', async () => {
+      const { table, store, drop } = await isolated();
+      const blocker = await pool.connect();
+      try {
+        const holder = request();
+        await store.claim(holder);
+        // The holder is completing in a transaction (its effects still running): the row is locked, uncommitted.
+        await blocker.query('BEGIN');
+        await blocker.query(`UPDATE ${table} SET status = 'succeeded' WHERE pk = $1`, [holder.pk]);
+        const measure = trips(store);
+        const claim = store.claim({ ...holder, token: randomUUID(), now: T0 + 1 });
+        const waited = new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 2_000));
+        const result = await Promise.race([claim, waited]);
+        expect(result).not.toBe('waited');
+        expect(result).toMatchObject({ kind: 'existing', record: { status: 'in_progress', token: holder.token } });
+        expect(measure()).toBe(1);
+      } finally {
+        await blocker.query('ROLLBACK');
+        blocker.release();
         await drop();
       }
     });
@@ -476,6 +567,71 @@ describe.skipIf(!available)('postgres store', () => {
       expect(() => postgresStore({ pool: {} as never })).toThrow(/^Expected `pool` to be a pg\.Pool/);
     });
 
+    it('sends claim, complete, renew, release and get as named statements, once parsed per connection', async () => {
+      const { schema, drop } = await isolated();
+      const one = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+      const prepared = async () =>
+        (await one.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).rows.map((r) => r.name);
+      try {
+        const plain = postgresStore({ pool: one, schema, preparedStatements: false });
+        const req = request();
+        await plain.claim(req);
+        await plain.get(req.pk);
+        expect(await prepared()).toEqual([]);
+        const store = postgresStore({ pool: one, schema });
+        for (let i = 0; i < 2; i++) {
+          const r = request();
+          await store.claim(r);
+          await store.renew({ pk: r.pk, token: r.token, now: T0 + 1, leaseMs: LEASE });
+          await store.complete({ pk: r.pk, token: r.token, now: T0 + 2, outcome: succeeded });
+          await store.release({ pk: r.pk, token: r.token });
+          await store.get(r.pk);
+        }
+        const names = await prepared();
+        expect(names.map((name) => name.replace(/_[0-9a-f]{16}$/, ''))).toEqual([
+          'idem_claim',
+          'idem_complete',
+          'idem_get',
+          'idem_release',
+          'idem_renew',
+        ]);
+        // Another table on the same pool gets its own names: pg refuses one name for two texts.
+        const other = await isolated(one);
+        try {
+          expect((await other.store.claim(request())).kind).toBe('claimed');
+          expect((await prepared()).length).toBe(6);
+        } finally {
+          await other.drop();
+        }
+      } finally {
+        await one.end();
+        await drop();
+      }
+    });
+
+    it('with preparedStatements false, a pool whose query() takes only (text, values) works', async () => {
+      const { schema, drop } = await isolated();
+      const textOnly = {
+        query: (text: string, values?: unknown[]) => {
+          if (typeof text !== 'string') throw new TypeError('text only');
+          return pool.query(text, values);
+        },
+        connect: () => pool.connect(),
+      };
+      try {
+        const store = postgresStore({ pool: textOnly, schema, preparedStatements: false });
+        const req = request();
+        expect((await store.claim(req)).kind).toBe('claimed');
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({ ok: true });
+        expect((await store.get(req.pk))?.status).toBe('succeeded');
+        expect(() => postgresStore({ pool, preparedStatements: 'yes' as never })).toThrow(
+          'Expected `preparedStatements` to be a boolean, got "yes".',
+        );
+      } finally {
+        await drop();
+      }
+    });
+
     it('close() leaves the pool open unless endPoolOnClose is set', async () => {
       const own = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
       const store = postgresStore({ pool: own });
@@ -573,7 +729,7 @@ describe.skipIf(!available)('postgres store', () => {
             response: { rows: [{ ...claimedRow(req), claimed: true }], rowCount: 1 },
           },
         ]);
-        expect(text).toContain('WITH ins AS (');
+        expect(text).toContain('WITH cur AS (');
         expect(text).toContain('ON CONFLICT (pk) DO UPDATE SET');
       } finally {
         await drop();
@@ -595,7 +751,7 @@ describe.skipIf(!available)('postgres store', () => {
             response: { rows: [{ ...claimedRow(winner), claimed: false }], rowCount: 1 },
           },
         ]);
-        expect(textOf(trips[0])).toContain('WITH ins AS (');
+        expect(textOf(trips[0])).toContain('WITH cur AS (');
       } finally {
         await drop();
       }

@@ -2,6 +2,7 @@
  * @module `idem/stores/postgres` — records in a PostgreSQL table, through your own `pg.Pool` (or anything of
  * the same shape). The work's own writes can commit in the same transaction as the record's completion.
  */
+import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
 import type {
   ClaimRequest,
@@ -33,6 +34,11 @@ export interface PostgresQueryable {
   query(text: string, values?: unknown[]): Promise<PostgresQueryResult>;
 }
 
+/** pg's config form of `query()`, used for the store's own statements when `preparedStatements` is on. */
+interface NamedQueryable {
+  query(config: { name: string; text: string; values: unknown[] }): Promise<PostgresQueryResult>;
+}
+
 /** A connection checked out of the pool: the store runs a transaction on it, then gives it back. */
 export interface PostgresPoolClient extends PostgresQueryable {
   /** Returns the connection; with an error, the pool discards it instead (pg's `PoolClient.release`). */
@@ -47,8 +53,9 @@ export interface PostgresPool<Client extends PostgresPoolClient = PostgresPoolCl
 
 /**
  * What `onRoundTrip` receives from this store for each statement it sends: `request` is `{ text, values }` as
- * passed to `query()` (no `values` for `BEGIN`/`COMMIT`/`ROLLBACK` and DDL), `response` is
- * `{ rows, rowCount }` as the driver returned them (`bigint` columns as strings, `bytea` as a `Buffer` with pg).
+ * passed to `query()` (no `values` for `BEGIN`/`COMMIT`/`ROLLBACK` and DDL; a prepared statement's name is left
+ * out), `response` is `{ rows, rowCount }` as the driver returned them (`bigint` columns as strings, `bytea` as a
+ * `Buffer` with pg).
  */
 export interface PostgresRoundTripRequest {
   readonly text: string;
@@ -63,6 +70,13 @@ export interface PostgresStoreOptions<Client extends PostgresPoolClient = Postgr
   readonly table?: string;
   /** End the pool in `close()`. Default false: the pool is yours, and stays open for your own queries. */
   readonly endPoolOnClose?: boolean;
+  /**
+   * Send claim, complete, renew, release and get as named prepared statements, pg's `query({ name, text, values })`
+   * form, so each connection parses and plans them once. Default true. The pool, and the clients it checks out,
+   * must then accept that form (pg's do). Set false for a pool whose `query()` only takes `(text, values)`, or
+   * behind PgBouncer in transaction mode older than 1.21 or without `max_prepared_statements`.
+   */
+  readonly preparedStatements?: boolean;
 }
 
 /**
@@ -164,6 +178,7 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   schema = DEFAULT_SCHEMA,
   table = DEFAULT_TABLE,
   endPoolOnClose = false,
+  preparedStatements = true,
   onRoundTrip,
 }: PostgresStoreOptions<Tx & PostgresPoolClient>): PostgresStore<Tx> {
   if (typeof pool?.query !== 'function' || typeof pool.connect !== 'function') {
@@ -173,10 +188,11 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   checkIdentifier('table', table);
   if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
   if (endPoolOnClose && typeof pool.end !== 'function') throw configError('pool', 'a pool with end() when endPoolOnClose is true');
+  if (typeof preparedStatements !== 'boolean') throw configError('preparedStatements', 'a boolean', preparedStatements);
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
   }
-  return new Store<Tx>(pool, schema, table, endPoolOnClose, onRoundTrip);
+  return new Store<Tx>(pool, schema, table, endPoolOnClose, preparedStatements, onRoundTrip);
 }
 
 class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
@@ -186,6 +202,8 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   readonly #table: string;
   readonly #endPoolOnClose: boolean;
   readonly #sql: ReturnType<typeof statements>;
+  /** Statement names by text, for the statements sent prepared; empty when `preparedStatements` is false. */
+  readonly #names = new Map<string, string>();
   readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
   #roundTrips = 0;
   #closed = false;
@@ -195,6 +213,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     schema: string,
     table: string,
     endPoolOnClose: boolean,
+    preparedStatements: boolean,
     onRoundTrip: ((trip: RoundTrip) => void) | undefined,
   ) {
     this.#pool = pool;
@@ -202,6 +221,13 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     this.#table = table;
     this.#endPoolOnClose = endPoolOnClose;
     this.#sql = statements(`${quote(schema)}.${quote(table)}`);
+    if (preparedStatements) {
+      for (const op of ['claim', 'complete', 'renew', 'release', 'get'] as const) {
+        // The hash tells apart the same op on two tables sharing a pool: pg refuses one name for two texts.
+        const text = this.#sql[op];
+        this.#names.set(text, `idem_${op}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`);
+      }
+    }
     this.#onRoundTrip = onRoundTrip;
   }
 
@@ -213,7 +239,13 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   #query(op: RoundTrip['op'], on: PostgresQueryable, text: string, values?: unknown[]): Promise<PostgresQueryResult> {
     if (this.#closed) return Promise.reject(new Error('postgres store is closed'));
     this.#roundTrips++;
-    const sent = values === undefined ? on.query(text) : on.query(text, values);
+    const name = this.#names.get(text);
+    const sent =
+      name !== undefined
+        ? (on as unknown as NamedQueryable).query({ name, text, values: values ?? [] })
+        : values === undefined
+          ? on.query(text)
+          : on.query(text, values);
     if (!this.#onRoundTrip) return sent;
     const request: PostgresRoundTripRequest = values === undefined ? { text } : { text, values };
     return sent.then(
@@ -252,19 +284,17 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     });
   }
 
-  // The claim is one statement: an upsert whose DO UPDATE only fires when the stored row is claimable, plus a
-  // read of the row that stopped it, both in the statement's snapshot. Contention comes back as that row.
+  // The claim is one statement. `cur` reads the row in the statement's snapshot; if that row refuses the claim
+  // (a replay, a mismatch, a live lease), the INSERT gets no source row, so the refusal locks and writes nothing
+  // (no transaction id, no row lock) and returns `cur` with claimed = false. Otherwise the upsert runs, and its
+  // DO UPDATE checks the same condition again on the latest committed version of the row, under the row's lock.
   //
-  // READ COMMITTED leaves one gap, closed by running the statement again (one more round trip):
-  //   A: INSERT pk, not yet committed ........................................ COMMIT
-  //   B:   statement starts; its snapshot has no row · INSERT meets A's pending row, waits
-  //   B:   A commits → conflict; B locks A's row; the DO UPDATE condition is false (A's lease is live), so `ins`
-  //        is empty; the outer SELECT reads B's snapshot, taken before A committed → zero rows.
-  // The same happens when A updated an existing row (reclaimed a retryable failure, took over a dead lease): B's
-  // snapshot holds the old, claimable version, which is not the row that refused B. So zero rows, or a row the
-  // claim condition accepts, means "stale snapshot": B runs the statement again (a new statement, a new
-  // snapshot) and now sees A's row, or claims if A has released it since. Under a REPEATABLE READ or
-  // SERIALIZABLE default the same race raises 40001 instead, retried the same way.
+  // READ COMMITTED leaves one gap: B's snapshot shows no row, or a claimable one (expired, a retryable failure, a
+  // dead lease), while A inserts or claims that row. B's INSERT waits for A, then meets A's live claim: the DO
+  // UPDATE condition is false, `ins` is empty, and `cur` is B's stale view (nothing, or a claimable version). So
+  // zero rows, or a row the claim condition accepts, means "stale snapshot": B runs the statement again (one more
+  // round trip, a new snapshot) and sees A's row, or claims if A has released it since. Under a REPEATABLE READ
+  // or SERIALIZABLE default the same race raises 40001 instead, retried the same way.
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const { pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs } = request;
     const values = [pk, scope, key, fingerprint, id, token, now, now + leaseMs, now + ttlMs];
@@ -380,28 +410,39 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   }
 }
 
+/**
+ * The claim condition (`isClaimable`) over `row`'s columns, for the request's fingerprint `$4` and now `$7`. The
+ * claim statement uses it twice, on its snapshot's row and in the DO UPDATE, so the two cannot drift apart.
+ */
+function claimable(row: string): string {
+  return `${row}.expires_at <= $7::bigint
+     OR (${row}.fingerprint = $4
+         AND ((${row}.status = 'failed' AND ${row}.retryable)
+              OR (${row}.status = 'in_progress' AND ${row}.lease_expires_at <= $7::bigint)))`;
+}
+
 /** The statements, built once per store with the table's quoted name. */
 function statements(t: string) {
   return {
-    claim: `WITH ins AS (
+    claim: `WITH cur AS (
+  SELECT ${COLUMNS} FROM ${t} WHERE pk = $1
+), ins AS (
   INSERT INTO ${t} AS r (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at,
     retryable, result_id, response_status, response_headers, response_body)
-  VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7::bigint, $8::bigint, $9::bigint, false, NULL, NULL, NULL, NULL)
+  SELECT $1, $2, $3, 'in_progress', $4, $5, $6, $7::bigint, $8::bigint, $9::bigint, false, NULL, NULL, NULL, NULL
+  WHERE NOT EXISTS (SELECT 1 FROM cur WHERE NOT (${claimable('cur')}))
   ON CONFLICT (pk) DO UPDATE SET
     scope = EXCLUDED.scope, key = EXCLUDED.key, status = 'in_progress', fingerprint = EXCLUDED.fingerprint,
     id = CASE WHEN r.expires_at > $7::bigint THEN r.id ELSE EXCLUDED.id END,
     token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at, lease_expires_at = EXCLUDED.lease_expires_at,
     expires_at = EXCLUDED.expires_at, retryable = false, result_id = NULL,
     response_status = NULL, response_headers = NULL, response_body = NULL
-  WHERE r.expires_at <= $7::bigint
-     OR (r.fingerprint = EXCLUDED.fingerprint
-         AND ((r.status = 'failed' AND r.retryable)
-              OR (r.status = 'in_progress' AND r.lease_expires_at <= $7::bigint)))
+  WHERE ${claimable('r')}
   RETURNING ${COLUMNS}
 )
 SELECT *, true AS claimed FROM ins
 UNION ALL
-SELECT ${COLUMNS}, false AS claimed FROM ${t} WHERE pk = $1 AND NOT EXISTS (SELECT 1 FROM ins)`,
+SELECT *, false AS claimed FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)`,
     complete: `UPDATE ${t} SET status = $3, retryable = $4, result_id = $5,
   response_status = $6, response_headers = $7::jsonb, response_body = $8
 WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
