@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../stores/memory/index.js';
 import { manualClock } from './clock.js';
-import { classifyStatus, createEngine, type IdempotencyEvent, type WorkResult } from './engine.js';
+import { classifyStatus, createEngine, type IdempotencyEvent, type WorkContext, type WorkResult } from './engine.js';
 import { IdempotencyError } from './errors.js';
 import { recordPk } from './key.js';
 import type { IdempotencyStore } from './record.js';
@@ -187,6 +187,29 @@ describe('engine.run', () => {
     const record = await store.get(recordPk('acct_a', 'k1'));
     expect(new TextDecoder().decode(record?.response?.body)).toBe('{"by":"new owner"}');
     expect(a.events.map((e) => e.type)).toEqual(['lease_lost', 'stale_write_refused']);
+  });
+
+  it('a signal first read after the lease was lost is already aborted, with the same reason', async () => {
+    const store = memoryStore();
+    const a = setup({ store, leaseMs: 3_000 });
+    const b = setup({ store, leaseMs: 3_000 });
+    let wake = () => {};
+    let context: WorkContext | undefined;
+    const zombie = a.engine.run(a.request, (work) => {
+      context = work; // `signal` not read yet
+      return new Promise((resolve) => (wake = () => resolve(answer(201))));
+    });
+    await tick();
+    b.clock.advance(3_000);
+    await b.engine.run(b.request, async () => answer(201));
+    a.clock.advance(1_000);
+    await tick();
+    await tick();
+    expect(a.events.map((e) => e.type)).toEqual(['lease_lost']);
+    expect(context?.signal.aborted).toBe(true);
+    expect(context?.signal.reason).toMatchObject({ code: 'LEASE_LOST' });
+    wake();
+    await expect(zombie).rejects.toMatchObject({ code: 'LEASE_LOST' });
   });
 
   it('treats an expired record as absent: the work runs again with a new id', async () => {

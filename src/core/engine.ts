@@ -130,7 +130,7 @@ export function createEngine<Tx = never>({
   cacheSize = 0,
   clock = systemClock,
   generateId = randomUUID,
-  onEvent = () => {},
+  onEvent,
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
   positive('ttlMs', ttlMs);
@@ -150,7 +150,9 @@ export function createEngine<Tx = never>({
     });
   }
 
+  if (onEvent !== undefined && typeof onEvent !== 'function') throw configError('onEvent', 'a function (event) => void', onEvent);
   const emit = (event: IdempotencyEvent): void => {
+    if (!onEvent) return;
     try {
       onEvent(event);
     } catch {
@@ -158,15 +160,15 @@ export function createEngine<Tx = never>({
     }
   };
 
-  /** Every store call goes through here: timed, and a backend failure becomes STORE_UNAVAILABLE. */
+  /** Every store call goes through here: timed (when someone listens), and a backend failure becomes STORE_UNAVAILABLE. */
   async function call<T>(op: StoreOp, fn: () => Promise<T>): Promise<T> {
-    const started = performance.now();
+    const started = onEvent ? performance.now() : 0;
     try {
       const value = await fn();
-      emit({ type: 'store_op', op, ms: performance.now() - started, ok: true });
+      if (onEvent) emit({ type: 'store_op', op, ms: performance.now() - started, ok: true });
       return value;
     } catch (error) {
-      emit({ type: 'store_op', op, ms: performance.now() - started, ok: false, error });
+      if (onEvent) emit({ type: 'store_op', op, ms: performance.now() - started, ok: false, error });
       throw new IdempotencyError('STORE_UNAVAILABLE', `The idempotency store failed during ${op}.`, { cause: error });
     }
   }
@@ -266,7 +268,15 @@ export function createEngine<Tx = never>({
     const lease = holdLease(record);
     let result: WorkResult<Tx>;
     try {
-      result = await work({ scope, key, id: record.id, reclaimed, signal: lease.signal });
+      result = await work({
+        scope,
+        key,
+        id: record.id,
+        reclaimed,
+        get signal() {
+          return lease.signal;
+        },
+      });
     } catch (error) {
       lease.stop();
       // The work threw: nothing was promised to the client, so the next attempt may run it again.
@@ -321,9 +331,12 @@ export function createEngine<Tx = never>({
    * Renews the lease every `renewEveryMs` while the work runs; aborts the work's signal if the lease is lost.
    * `stop()` does not wait for a renewal already in flight: renewals are conditional on `in_progress`, so one
    * that lands after the completion changes nothing, and a stalled store must not delay the answer twice.
+   * The signal's AbortController is made on first read (most work never reads it): read after the loss, it is
+   * already aborted with the same reason.
    */
-  function holdLease(record: IdempotencyRecord): { signal: AbortSignal; stop: () => void } {
-    const controller = new AbortController();
+  function holdLease(record: IdempotencyRecord): { readonly signal: AbortSignal; stop: () => void } {
+    let controller: AbortController | undefined;
+    let lost: IdempotencyError | undefined;
     let stopped = false;
     let timer: unknown;
     const schedule = (): void => {
@@ -337,7 +350,8 @@ export function createEngine<Tx = never>({
         );
         if (!renewed.ok && !stopped) {
           emit({ type: 'lease_lost', scope: record.scope, key: record.key });
-          controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
+          lost = new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.');
+          controller?.abort(lost);
           return;
         }
       } catch {
@@ -347,7 +361,13 @@ export function createEngine<Tx = never>({
     };
     schedule();
     return {
-      signal: controller.signal,
+      get signal(): AbortSignal {
+        if (!controller) {
+          controller = new AbortController();
+          if (lost) controller.abort(lost);
+        }
+        return controller.signal;
+      },
       stop: () => {
         stopped = true;
         clock.clearTimeout(timer);

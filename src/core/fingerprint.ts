@@ -26,31 +26,27 @@ export interface FingerprintInput {
  * fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body })
  */
 export function fingerprint(input: FingerprintInput): string {
-  const hash = createHash('sha256');
-  const field = (value: string | Uint8Array): void => {
-    const bytes = typeof value === 'string' ? Buffer.from(value, 'utf8') : value;
-    hash.update(`${bytes.byteLength}:`);
-    hash.update(bytes);
-  };
-  field('idem-fingerprint-v1');
-  field(input.method.toUpperCase());
-  field(input.path);
-  field(canonicalQuery(input.query ?? ''));
+  // Every field is `<byte length>:<bytes>`. The text fields are joined into one string and hashed in one call;
+  // the bytes hashed are the same as field-by-field updates would give.
+  let text = field('idem-fingerprint-v1') + field(input.method.toUpperCase()) + field(input.path) + field(canonicalQuery(input.query ?? ''));
   const canonical = isJsonType(input.contentType) ? canonicalJson(input.body) : undefined;
+  const hash = createHash('sha256');
   if (canonical === undefined) {
-    field('raw');
-    field(input.body);
+    hash.update(text + field('raw') + `${input.body.byteLength}:`);
+    hash.update(input.body);
+    text = '';
   } else {
-    field('json');
-    field(canonical);
+    text += field('json') + field(canonical);
   }
-  const headers = [...(input.headers ?? [])].map(([n, v]) => [n.toLowerCase(), v] as const).sort(compareTuple);
-  field(String(headers.length));
-  for (const [name, value] of headers) {
-    field(name);
-    field(value);
-  }
+  const headers = input.headers?.length ? input.headers.map(([n, v]) => [n.toLowerCase(), v] as const).sort(compareTuple) : [];
+  text += field(String(headers.length));
+  for (const [name, value] of headers) text += field(name) + field(value);
+  hash.update(text);
   return hash.digest('hex');
+}
+
+function field(value: string): string {
+  return `${Buffer.byteLength(value, 'utf8')}:${value}`;
 }
 
 /** Compares two fingerprints in constant time (for equal lengths), so timing reveals nothing of the stored one. */
@@ -71,9 +67,18 @@ function compareTuple(a: readonly [string, string], b: readonly [string, string]
 }
 
 function canonicalQuery(query: string): string {
+  if (query === '' || query === '?') return '';
   const pairs = [...new URLSearchParams(query.startsWith('?') ? query.slice(1) : query)];
   return new URLSearchParams(pairs.sort(compareTuple)).toString();
 }
+
+/** Strict UTF-8 (a bad byte throws). Without `stream`, `decode` keeps no state between calls, so one serves all. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** A JSON number: sign, integer part, fraction, exponent. Sticky: matched at the parser's position. */
+const NUMBER = /(-?)(0|[1-9]\d*)(?:\.(\d+))?(?:[eE]([+-]?\d+))?/y;
+
+const MAX_NUMBER_LENGTH = 4096;
 
 /** Deeper JSON than this is hashed as raw bytes rather than risk the stack. */
 const MAX_JSON_DEPTH = 256;
@@ -89,7 +94,7 @@ const MAX_JSON_DEPTH = 256;
 export function canonicalJson(body: Uint8Array): string | undefined {
   let text: string;
   try {
-    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(body);
+    text = UTF8.decode(body);
   } catch {
     return undefined;
   }
@@ -129,15 +134,18 @@ class CanonicalParser {
     const ch = this.#text[this.#pos];
     if (ch === '{') return this.#object(depth);
     if (ch === '[') return this.#array(depth);
-    if (ch === '"') return JSON.stringify(this.#string());
+    if (ch === '"') return this.#canonicalString();
     if (ch === '-' || (ch !== undefined && ch >= '0' && ch <= '9')) return this.#number();
-    for (const literal of ['true', 'false', 'null']) {
-      if (this.#text.startsWith(literal, this.#pos)) {
-        this.#pos += literal.length;
-        return literal;
-      }
-    }
+    if (ch === 't') return this.#literal('true');
+    if (ch === 'f') return this.#literal('false');
+    if (ch === 'n') return this.#literal('null');
     throw new SyntaxError('unexpected token');
+  }
+
+  #literal(literal: string): string {
+    if (!this.#text.startsWith(literal, this.#pos)) throw new SyntaxError('unexpected token');
+    this.#pos += literal.length;
+    return literal;
   }
 
   #expect(ch: string): void {
@@ -182,32 +190,62 @@ class CanonicalParser {
     return `[${items.join(',')}]`;
   }
 
+  /** The string's value (the key of an object member). */
   #string(): string {
     const start = this.#pos;
-    this.#pos++;
-    for (;;) {
-      const ch = this.#text[this.#pos];
-      if (ch === undefined) throw new SyntaxError('unterminated string');
-      if (ch === '\\') this.#pos += 2;
-      else if (ch === '"') break;
-      else if (ch < ' ') throw new SyntaxError('control character in string');
-      else this.#pos++;
-    }
-    this.#pos++;
+    this.#scanString();
     return JSON.parse(this.#text.slice(start, this.#pos)) as string;
   }
 
+  /**
+   * The string as `JSON.stringify` writes its value. Without escapes or surrogates (the usual case) that is the
+   * source text itself; otherwise it is parsed and written again.
+   */
+  #canonicalString(): string {
+    const start = this.#pos;
+    const plain = this.#scanString();
+    const source = this.#text.slice(start, this.#pos);
+    return plain ? source : JSON.stringify(JSON.parse(source) as string);
+  }
+
+  /** Moves past a string; true when it holds no escape and no UTF-16 surrogate. */
+  #scanString(): boolean {
+    let plain = true;
+    this.#pos++;
+    for (;;) {
+      const code = this.#text.charCodeAt(this.#pos);
+      if (Number.isNaN(code)) throw new SyntaxError('unterminated string');
+      if (code === 0x5c) {
+        plain = false;
+        this.#pos += 2;
+      } else if (code === 0x22) {
+        break;
+      } else if (code < 0x20) {
+        throw new SyntaxError('control character in string');
+      } else {
+        if (code >= 0xd800 && code <= 0xdfff) plain = false;
+        this.#pos++;
+      }
+    }
+    this.#pos++;
+    return plain;
+  }
+
   #number(): string {
-    const match = /^(-?)(0|[1-9]\d*)(?:\.(\d+))?(?:[eE]([+-]?\d+))?/.exec(this.#text.slice(this.#pos, this.#pos + 4096));
+    NUMBER.lastIndex = this.#pos;
+    const match = NUMBER.exec(this.#text);
     if (!match) throw new SyntaxError('bad number');
+    // Longer numbers were never canonicalised (the body is hashed raw); kept so stored fingerprints still match.
+    if (match[0].length > MAX_NUMBER_LENGTH) throw new SyntaxError('number too long');
     this.#pos += match[0].length;
     const [, sign, int = '', frac = '', exp = '0'] = match;
     let digits = (int + frac).replace(/^0+/, '');
     if (digits === '') return '0';
-    let exponent = BigInt(exp) - BigInt(frac.length);
     const trimmed = digits.replace(/0+$/, '');
-    exponent += BigInt(digits.length - trimmed.length);
+    const shift = digits.length - trimmed.length - frac.length;
     digits = trimmed;
+    // Exact either way: a short exponent stays far inside doubles' exact integers; a long one goes through BigInt.
+    const exponent = exp.length <= 15 ? String(Number(exp) + shift) : String(BigInt(exp) + BigInt(shift));
     return `${sign}${digits}e${exponent}`;
   }
 }

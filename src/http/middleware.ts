@@ -121,6 +121,9 @@ export interface Gate<Tx, Req> {
 
 const MiB = 1_048_576;
 
+/** The signal of unguarded work: nothing can abort it, so one serves every request. */
+const NEVER_ABORTED: AbortSignal = new AbortController().signal;
+
 /** A replay's answer: the stored response, and the Web `Response` for it built on first read only. */
 function replayAnswer(stored: StoredResponse): Answer {
   let built: Response | undefined;
@@ -179,18 +182,23 @@ export function createGate<Tx, Req>({
     return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
   }
 
-  const pass = (): Admission<Tx> => ({
-    kind: 'pass',
-    context: {
-      scope: '',
-      key: '',
-      id: crypto.randomUUID(),
-      reclaimed: false,
-      signal: new AbortController().signal,
-      protected: false,
-      declare: () => {},
-    },
-  });
+  const pass = (): Admission<Tx> => {
+    let id: string | undefined;
+    return {
+      kind: 'pass',
+      context: {
+        scope: '',
+        key: '',
+        get id() {
+          return (id ??= crypto.randomUUID());
+        },
+        reclaimed: false,
+        signal: NEVER_ABORTED,
+        protected: false,
+        declare: () => {},
+      },
+    };
+  };
 
   async function admit(request: GateRequest<Req>): Promise<Admission<Tx>> {
     try {
@@ -203,7 +211,7 @@ export function createGate<Tx, Req>({
       }
       const key = parseKey(raw);
       const body = await request.body(maxBodyBytes);
-      const url = new URL(request.url, 'http://idem.invalid');
+      const url = target(request.url);
       const tenant = await scope(request.native);
       if (typeof tenant !== 'string' || tenant.length === 0) throw new TypeError('`scope(request)` must return a non-empty string.');
       const print = fingerprint({
@@ -225,24 +233,37 @@ export function createGate<Tx, Req>({
    * caller's handler runs (in its own framework's way) and settles the work with what it produced.
    */
   async function claim(scopeOf: string, key: string, print: string, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    let admitted!: (work: WorkContext) => void;
-    const claimed = new Promise<WorkContext>((resolve) => (admitted = resolve));
     let settle!: { resolve: (result: WorkResult<Tx>) => void; reject: (error: unknown) => void };
     const produced = new Promise<WorkResult<Tx>>((resolve, reject) => (settle = { resolve, reject }));
-    const running: Promise<RunResult> = engine.run({ scope: scopeOf, key, fingerprint: print }, (work) => {
-      admitted(work);
-      return produced;
+    let running!: Promise<RunResult>;
+    // Either the claim succeeds (the work is called: its context comes first) or the engine answers without running it.
+    const first = await new Promise<WorkContext | RunResult>((resolve, reject) => {
+      running = engine.run({ scope: scopeOf, key, fingerprint: print }, (work) => {
+        resolve(work);
+        return produced;
+      });
+      running.then(resolve, reject);
     });
-    // Either the claim succeeds (the work is called) or the engine answers without running it.
-    const first = await Promise.race([claimed.then((work) => ({ work })), running.then((result) => ({ result }))]);
-    if ('result' in first) return replayAnswer(first.result.response);
+    if ('response' in first) return replayAnswer(first.response);
+    const work = first;
 
     let declared: Declaration<Tx> = {};
     let settled = false;
     return {
       kind: 'run',
       body,
-      context: { ...first.work, protected: true, declare: (d) => (declared = { ...declared, ...d }) },
+      // Built field by field, not spread: `signal` is a getter whose AbortController is made on first read.
+      context: {
+        scope: work.scope,
+        key: work.key,
+        id: work.id,
+        reclaimed: work.reclaimed,
+        get signal() {
+          return work.signal;
+        },
+        protected: true,
+        declare: (d) => (declared = { ...declared, ...d }),
+      },
       async complete(response, outcome) {
         if (settled) return undefined;
         settled = true;
@@ -264,6 +285,21 @@ export function createGate<Tx, Req>({
   }
 
   return { engine, replayHeaders, maxBodyBytes, maxResponseBytes, admit, answerFor };
+}
+
+/**
+ * A path of plain segments: nothing the URL parser would rewrite (no dot segment, escape or backslash, and no
+ * leading `//`, which it reads as a host).
+ */
+const PLAIN_PATH = /^\/(?:[A-Za-z0-9_~-]+(?:\/[A-Za-z0-9_~-]*)*)?$/;
+
+/**
+ * The request target's path and query as the fingerprint sees them: what `new URL(target, base)` gives, without
+ * parsing a URL for the usual plain path with no query.
+ */
+function target(url: string): { pathname: string; search: string } {
+  if (PLAIN_PATH.test(url)) return { pathname: url, search: '' };
+  return new URL(url, 'http://idem.invalid');
 }
 
 /**

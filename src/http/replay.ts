@@ -52,13 +52,21 @@ export function storableHeaders(
   headers: Iterable<readonly [string, string]>,
   allow: readonly string[],
 ): Array<[string, string]> {
-  const allowed = new Set(allow.map((h) => h.toLowerCase()));
+  const allowed = allowedSet(allow);
   const kept: Array<[string, string]> = [];
   for (const [name, value] of headers) {
     const lower = name.toLowerCase();
     if (allowed.has(lower) && !NEVER_REPLAYED.has(lower)) kept.push([lower, value]);
   }
   return kept;
+}
+
+/** The allow-lists seen so far, lower-cased: an adapter passes the same list on every response. */
+const allowedSets = new WeakMap<readonly string[], ReadonlySet<string>>();
+function allowedSet(allow: readonly string[]): ReadonlySet<string> {
+  let set = allowedSets.get(allow);
+  if (!set) allowedSets.set(allow, (set = new Set(allow.map((h) => h.toLowerCase()))));
+  return set;
 }
 
 const NULL_BODY_STATUSES = new Set([101, 204, 205, 304]);
