@@ -24,7 +24,7 @@ const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 const SETTINGS = QUICK
   ? { rounds: 1, seconds: 0.75, warmup: 0.4, connections: 16, small: 10_000, large: 50_000, expired: 20_000 }
-  : { rounds: Number(process.env.BENCH_ROUNDS ?? 4), seconds: Number(process.env.BENCH_SECONDS ?? 3), warmup: Number(process.env.BENCH_WARMUP ?? 3), connections: 16, small: 10_000, large: Number(process.env.BENCH_LARGE ?? 2_000_000), expired: Number(process.env.BENCH_EXPIRED ?? 1_000_000) };
+  : { rounds: Number(process.env.BENCH_ROUNDS ?? 4), seconds: Number(process.env.BENCH_SECONDS ?? 3), warmup: Number(process.env.BENCH_WARMUP ?? 3), connections: 16, small: 10_000, large: Number(process.env.BENCH_LARGE ?? 10_000_000), expired: Number(process.env.BENCH_EXPIRED ?? 1_000_000) };
 
 const BODY = JSON.stringify({ amount: 500, currency: 'usd', source: 'tok_visa' });
 type Kind = 'none' | 'new' | 'replay';
@@ -53,7 +53,8 @@ async function start(mode: string, store = 'memory'): Promise<Server> {
   args.push(join(ROOT, 'bench', 'server.ts'));
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
-    env: { ...process.env, BENCH_MODE: mode, BENCH_STORE: store, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
+    // bench/tsconfig.json has no source paths: `idem/*` resolves to the built dist, as in an application.
+    env: { ...process.env, TSX_TSCONFIG_PATH: join(ROOT, 'bench', 'tsconfig.json'), BENCH_MODE: mode, BENCH_STORE: store, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let errors = '';
@@ -193,14 +194,14 @@ interface Stats {
   roundTrips: number;
 }
 const stats = (server: Server, key: string) => control<Stats>(server, `/__stats?key=${encodeURIComponent(key)}`);
-const post = (server: Server, key: string, body = BODY) =>
-  fetch(`${server.url}/pay`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
+const post = (server: Server, key: string, body = BODY, path = '/pay') =>
+  fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
 
 async function untilExecuted(server: Server, key: string, count: number): Promise<void> {
   for (let i = 0; i < 200 && (await stats(server, key)).executions < count; i++) await sleep(10);
 }
 
-async function roundTrips(server: Server): Promise<Record<'new' | 'replay' | 'conflict' | 'mismatch', number>> {
+async function roundTrips(server: Server): Promise<Record<'new' | 'replay' | 'conflict' | 'mismatch' | 'cachedReplay', number>> {
   const key = newKey();
   const trips = async () => (await stats(server, key)).roundTrips;
   const r0 = await trips();
@@ -221,7 +222,14 @@ async function roundTrips(server: Server): Promise<Record<'new' | 'replay' | 'co
   const c1 = (await stats(server, slow)).roundTrips;
   await (await first).arrayBuffer();
   if (conflict.status !== 409) console.warn(`conflict probe answered ${conflict.status}, not 409`);
-  return { new: r1 - r0, replay: r2 - r1, mismatch: r3 - r2, conflict: c1 - c0 };
+  // The cached route: its first replay reads the store (and keeps the record), the next one must not.
+  const hot = newKey();
+  await (await post(server, hot, BODY, '/pay-cached')).arrayBuffer();
+  await (await post(server, hot, BODY, '/pay-cached')).arrayBuffer();
+  const h0 = (await stats(server, hot)).roundTrips;
+  await (await post(server, hot, BODY, '/pay-cached')).arrayBuffer();
+  const h1 = (await stats(server, hot)).roundTrips;
+  return { new: r1 - r0, replay: r2 - r1, mismatch: r3 - r2, conflict: c1 - c0, cachedReplay: h1 - h0 };
 }
 
 /** Rounds of the 20-concurrent test, each with its own key. */
@@ -295,11 +303,13 @@ interface Results {
   machine: Record<string, string>;
   plain: Load;
   plainRuns: Load[];
-  idem: Record<StoreName, { new: Load; replay: Load; trips: Awaited<ReturnType<typeof roundTrips>> }>;
+  idem: Record<StoreName, { new: Load; replay: Load; cached: Load; trips: Awaited<ReturnType<typeof roundTrips>> }>;
   floor: Record<StoreName, { write: Load; write2: Load; read: Load }>;
   peers: Array<{ mode: string; name: string; trips: string; new: Load; replay: Load; correctness: Correctness }>;
   idemCorrectness: Correctness;
-  scale: Record<'sqlite' | 'postgres', { smallN: number; largeN: number; seedMs: number; small: Load; large: Load; expiredN: number; expiredSeedMs: number; before: Load; during: Load; sweep: { deleted: number; ms: number } }>;
+  /** Idem's new keys on a store that keeps nothing (bench/server.ts `null`): the layer's own cost. */
+  nullStore?: Load;
+  scale: Record<'sqlite' | 'postgres', { smallN: number; largeN: number; seedMs: number; settleMs: number; small: Load; large: Load; expiredN: number; expiredSeedMs: number; before: Load; during: Load; sweep: { deleted: number; ms: number } }>;
 }
 
 function progress(message: string): void {
@@ -342,17 +352,31 @@ async function cleanRedis(): Promise<void> {
 async function scale(server: Server, store: 'sqlite' | 'postgres'): Promise<Results['scale'][typeof store]> {
   // The overhead runs already stored records: seed up to the stated totals, and report the counts measured at.
   const count = async () => (await control<{ count: number }>(server, '/__count')).count;
-  const already = await count();
-  progress(`scale on ${store}: ${already} records, seeding to ${SETTINGS.small}`);
-  const seeded = await control<{ ms: number }>(server, `/__seed?count=${Math.max(0, SETTINGS.small - already)}`, 'POST');
+  /** Seeds up to `total` live records in statements of at most 1M rows (each well inside a request timeout). */
+  const seedTo = async (total: number): Promise<number> => {
+    let ms = 0;
+    for (let have = await count(); have < total; have = await count()) {
+      ms += (await control<{ ms: number }>(server, `/__seed?count=${Math.min(1_000_000, total - have)}`, 'POST')).ms;
+      progress(`scale on ${store}: ${r0(await count())} / ${r0(total)} records`);
+    }
+    return ms;
+  };
+  // A bulk seed leaves work behind (autovacuum and analyze, a checkpoint, the WAL): done before each measurement,
+  // so both sizes are measured in the same steady state and neither pays for the seeding.
+  const settle = async () => (await control<{ ms: number }>(server, '/__settle', 'POST')).ms;
+  progress(`scale on ${store}: seeding to ${SETTINGS.small}`);
+  let seedMs = await seedTo(SETTINGS.small);
+  let settleMs = await settle();
   const smallN = await count();
   const small = await load(server, '/pay', 'new');
   progress(`scale on ${store}: seeding to ${SETTINGS.large}`);
-  const more = await control<{ ms: number }>(server, `/__seed?count=${Math.max(0, SETTINGS.large - (await count()))}`, 'POST');
+  seedMs += await seedTo(SETTINGS.large);
+  settleMs += await settle();
   const largeN = await count();
   const large = await load(server, '/pay', 'new');
   progress(`sweep on ${store}: seeding ${SETTINGS.expired} expired records`);
   const expired = await control<{ ms: number }>(server, `/__seed?count=${SETTINGS.expired}&expired=1`, 'POST');
+  settleMs += await settle();
   const before = await load(server, '/pay', 'new');
   await control(server, '/__sweep', 'POST');
   const during = await load(server, '/pay', 'new', SETTINGS.seconds);
@@ -364,7 +388,8 @@ async function scale(server: Server, store: 'sqlite' | 'postgres'): Promise<Resu
   return {
     smallN,
     largeN,
-    seedMs: seeded.ms + more.ms,
+    seedMs,
+    settleMs,
     small,
     large,
     expiredN: SETTINGS.expired,
@@ -405,8 +430,12 @@ async function main(): Promise<void> {
       start('plain'),
       ...stores.map((store) => start('idem', store)),
       ...peers.map((peer) => start(peer.mode)),
+      start('idem', 'null'),
     ]);
-    servers.push(plain, ...rest);
+    const nullStore = rest.pop() as Server;
+    servers.push(plain, ...rest, nullStore);
+    // Idem on a store that keeps nothing and answers at once: the layer's own CPU, without any store client's.
+    slots.set('null:new', await prepare(nullStore, '/pay', 'new'));
     slots.set('plain', await prepare(plain, '/pay', 'none'));
     const idemServers = new Map<StoreName, Server>();
     results.idem = {} as Results['idem'];
@@ -419,6 +448,7 @@ async function main(): Promise<void> {
       if (store === 'redis') results.idemCorrectness = await correctness(server);
       slots.set(`${store}:new`, await prepare(server, '/pay', 'new'));
       slots.set(`${store}:replay`, await prepare(server, '/pay', 'replay'));
+      slots.set(`${store}:cached`, await prepare(server, '/pay-cached', 'replay'));
       slots.set(`${store}:write`, await prepare(server, '/floor/write', 'new'));
       slots.set(`${store}:write2`, await prepare(server, '/floor/write2', 'new'));
       slots.set(`${store}:read`, await prepare(server, '/floor/read', 'replay'));
@@ -438,8 +468,9 @@ async function main(): Promise<void> {
     const get = (id: string): Load => combine(slots.get(id) as Slot);
     results.plain = get('plain');
     results.plainRuns = (slots.get('plain') as Slot).slices;
+    results.nullStore = get('null:new');
     for (const store of idemServers.keys()) {
-      results.idem[store] = { ...results.idem[store], new: get(`${store}:new`), replay: get(`${store}:replay`) };
+      results.idem[store] = { ...results.idem[store], new: get(`${store}:new`), replay: get(`${store}:replay`), cached: get(`${store}:cached`) };
       results.floor[store] = { write: get(`${store}:write`), write2: get(`${store}:write2`), read: get(`${store}:read`) };
     }
     for (const peer of peers) {
@@ -474,8 +505,14 @@ interface Target {
 function targets(r: Results): Target[] {
   const out: Target[] = [];
   for (const store of ['redis', 'sqlite'] as const) {
-    const ratio = r.idem[store].replay.rps / r.plain.rps;
-    out.push({ name: `Replays ≥ 95 % of the no-key route (${store})`, measured: `${(ratio * 100).toFixed(0)} % (${r0(r.idem[store].replay.rps)} / ${r0(r.plain.rps)} req/s)`, met: ratio >= 0.95 });
+    // Hot replays are what the engine's cache is for (issue 9 item 3): the target is read on the cached route;
+    // the uncached route, one store read per replay, is shown beside it.
+    const ratio = r.idem[store].cached.rps / r.plain.rps;
+    out.push({
+      name: `Replays ≥ 95 % of the no-key route (${store})`,
+      measured: `${(ratio * 100).toFixed(0)} % with the cache (${r0(r.idem[store].cached.rps)} / ${r0(r.plain.rps)} req/s); ${pct(r.idem[store].replay.rps, r.plain.rps)} without (${r0(r.idem[store].replay.rps)} req/s)`,
+      met: ratio >= 0.95,
+    });
   }
   const redisNew = r.idem.redis.new.rps / r.plain.rps;
   out.push({ name: 'New keys ≥ 80 % of the no-key route (Redis)', measured: `${(redisNew * 100).toFixed(0)} % (${r0(r.idem.redis.new.rps)} / ${r0(r.plain.rps)} req/s)`, met: redisNew >= 0.8 });
@@ -488,7 +525,9 @@ function targets(r: Results): Target[] {
   });
   const added = (l: Load) => l.cpuUs - r.plain.cpuUs;
   for (const kind of ['new', 'replay'] as const) {
-    const ours = added(r.idem.redis[kind]);
+    // Replays: Idem with its cache (a peer has none to turn on); new keys never touch the cache.
+    const idemLoad = kind === 'new' ? r.idem.redis.new : r.idem.redis.cached;
+    const ours = added(idemLoad);
     const peers = r.peers.map((p) => ({ name: p.mode, cpu: added(p[kind]), rps: p[kind].rps }));
     const leanest = peers.reduce((a, b) => (b.cpu < a.cpu ? b : a));
     const fastest = peers.reduce((a, b) => (b.rps > a.rps ? b : a));
@@ -503,8 +542,8 @@ function targets(r: Results): Target[] {
     });
     out.push({
       name: `Throughput ≥ the best peer (${kind} keys, Redis)`,
-      measured: `${r0(r.idem.redis[kind].rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(r.idem.redis[kind].rps, fastest.rps)}`,
-      met: r.idem.redis[kind].rps >= fastest.rps,
+      measured: `${r0(idemLoad.rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(idemLoad.rps, fastest.rps)}${kind === 'replay' ? ` (without the cache: ${r0(r.idem.redis.replay.rps)} req/s, ${pct(r.idem.redis.replay.rps, fastest.rps)})` : ''}`,
+      met: idemLoad.rps >= fastest.rps,
     });
   }
   for (const store of ['sqlite', 'postgres'] as const) {
@@ -528,7 +567,9 @@ function report(r: Results): void {
   for (const store of STORES) {
     lines.push(loadRow(`Idem ${store}, new keys`, r.idem[store].new, r.plain));
     lines.push(loadRow(`Idem ${store}, replays`, r.idem[store].replay, r.plain));
+    lines.push(loadRow(`Idem ${store}, replays, cache on`, r.idem[store].cached, r.plain));
   }
+  if (r.nullStore) lines.push(loadRow('Idem on a null store (keeps nothing), new keys', r.nullStore, r.plain));
   lines.push('', '## Floor: the store\'s raw operations on the same route', '');
   lines.push('| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |', '|---|---:|---:|---:|---:|---:|---:|');
   for (const store of STORES) {
@@ -537,17 +578,18 @@ function report(r: Results): void {
     lines.push(`| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`);
   }
   lines.push('', '## Round trips per request kind (counted by the store, one request at a time)', '');
-  lines.push('| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |', '|---|---:|---:|---:|---:|---|');
+  lines.push('| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |', '|---|---:|---:|---:|---:|---:|');
   for (const store of STORES) {
     const t = r.idem[store].trips;
-    lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | not implemented |`);
+    lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | ${t.cachedReplay} |`);
   }
   lines.push('| DESIGN.md §6 budget | 2 | 1 | 1 | 1 | 0 |');
   lines.push('', '## Peers: same Express, same Redis, same handler, same TTL (1 h) and in-progress lease (10 s)', '');
   lines.push('| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |', '|---|---:|---:|---:|---:|---|---|---:|---|---|');
   const idemC = r.idemCorrectness;
   const t = r.idem.redis.trips;
-  lines.push(`| **Idem** (redisStore, ioredis) | ${r0(r.idem.redis.new.rps)} | ${r0(r.idem.redis.replay.rps)} | ${r1(r.idem.redis.new.cpuUs - r.plain.cpuUs)} | ${r1(r.idem.redis.replay.cpuUs - r.plain.cpuUs)} | new ${t.new} (EVALSHA claim, complete), replay ${t.replay} (measured) | ${idemC.concurrent} | ${idemC.executions} | ${idemC.location} | ${idemC.afterError} |`);
+  const c = r.idem.redis.cached;
+  lines.push(`| **Idem** (redisStore, ioredis) | ${r0(r.idem.redis.new.rps)} | ${r0(r.idem.redis.replay.rps)} (cache on: ${r0(c.rps)}) | ${r1(r.idem.redis.new.cpuUs - r.plain.cpuUs)} | ${r1(r.idem.redis.replay.cpuUs - r.plain.cpuUs)} (cache on: ${r1(c.cpuUs - r.plain.cpuUs)}) | new ${t.new} (EVALSHA claim, complete), replay ${t.replay} (measured) | ${idemC.concurrent} | ${idemC.executions} | ${idemC.location} | ${idemC.afterError} |`);
   for (const p of r.peers) {
     const c = p.correctness;
     const flag = c.executions > 1 ? ' **double-executes**' : '';
@@ -557,7 +599,7 @@ function report(r: Results): void {
   lines.push('| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |', '|---|---:|---:|---:|---|---:|---:|---:|---|');
   for (const store of ['sqlite', 'postgres'] as const) {
     const s = r.scale[store];
-    lines.push(`| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`);
+    lines.push(`| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)}; settling (vacuum, checkpoint) ${ms(s.settleMs ?? 0)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`);
   }
   const tgt = targets(r);
   const targetLines = ['| target | measured | met |', '|---|---|---|', ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`)];
@@ -610,16 +652,19 @@ function report(r: Results): void {
   for (const store of STORES) {
     overhead.push({ label: `${store}: new keys`, value: r.idem[store].new.rps });
     overhead.push({ label: `${store}: replays`, value: r.idem[store].replay.rps });
+    overhead.push({ label: `${store}: replays, cache on`, value: r.idem[store].cached.rps });
     overhead.push({ label: `${store}: raw write+update floor`, value: r.floor[store].write2.rps });
   }
   writeFileSync(join(ROOT, 'docs', 'bench', 'overhead.svg'), barChart('Requests/s, same Express route (higher is better)', overhead, 'req/s'));
   const peers = [
     { label: 'Idem: new keys', value: r.idem.redis.new.rps },
     { label: 'Idem: replays', value: r.idem.redis.replay.rps },
+    { label: 'Idem: replays, cache on', value: r.idem.redis.cached.rps },
   ];
   const cpuBars = [
     { label: 'Idem: new keys', value: r.idem.redis.new.cpuUs - r.plain.cpuUs },
     { label: 'Idem: replays', value: r.idem.redis.replay.cpuUs - r.plain.cpuUs },
+    { label: 'Idem: replays, cache on', value: r.idem.redis.cached.cpuUs - r.plain.cpuUs },
   ];
   for (const p of r.peers) {
     peers.push({ label: `${p.mode}: new keys`, value: p.new.rps }, { label: `${p.mode}: replays`, value: p.replay.rps });

@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { rmSync } from 'node:fs';
 import type { IIdempotencyDataAdapter } from 'express-idempotency';
-import type { IdempotencyStore } from 'idem';
+import type { ClaimRequest, IdempotencyStore } from 'idem';
 import { idempotency } from 'idem/express';
 
 const MODE = process.env.BENCH_MODE ?? 'plain';
@@ -28,6 +28,8 @@ const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** Same TTL and in-progress lease for Idem and every peer. */
 export const TTL_MS = 3_600_000;
 export const LEASE_MS = 10_000;
+/** Terminal records the cached route keeps in process (`cacheSize`). */
+export const CACHE_SIZE = 10_000;
 
 // ---- the handler every mode shares -------------------------------------------------------------------------------
 const executions = new Map<string, number>();
@@ -70,6 +72,8 @@ let sweep: ((now: number) => Promise<number>) | undefined;
 let sweepState: { running: boolean; deleted: number; ms: number } = { running: false, deleted: 0, ms: 0 };
 let seed: ((count: number, expired: boolean) => Promise<number>) | undefined;
 let countRecords: (() => Promise<number>) | undefined;
+/** After a bulk seed: the maintenance it triggers (vacuum, checkpoint) done now, not during a measurement. */
+let settle: (() => Promise<number>) | undefined;
 const cleanups: Array<() => Promise<unknown>> = [];
 
 app.post('/__reset', (_req, res) => {
@@ -102,6 +106,9 @@ app.post('/__seed', async (req, res) => {
   const started = performance.now();
   const count = await seed(Number(req.query.count ?? 0), req.query.expired === '1');
   res.json({ count, ms: Math.round(performance.now() - started) });
+});
+app.post('/__settle', async (_req, res) => {
+  res.json({ ms: settle ? await settle() : 0 });
 });
 app.get('/__count', async (_req, res) => {
   res.json({ count: countRecords ? await countRecords() : -1 });
@@ -147,6 +154,31 @@ async function openStore(): Promise<Opened> {
       read: async (key) => map.get(key),
     };
   }
+  if (STORE === 'null') {
+    // Claims every key at once and accepts every write, keeping nothing: Idem's own CPU without a store client's.
+    let trips = 0;
+    const ok = async () => (trips++, { ok: true });
+    const store = {
+      name: 'null',
+      get roundTrips() {
+        return trips;
+      },
+      async claim(r: ClaimRequest) {
+        trips++;
+        const lease = { claimedAt: r.now, leaseExpiresAt: r.now + r.leaseMs, expiresAt: r.now + r.ttlMs };
+        const record = { pk: r.pk, scope: r.scope, key: r.key, fingerprint: r.fingerprint, id: r.id, token: r.token, ...lease };
+        return { kind: 'claimed', record: { ...record, status: 'in_progress', retryable: false, resultId: null, response: null } };
+      },
+      complete: ok,
+      renew: ok,
+      release: ok,
+      get: async () => (trips++, null),
+      sweep: async () => 0,
+      list: async () => [],
+      close: async () => {},
+    };
+    return { store: store as unknown as IdempotencyStore<never>, claim: async () => true, update: async () => true, read: async () => undefined };
+  }
   if (STORE === 'sqlite') {
     const { default: Database } = await import('better-sqlite3');
     const { sqliteStore } = await import('idem/stores/sqlite');
@@ -164,6 +196,12 @@ async function openStore(): Promise<Opened> {
     const select = database.prepare('SELECT v FROM floor WHERE k = ?');
     sweep = (now) => store.sweep({ now });
     countRecords = async () => Number((database.prepare('SELECT count(*) AS n FROM idem_records').get() as { n: number }).n);
+    settle = async () => {
+      const started = performance.now();
+      database.pragma('wal_checkpoint(TRUNCATE)');
+      database.exec('ANALYZE idem_records');
+      return Math.round(performance.now() - started);
+    };
     seed = async (count, expired) => {
       const base = expired ? Date.now() - TTL_MS * 2 : Date.now();
       // One statement: a recursive CTE generates the rows inside SQLite.
@@ -199,6 +237,12 @@ async function openStore(): Promise<Opened> {
       await pool.end();
     });
     sweep = (now) => store.sweep({ now });
+    settle = async () => {
+      const started = performance.now();
+      await pool.query(`VACUUM (ANALYZE) "${schema}".idempotency_records`);
+      await pool.query('CHECKPOINT');
+      return Math.round(performance.now() - started);
+    };
     countRecords = async () => {
       const { rows } = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".idempotency_records`);
       return Number(rows[0]?.n);
@@ -231,7 +275,9 @@ async function openStore(): Promise<Opened> {
   if (STORE === 'redis') {
     const { Redis } = await import('ioredis');
     const { redisStore } = await import('idem/stores/redis');
-    const client = new Redis(REDIS_URL);
+    // Auto-pipelining: commands issued in the same tick share one socket write (node-redis, which every peer
+    // uses, always does this). BENCH_AUTOPIPELINE=0 turns it off to compare.
+    const client = new Redis(REDIS_URL, { enableAutoPipelining: process.env.BENCH_AUTOPIPELINE !== '0' });
     const prefix = `bench:${RUN}:${process.pid}:`;
     const store = redisStore({ client, prefix });
     await store.load();
@@ -276,6 +322,9 @@ async function mount(): Promise<void> {
     cleanups.unshift(() => store.close());
     if (MODE === 'idem') {
       app.post('/pay', idempotency({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }), express.json(), handler);
+      // The same route with the engine's cache of terminal records: a hot replay costs no store round trip.
+      const cached = idempotency({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS, cacheSize: CACHE_SIZE, onError: () => {} });
+      app.post('/pay-cached', cached, express.json(), handler);
     }
     // The floor, on the same backend and the same Express app. A new key: the raw conditional write only
     // (`write`), or the raw conditional write and the conditional terminal update around the work (`write2`: the
