@@ -27,6 +27,8 @@ export interface AppOptions {
   readonly lab: boolean;
   readonly ttlMs: number;
   readonly leaseMs: number;
+  /** The engine's `cacheSize`: finished records kept in process. Default 0 (off). */
+  readonly cacheSize?: number;
   readonly mismatchStatus: 400 | 422;
   readonly onEvent?: (event: IdempotencyEvent) => void;
   /** Lab only: the engine's clock runs this many ms ahead (negative: behind) of the wall clock. Ignored unless `lab`. */
@@ -73,6 +75,7 @@ export function createApp(options: AppOptions): App {
     scope: (request) => accountOf(request) as string,
     ttlMs: options.ttlMs,
     leaseMs: options.leaseMs,
+    cacheSize: options.cacheSize ?? 0,
     mismatchStatus: options.mismatchStatus,
     maxBodyBytes: MAX_BODY_BYTES,
     ...(lab && options.clockSkewMs ? { clock: skewedClock(options.clockSkewMs) } : {}),

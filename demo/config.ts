@@ -12,6 +12,8 @@ export interface DemoConfig {
   readonly ledger: string;
   readonly ttlMs: number;
   readonly leaseMs: number;
+  /** Finished records kept in this process for hot replays (the engine's `cacheSize`). 0 (the default) is off. */
+  readonly cacheSize: number;
   /** Lab fault headers honoured (`IDEM_LAB=1`). Never on unless asked for. */
   readonly lab: boolean;
   /** API key → account. */
@@ -42,6 +44,7 @@ export const OPTIONS = {
   ledger: { env: 'IDEM_LEDGER', help: `SQLite file for charges when the store is not SQL (default ${DEFAULTS.ledger})` },
   'ttl-ms': { env: 'IDEM_TTL_MS', help: 'how long records live, ms (default 86400000 = 24 h)' },
   'lease-ms': { env: 'IDEM_LEASE_MS', help: `how long a claim holds a key before takeover, ms (default ${DEFAULTS.leaseMs})` },
+  'cache-size': { env: 'IDEM_CACHE_SIZE', help: 'finished records kept in process: hot replays cost no store trip (default 0 = off)' },
   lab: { env: 'IDEM_LAB', help: 'honour the lab fault headers (1 to enable; `npm start` does)' },
   'api-keys': { env: 'IDEM_API_KEYS', help: 'comma-separated apikey:account pairs' },
   'mismatch-status': { env: 'IDEM_MISMATCH_STATUS', help: 'status for a reused key with another payload: 400 or 422' },
@@ -110,6 +113,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
     ledger: get('ledger') || DEFAULTS.ledger,
     ttlMs: integer('ttl-ms', DEFAULTS.ttlMs, 1),
     leaseMs: integer('lease-ms', DEFAULTS.leaseMs, 1),
+    cacheSize: integer('cache-size', 0, 0),
     lab: lab === '1' || lab === 'true',
     apiKeys,
     mismatchStatus: mismatch,

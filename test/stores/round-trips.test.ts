@@ -172,3 +172,39 @@ for (const c of cases) {
     });
   });
 }
+
+describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
+  it('a replay and a mismatch of a finished key cost 0 trips, and the replay is the same bytes', async () => {
+    const dir = tempDir();
+    const config = loadConfig({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_CACHE_SIZE: '100' });
+    expect(config.cacheSize).toBe(100);
+    const backend = await openBackend(config);
+    const app = createApp({ ...config, ...backend });
+    try {
+      const charge = async (key: string, body: unknown = $500) => {
+        const before = backend.store.roundTrips;
+        const response = await app(
+          new Request('http://127.0.0.1/v1/charges', {
+            method: 'POST',
+            headers: { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json', 'idempotency-key': key },
+            body: JSON.stringify(body),
+          }),
+        );
+        return { status: response.status, body: await response.text(), trips: backend.store.roundTrips - before };
+      };
+      const key = randomUUID();
+      const first = await charge(key);
+      const replay = await charge(key);
+      const mismatch = await charge(key, { ...$500, amount: 1 });
+      expect([first.status, first.trips, replay.status, replay.trips, mismatch.status, mismatch.trips]).toEqual([201, 2, 201, 0, 400, 0]);
+      expect(replay.body).toBe(first.body);
+    } finally {
+      await backend.close();
+      dir.remove();
+    }
+  });
+
+  it('IDEM_CACHE_SIZE must be a non-negative integer', () => {
+    expect(() => loadConfig({ IDEM_CACHE_SIZE: '-1' })).toThrow('IDEM_CACHE_SIZE (--cache-size) must be an integer ≥ 0, got "-1".');
+  });
+});
