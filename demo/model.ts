@@ -267,8 +267,8 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
 /** The engine operation behind each access pattern, by store name. */
 const OPERATIONS: Record<string, { claim: string; complete: string; get: string }> = {
   dynamodb: { claim: 'PutItem (condition: attribute_not_exists, or expired / reclaimable)', complete: 'UpdateItem (condition: token and in_progress)', get: 'GetItem (consistent read)' },
-  sqlite: { claim: 'INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = ? AND status = in_progress', get: 'SELECT * … WHERE pk = ?' },
-  postgres: { claim: 'INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = $1 AND status = in_progress', get: 'SELECT * … WHERE pk = $1' },
+  sqlite: { claim: 'SELECT * … WHERE pk = ?; if the row does not refuse: BEGIN IMMEDIATE; INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = ? AND status = in_progress', get: 'SELECT * … WHERE pk = ?' },
+  postgres: { claim: 'WITH cur AS (SELECT … WHERE pk = $1) INSERT … WHERE cur does not refuse ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = $1 AND status = in_progress', get: 'SELECT * … WHERE pk = $1' },
   redis: { claim: 'EVALSHA claim script (one hash key)', complete: 'EVALSHA complete script', get: 'HGETALL' },
   memory: { claim: 'Map get + set in one synchronous step', complete: 'Map set if the token holds', get: 'Map get' },
   default: { claim: 'claim', complete: 'complete', get: 'get' },

@@ -11,7 +11,7 @@ import type { ClaimRequest, Outcome, RoundTrip } from 'idem';
 import { describeStoreConformance } from 'idem/testing';
 import { afterAll, describe, expect, it } from 'vitest';
 import { sqliteSchema, sqliteStore } from './index.js';
-import type { SqliteStoreOptions } from './index.js';
+import type { SqliteDatabase, SqliteStoreOptions } from './index.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'idem-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -432,6 +432,41 @@ describe('sqlite store: two processes racing on one database file', () => {
   });
 });
 
+describe('sqlite store: refusals do not take the write lock', () => {
+  it('while another connection holds the write lock, a replay, a mismatch and a live lease still answer at once', async () => {
+    const file = freshFile();
+    const store = sqliteStore({ database: new Database(file), closeDatabase: true, busyTimeoutMs: 2_000 });
+    await store.migrate();
+    const finished = claimRequest();
+    await store.claim(finished);
+    await store.complete({ pk: finished.pk, token: finished.token, now: T0 + 1, outcome: succeeded });
+    const live = claimRequest();
+    await store.claim(live);
+    // A writer that stalls inside its transaction (a frozen process): the write lock stays taken.
+    const blocker = new Database(file);
+    blocker.exec('BEGIN IMMEDIATE');
+    try {
+      const replay = await store.claim(claimRequest({ key: finished.key, now: T0 + 2 }));
+      const mismatch = await store.claim(claimRequest({ key: finished.key, fingerprint: 'other', now: T0 + 2 }));
+      const busy = await store.claim(claimRequest({ key: live.key, now: T0 + 2 }));
+      expect([replay.kind, replay.record.status, mismatch.kind, busy.kind, busy.record.token]).toEqual([
+        'existing',
+        'succeeded',
+        'existing',
+        'existing',
+        live.token,
+      ]);
+      // (Were a refusal to take the lock, each of these would wait busy_timeout, then fail SQLITE_BUSY.)
+      // A fresh key does need the lock: it waits, then fails closed.
+      await expect(store.claim(claimRequest())).rejects.toMatchObject({ code: 'SQLITE_BUSY' });
+    } finally {
+      blocker.exec('ROLLBACK');
+      blocker.close();
+      await store.close();
+    }
+  });
+});
+
 describe('sqlite store: onRoundTrip sees each counted call, with its statements and what they returned', () => {
   /** A migrated store whose trips land in `trips` (creation's two pragmas and `migrate` included). */
   async function observedStore() {
@@ -483,14 +518,20 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     await store.close();
   });
 
-  it('a fresh claim is one trip: the upsert, and the row its RETURNING gave back', async () => {
+  const select = 'SELECT * FROM "idem_records" WHERE "pk" = @pk';
+
+  it('a fresh claim is one trip: the read that finds nothing, the upsert, and the row its RETURNING gave back', async () => {
     const { store, trips } = await observedStore();
     trips.length = 0;
     const req = claimRequest();
     expect((await store.claim(req)).kind).toBe('claimed');
-    const [upsert] = statementsOf(trips[0]);
+    const [, upsert] = statementsOf(trips[0]);
     expect(trips).toEqual([
-      { op: 'claim', request: { statements: [{ sql: upsert?.sql, params: claimParams(req) }] }, response: [[claimedRow(req)]] },
+      {
+        op: 'claim',
+        request: { statements: [{ sql: select, params: { pk: req.pk } }, { sql: upsert?.sql, params: claimParams(req) }] },
+        response: [[], [claimedRow(req)]],
+      },
     ]);
     expect(upsert?.sql).toContain('INSERT INTO "idem_records"');
     expect(upsert?.sql).toContain('ON CONFLICT ("pk") DO UPDATE SET');
@@ -498,7 +539,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     await store.close();
   });
 
-  it('a losing claim is one trip of two statements: the upsert’s empty RETURNING, then the SELECT’s row', async () => {
+  it('a losing claim is one trip of one read: no write lock, no upsert', async () => {
     const { store, trips } = await observedStore();
     const winner = claimRequest();
     await store.claim(winner);
@@ -506,19 +547,52 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
     expect((await store.claim(loser)).kind).toBe('existing');
     expect(trips).toEqual([
-      {
-        op: 'claim',
-        request: {
-          statements: [
-            { sql: statementsOf(trips[0])[0]?.sql, params: claimParams(loser) },
-            { sql: 'SELECT * FROM "idem_records" WHERE "pk" = @pk', params: { pk: winner.pk } },
-          ],
-        },
-        response: [[], [claimedRow(winner)]],
-      },
+      { op: 'claim', request: { statements: [{ sql: select, params: { pk: winner.pk } }] }, response: [[claimedRow(winner)]] },
     ]);
-    expect(statementsOf(trips[0])[0]?.sql).toContain('ON CONFLICT ("pk") DO UPDATE SET');
     await store.close();
+  });
+
+  it('a claim that meets another connection’s claim between its read and its lock gets that row, in the same trip', async () => {
+    // Two connections to one file. The first store's read of the key runs the second store's claim right after it
+    // (a better-sqlite3 call is synchronous, so this is exactly "between the read and BEGIN IMMEDIATE").
+    const file = freshFile();
+    const other = sqliteStore({ database: new Database(file), closeDatabase: true });
+    await other.migrate();
+    const rival = claimRequest();
+    const trips: RoundTrip[] = [];
+    const database = new Database(file);
+    let raced = false;
+    const racing: SqliteDatabase = {
+      prepare: (source) => {
+        const statement = database.prepare(source);
+        if (source !== select) return statement;
+        return {
+          run: (...args: unknown[]) => statement.run(...(args as [])),
+          all: (...args: unknown[]) => statement.all(...(args as [])),
+          get: (...args: unknown[]) => {
+            const row = statement.get(...(args as []));
+            if (!raced) {
+              raced = true;
+              void other.claim(rival);
+            }
+            return row;
+          },
+        };
+      },
+      exec: (source) => database.exec(source),
+      pragma: (source, options) => database.pragma(source, options),
+      transaction: (fn) => database.transaction(fn),
+      close: () => database.close(),
+    };
+    const store = sqliteStore({ database: racing, closeDatabase: true, onRoundTrip: (trip) => void trips.push(trip) });
+    trips.length = 0;
+    const late = claimRequest({ key: rival.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
+    const result = await store.claim(late);
+    expect([result.kind, result.record.token, store.roundTrips - 2]).toEqual(['existing', rival.token, 1]);
+    expect(trips.map((trip) => statementsOf(trip).map((statement) => statement.sql.split(' ')[0]))).toEqual([['SELECT', 'INSERT', 'SELECT']]);
+    expect(trips[0]?.response).toEqual([[], [], [claimedRow(rival)]]);
+    await store.close();
+    await other.close();
   });
 
   it('a losing claim on a finished record gets the stored BLOB as the driver returns it (a Buffer)', async () => {
@@ -529,7 +603,6 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     trips.length = 0;
     await store.claim(claimRequest({ key: winner.key, token: randomUUID(), now: T0 + 2 }));
     expect(trips[0]?.response).toEqual([
-      [],
       [
         {
           ...claimedRow(winner),
@@ -541,7 +614,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
         },
       ],
     ]);
-    const [, [row]] = trips[0]?.response as [unknown[], Array<{ response_body: unknown }>];
+    const [[row]] = trips[0]?.response as [Array<{ response_body: unknown }>];
     expect(Buffer.isBuffer(row?.response_body)).toBe(true);
     await store.close();
   });
@@ -562,7 +635,8 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     expect(store.roundTrips - before).toBe(8);
     expect(trips.length).toBe(8);
     expect(trips.map((trip) => trip.op)).toEqual(['claim', 'renew', 'complete', 'complete', 'get', 'list', 'release', 'sweep']);
-    expect(trips.map((trip) => (trip.response as unknown[]).length)).toEqual([1, 1, 1, 1, 1, 1, 1, 1]);
+    // The claim's trip is two statements (the read, then the upsert); every other operation is one.
+    expect(trips.map((trip) => (trip.response as unknown[]).length)).toEqual([2, 1, 1, 1, 1, 1, 1, 1]);
     expect(trips[1]?.response).toEqual([{ changes: 1 }]);
     expect(trips[2]?.response).toEqual([{ changes: 1 }]);
     expect(trips[3]?.response).toEqual([{ changes: 0 }]);

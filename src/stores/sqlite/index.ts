@@ -20,7 +20,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { decodeHeaders, encodeHeaders } from '../contract.js';
+import { decodeHeaders, encodeHeaders, isClaimable } from '../contract.js';
 
 /** The subset of a better-sqlite3 `Statement` the store calls. */
 export interface SqliteStatement {
@@ -47,8 +47,9 @@ export type SqliteTx = SqliteDatabase;
 /**
  * What `onRoundTrip` receives from this store: `request` lists the statements of the trip in order, and
  * `response` holds what each returned, in the same order — its rows (a `Buffer` for a BLOB), `{ changes }` for a
- * write without `RETURNING`, `null` for DDL. A claim that loses is one trip of two statements: the upsert, whose
- * `RETURNING` is empty, then the `SELECT` of the row that stopped it.
+ * write without `RETURNING`, `null` for DDL. A claim first reads the row (`SELECT`); a refusal ends there. Otherwise
+ * the upsert follows in the same trip, and if another connection took the key between the two, the upsert's
+ * `RETURNING` is empty and a second `SELECT` reads the row that stopped it.
  */
 export interface SqliteRoundTripRequest {
   readonly statements: ReadonlyArray<{ readonly sql: string; readonly params?: Readonly<Record<string, unknown>> }>;
@@ -115,7 +116,7 @@ CREATE INDEX IF NOT EXISTS "${table}_scope_claimed_at" ON ${t} ("scope", "claime
  * before use, or apply `schema.sql` yourself.
  *
  * Every call is synchronous inside the embedded engine, and is counted as one round trip (there is no
- * network; a claim's two statements run under one write lock in one call). `effects` given to `complete`
+ * network; a claim's read and, when the key is free, its upsert under the write lock, run in one call). `effects` given to `complete`
  * receive `database` and must be synchronous: they run after the token-conditional update, in the same
  * `BEGIN IMMEDIATE` transaction, and only if the token still holds. If they throw, everything rolls back and
  * the error is rethrown; if they return a promise, everything rolls back and `complete` rejects.
@@ -314,8 +315,17 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       const ddl = sqliteSchema(table);
       trip('migrate', () => execute(ddl, undefined, () => database.exec(ddl), () => null));
     },
+    // A refusal (a replay, a mismatch, a live lease) is answered from a plain read, without the write lock: a row
+    // that refuses the claim stops refusing only by expiring or lapsing (judged at `now`) or by its owner's fenced
+    // write, so the answer holds at the moment of the read. Anything else — no row, or a claimable one — goes to
+    // the transaction above, which decides again on the row under the write lock.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
-      return trip('claim', () => claimTx.immediate(request));
+      return trip('claim', () => {
+        const row = one(sql.get, { pk: request.pk });
+        const seen = row === undefined ? null : toRecord(row);
+        if (seen && !isClaimable(seen, request.fingerprint, request.now)) return { kind: 'existing', record: seen };
+        return claimTx.immediate(request);
+      });
     },
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
       return { ok: trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
