@@ -2,7 +2,7 @@
  * @module Helpers the Node-based adapters (Express, Fastify) share: header lists, stream reading, answers.
  */
 import type { Readable } from 'node:stream';
-import { BodyTooLargeError } from '../http/replay.js';
+import { BodyTooLargeError, joinBytes } from '../http/replay.js';
 
 /** Statuses that carry no body: a stored response for them keeps no bytes. */
 export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([101, 204, 205, 304]);
@@ -78,24 +78,6 @@ export function toBuffer(chunk: unknown, encoding?: unknown): Buffer {
 export function toBytes(buffer: Buffer): Uint8Array {
   const bytes = new Uint8Array(buffer.byteLength);
   bytes.set(buffer);
-  return bytes;
-}
-
-/**
- * Chunks joined into one plain `Uint8Array` over an `ArrayBuffer` of its own (what stores expect): one copy,
- * where `toBytes(Buffer.concat(chunks))` makes two.
- *
- * @example
- * const body = joinBytes(chunks, size)
- */
-export function joinBytes(chunks: readonly Uint8Array[], size: number): Uint8Array {
-  if (size === 0) return NO_BYTES;
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
   return bytes;
 }
 

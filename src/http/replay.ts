@@ -139,6 +139,16 @@ export async function readBytes(stream: ReadableStream<Uint8Array> | null, limit
     }
     chunks.push(value);
   }
+  return joinBytes(chunks, size);
+}
+
+/**
+ * Chunks joined into one plain `Uint8Array` over an `ArrayBuffer` of its own (what stores expect), in one copy.
+ *
+ * @example
+ * const body = joinBytes(chunks, size)
+ */
+export function joinBytes(chunks: readonly Uint8Array[], size: number): Uint8Array {
   const bytes = new Uint8Array(size);
   let offset = 0;
   for (const chunk of chunks) {

@@ -5,8 +5,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import type { OutcomeKind } from '../../core/engine.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError, replayParts, storableHeaders } from '../../http/replay.js';
-import { headerPairs, headerValue, joinBytes, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
+import { BodyTooLargeError, joinBytes, replayParts, storableHeaders } from '../../http/replay.js';
+import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Express request. */
 export type ExpressIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Request>;
