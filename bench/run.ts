@@ -349,56 +349,64 @@ async function cleanRedis(): Promise<void> {
   redis.disconnect();
 }
 
-async function scale(server: Server, store: 'sqlite' | 'postgres'): Promise<Results['scale'][typeof store]> {
-  // Seeded up to the stated totals; the counts reported are those each measurement started at (its own new keys
-  // add to the table while it runs).
-  const count = async () => (await control<{ count: number }>(server, '/__count')).count;
-  /** Seeds up to `total` live records in statements of at most 1M rows (each well inside a request timeout). */
-  const seedTo = async (total: number): Promise<number> => {
-    let ms = 0;
-    for (let have = await count(); have < total; have = await count()) {
-      ms += (await control<{ ms: number }>(server, `/__seed?count=${Math.min(1_000_000, total - have)}`, 'POST')).ms;
-      progress(`scale on ${store}: ${r0(await count())} / ${r0(total)} records`);
+/**
+ * 10 thousand vs 10 million records, side by side: two servers of their own, each on a fresh table, one seeded to
+ * each size, then measured in interleaved rounds like the overhead runs (so the machine's drift hits both). Then
+ * the sweep, on the large one.
+ */
+async function scale(store: 'sqlite' | 'postgres'): Promise<Results['scale'][typeof store]> {
+  const [smallServer, largeServer] = await Promise.all([start('idem', store), start('idem', store)]);
+  try {
+    const count = async (server: Server) => (await control<{ count: number }>(server, '/__count')).count;
+    /** Seeds up to `total` live records in statements of at most 1M rows (each well inside a request timeout). */
+    const seedTo = async (server: Server, total: number): Promise<number> => {
+      let ms = 0;
+      for (let have = await count(server); have < total; have = await count(server)) {
+        ms += (await control<{ ms: number }>(server, `/__seed?count=${Math.min(1_000_000, total - have)}`, 'POST')).ms;
+        progress(`scale on ${store}: ${r0(await count(server))} / ${r0(total)} records`);
+      }
+      return ms;
+    };
+    // A bulk seed leaves work behind (autovacuum and analyze, a checkpoint, the WAL): done before measuring, so
+    // neither size pays for the seeding.
+    const settle = async (server: Server) => (await control<{ ms: number }>(server, '/__settle', 'POST')).ms;
+    const seedMs = (await seedTo(smallServer, SETTINGS.small)) + (await seedTo(largeServer, SETTINGS.large));
+    let settleMs = (await settle(smallServer)) + (await settle(largeServer));
+    const [smallN, largeN] = [await count(smallServer), await count(largeServer)];
+    const small = await prepare(smallServer, '/pay', 'new');
+    const large = await prepare(largeServer, '/pay', 'new');
+    for (let round = 1; round <= SETTINGS.rounds; round++) {
+      progress(`scale on ${store}, round ${round}/${SETTINGS.rounds}: ${r0(smallN)} vs ${r0(largeN)} records`);
+      await slice(small);
+      await slice(large);
     }
-    return ms;
-  };
-  // A bulk seed leaves work behind (autovacuum and analyze, a checkpoint, the WAL): done before each measurement,
-  // so both sizes are measured in the same steady state and neither pays for the seeding.
-  const settle = async () => (await control<{ ms: number }>(server, '/__settle', 'POST')).ms;
-  progress(`scale on ${store}: seeding to ${SETTINGS.small}`);
-  let seedMs = await seedTo(SETTINGS.small);
-  let settleMs = await settle();
-  const smallN = await count();
-  const small = await load(server, '/pay', 'new');
-  progress(`scale on ${store}: seeding to ${SETTINGS.large}`);
-  seedMs += await seedTo(SETTINGS.large);
-  settleMs += await settle();
-  const largeN = await count();
-  const large = await load(server, '/pay', 'new');
-  progress(`sweep on ${store}: seeding ${SETTINGS.expired} expired records`);
-  const expired = await control<{ ms: number }>(server, `/__seed?count=${SETTINGS.expired}&expired=1`, 'POST');
-  settleMs += await settle();
-  const before = await load(server, '/pay', 'new');
-  await control(server, '/__sweep', 'POST');
-  const during = await load(server, '/pay', 'new', SETTINGS.seconds);
-  let sweep = await control<{ running: boolean; deleted: number; ms: number }>(server, '/__sweep');
-  while (sweep.running) {
-    await sleep(200);
-    sweep = await control(server, '/__sweep');
+    progress(`sweep on ${store}: seeding ${SETTINGS.expired} expired records`);
+    const expired = await control<{ ms: number }>(largeServer, `/__seed?count=${SETTINGS.expired}&expired=1`, 'POST');
+    settleMs += await settle(largeServer);
+    const before = await load(largeServer, '/pay', 'new');
+    await control(largeServer, '/__sweep', 'POST');
+    const during = await load(largeServer, '/pay', 'new', SETTINGS.seconds);
+    let sweep = await control<{ running: boolean; deleted: number; ms: number }>(largeServer, '/__sweep');
+    while (sweep.running) {
+      await sleep(200);
+      sweep = await control(largeServer, '/__sweep');
+    }
+    return {
+      smallN,
+      largeN,
+      seedMs,
+      settleMs,
+      small: combine(small),
+      large: combine(large),
+      expiredN: SETTINGS.expired,
+      expiredSeedMs: expired.ms,
+      before,
+      during,
+      sweep: { deleted: sweep.deleted, ms: sweep.ms },
+    };
+  } finally {
+    await Promise.all([stop(smallServer), stop(largeServer)]);
   }
-  return {
-    smallN,
-    largeN,
-    seedMs,
-    settleMs,
-    small,
-    large,
-    expiredN: SETTINGS.expired,
-    expiredSeedMs: expired.ms,
-    before,
-    during,
-    sweep: { deleted: sweep.deleted, ms: sweep.ms },
-  };
 }
 
 async function main(): Promise<void> {
@@ -480,14 +488,7 @@ async function main(): Promise<void> {
     for (const server of servers) if (![...idemServers.values()].includes(server)) await stop(server);
     for (const server of idemServers.values()) await stop(server);
     for (const store of ['sqlite', 'postgres'] as const) {
-      if (!idemServers.has(store) || !want('scale')) continue;
-      // A server of its own, on an empty table: the overhead runs above stored tens of thousands of records.
-      const server = await start('idem', store);
-      try {
-        results.scale[store] = await scale(server, store);
-      } finally {
-        await stop(server);
-      }
+      if (idemServers.has(store) && want('scale')) results.scale[store] = await scale(store);
     }
   } finally {
     await cleanRedis();
