@@ -313,7 +313,7 @@ describe.skipIf(!available)('postgres store', () => {
     });
 
     it('a refusal does not wait for a concurrent writer that holds the row: it answers from its snapshot', async () => {
-      const { table, store, drop } = await isolated();
+      const { schema, table, store, drop } = await isolated();
       const blocker = await pool.connect();
       try {
         const holder = request();
@@ -322,10 +322,22 @@ describe.skipIf(!available)('postgres store', () => {
         await blocker.query('BEGIN');
         await blocker.query(`UPDATE ${table} SET status = 'succeeded' WHERE pk = $1`, [holder.pk]);
         const measure = trips(store);
-        const claim = store.claim({ ...holder, token: randomUUID(), now: T0 + 1 });
-        const waited = new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 2_000));
+        let answered = false;
+        const claim = store.claim({ ...holder, token: randomUUID(), now: T0 + 1 }).finally(() => (answered = true));
+        // Not a timer: the claim either answers, or Postgres shows it waiting on the blocker's row lock.
+        const waited = (async () => {
+          while (!answered) {
+            const { rows } = await pool.query<{ n: number }>(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+              [`%${schema}%`],
+            );
+            if ((rows[0]?.n ?? 0) > 0) return 'waited on the lock' as const;
+            await new Promise((resolve) => setTimeout(resolve, 10));
+          }
+          return 'answered' as const;
+        })();
         const result = await Promise.race([claim, waited]);
-        expect(result).not.toBe('waited');
+        expect(result).not.toBe('waited on the lock');
         expect(result).toMatchObject({ kind: 'existing', record: { status: 'in_progress', token: holder.token } });
         expect(measure()).toBe(1);
       } finally {
