@@ -268,15 +268,7 @@ export function createEngine<Tx = never>({
     const lease = holdLease(record);
     let result: WorkResult<Tx>;
     try {
-      result = await work({
-        scope,
-        key,
-        id: record.id,
-        reclaimed,
-        get signal() {
-          return lease.signal;
-        },
-      });
+      result = await work({ scope, key, id: record.id, reclaimed, signal: lease.signal });
     } catch (error) {
       lease.stop();
       // The work threw: nothing was promised to the client, so the next attempt may run it again.
@@ -331,12 +323,9 @@ export function createEngine<Tx = never>({
    * Renews the lease every `renewEveryMs` while the work runs; aborts the work's signal if the lease is lost.
    * `stop()` does not wait for a renewal already in flight: renewals are conditional on `in_progress`, so one
    * that lands after the completion changes nothing, and a stalled store must not delay the answer twice.
-   * The signal's AbortController is made on first read (most work never reads it): read after the loss, it is
-   * already aborted with the same reason.
    */
-  function holdLease(record: IdempotencyRecord): { readonly signal: AbortSignal; stop: () => void } {
-    let controller: AbortController | undefined;
-    let lost: IdempotencyError | undefined;
+  function holdLease(record: IdempotencyRecord): { signal: AbortSignal; stop: () => void } {
+    const controller = new AbortController();
     let stopped = false;
     let timer: unknown;
     const schedule = (): void => {
@@ -350,8 +339,7 @@ export function createEngine<Tx = never>({
         );
         if (!renewed.ok && !stopped) {
           emit({ type: 'lease_lost', scope: record.scope, key: record.key });
-          lost = new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.');
-          controller?.abort(lost);
+          controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
           return;
         }
       } catch {
@@ -361,13 +349,7 @@ export function createEngine<Tx = never>({
     };
     schedule();
     return {
-      get signal(): AbortSignal {
-        if (!controller) {
-          controller = new AbortController();
-          if (lost) controller.abort(lost);
-        }
-        return controller.signal;
-      },
+      signal: controller.signal,
       stop: () => {
         stopped = true;
         clock.clearTimeout(timer);

@@ -182,23 +182,18 @@ export function createGate<Tx, Req>({
     return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
   }
 
-  const pass = (): Admission<Tx> => {
-    let id: string | undefined;
-    return {
-      kind: 'pass',
-      context: {
-        scope: '',
-        key: '',
-        get id() {
-          return (id ??= crypto.randomUUID());
-        },
-        reclaimed: false,
-        signal: NEVER_ABORTED,
-        protected: false,
-        declare: () => {},
-      },
-    };
-  };
+  const pass = (): Admission<Tx> => ({
+    kind: 'pass',
+    context: {
+      scope: '',
+      key: '',
+      id: crypto.randomUUID(),
+      reclaimed: false,
+      signal: NEVER_ABORTED,
+      protected: false,
+      declare: () => {},
+    },
+  });
 
   async function admit(request: GateRequest<Req>): Promise<Admission<Tx>> {
     try {
@@ -245,25 +240,13 @@ export function createGate<Tx, Req>({
       running.then(resolve, reject);
     });
     if ('response' in first) return replayAnswer(first.response);
-    const work = first;
 
     let declared: Declaration<Tx> = {};
     let settled = false;
     return {
       kind: 'run',
       body,
-      // Built field by field, not spread: `signal` is a getter whose AbortController is made on first read.
-      context: {
-        scope: work.scope,
-        key: work.key,
-        id: work.id,
-        reclaimed: work.reclaimed,
-        get signal() {
-          return work.signal;
-        },
-        protected: true,
-        declare: (d) => (declared = { ...declared, ...d }),
-      },
+      context: { ...first, protected: true, declare: (d) => (declared = { ...declared, ...d }) },
       async complete(response, outcome) {
         if (settled) return undefined;
         settled = true;
