@@ -328,14 +328,17 @@ export function createEngine<Tx = never>({
     const controller = new AbortController();
     let stopped = false;
     let timer: unknown;
+    let expiresAt = record.expiresAt;
     const schedule = (): void => {
       timer = clock.setTimeout(() => void renew(), renewEveryMs);
     };
     const renew = async (): Promise<void> => {
       if (stopped) return;
       try {
+        const now = clock.now();
+        expiresAt = Math.max(expiresAt, now + leaseMs);
         const renewed = await call('renew', () =>
-          store.renew({ pk: record.pk, token: record.token, now: clock.now(), leaseMs }),
+          store.renew({ pk: record.pk, token: record.token, now, leaseMs, expiresAt }),
         );
         if (!renewed.ok && !stopped) {
           emit({ type: 'lease_lost', scope: record.scope, key: record.key });

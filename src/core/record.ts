@@ -81,6 +81,12 @@ export interface RenewRequest {
   readonly token: string;
   readonly now: number;
   readonly leaseMs: number;
+  /**
+   * The record's `expiresAt` after this renewal, set as given: never earlier than `now + leaseMs`, so a live
+   * lease is never expired by TTL (a retry after the original `expiresAt` meets the running attempt, not an
+   * absent record).
+   */
+  readonly expiresAt: number;
 }
 
 export interface ReleaseRequest {
@@ -138,6 +144,11 @@ export interface IdempotencyStore<Tx = never> {
   /** A short name for logs and metrics, e.g. `sqlite`. */
   readonly name: string;
   readonly roundTrips: number;
+  /**
+   * The largest response this store can hold, in bytes: body plus header names and values. The HTTP layer answers
+   * (and stores) a larger one as the final `response-too-large` problem. Undefined: no limit of the store's own.
+   */
+  readonly maxResponseBytes?: number;
   /**
    * Claims when: no record; or `expiresAt <= now`; or, with the same fingerprint only, `failed` + `retryable`,
    * or `in_progress` with `leaseExpiresAt <= now`. Writes `in_progress`, the new token, `claimedAt = now`,
