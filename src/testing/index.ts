@@ -149,7 +149,7 @@ export function describeStoreConformance<Tx>({
       const before = plain(await store.get(req.pk));
       const stale = randomUUID();
       expect(await complete(req, succeeded, stale)).toEqual({ ok: false });
-      expect(await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE })).toEqual({ ok: false });
+      expect(await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual({ ok: false });
       expect(await store.release({ pk: req.pk, token: stale })).toEqual({ ok: false });
       expect(plain(await store.get(req.pk))).toEqual(before);
     });
@@ -161,15 +161,34 @@ export function describeStoreConformance<Tx>({
       const after = plain(await store.get(req.pk));
       const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
       expect(await complete(req, failed)).toEqual({ ok: false });
-      expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 2, leaseMs: LEASE })).toEqual({ ok: false });
+      expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 2, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual({
+        ok: false,
+      });
       expect(plain(await store.get(req.pk))).toEqual(after);
     });
 
-    it('renew with the token extends the lease from now', async () => {
+    it('renew with the token extends the lease from now and sets expiresAt as given', async () => {
       const req = request();
-      await claimed(req);
-      expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 4_000, leaseMs: LEASE })).toEqual({ ok: true });
-      expect((await store.get(req.pk))?.leaseExpiresAt).toBe(T0 + 4_000 + LEASE);
+      const record = await claimed(req);
+      const renewal = { pk: req.pk, token: req.token, now: T0 + 4_000, leaseMs: LEASE, expiresAt: T0 + TTL + 1 };
+      expect(await store.renew(renewal)).toEqual({ ok: true });
+      expect(await store.get(req.pk)).toEqual({ ...record, leaseExpiresAt: T0 + 4_000 + LEASE, expiresAt: T0 + TTL + 1 });
+    });
+
+    it('a renewed lease outlives the original expiresAt: a claim after it meets the running attempt', async () => {
+      // A short ttl, and work that runs past it while renewing its lease (the engine passes
+      // expiresAt = max(previous expiresAt, now + leaseMs)).
+      const req = request({ ttlMs: LEASE + 5_000 });
+      const record = await claimed(req);
+      const now = T0 + LEASE - 1;
+      const expiresAt = now + LEASE;
+      expect(await store.renew({ pk: req.pk, token: req.token, now, leaseMs: LEASE, expiresAt })).toEqual({ ok: true });
+      const renewed = { ...record, leaseExpiresAt: now + LEASE, expiresAt };
+      expect(await store.get(req.pk)).toEqual(renewed);
+      // After the original expiresAt (T0 + 15 s), before the lease ends (T0 + 20 s - 1 ms).
+      const retry = await store.claim({ ...req, token: randomUUID(), id: randomUUID(), now: T0 + LEASE + 5_000 + 1 });
+      expect(retry).toEqual({ kind: 'existing', record: renewed });
+      expect(await store.get(req.pk)).toEqual(renewed);
     });
 
     it('release with the token deletes the record and frees the key for any payload', async () => {

@@ -161,7 +161,7 @@ describe('dynamodb store against dynalite', () => {
     const first = request();
     await store.claim(first);
     await store.claim({ ...first, token: randomUUID(), now: T0 + 1 });
-    await store.renew({ pk: first.pk, token: 'stale', now: T0 + 2, leaseMs: LEASE });
+    await store.renew({ pk: first.pk, token: 'stale', now: T0 + 2, leaseMs: LEASE, expiresAt: T0 + TTL });
     expect(trips.map((t) => [t.op, (t.request as { command: string }).command])).toEqual([
       ['claim', 'PutItem'],
       ['claim', 'PutItem'],
@@ -274,6 +274,22 @@ describe('dynamodb store against dynalite', () => {
     expect(done.Item?.responseStatus).toEqual({ N: '201' });
     expect(done.Item?.responseHeaders).toEqual({ S: '[["x-a","b"]]' });
     expect([...(done.Item?.responseBody?.B ?? [])]).toEqual([0x00, 0xff, 0x7b]);
+  });
+
+  it('renew moves both expiry attributes in its one write: TTL seconds (rounded up) and exact milliseconds', async () => {
+    const { store, table, sent } = await recordingStore();
+    const req = request();
+    await store.claim(req);
+    sent.length = 0;
+    const expiresAt = T0 + 2 * TTL + 1_001;
+    expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 5_000, leaseMs: LEASE, expiresAt })).toEqual({ ok: true });
+    expect(kinds(sent)).toEqual(['UpdateItemCommand']);
+    const raw = await local.client.send(new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }));
+    expect([raw.Item?.leaseExpiresAt, raw.Item?.expiresAt, raw.Item?.expiresAtMs]).toEqual([
+      { N: String(T0 + 5_000 + LEASE) },
+      { N: String(T0 / 1000 + 122) },
+      { N: String(expiresAt) },
+    ]);
   });
 
   it('uses the configured attribute names and sort key in the item', async () => {

@@ -403,18 +403,26 @@ class DynamoStore implements DynamoDBStore {
     );
   }
 
-  async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
+  /** Moves the lease and the expiry together (both expiry attributes: TTL's seconds and the exact milliseconds). */
+  async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
     this.#open();
+    const update = 'SET #leaseExpiresAt = :lease, #expiresAt = :ttl, #expiresAtMs = :expiresAtMs';
     return this.#heldWrite(
       'renew',
       new UpdateItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
-        UpdateExpression: 'SET #leaseExpiresAt = :lease',
+        UpdateExpression: update,
         ...this.#condition(
           '#token = :token AND #status = :inProgress',
-          { ':token': str(token), ':inProgress': str('in_progress'), ':lease': num(now + leaseMs) },
-          'SET #leaseExpiresAt = :lease',
+          {
+            ':token': str(token),
+            ':inProgress': str('in_progress'),
+            ':lease': num(now + leaseMs),
+            ':ttl': num(ttlSeconds(expiresAt)),
+            ':expiresAtMs': num(expiresAt),
+          },
+          update,
         ),
       }),
     );

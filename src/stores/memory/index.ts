@@ -95,11 +95,11 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
       records.set(pk, { ...record, ...outcome });
       return { ok: true };
     }),
-    renew: traced('renew', async ({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> => {
+    renew: traced('renew', async ({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> => {
       open();
       const record = held(pk, token);
       if (!record) return { ok: false };
-      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs });
+      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs, expiresAt });
       return { ok: true };
     }),
     release: traced('release', async ({ pk, token }: ReleaseRequest): Promise<WriteResult> => {

@@ -594,7 +594,7 @@ describe.skipIf(!available)('postgres store', () => {
         for (let i = 0; i < 2; i++) {
           const r = request();
           await store.claim(r);
-          await store.renew({ pk: r.pk, token: r.token, now: T0 + 1, leaseMs: LEASE });
+          await store.renew({ pk: r.pk, token: r.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
           await store.complete({ pk: r.pk, token: r.token, now: T0 + 2, outcome: succeeded });
           await store.release({ pk: r.pk, token: r.token });
           await store.get(r.pk);
@@ -805,7 +805,7 @@ describe.skipIf(!available)('postgres store', () => {
         trips.length = 0;
         const req = request();
         await store.claim(req);
-        await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE });
+        await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
         await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded });
         await store.get(req.pk);
         await store.list({ scope, limit: 10 });

@@ -331,8 +331,9 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     return { ok };
   }
 
-  async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-    return { ok: (await this.#query('renew', this.#pool, this.#sql.renew, [pk, token, now + leaseMs])).rowCount === 1 };
+  async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
+    const values = [pk, token, now + leaseMs, expiresAt];
+    return { ok: (await this.#query('renew', this.#pool, this.#sql.renew, values)).rowCount === 1 };
   }
 
   async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
@@ -446,7 +447,8 @@ SELECT *, false AS claimed FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)`,
     complete: `UPDATE ${t} SET status = $3, retryable = $4, result_id = $5,
   response_status = $6, response_headers = $7::jsonb, response_body = $8
 WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
-    renew: `UPDATE ${t} SET lease_expires_at = $3::bigint WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    renew: `UPDATE ${t} SET lease_expires_at = $3::bigint, expires_at = $4::bigint
+WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
     release: `DELETE FROM ${t} WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE pk = $1`,
     sweep: `DELETE FROM ${t} WHERE pk IN (

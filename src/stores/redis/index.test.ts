@@ -58,6 +58,9 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
   };
 };
 
+/** Where the store keeps the record `pk`. */
+const recordKey = (store: RedisStore, pk: string): string => `${store.prefix}{${pk}}`;
+
 /** CRC16-XMODEM, the checksum Redis Cluster uses for hash slots. */
 function crc16(bytes: Uint8Array): number {
   let crc = 0;
@@ -182,27 +185,29 @@ describe.skipIf(!available)('redis store', () => {
         }
       });
 
-      it('a claim sets native expiry: PTTL within (0, ttlMs], which renew and complete leave alone', async () => {
+      it('a claim sets native expiry: PTTL within (0, ttlMs]; renew moves it to expiresAt - now; complete leaves it', async () => {
         const store = await isolated(driver);
         try {
           const req = claimRequest();
           await store.claim(req);
-          const key = `${store.prefix}{${req.pk}}`;
+          const key = recordKey(store, req.pk);
           const pttl = await admin.pttl(key);
           expect(pttl).toBeGreaterThan(0);
           expect(pttl).toBeLessThanOrEqual(TTL);
-          // Shorten the expiry by hand: a write that reset or dropped it would show up as a PTTL above 30 s or -1.
-          expect(await admin.pexpire(key, 30_000)).toBe(1);
-          expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE })).toEqual({ ok: true });
+          // A renewal past the claim's expiry: the key must live until the new expiresAt, not die at the old one.
+          const expiresAt = T0 + 1 + 2 * TTL;
+          expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt })).toEqual({ ok: true });
           const renewed = await admin.pttl(key);
-          expect(renewed).toBeGreaterThan(0);
-          expect(renewed).toBeLessThanOrEqual(30_000);
+          expect(renewed).toBeGreaterThan(TTL);
+          expect(renewed).toBeLessThanOrEqual(2 * TTL);
+          // Shorten the expiry by hand: a completion that reset or dropped it would show up as a PTTL above 30 s or -1.
+          expect(await admin.pexpire(key, 30_000)).toBe(1);
           const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
           expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome })).toEqual({ ok: true });
           const completed = await admin.pttl(key);
           expect(completed).toBeGreaterThan(0);
           expect(completed).toBeLessThanOrEqual(30_000);
-          expect((await store.get(req.pk))?.expiresAt).toBe(T0 + TTL);
+          expect((await store.get(req.pk))?.expiresAt).toBe(expiresAt);
         } finally {
           await store.close();
         }
@@ -248,7 +253,7 @@ describe.skipIf(!available)('redis store', () => {
           const b = claimRequest({ key: 'has#hash{and}braces' });
           await store.claim(a);
           await store.claim({ ...a, token: randomUUID() });
-          await store.renew({ pk: a.pk, token: a.token, now: T0 + 1, leaseMs: LEASE });
+          await store.renew({ pk: a.pk, token: a.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
           await store.complete({ pk: a.pk, token: a.token, now: T0 + 2, outcome: { status: 'failed', retryable: true, resultId: null, response: null } });
           await store.get(a.pk);
           await store.claim(b);

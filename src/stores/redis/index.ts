@@ -5,7 +5,8 @@
  *   its own and Cluster-safe: the `{…}` hash tag puts the record in its pk's slot (with a pk that itself holds a
  *   `}`, Redis hashes a shorter tag — still one key, still one slot).
  * - **Native expiry**: a claim sets the key's expiry to `ttlMs` (`PEXPIRE`, relative, so it follows the engine's
- *   `expiresAt - now` whatever Redis's own clock says); later writes use `HSET`, which keeps it.
+ *   `expiresAt - now` whatever Redis's own clock says); a renewal moves it to the new `expiresAt - now` the same
+ *   way; a completion uses `HSET`, which keeps it.
  * - **Binary bodies** are stored base64-encoded in the `responseBody` field and decoded on read: exact bytes with
  *   any driver, because no reply has to be read as a Buffer. (Costs a third more space for the body.)
  * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front; an `EVALSHA` that still gets
@@ -297,8 +298,9 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
       );
     },
 
-    async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-      return written(await run('renew', SCRIPTS.renew, keyOf(pk), token, String(now + leaseMs)));
+    async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
+      const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
+      return written(await run('renew', SCRIPTS.renew, keyOf(pk), token, String(now + leaseMs), String(expiresAt), ttlMs));
     },
 
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {

@@ -79,7 +79,10 @@ return 1
 `,
 );
 
-/** ARGV: token, leaseExpiresAt. Returns 1 when renewed, 0 otherwise. The key's expiry is left alone. */
+/**
+ * ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when renewed, 0 otherwise. Moves
+ * the key's expiry with `expiresAt` (`PEXPIRE`, relative, like the claim), so a live lease never expires natively.
+ */
 const RENEW = script(
   'renew',
   `local record = KEYS[1]
@@ -87,7 +90,8 @@ local current = redis.call('HMGET', record, 'status', 'token')
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', record, 'leaseExpiresAt', ARGV[2])
+redis.call('HSET', record, 'leaseExpiresAt', ARGV[2], 'expiresAt', ARGV[3])
+redis.call('PEXPIRE', record, ARGV[4])
 return 1
 `,
 );

@@ -625,7 +625,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     trips.length = 0;
     const req = claimRequest();
     await store.claim(req);
-    await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE });
+    await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
     await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded });
     await store.complete({ pk: req.pk, token: req.token, now: T0 + 3, outcome: succeeded }); // stale: changes 0
     await store.get(req.pk);

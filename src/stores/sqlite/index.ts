@@ -243,7 +243,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     complete: `UPDATE ${t} SET "status" = @status, "retryable" = @retryable, "result_id" = @resultId,
         "response_status" = @responseStatus, "response_headers" = @responseHeaders, "response_body" = @responseBody
       WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
-    renew: `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt
+    renew: `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt, "expires_at" = @expiresAt
       WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
     release: `DELETE FROM ${t} WHERE "pk" = @pk AND "token" = @token AND "status" = 'in_progress'`,
     sweep: `DELETE FROM ${t} WHERE rowid IN (SELECT rowid FROM ${t} WHERE "expires_at" <= @now LIMIT @take)`,
@@ -330,8 +330,8 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
       return { ok: trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
     },
-    async renew({ pk, token, now, leaseMs }: RenewRequest): Promise<WriteResult> {
-      return { ok: trip('renew', () => run(sql.renew, { pk, token, leaseExpiresAt: now + leaseMs })) === 1 };
+    async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
+      return { ok: trip('renew', () => run(sql.renew, { pk, token, leaseExpiresAt: now + leaseMs, expiresAt })) === 1 };
     },
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
       return { ok: trip('release', () => run(sql.release, { pk, token })) === 1 };
