@@ -75,9 +75,6 @@ function canonicalQuery(query: string): string {
 /** Strict UTF-8 (a bad byte throws). Without `stream`, `decode` keeps no state between calls, so one serves all. */
 const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
-/** A JSON number: sign, integer part, fraction, exponent. Sticky: matched at the parser's position. */
-const NUMBER = /(-?)(0|[1-9]\d*)(?:\.(\d+))?(?:[eE]([+-]?\d+))?/y;
-
 const MAX_NUMBER_LENGTH = 4096;
 
 /** Deeper JSON than this is hashed as raw bytes rather than risk the stack. */
@@ -181,13 +178,11 @@ class CanonicalParser {
 
   #array(depth: number): string {
     this.#pos++;
-    const items: string[] = [];
-    if (!this.#peek(']')) {
-      do items.push(this.value(depth + 1));
-      while (this.#peek(','));
-      this.#expect(']');
-    }
-    return `[${items.join(',')}]`;
+    if (this.#peek(']')) return '[]';
+    let out = `[${this.value(depth + 1)}`;
+    while (this.#peek(',')) out += `,${this.value(depth + 1)}`;
+    this.#expect(']');
+    return `${out}]`;
   }
 
   /** The string's value (the key of an object member). */
@@ -231,21 +226,96 @@ class CanonicalParser {
     return plain;
   }
 
+  /**
+   * A JSON number as `<digits>e<exponent>`: `digits` without leading or trailing zeros, the exponent moved to
+   * match. One pass over the characters, no regular expression: a number's cost is its length, whatever its digits.
+   */
   #number(): string {
-    NUMBER.lastIndex = this.#pos;
-    const match = NUMBER.exec(this.#text);
-    if (!match) throw new SyntaxError('bad number');
+    const text = this.#text;
+    const start = this.#pos;
+    let at = start;
+    const negative = text.charCodeAt(at) === 0x2d; // -
+    if (negative) at++;
+    // The integer part: `0`, or a non-zero digit and any digits (a second leading zero ends the number there).
+    const intStart = at;
+    const lead = text.charCodeAt(at);
+    if (lead === 0x30) at++;
+    else if (lead >= 0x31 && lead <= 0x39) at = skipDigits(text, at + 1);
+    else throw new SyntaxError('bad number');
+    const intEnd = at;
+    // A fraction or an exponent counts only when complete (`1.` and `1e+` end the number before the `.`/`e`).
+    let fracEnd = at;
+    if (text.charCodeAt(at) === 0x2e && isDigit(text.charCodeAt(at + 1))) at = fracEnd = skipDigits(text, at + 2);
+    let exp: string | undefined;
+    const e = text.charCodeAt(at);
+    if (e === 0x65 || e === 0x45) {
+      const sign = text.charCodeAt(at + 1);
+      const first = sign === 0x2b || sign === 0x2d ? at + 2 : at + 1;
+      if (isDigit(text.charCodeAt(first))) {
+        const end = skipDigits(text, first + 1);
+        exp = text.slice(at + 1, end);
+        at = end;
+      }
+    }
     // Longer numbers were never canonicalised (the body is hashed raw); kept so stored fingerprints still match.
-    if (match[0].length > MAX_NUMBER_LENGTH) throw new SyntaxError('number too long');
-    this.#pos += match[0].length;
-    const [, sign, int = '', frac = '', exp = '0'] = match;
-    let digits = (int + frac).replace(/^0+/, '');
-    if (digits === '') return '0';
-    const trimmed = digits.replace(/0+$/, '');
-    const shift = digits.length - trimmed.length - frac.length;
-    digits = trimmed;
-    // Exact either way: a short exponent stays far inside doubles' exact integers; a long one goes through BigInt.
-    const exponent = exp.length <= 15 ? String(Number(exp) + shift) : String(BigInt(exp) + BigInt(shift));
-    return `${sign}${digits}e${exponent}`;
+    if (at - start > MAX_NUMBER_LENGTH) throw new SyntaxError('number too long');
+    this.#pos = at;
+    // The usual case, an integer that ends in 1–9, is already canonical but for its exponent.
+    if (exp === undefined && fracEnd === intEnd && text.charCodeAt(at - 1) !== 0x30) return `${text.slice(start, at)}e0`;
+
+    const fracLength = fracEnd === intEnd ? 0 : fracEnd - intEnd - 1;
+    const digits = fracLength === 0 ? text.slice(intStart, intEnd) : text.slice(intStart, intEnd) + text.slice(intEnd + 1, fracEnd);
+    let first = 0;
+    while (digits.charCodeAt(first) === 0x30) first++;
+    if (first === digits.length) return '0';
+    let last = digits.length;
+    while (digits.charCodeAt(last - 1) === 0x30) last--;
+    const shift = digits.length - last - fracLength;
+    return `${negative ? '-' : ''}${digits.slice(first, last)}e${addToExponent(exp ?? '0', shift)}`;
   }
+}
+
+function isDigit(code: number): boolean {
+  return code >= 0x30 && code <= 0x39;
+}
+
+/** The index of the first non-digit at or after `at`. */
+function skipDigits(text: string, at: number): number {
+  while (isDigit(text.charCodeAt(at))) at++;
+  return at;
+}
+
+/**
+ * `exp + shift` in decimal, exactly: `exp` is a JSON exponent (`[+-]?\d+`, any length), `shift` a small integer
+ * (|shift| ≤ 4096). Linear in `exp`'s length: a short exponent is a double's exact integer; a long one changes
+ * only in its last 15 digits and a carry or borrow.
+ */
+function addToExponent(exp: string, shift: number): string {
+  const negative = exp.charCodeAt(0) === 0x2d;
+  let from = negative || exp.charCodeAt(0) === 0x2b ? 1 : 0;
+  while (from < exp.length - 1 && exp.charCodeAt(from) === 0x30) from++;
+  const magnitude = exp.slice(from);
+  if (magnitude.length <= 15) return String((negative ? -Number(magnitude) : Number(magnitude)) + shift);
+  // |exp| ≥ 10^15 ≫ |shift|: the sign stays, and the magnitude moves by -shift (negative) or +shift.
+  const TAIL = 1e15;
+  let head = magnitude.slice(0, -15);
+  let tail = Number(magnitude.slice(-15)) + (negative ? -shift : shift);
+  if (tail >= TAIL) {
+    tail -= TAIL;
+    head = stepDecimal(head, 1);
+  } else if (tail < 0) {
+    tail += TAIL;
+    head = stepDecimal(head, -1);
+  }
+  return `${negative ? '-' : ''}${head === '0' ? String(tail) : head + String(tail).padStart(15, '0')}`;
+}
+
+/** `digits` (a positive decimal without leading zeros) plus or minus one, without leading zeros. */
+function stepDecimal(digits: string, step: 1 | -1): string {
+  const [from, to] = step === 1 ? ['9', '0'] : ['0', '9'];
+  let at = digits.length - 1;
+  while (at >= 0 && digits[at] === from) at--;
+  const changed = at < 0 ? '1' : String.fromCharCode(digits.charCodeAt(at) + step);
+  const result = (at < 0 ? '' : digits.slice(0, at)) + changed + to.repeat(digits.length - 1 - at);
+  return result.length > 1 && result.charCodeAt(0) === 0x30 ? result.slice(1) : result;
 }
