@@ -16,24 +16,52 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
+import { configError } from '../../core/errors.js';
 import { claimedRecord, isClaimable } from '../contract.js';
 
 export interface MemoryStoreOptions extends RoundTripObserver {
-  /** Refuse new claims beyond this many live records (a guard against unbounded growth). Default 1,000,000. */
+  /**
+   * Refuse claims of new keys beyond this many records in all (a guard against unbounded growth). A record counts
+   * until `sweep` deletes it or `release` frees it, expired or not. Default 1,000,000.
+   */
   readonly maxRecords?: number;
+  /**
+   * Refuse claims of new keys beyond this many records in one scope, so one tenant filling its share cannot
+   * refuse every other tenant. Default `maxRecords / 10` (rounded up): at least ten scopes fit before `maxRecords`.
+   */
+  readonly maxRecordsPerScope?: number;
 }
 
 /**
  * Creates an in-memory store. `effects` passed to `complete` receive `undefined` and run before the record is
- * updated; if they throw, the record is left as it was.
+ * updated; if they throw, the record is left as it was. A claim of a new key beyond `maxRecords`, or beyond
+ * `maxRecordsPerScope` in its scope, is refused with an error (the engine answers `STORE_UNAVAILABLE`); claims
+ * of keys already held, and every other call, still work.
  *
  * @example
- * const engine = createEngine({ store: memoryStore() })
+ * const engine = createEngine({ store: memoryStore({ maxRecords: 100_000 }) })
  */
-export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
+export function memoryStore({
+  maxRecords = 1_000_000,
+  maxRecordsPerScope = Math.ceil(maxRecords / 10),
+  onRoundTrip,
+}: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
+  if (!Number.isSafeInteger(maxRecords) || maxRecords <= 0) throw configError('maxRecords', 'a positive integer', maxRecords);
+  if (!Number.isSafeInteger(maxRecordsPerScope) || maxRecordsPerScope <= 0 || maxRecordsPerScope > maxRecords) {
+    throw configError('maxRecordsPerScope', `a positive integer no larger than maxRecords (${maxRecords})`, maxRecordsPerScope);
+  }
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') throw configError('onRoundTrip', 'a function', onRoundTrip);
   const records = new Map<string, IdempotencyRecord>();
+  /** Records per scope, kept with `records`: the per-scope cap is checked without a scan. */
+  const perScope = new Map<string, number>();
   let roundTrips = 0;
   let closed = false;
+  const remove = (pk: string, record: IdempotencyRecord): void => {
+    records.delete(pk);
+    const left = (perScope.get(record.scope) ?? 1) - 1;
+    if (left === 0) perScope.delete(record.scope);
+    else perScope.set(record.scope, left);
+  };
 
   const open = (): void => {
     roundTrips++;
@@ -79,7 +107,14 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
       if (!isClaimable(existing, request.fingerprint, request.now)) {
         return { kind: 'existing', record: existing as IdempotencyRecord };
       }
-      if (!existing && records.size >= maxRecords) throw new Error(`memory store is full (${maxRecords} records)`);
+      if (!existing) {
+        if (records.size >= maxRecords) throw new Error(`memory store is full (${maxRecords} records)`);
+        const inScope = perScope.get(request.scope) ?? 0;
+        if (inScope >= maxRecordsPerScope) {
+          throw new Error(`memory store is full for this scope (${maxRecordsPerScope} records per scope)`);
+        }
+        perScope.set(request.scope, inScope + 1);
+      }
       const record = claimedRecord(existing, request);
       records.set(request.pk, record);
       return { kind: 'claimed', record };
@@ -104,8 +139,9 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
     }),
     release: traced('release', async ({ pk, token }: ReleaseRequest): Promise<WriteResult> => {
       open();
-      if (!held(pk, token)) return { ok: false };
-      records.delete(pk);
+      const record = held(pk, token);
+      if (!record) return { ok: false };
+      remove(pk, record);
       return { ok: true };
     }),
     get: traced('get', async (pk: string): Promise<IdempotencyRecord | null> => {
@@ -118,7 +154,7 @@ export function memoryStore({ maxRecords = 1_000_000, onRoundTrip }: MemoryStore
       for (const [pk, record] of records) {
         if (deleted >= limit) break;
         if (record.expiresAt <= now) {
-          records.delete(pk);
+          remove(pk, record);
           deleted++;
         }
       }
