@@ -321,9 +321,9 @@ async function mount(): Promise<void> {
     roundTrips = () => store.roundTrips;
     cleanups.unshift(() => store.close());
     if (MODE === 'idem') {
-      app.post('/pay', idempotency({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }), express.json(), handler);
+      app.post('/pay', idempotency({ store, scope: 'single-tenant', ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }), express.json(), handler);
       // The same route with the engine's cache of terminal records: a hot replay costs no store round trip.
-      const cached = idempotency({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS, cacheSize: CACHE_SIZE, onError: () => {} });
+      const cached = idempotency({ store, scope: 'single-tenant', ttlMs: TTL_MS, leaseMs: LEASE_MS, cacheSize: CACHE_SIZE, onError: () => {} });
       app.post('/pay-cached', cached, express.json(), handler);
     }
     // The floor, on the same backend and the same Express app. A new key: the raw conditional write only

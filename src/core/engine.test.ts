@@ -26,6 +26,13 @@ const setup = (options: { leaseMs?: number; waitForOutcomeMs?: number; store?: I
   return { clock, store, engine, events, request: { scope: 'acct_a', key: 'k1', fingerprint: 'f1' } };
 };
 const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
+/** Moves the manual clock in small steps, letting the engine's timers and store calls run between them. */
+const step = async (clock: ReturnType<typeof manualClock>, ms: number, by = 25) => {
+  for (let moved = 0; moved < ms; moved += by) {
+    clock.advance(Math.min(by, ms - moved));
+    await tick();
+  }
+};
 
 describe('createEngine options', () => {
   it('names the option that is wrong', () => {
@@ -48,10 +55,12 @@ describe('createEngine options', () => {
 });
 
 describe('classifyStatus', () => {
-  it('follows DESIGN.md §2 step 4', () => {
+  it('2xx and 3xx succeed, deterministic 4xx are final, the rest retryable', () => {
     expect([200, 201, 204].map(classifyStatus)).toEqual(['succeeded', 'succeeded', 'succeeded']);
+    // A redirect is an answer (303 See Other after a POST points at what was made): a retry must not run the work again.
+    expect([301, 302, 303, 307, 308].map(classifyStatus)).toEqual(Array(5).fill('succeeded'));
     expect([400, 402, 404, 422].map(classifyStatus)).toEqual(['failed-final', 'failed-final', 'failed-final', 'failed-final']);
-    expect([408, 409, 425, 429, 500, 503, 302].map(classifyStatus)).toEqual(Array(7).fill('failed-retryable'));
+    expect([408, 409, 425, 429, 500, 503, 100].map(classifyStatus)).toEqual(Array(7).fill('failed-retryable'));
   });
 });
 
@@ -339,3 +348,143 @@ describe('engine.run', () => {
   });
 });
 
+
+describe('engine.begin: the phases', () => {
+  it('hands out a lease, settles it exactly once, and leaves nothing renewing', async () => {
+    const { engine, request, store, clock } = setup({ leaseMs: 3_000 });
+    const decision = await engine.begin(request);
+    if (decision.kind !== 'lease') throw new Error(`expected a lease, got ${decision.kind}`);
+    const { lease } = decision;
+    expect(engine.activeLeases).toBe(1);
+    expect(lease.settled).toBe(false);
+    const first = lease.complete(answer(201));
+    // Every later settle returns the first settlement and writes nothing more.
+    const [a, b, c] = await Promise.all([first, lease.fail(), lease.release()]);
+    expect(a).toBe(b);
+    expect(b).toBe(c);
+    expect(a.ok).toBe(true);
+    expect(lease.settled).toBe(true);
+    expect(engine.activeLeases).toBe(0);
+    const record = await store.get(recordPk('acct_a', 'k1'));
+    expect(record?.status).toBe('succeeded');
+    // No renewal is scheduled after the settlement: advancing far past the lease changes nothing.
+    const trips = store.roundTrips;
+    await step(clock, 30_000, 500);
+    expect(store.roundTrips).toBe(trips);
+  });
+
+  it('answers a replay and a refusal as values, never by throwing', async () => {
+    const { engine, request } = setup();
+    const held = await engine.begin(request);
+    expect(held.kind).toBe('lease');
+    const busy = await engine.begin(request);
+    expect(busy.kind === 'refused' && busy.error.code).toBe('IN_FLIGHT');
+    const mismatch = await engine.begin({ ...request, fingerprint: 'other' });
+    expect(mismatch.kind === 'refused' && mismatch.error.code).toBe('FINGERPRINT_MISMATCH');
+    if (held.kind === 'lease') await held.lease.complete(answer(201, 'done'));
+    const replay = await engine.begin(request);
+    expect(replay.kind === 'replay' && new TextDecoder().decode(replay.response.body)).toBe('done');
+  });
+
+  it('a store failure at the claim is a refusal (STORE_UNAVAILABLE), and no lease is left', async () => {
+    const store = memoryStore();
+    const broken: IdempotencyStore<undefined> = Object.assign(Object.create(store) as IdempotencyStore<undefined>, {
+      claim: () => Promise.reject(new Error('connection refused')),
+    });
+    const { engine, request } = setup({ store: broken });
+    const decision = await engine.begin(request);
+    expect(decision.kind === 'refused' && decision.error.code).toBe('STORE_UNAVAILABLE');
+    expect(engine.activeLeases).toBe(0);
+  });
+
+  it('a completion the store fails settles as STORE_UNAVAILABLE and stops the renewals', async () => {
+    const store = memoryStore();
+    let failComplete = false;
+    const flaky: IdempotencyStore<undefined> = Object.assign(Object.create(store) as IdempotencyStore<undefined>, {
+      complete: (request: Parameters<typeof store.complete>[0]) =>
+        failComplete ? Promise.reject(new Error('connection reset')) : store.complete(request),
+    });
+    const { engine, request, clock } = setup({ store: flaky, leaseMs: 3_000 });
+    const decision = await engine.begin(request);
+    if (decision.kind !== 'lease') throw new Error('expected a lease');
+    failComplete = true;
+    const settled = await decision.lease.complete(answer(201));
+    expect(settled.ok === false && settled.error.code).toBe('STORE_UNAVAILABLE');
+    expect(engine.activeLeases).toBe(0);
+    const trips = store.roundTrips;
+    await step(clock, 30_000, 500);
+    expect(store.roundTrips).toBe(trips);
+  });
+});
+
+describe('effects commit only with a final outcome', () => {
+  for (const status of [500, 503, 408, 429]) {
+    it(`a ${status} does not commit the work's effects; the retry runs and commits them once`, async () => {
+      const { engine, request } = setup();
+      const ledger: string[] = [];
+      const work = (s: number) => async (): Promise<WorkResult<undefined>> => ({
+        ...answer(s),
+        effects: () => void ledger.push(`charge ${s}`),
+      });
+      const first = await engine.run(request, work(status));
+      expect(first.record?.status).toBe('failed');
+      expect(first.record?.retryable).toBe(true);
+      expect(ledger).toEqual([]);
+      const second = await engine.run(request, work(201));
+      expect(second.replayed).toBe(false);
+      expect(ledger).toEqual(['charge 201']);
+      const third = await engine.run(request, work(201));
+      expect(third.replayed).toBe(true);
+      expect(ledger).toEqual(['charge 201']);
+    });
+  }
+
+  it('a final refusal (402) commits its effects with the record, once', async () => {
+    const { engine, request } = setup();
+    const ledger: string[] = [];
+    const work = async (): Promise<WorkResult<undefined>> => ({ ...answer(402), effects: () => void ledger.push('decline') });
+    await engine.run(request, work);
+    await engine.run(request, work);
+    expect(ledger).toEqual(['decline']);
+  });
+});
+
+describe('a 303 See Other is final', () => {
+  it('is replayed to the retry; the work ran once', async () => {
+    const { engine, request } = setup();
+    let runs = 0;
+    const work = async (): Promise<WorkResult<undefined>> => {
+      runs++;
+      return { response: { status: 303, headers: [['location', '/v1/charges/ch_1']], body: new Uint8Array(0) } };
+    };
+    await engine.run(request, work);
+    const retry = await engine.run(request, work);
+    expect(runs).toBe(1);
+    expect(retry.replayed).toBe(true);
+    expect(retry.response.status).toBe(303);
+    expect(retry.response.headers).toEqual([['location', '/v1/charges/ch_1']]);
+  });
+});
+
+describe('waitForOutcomeMs when the first attempt ends retryable or is released', () => {
+  for (const ending of ['failed-retryable', 'release'] as const) {
+    it(`runs the waiter's work on the freed key (${ending}) instead of a stale 409`, async () => {
+      const { engine, request, clock } = setup({ waitForOutcomeMs: 1_000, leaseMs: 10_000 });
+      const first = await engine.begin(request);
+      if (first.kind !== 'lease') throw new Error('expected a lease');
+      let runs = 0;
+      const waiter = engine.run(request, async () => {
+        runs++;
+        return answer(201, 'second');
+      });
+      // The waiter polls with the injected clock; the first attempt ends inside its last poll interval.
+      await step(clock, 900);
+      await (ending === 'release' ? first.lease.release() : first.lease.complete(answer(503)));
+      await step(clock, 200);
+      const result = await waiter;
+      expect(runs).toBe(1);
+      expect(result.replayed).toBe(false);
+      expect(new TextDecoder().decode(result.response.body)).toBe('second');
+    });
+  }
+});

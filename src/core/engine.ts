@@ -90,25 +90,68 @@ export interface RunResult {
 }
 
 /**
- * DESIGN.md §2 step 4: 2xx → succeeded; a deterministic refusal (4xx but 408/409/425/429) → failed, final;
- * anything else (5xx, 408, 409, 425, 429) → failed, retryable.
+ * What {@link Engine.begin} decided: answer with the stored response, refuse (mismatch, in flight, store down),
+ * or run the work under a {@link Lease}. Never a thrown error: every path is a value the caller must handle.
+ */
+export type Decision<Tx = never> =
+  | { readonly kind: 'replay'; readonly response: StoredResponse; readonly record: IdempotencyRecord }
+  | { readonly kind: 'refused'; readonly error: IdempotencyError }
+  | { readonly kind: 'lease'; readonly lease: Lease<Tx> };
+
+/** How a lease was settled: the record written, or why it could not be (`LEASE_LOST`, `STORE_UNAVAILABLE`). */
+export type Settlement =
+  | { readonly ok: true; readonly record: IdempotencyRecord | null }
+  | { readonly ok: false; readonly error: IdempotencyError };
+
+/**
+ * A claimed key: the right to run the work once. It is renewed in the background until it is settled, and it is
+ * settled exactly once — by `complete`, `fail` or `release`; any later call returns the first settlement.
+ * Settling stops the renewals before the write, so no path leaves a lease renewing.
+ */
+export interface Lease<Tx = never> extends WorkContext {
+  /**
+   * Records the work's outcome (classified by status unless `result.outcome` says otherwise). `effects` commit
+   * with the record only when the outcome is final (succeeded, or failed for good): a retryable outcome lets the
+   * next attempt run the work again, so its writes must not have happened. Never rejects.
+   */
+  complete(result: WorkResult<Tx>): Promise<Settlement>;
+  /** The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Never rejects. */
+  fail(): Promise<Settlement>;
+  /** The work declined to start: the record is deleted, so nothing is remembered. Never rejects. */
+  release(): Promise<Settlement>;
+  /** True once one of the three was called. */
+  readonly settled: boolean;
+}
+
+/**
+ * Status-code classification: 2xx and 3xx → succeeded (a redirect is an answer: `303 See Other` after a POST
+ * points at what was created); a deterministic refusal (4xx but 408/409/425/429) → failed, final; anything else
+ * (1xx, 5xx, 408, 409, 425, 429) → failed, retryable.
  *
  * @example
  * classifyStatus(402) // → 'failed-final'
+ * classifyStatus(303) // → 'succeeded'
  */
 export function classifyStatus(status: number): Exclude<OutcomeKind, 'release'> {
-  if (status >= 200 && status < 300) return 'succeeded';
+  if (status >= 200 && status < 400) return 'succeeded';
   if (status >= 400 && status < 500 && ![408, 409, 425, 429].includes(status)) return 'failed-final';
   return 'failed-retryable';
 }
 
 export interface Engine<Tx = never> {
-  /** Runs `work` at most once per (scope, key) while the record lives; replays or refuses otherwise. */
+  /**
+   * The first phase: claims the key, or answers from the record in the way. The caller runs the work while it
+   * holds the returned lease and settles it when the work ends.
+   */
+  begin(request: RunRequest): Promise<Decision<Tx>>;
+  /** `begin`, the work, and the settlement in one call: runs `work` at most once per (scope, key) while the record lives. */
   run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult>;
   readonly store: IdempotencyStore<Tx>;
   readonly clock: Clock;
   readonly ttlMs: number;
   readonly leaseMs: number;
+  /** Leases begun and not yet settled in this process (0 when nothing runs: no lease is left renewing). */
+  readonly activeLeases: number;
 }
 
 /**
@@ -116,10 +159,11 @@ export interface Engine<Tx = never> {
  *
  * @example
  * const engine = createEngine({ store: memoryStore(), leaseMs: 10_000 })
- * const { response, replayed } = await engine.run({ scope, key, fingerprint }, async ({ id }) => {
- *   const charge = await chargeCard({ idempotencyKey: id })
- *   return { response: jsonResponse(201, charge), resultId: charge.id }
- * })
+ * const decision = await engine.begin({ scope, key, fingerprint })
+ * if (decision.kind === 'lease') {
+ *   const charge = await chargeCard({ idempotencyKey: decision.lease.id })
+ *   await decision.lease.complete({ response: jsonResponse(201, charge), resultId: charge.id })
+ * }
  */
 export function createEngine<Tx = never>({
   store,
@@ -176,7 +220,7 @@ export function createEngine<Tx = never>({
   /** Terminal records by pk, least recently used first. */
   const cache = new Map<string, IdempotencyRecord>();
   const remember = (record: IdempotencyRecord): void => {
-    if (cacheSize === 0 || !replayOf(record)) return;
+    if (cacheSize === 0 || !isFinal(record)) return;
     cache.delete(record.pk);
     cache.set(record.pk, record);
     if (cache.size > cacheSize) cache.delete(cache.keys().next().value as string);
@@ -190,65 +234,86 @@ export function createEngine<Tx = never>({
     return record;
   };
 
-  /** The answer an existing record gives this request: a mismatch (thrown), a replay, or undefined (in flight). */
-  function answerFrom(existing: IdempotencyRecord, { scope, key, fingerprint }: RunRequest): RunResult | undefined {
+  let activeLeases = 0;
+
+  /** The answer an existing record gives this request: a mismatch, a replay, or undefined (the key is busy or free). */
+  function answerFrom(existing: IdempotencyRecord, { scope, key, fingerprint }: RunRequest): Decision<Tx> | undefined {
     if (!fingerprintsEqual(existing.fingerprint, fingerprint)) {
       emit({ type: 'mismatch', scope, key });
-      throw new IdempotencyError(
-        'FINGERPRINT_MISMATCH',
-        'This Idempotency-Key was already used with a different request (method, path, query or body).',
+      return refused(
+        new IdempotencyError(
+          'FINGERPRINT_MISMATCH',
+          'This Idempotency-Key was already used with a different request (method, path, query or body).',
+        ),
       );
     }
-    const replay = replayOf(existing);
-    if (replay) {
-      emit({ type: 'replayed', scope, key });
-      remember(existing);
-    }
-    return replay;
+    if (!isFinal(existing)) return undefined;
+    emit({ type: 'replayed', scope, key });
+    remember(existing);
+    return { kind: 'replay', response: existing.response as StoredResponse, record: existing };
   }
 
-  async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
+  async function begin(request: RunRequest): Promise<Decision<Tx>> {
     const { scope, key, fingerprint } = request;
     const pk = recordPk(scope, key);
     const hit = cacheSize > 0 ? recall(pk) : undefined;
-    if (hit) return answerFrom(hit, request) as RunResult;
+    if (hit) return answerFrom(hit, request) as Decision<Tx>;
     const waitUntil = clock.now() + waitForOutcomeMs;
-    for (;;) {
-      const token = generateId();
-      const freshId = generateId();
-      const claim = await call('claim', () =>
-        store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs }),
-      );
-      if (claim.kind === 'claimed') {
-        const reclaimed = claim.record.id !== freshId;
-        if (reclaimed) emit({ type: 'takeover', scope, key });
-        return execute(claim.record, reclaimed, work);
+    try {
+      for (;;) {
+        const token = generateId();
+        const freshId = generateId();
+        const claim = await call('claim', () =>
+          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs }),
+        );
+        if (claim.kind === 'claimed') {
+          const reclaimed = claim.record.id !== freshId;
+          if (reclaimed) emit({ type: 'takeover', scope, key });
+          return { kind: 'lease', lease: hold(claim.record, reclaimed) };
+        }
+        let existing: IdempotencyRecord | null = claim.record;
+        const answer = answerFrom(existing, request);
+        if (answer) return answer;
+        if (existing.status === 'in_progress' && clock.now() < waitUntil) {
+          existing = await waitForOutcome(pk, Math.min(waitUntil, existing.leaseExpiresAt));
+          if (existing) {
+            const settled = answerFrom(existing, request);
+            if (settled) return settled;
+          }
+        }
+        // Free again (released, failed and retryable, or its lease lapsed while we looked): claim it now rather
+        // than send the client away from a key nobody holds.
+        if (existing === null || existing.status !== 'in_progress' || existing.leaseExpiresAt <= clock.now()) continue;
+        emit({ type: 'in_flight', scope, key });
+        return refused(
+          new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
+            retryAfterMs: existing.leaseExpiresAt - clock.now(),
+          }),
+        );
       }
-      const existing = claim.record;
-      const replay = answerFrom(existing, request);
-      if (replay) return replay;
-      // In flight (or, rarely, a record the claim saw as live that has since become claimable): wait or refuse.
-      const now = clock.now();
-      const leaseLeft = Math.max(0, existing.leaseExpiresAt - now);
-      if (now < waitUntil) {
-        const outcome = await waitForOutcome(pk, Math.min(waitUntil, existing.leaseExpiresAt));
-        const settled = outcome && answerFrom(outcome, request);
-        if (settled) return settled;
-        if (clock.now() < waitUntil) continue;
-      }
-      emit({ type: 'in_flight', scope, key });
-      throw new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
-        retryAfterMs: leaseLeft,
-      });
+    } catch (error) {
+      return refused(error as IdempotencyError);
     }
   }
 
-  function replayOf(record: IdempotencyRecord): RunResult | undefined {
-    const final = record.status === 'succeeded' || (record.status === 'failed' && !record.retryable);
-    return final && record.response ? { replayed: true, response: record.response, record } : undefined;
+  async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
+    const decision = await begin(request);
+    if (decision.kind === 'refused') throw decision.error;
+    if (decision.kind === 'replay') return { replayed: true, response: decision.response, record: decision.record };
+    const { lease } = decision;
+    let result: WorkResult<Tx>;
+    try {
+      result = await work(lease);
+    } catch (error) {
+      await lease.fail();
+      throw error;
+    }
+    const settled = await lease.complete(result);
+    if (!settled.ok) throw settled.error;
+    return { replayed: false, response: result.response, record: settled.record };
   }
 
-  /** Polls until the record is terminal or `until` passes. Costs round trips; only used when opted in. */
+  /** Polls until the record is no longer in progress, or `until` passes. Costs round trips; only used when opted in. */
   async function waitForOutcome(pk: string, until: number): Promise<IdempotencyRecord | null> {
     let delay = 25;
     for (;;) {
@@ -259,108 +324,135 @@ export function createEngine<Tx = never>({
     }
   }
 
-  async function execute(
-    record: IdempotencyRecord,
-    reclaimed: boolean,
-    work: (context: WorkContext) => Promise<WorkResult<Tx>>,
-  ): Promise<RunResult> {
-    const { pk, token, scope, key } = record;
-    const lease = holdLease(record);
-    let result: WorkResult<Tx>;
-    try {
-      result = await work({ scope, key, id: record.id, reclaimed, signal: lease.signal });
-    } catch (error) {
-      lease.stop();
-      // The work threw: nothing was promised to the client, so the next attempt may run it again.
-      const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
-      const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed })).catch(
-        () => undefined, // The lease will lapse; the original error is what the caller needs to see.
-      );
-      if (written && !written.ok) emit({ type: 'stale_write_refused', scope, key, op: 'complete' });
-      throw error;
-    }
-    lease.stop();
-
-    const kind = result.outcome ?? classifyStatus(result.response.status);
-    if (kind === 'release') {
-      const released = await call('release', () => store.release({ pk, token }));
-      if (!released.ok) emit({ type: 'stale_write_refused', scope, key, op: 'release' });
-      return { replayed: false, response: result.response, record: null };
-    }
-    const outcome: Outcome = {
-      status: kind === 'succeeded' ? 'succeeded' : 'failed',
-      retryable: kind === 'failed-retryable',
-      resultId: result.resultId ?? null,
-      response: result.response,
-    };
-    const written = await call('complete', async () => {
-      try {
-        return await store.complete({ pk, token, now: clock.now(), outcome, effects: result.effects });
-      } catch (error) {
-        // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-        // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-        // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
-        if (result.effects === undefined) throw error;
-        const current = await store.get(pk).catch(() => undefined);
-        if (current === null || (current && (current.token !== token || current.status !== 'in_progress'))) return { ok: false };
-        throw error;
-      }
-    });
-    if (!written.ok) {
-      // Our lease was taken over while the work ran. The late writer loses and changes nothing.
-      emit({ type: 'stale_write_refused', scope, key, op: 'complete' });
-      throw new IdempotencyError('LEASE_LOST', 'This attempt lost its lease to another; its outcome was not recorded.', {
-        retryAfterMs: 0,
-      });
-    }
-    emit({ type: 'executed', scope, key, outcome: kind });
-    const completed = { ...record, ...outcome };
-    remember(completed);
-    return { replayed: false, response: result.response, record: completed };
-  }
-
   /**
-   * Renews the lease every `renewEveryMs` while the work runs; aborts the work's signal if the lease is lost.
-   * `stop()` does not wait for a renewal already in flight: renewals are conditional on `in_progress`, so one
-   * that lands after the completion changes nothing, and a stalled store must not delay the answer twice.
+   * Holds a claimed record: renews it every `renewEveryMs` (pushing `expiresAt` along, so a live lease never
+   * expires by TTL) and aborts the work's signal if the lease is lost. Settling stops the renewals first; a
+   * renewal already in flight is conditional on `in_progress` and changes nothing after the completion.
    */
-  function holdLease(record: IdempotencyRecord): { signal: AbortSignal; stop: () => void } {
+  function hold(record: IdempotencyRecord, reclaimed: boolean): Lease<Tx> {
+    const { pk, token, scope, key } = record;
     const controller = new AbortController();
-    let stopped = false;
     let timer: unknown;
     let expiresAt = record.expiresAt;
-    const schedule = (): void => {
-      timer = clock.setTimeout(() => void renew(), renewEveryMs);
-    };
+    let settlement: Promise<Settlement> | undefined;
+    activeLeases++;
+
     const renew = async (): Promise<void> => {
-      if (stopped) return;
+      if (settlement) return;
       try {
         const now = clock.now();
         expiresAt = Math.max(expiresAt, now + leaseMs);
-        const renewed = await call('renew', () =>
-          store.renew({ pk: record.pk, token: record.token, now, leaseMs, expiresAt }),
-        );
-        if (!renewed.ok && !stopped) {
-          emit({ type: 'lease_lost', scope: record.scope, key: record.key });
+        const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
+        if (!renewed.ok && !settlement) {
+          emit({ type: 'lease_lost', scope, key });
           controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
           return;
         }
       } catch {
         // The store is unreachable: try again next tick. If the lease lapses meanwhile, completion is fenced.
       }
-      if (!stopped) schedule();
+      if (!settlement) timer = clock.setTimeout(() => void renew(), renewEveryMs);
     };
-    schedule();
+    timer = clock.setTimeout(() => void renew(), renewEveryMs);
+
+    const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
+      if (settlement) return settlement;
+      clock.clearTimeout(timer);
+      settlement = write()
+        .catch((error: unknown): Settlement => ({ ok: false, error: error as IdempotencyError }))
+        .finally(() => activeLeases--);
+      return settlement;
+    };
+    const refusedWrite = (op: StoreOp): Settlement => {
+      emit({ type: 'stale_write_refused', scope, key, op });
+      return {
+        ok: false,
+        error: new IdempotencyError('LEASE_LOST', 'This attempt lost its lease to another; its outcome was not recorded.', {
+          retryAfterMs: 0,
+        }),
+      };
+    };
+
+    const release = async (): Promise<Settlement> => {
+      const released = await call('release', () => store.release({ pk, token }));
+      return released.ok ? { ok: true, record: null } : refusedWrite('release');
+    };
+
+    const complete = async ({ response, outcome: declared, resultId, effects }: WorkResult<Tx>): Promise<Settlement> => {
+      const kind = declared ?? classifyStatus(response.status);
+      if (kind === 'release') return release();
+      const outcome: Outcome = {
+        status: kind === 'succeeded' ? 'succeeded' : 'failed',
+        retryable: kind === 'failed-retryable',
+        resultId: resultId ?? null,
+        response,
+      };
+      // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
+      const final = kind !== 'failed-retryable' ? effects : undefined;
+      const written = await call('complete', async () => {
+        try {
+          return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
+        } catch (error) {
+          // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+          // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+          // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+          if (final === undefined) throw error;
+          const current = await store.get(pk).catch(() => undefined);
+          if (current === null || (current && (current.token !== token || current.status !== 'in_progress'))) return { ok: false };
+          throw error;
+        }
+      });
+      if (!written.ok) return refusedWrite('complete');
+      emit({ type: 'executed', scope, key, outcome: kind });
+      const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
+      remember(completed);
+      return { ok: true, record: completed };
+    };
+
+    const fail = async (): Promise<Settlement> => {
+      // Nothing was promised to the client, so the next attempt may run the work again.
+      const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
+      const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
+      if (!written.ok) return refusedWrite('complete');
+      emit({ type: 'executed', scope, key, outcome: 'failed-retryable' });
+      return { ok: true, record: { ...record, ...failed, expiresAt } };
+    };
+
     return {
+      scope,
+      key,
+      id: record.id,
+      reclaimed,
       signal: controller.signal,
-      stop: () => {
-        stopped = true;
-        clock.clearTimeout(timer);
+      get settled() {
+        return settlement !== undefined;
       },
+      complete: (result) => settle(() => complete(result)),
+      fail: () => settle(fail),
+      release: () => settle(release),
     };
   }
 
-  return { run, store, clock, ttlMs, leaseMs };
+  return {
+    begin,
+    run,
+    store,
+    clock,
+    ttlMs,
+    leaseMs,
+    get activeLeases() {
+      return activeLeases;
+    },
+  };
+}
+
+/** A record every later request with the same fingerprint gets back: succeeded, or failed for good, with a response. */
+function isFinal(record: IdempotencyRecord): boolean {
+  return (record.status === 'succeeded' || (record.status === 'failed' && !record.retryable)) && record.response !== null;
+}
+
+function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly error: IdempotencyError } {
+  return { kind: 'refused', error };
 }
 
 function sleep(clock: Clock, ms: number): Promise<void> {

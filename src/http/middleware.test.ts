@@ -87,14 +87,15 @@ describe('idempotency middleware', () => {
   it('answers a concurrent duplicate with 409 and Retry-After', async () => {
     const store = memoryStore();
     let release = () => {};
-    const handle = idempotency({ store, ttlMs: DAY, leaseMs: 5_000 })(
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, leaseMs: 5_000 })(
       () => new Promise<Response>((resolve) => (release = () => resolve(new Response('done', { status: 201 })))),
     );
     const first = handle(charge('k1'));
     await new Promise((r) => setTimeout(r, 20));
     const second = await handle(charge('k1'));
     expect(second.status).toBe(409);
-    expect(second.headers.get('retry-after')).toBe('5');
+    // 1 second, not the 5 s left on the lease: the first attempt usually answers long before its lease ends.
+    expect(second.headers.get('retry-after')).toBe('1');
     expect((await problemOf(second)).body.type).toBe('urn:idem:problem:idempotency-key-in-use');
     release();
     expect((await first).status).toBe(201);
@@ -168,7 +169,7 @@ describe('idempotency middleware', () => {
     const store = memoryStore();
     let calls = 0;
     const errors: unknown[] = [];
-    const handle = idempotency({ store, ttlMs: DAY, onError: (e) => errors.push(e) })(async () => {
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, onError: (e) => errors.push(e) })(async () => {
       if (++calls === 1) throw new Error('boom');
       return new Response('ok', { status: 201 });
     });
@@ -181,7 +182,7 @@ describe('idempotency middleware', () => {
 
   it('stores a response over the size limit as a final 500, the same for the first answer and the replay', async () => {
     const store = memoryStore();
-    const handle = idempotency({ store, ttlMs: DAY, maxResponseBytes: 10 })(async () => new Response('x'.repeat(11), { status: 201 }));
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, maxResponseBytes: 10 })(async () => new Response('x'.repeat(11), { status: 201 }));
     const first = await handle(charge('k1'));
     const replay = await handle(charge('k1'));
     expect([first.status, replay.status]).toEqual([500, 500]);
@@ -190,8 +191,12 @@ describe('idempotency middleware', () => {
 
   it('validates its options by name', () => {
     const store = memoryStore();
-    expect(() => idempotency({ store, mismatchStatus: 409 as 400 })).toThrow('Expected `mismatchStatus` to be 400 or 422, got 409.');
-    expect(() => idempotency({ store, maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0.');
+    expect(() => idempotency({ store, scope: 'single-tenant', mismatchStatus: 409 as 400 })).toThrow('Expected `mismatchStatus` to be 400 or 422, got 409.');
+    expect(() => idempotency({ store, scope: 'single-tenant', maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0.');
     expect(() => idempotency({ store, scope: 'acct' as never })).toThrow('Expected `scope` to be a function');
+    // No scope is no longer one global scope shared by every tenant: the single-tenant choice is said out loud.
+    expect(() => idempotency({ store } as never)).toThrow(
+      "Expected `scope` to be a function (request) => tenant, or 'single-tenant' for a service with one tenant.",
+    );
   });
 });

@@ -2,7 +2,7 @@
  * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
  * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import { createEngine, type Engine, type EngineOptions, type OutcomeKind, type RunResult, type WorkContext, type WorkResult } from '../core/engine.js';
+import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type WorkContext } from '../core/engine.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
@@ -35,8 +35,12 @@ export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<T
  * `Request` here, the framework's own request (or context) in an adapter.
  */
 export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx> {
-  /** The tenant a request belongs to (the authenticated account). Two scopes never share a key. Default: one global scope. */
-  readonly scope?: (request: Req) => string | Promise<string>;
+  /**
+   * The tenant a request belongs to (the authenticated account): two scopes never share a key, so one tenant's
+   * key can neither replay another's response nor reveal that it exists. Required: a service with one tenant
+   * says so with `'single-tenant'` (every request shares one scope).
+   */
+  readonly scope: ((request: Req) => string | Promise<string>) | 'single-tenant';
   /** Reject keyless requests with 400 `idempotency-key-missing`. A function decides per request. Default false. */
   readonly required?: boolean | ((request: Req) => boolean);
   /** Methods the layer protects; others pass straight through. Default `POST`, `PATCH`. */
@@ -49,7 +53,11 @@ export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx>
   readonly replayHeaders?: readonly string[];
   /** Largest request body accepted, in bytes. Default 1 MiB. */
   readonly maxBodyBytes?: number;
-  /** Largest response body stored, in bytes. A larger one is answered and recorded as a final 500. Default 1 MiB. */
+  /**
+   * Largest response stored, in bytes. A larger one is answered and recorded as the final 500
+   * `response-too-large` problem. Default 1 MiB, or less where the store declares a smaller `maxResponseBytes`
+   * (body plus header names and values; DynamoDB's item limit).
+   */
   readonly maxResponseBytes?: number;
   /** Called with errors the handler threw (answered as a 500 problem). Default `console.error`. */
   readonly onError?: (error: unknown, request: Req) => void;
@@ -92,19 +100,25 @@ export interface Answer {
   readonly replay?: StoredResponse;
 }
 
-/** A claimed key: the handler may run. Exactly one of `complete` or `abandon` must follow, or the lease is renewed forever. */
+/**
+ * A claimed key: the handler may run under `lease`. Exactly one of `complete` or `fail` follows (a second call
+ * changes nothing); until then the lease is renewed.
+ */
 export interface Claim<Tx> {
   readonly kind: 'run';
   readonly context: HandlerContext<Tx>;
+  readonly lease: Lease<Tx>;
   /** The request body the fingerprint was computed over. */
   readonly body: Uint8Array;
   /**
-   * Records the response the handler produced (classified by status unless declared). Resolves when the record
-   * is written, with `undefined`, or with the problem to answer instead when it could not be (lease lost, store down).
+   * Records the response the handler produced (classified by status unless declared). Resolves once the record
+   * is written: with `undefined` (send the handler's response), or with the response to send instead — the
+   * problem when it could not be recorded (lease lost: 409; store down: 503), or the stored `response-too-large`
+   * problem. Never rejects. Send nothing of the handler's response before it resolves.
    */
   complete(response: StoredResponse, outcome?: OutcomeKind): Promise<Response | undefined>;
-  /** The handler produced no response (it threw, or the client went away first): the key ends `failed`, retryable. */
-  abandon(error: unknown): Promise<void>;
+  /** The handler produced no response (it threw): the key ends `failed`, retryable. Never rejects. */
+  fail(): Promise<void>;
 }
 
 /** The framework-neutral core of the Web layer and the adapters: options validated once, one engine. */
@@ -112,6 +126,7 @@ export interface Gate<Tx, Req> {
   readonly engine: Engine<Tx>;
   readonly replayHeaders: readonly string[];
   readonly maxBodyBytes: number;
+  /** The smaller of the `maxResponseBytes` option and the store's own limit. */
   readonly maxResponseBytes: number;
   /** Never rejects: every refusal or failure becomes an `answer`. */
   admit(request: GateRequest<Req>): Promise<Admission<Tx>>;
@@ -145,7 +160,7 @@ function replayAnswer(stored: StoredResponse): Answer {
  * const admission = await gate.admit({ native: req, method: req.method, url: req.url, header, body })
  */
 export function createGate<Tx, Req>({
-  scope = () => 'global',
+  scope,
   required = false,
   methods = ['POST', 'PATCH'],
   fingerprintHeaders = [],
@@ -156,7 +171,10 @@ export function createGate<Tx, Req>({
   onError = (error) => console.error('idem: handler failed', error),
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
-  if (typeof scope !== 'function') throw configError('scope', 'a function (request) => string', scope);
+  if (typeof scope !== 'function' && scope !== 'single-tenant') {
+    throw configError('scope', "a function (request) => tenant, or 'single-tenant' for a service with one tenant", scope);
+  }
+  const scopeOf = scope === 'single-tenant' ? () => 'single-tenant' : scope;
   if (typeof required !== 'boolean' && typeof required !== 'function') {
     throw configError('required', 'a boolean or a function', required);
   }
@@ -165,6 +183,7 @@ export function createGate<Tx, Req>({
     if (!Number.isInteger(value) || value <= 0) throw configError(name, 'a positive integer', value);
   }
   const engine = createEngine(engineOptions);
+  const responseLimit = Math.min(maxResponseBytes, engine.store.maxResponseBytes ?? Infinity);
   const protectedMethods = new Set(methods.map((m) => m.toUpperCase()));
   const fingerprinted = fingerprintHeaders.map((h) => h.toLowerCase());
   const settings = Object.freeze({ mismatchStatus });
@@ -207,7 +226,7 @@ export function createGate<Tx, Req>({
       const key = parseKey(raw);
       const body = await request.body(maxBodyBytes);
       const url = target(request.url);
-      const tenant = await scope(request.native);
+      const tenant = await scopeOf(request.native);
       if (typeof tenant !== 'string' || tenant.length === 0) throw new TypeError('`scope(request)` must return a non-empty string.');
       const print = fingerprint({
         method: request.method,
@@ -223,51 +242,43 @@ export function createGate<Tx, Req>({
     }
   }
 
-  /**
-   * Runs the engine with a work function that hands control back to the caller: the engine claims, then the
-   * caller's handler runs (in its own framework's way) and settles the work with what it produced.
-   */
-  async function claim(scopeOf: string, key: string, print: string, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    let settle!: { resolve: (result: WorkResult<Tx>) => void; reject: (error: unknown) => void };
-    const produced = new Promise<WorkResult<Tx>>((resolve, reject) => (settle = { resolve, reject }));
-    let running!: Promise<RunResult>;
-    // Either the claim succeeds (the work is called: its context comes first) or the engine answers without running it.
-    const first = await new Promise<WorkContext | RunResult>((resolve, reject) => {
-      running = engine.run({ scope: scopeOf, key, fingerprint: print }, (work) => {
-        resolve(work);
-        return produced;
-      });
-      running.then(resolve, reject);
-    });
-    if ('response' in first) return replayAnswer(first.response);
-
+  /** Claims the key: a replay or refusal is answered at once; a lease becomes a claim the caller's handler runs under. */
+  async function claim(tenant: string, key: string, print: string, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
+    const decision = await engine.begin({ scope: tenant, key, fingerprint: print });
+    if (decision.kind === 'replay') return replayAnswer(decision.response);
+    if (decision.kind === 'refused') return { kind: 'answer', response: answerFor(decision.error, native) };
+    const { lease } = decision;
     let declared: Declaration<Tx> = {};
-    let settled = false;
     return {
       kind: 'run',
       body,
-      context: { ...first, protected: true, declare: (d) => (declared = { ...declared, ...d }) },
-      async complete(response, outcome) {
-        if (settled) return undefined;
-        settled = true;
-        settle.resolve({ response, ...declared, ...(outcome === undefined ? {} : { outcome }) });
-        try {
-          await running;
-          return undefined;
-        } catch (error) {
-          return answerFor(error, native);
-        }
+      lease,
+      context: {
+        scope: lease.scope,
+        key: lease.key,
+        id: lease.id,
+        reclaimed: lease.reclaimed,
+        signal: lease.signal,
+        protected: true,
+        declare: (d) => (declared = { ...declared, ...d }),
       },
-      async abandon(error) {
-        if (settled) return;
-        settled = true;
-        settle.reject(error);
-        await running.catch(() => undefined);
+      async complete(response, outcome) {
+        if (lease.settled) return undefined;
+        if (responseSize(response) > responseLimit) {
+          const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
+          const settled = await lease.complete({ response: stored, outcome: 'failed-final' });
+          return settled.ok ? storedResponse(stored) : answerFor(settled.error, native);
+        }
+        const settled = await lease.complete({ response, ...declared, ...(outcome === undefined ? {} : { outcome }) });
+        return settled.ok ? undefined : answerFor(settled.error, native);
+      },
+      async fail() {
+        await lease.fail();
       },
     };
   }
 
-  return { engine, replayHeaders, maxBodyBytes, maxResponseBytes, admit, answerFor };
+  return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, answerFor };
 }
 
 /**
@@ -283,6 +294,13 @@ const PLAIN_PATH = /^\/(?:[A-Za-z0-9_~-]+(?:\/[A-Za-z0-9_~-]*)*)?$/;
 function target(url: string): { pathname: string; search: string } {
   if (PLAIN_PATH.test(url)) return { pathname: url, search: '' };
   return new URL(url, 'http://idem.invalid');
+}
+
+/** What a stored response weighs against a store's limit: body bytes plus header names and values. */
+function responseSize({ body, headers }: StoredResponse): number {
+  let size = body.byteLength;
+  for (const [name, value] of headers) size += name.length + value.length;
+  return size;
 }
 
 /**
@@ -313,7 +331,8 @@ export function storedResponse({ status, headers, body }: StoredResponse): Respo
 
 /**
  * Runs a Web-standard handler behind the gate: the Web layer's engine room, shared with the Hono adapter.
- * The handler gets a replica of the request carrying the exact body bytes the fingerprint saw.
+ * The fingerprint reads a clone of the body, so the handler gets the request itself — its own class (a
+ * `NextRequest` stays one), fields and unread body. The response is buffered and recorded before it is answered.
  *
  * @example
  * const response = await serveWeb(gate, request, request, handler)
@@ -323,7 +342,7 @@ export async function serveWeb<Tx, Req>(
   native: Req,
   request: Request,
   handler: IdempotentHandler<Tx>,
-  readBody: (limit: number) => Promise<Uint8Array> = (limit) => readBytes(request.body, limit),
+  readBody: (limit: number) => Promise<Uint8Array> = (limit) => readBytes(request.clone().body, limit),
 ): Promise<Response> {
   try {
     const admission = await gate.admit({
@@ -338,16 +357,10 @@ export async function serveWeb<Tx, Req>(
 
     let response: Response;
     try {
-      const replica = new Request(request.url, {
-        method: request.method,
-        headers: request.headers,
-        body: bodyFor(200, admission.body),
-        signal: admission.context.signal,
-      });
-      response = await handler(replica, admission.context);
+      response = await handler(request, admission.context);
     } catch (error) {
       // The work threw: nothing was promised to the client, so the next attempt may run it again.
-      await admission.abandon(error);
+      await admission.fail();
       // A handler that honoured `signal` threw because the lease was lost: answer that (409), not a 500.
       const { signal } = admission.context;
       throw signal.aborted && isIdempotencyError(signal.reason) ? signal.reason : error;
@@ -357,7 +370,7 @@ export async function serveWeb<Tx, Req>(
       bytes = await readBytes(response.body, gate.maxResponseBytes);
     } catch (error) {
       if (!(error instanceof BodyTooLargeError)) {
-        await admission.abandon(error);
+        await admission.fail();
         throw error;
       }
       const stored = await responseTooLarge(error);

@@ -47,14 +47,16 @@ export function problem({ status, slug, title, detail, headers = {}, extensions 
  * |---|---|
  * | KEY_MISSING, KEY_INVALID | 400 |
  * | FINGERPRINT_MISMATCH | 400 (or 422 by option) |
- * | IN_FLIGHT, LEASE_LOST | 409 + Retry-After |
+ * | IN_FLIGHT, LEASE_LOST | 409 + `Retry-After: 1` |
  * | STORE_UNAVAILABLE | 503 + Retry-After |
  *
  * @example
  * catch (error) { if (isIdempotencyError(error)) return problemFor(error, { mismatchStatus: 422 }) }
  */
 export function problemFor(error: IdempotencyError, { mismatchStatus = 400 }: { mismatchStatus?: 400 | 422 } = {}): Response {
-  const retryAfter = String(Math.max(1, Math.ceil((error.retryAfterMs ?? 0) / 1000)));
+  // In flight: 1 second, not the lease left. The lease is the worst case (a dead holder); the usual case is a
+  // first attempt that answers within its own latency, so a duplicate polls soon and gets that answer.
+  const retryAfter = '1';
   switch (error.code) {
     case 'KEY_MISSING':
       return problem({ status: 400, slug: 'idempotency-key-missing', title: 'Idempotency-Key required', detail: error.message });

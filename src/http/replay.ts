@@ -9,6 +9,7 @@ import type { StoredResponse } from '../core/record.js';
  */
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'content-type',
+  'content-encoding',
   'content-language',
   'content-disposition',
   'content-location',
@@ -20,6 +21,19 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
   'expires',
   'vary',
 ];
+
+/**
+ * Representation headers: they describe the stored bytes themselves (a gzip body without its
+ * `Content-Encoding` is garbage), so they are stored with them whatever the allow-list says.
+ */
+export const REPRESENTATION_HEADERS: ReadonlySet<string> = new Set([
+  'content-type',
+  'content-encoding',
+  'content-language',
+  'content-range',
+  'content-digest',
+  'repr-digest',
+]);
 
 /** Never stored, whatever the allow-list says. */
 export const NEVER_REPLAYED: ReadonlySet<string> = new Set([
@@ -43,7 +57,7 @@ export const NEVER_REPLAYED: ReadonlySet<string> = new Set([
 export const REPLAYED_HEADER = 'idempotent-replayed';
 
 /**
- * Keeps the allow-listed headers, lower-cased, in their original order.
+ * Keeps the allow-listed headers and the representation headers, lower-cased, in their original order.
  *
  * @example
  * storableHeaders(response.headers, DEFAULT_REPLAY_HEADERS)
@@ -56,7 +70,7 @@ export function storableHeaders(
   const kept: Array<[string, string]> = [];
   for (const [name, value] of headers) {
     const lower = name.toLowerCase();
-    if (allowed.has(lower) && !NEVER_REPLAYED.has(lower)) kept.push([lower, value]);
+    if ((allowed.has(lower) || REPRESENTATION_HEADERS.has(lower)) && !NEVER_REPLAYED.has(lower)) kept.push([lower, value]);
   }
   return kept;
 }
@@ -134,7 +148,9 @@ export async function readBytes(stream: ReadableStream<Uint8Array> | null, limit
     if (done) break;
     size += value.byteLength;
     if (size > limit) {
-      await reader.cancel();
+      // Not awaited: on one branch of a tee (a cloned request) cancel settles only once the other branch is
+      // cancelled too, which the handler's request never is.
+      reader.cancel().catch(() => undefined);
       throw new BodyTooLargeError(limit);
     }
     chunks.push(value);

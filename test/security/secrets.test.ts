@@ -71,7 +71,7 @@ describe('credential-bearing response headers are never stored or replayed (Web 
   it('Set-Cookie, Authorization, WWW-Authenticate and custom headers reach the first client only', async () => {
     const store = memoryStore();
     let runs = 0;
-    const handle = idempotency({ store, ttlMs: 60_000, leaseMs: 5_000 })(async () => {
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000 })(async () => {
       runs++;
       return new Response('{"ok":true}', {
         status: 201,

@@ -3,7 +3,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
-import type { OutcomeKind } from '../../core/engine.js';
+import type { Engine, OutcomeKind } from '../../core/engine.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
 import { BodyTooLargeError, joinBytes, replayParts, storableHeaders } from '../../http/replay.js';
 import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
@@ -17,8 +17,8 @@ const CONTEXT = 'idempotency';
  * Express 5 middleware: the first request with a key runs the route, every retry gets its answer back.
  *
  * Mount it app-wide (`app.use`) or per route, **before** body parsers: it reads the raw body for the
- * fingerprint and puts the bytes back, so `express.json()` mounted after it parses them as usual. The first
- * client's response streams as the handler writes it; only its last write waits for the record to be stored.
+ * fingerprint and puts the bytes back, so `express.json()` mounted after it parses them as usual. On a keyed
+ * request the response (head and body) is held until its outcome is recorded, then sent.
  *
  * @example
  * const app = express()
@@ -29,9 +29,9 @@ const CONTEXT = 'idempotency';
  *     res.status(201).location(`/v1/charges/${charge.id}`).json(charge)
  *   })
  */
-export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): RequestHandler {
+export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): RequestHandler & { readonly engine: Engine<Tx> } {
   const gate = createGate<Tx, Request>(options);
-  return async function idempotencyMiddleware(req: Request, res: ExpressResponse, next: NextFunction): Promise<void> {
+  const middleware = async function idempotencyMiddleware(req: Request, res: ExpressResponse, next: NextFunction): Promise<void> {
     const admission = await gate.admit({
       native: req,
       method: req.method,
@@ -51,6 +51,7 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
     if (admission.kind === 'run') capture(res, admission, gate.maxResponseBytes, gate.replayHeaders);
     next();
   };
+  return Object.assign(middleware, { engine: gate.engine });
 }
 
 /**
@@ -113,13 +114,16 @@ function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array
   });
 }
 
-type Phase = 'running' | 'ending' | 'done';
-
 /**
- * Wraps `writeHead`/`write`/`end` to copy what the handler sends. Writes pass straight through (the client
- * sees the response stream as it is produced); the handler's final `end` is held until the record is written,
- * so a client that has the whole answer can count on a retry replaying it. If the connection closes before
- * the handler ends the response, the key ends `failed`, retryable.
+ * Wraps `writeHead`/`write`/`end`/`flushHeaders` to hold what the handler sends — status, headers and body —
+ * until the outcome is recorded. A client never receives a success that the record does not hold: if recording
+ * fails (store down: 503) or is refused (lease lost: 409), the held response is dropped and the problem is sent
+ * instead, on a connection that has not seen a byte of it. Holding is bounded by `maxResponseBytes` (a larger
+ * response is answered as the stored `response-too-large` problem). Chunks are checked as Node checks them, so
+ * `res.end(12345)` throws in the handler as it would without Idem (Express answers 500).
+ *
+ * A client that disconnects does not release the key: the handler goes on, its outcome is recorded, and the
+ * retry replays it.
  */
 function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, replayHeaders: readonly string[]): void {
   // Whoever wrapped these methods before us, every call below is theirs, called on this response with
@@ -128,16 +132,16 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
   const writeHead = res.writeHead as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
   const write = res.write as (this: ServerResponse, ...args: unknown[]) => boolean;
   const end = res.end as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
+  const flushHeaders = res.flushHeaders;
   /* eslint-enable @typescript-eslint/unbound-method */
   const chunks: Buffer[] = [];
   let size = 0;
   let tooLarge: BodyTooLargeError | undefined;
-  let head: { status: number; headers: Array<[string, string]> } | undefined;
-  let phase: Phase = 'running';
-  let afterEnd: Array<() => void> | undefined;
+  let held = true;
+  let ended = false;
 
   const keep = (chunk: unknown, encoding: unknown): void => {
-    if (tooLarge || chunk === undefined || chunk === null || typeof chunk === 'function') return;
+    if (tooLarge) return;
     const bytes = toBuffer(chunk, encoding);
     size += bytes.byteLength;
     if (size > limit) {
@@ -147,75 +151,80 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
       chunks.push(bytes);
     }
   };
-  const headersNow = (): Array<[string, string]> => storableHeaders(headerPairs(res.getHeaders()), replayHeaders);
 
   res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
-    if (phase !== 'running') return writeHead.call(res, statusCode, ...rest);
+    if (!held) return writeHead.call(res, statusCode, ...rest);
     const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
     const headers = reason === undefined ? rest[0] : rest[1];
     // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
     if (headers) foldHeaders(res, headers);
-    const result = reason === undefined ? writeHead.call(res, statusCode) : writeHead.call(res, statusCode, reason);
-    head = { status: statusCode, headers: headersNow() };
-    return result;
+    res.statusCode = statusCode;
+    if (reason !== undefined) res.statusMessage = reason;
+    return res;
+  };
+
+  res.flushHeaders = function (): void {
+    if (!held) flushHeaders.call(res);
   };
 
   res.write = function (...args: unknown[]): boolean {
-    if (phase === 'ending') {
-      (afterEnd ??= []).push(() => write.apply(res, args));
-      return true;
-    }
-    if (phase === 'running') keep(args[0], typeof args[1] === 'function' ? undefined : args[1]);
-    return write.apply(res, args);
+    if (!held) return write.apply(res, args);
+    const [chunk, encoding, callback] = args;
+    if (chunk === null) throw nodeError('ERR_STREAM_NULL_VALUES', 'May not write null values to stream');
+    checkChunk(chunk);
+    if (ended) return false;
+    keep(chunk, typeof encoding === 'function' ? undefined : encoding);
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
+    return true;
   } as ServerResponse['write'];
 
   res.end = function (...args: unknown[]): ServerResponse {
-    if (phase === 'done') return end.apply(res, args);
-    if (phase === 'ending') {
-      (afterEnd ??= []).push(() => end.apply(res, args));
-      return res;
-    }
-    phase = 'ending';
-    if (typeof args[0] !== 'function') keep(args[0], typeof args[1] === 'function' ? undefined : args[1]);
-    void finish(args);
+    if (!held) return end.apply(res, args);
+    const chunk = typeof args[0] === 'function' ? undefined : args[0];
+    if (chunk !== undefined && chunk !== null) checkChunk(chunk);
+    if (ended) return res;
+    ended = true;
+    if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
+    void finish(callback);
     return res;
   } as ServerResponse['end'];
 
-  res.on('close', () => {
-    if (phase !== 'running') return;
-    phase = 'done';
-    void claim.abandon(new Error('The connection closed before the handler completed the response.'));
-  });
-
-  async function finish(args: unknown[]): Promise<void> {
+  async function finish(callback: (() => void) | undefined): Promise<void> {
     let replacement: Response | undefined;
-    try {
-      if (tooLarge) {
-        const stored = await responseTooLarge(tooLarge);
-        replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
-      } else {
-        const status = head?.status ?? res.statusCode;
-        const empty = NULL_BODY_STATUSES.has(status) || res.req.method === 'HEAD';
-        const body = empty ? NO_BYTES : joinBytes(chunks, size);
-        replacement = await claim.complete({ status, headers: head?.headers ?? headersNow(), body });
-      }
-    } catch (error) {
-      // complete() answers failures itself; this is a last resort so the response still ends.
-      await claim.abandon(error);
-    }
-    phase = 'done';
-    if (replacement && !res.headersSent) {
-      const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
-      const { status, headers, body } = await responseParts(replacement);
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      res.statusCode = status;
-      for (const [name, value] of headers) res.setHeader(name, value);
-      end.apply(res, callback ? [body, callback] : [body]);
+    let body: Uint8Array = NO_BYTES;
+    if (tooLarge) {
+      const stored = await responseTooLarge(tooLarge);
+      replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
     } else {
-      end.apply(res, args);
+      const status = res.statusCode;
+      const empty = NULL_BODY_STATUSES.has(status) || res.req.method === 'HEAD';
+      body = empty ? NO_BYTES : joinBytes(chunks, size);
+      const headers = storableHeaders(headerPairs(res.getHeaders()), replayHeaders);
+      replacement = await claim.complete({ status, headers, body });
     }
-    if (afterEnd) for (const run of afterEnd) run();
+    held = false;
+    if (replacement) {
+      const parts = await responseParts(replacement);
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      res.statusCode = parts.status;
+      for (const [name, value] of parts.headers) res.setHeader(name, value);
+      body = parts.body;
+    }
+    end.apply(res, callback ? [body, callback] : [body]);
   }
+}
+
+/** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
+function checkChunk(chunk: unknown): void {
+  if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
+  const got = chunk === null ? 'null' : typeof chunk === 'object' ? `an instance of ${chunk.constructor?.name ?? 'Object'}` : `type ${typeof chunk}`;
+  throw nodeError('ERR_INVALID_ARG_TYPE', `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`);
+}
+
+function nodeError(code: string, message: string): TypeError {
+  return Object.assign(new TypeError(message), { code });
 }
 
 /** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */

@@ -3,6 +3,7 @@
  */
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
 import type { StoredResponse } from '../../core/record.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
@@ -48,7 +49,10 @@ interface State<Tx> {
  *   return reply.code(201).header('location', `/v1/charges/${charge.id}`).send(charge)
  * })
  */
-export function idempotency<Tx = never>({ required = false, ...options }: FastifyIdempotencyOptions<Tx>): FastifyPluginAsync {
+export function idempotency<Tx = never>({
+  required = false,
+  ...options
+}: FastifyIdempotencyOptions<Tx>): FastifyPluginAsync & { readonly engine: Engine<Tx> } {
   if (typeof required !== 'boolean' && typeof required !== 'function') {
     throw configError('required', 'a boolean or a function', required);
   }
@@ -98,13 +102,8 @@ export function idempotency<Tx = never>({ required = false, ...options }: Fastif
       }
       request.idempotency = admission.context;
       if (admission.kind === 'pass') return;
-      const state: State<Tx> = { claim: admission, phase: 'running' };
-      states.set(request, state);
-      reply.raw.once('close', () => {
-        if (state.phase !== 'running') return;
-        state.phase = 'done';
-        void admission.abandon(new Error('The connection closed before a response was sent.'));
-      });
+      // A client that goes away does not release the key: the handler goes on and its outcome is recorded.
+      states.set(request, { claim: admission, phase: 'running' });
       return;
     });
 
@@ -119,7 +118,7 @@ export function idempotency<Tx = never>({ required = false, ...options }: Fastif
       } catch (error) {
         if (!(error instanceof BodyTooLargeError)) {
           state.phase = 'done';
-          await claim.abandon(error);
+          await claim.fail();
           throw error;
         }
         const stored = await responseTooLarge(error);
@@ -137,11 +136,12 @@ export function idempotency<Tx = never>({ required = false, ...options }: Fastif
       const state = states.get(request);
       if (state?.claim && state.phase === 'running') {
         state.phase = 'done';
-        await state.claim.abandon(new Error('The reply was sent without passing through onSend.'));
+        await state.claim.fail();
       }
     });
   };
   return Object.assign(plugin, {
+    engine: gate.engine,
     [Symbol.for('skip-override')]: true,
     [Symbol.for('fastify.display-name')]: 'idem',
   });

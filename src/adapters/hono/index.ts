@@ -2,6 +2,7 @@
  * @module `idem/hono` — idempotency keys as Hono 4 middleware, on the Web-standard layer.
  */
 import type { Context, MiddlewareHandler } from 'hono';
+import type { Engine } from '../../core/engine.js';
 import { createGate, serveWeb, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
 import { BodyTooLargeError, readBytes } from '../../http/replay.js';
 
@@ -15,8 +16,8 @@ export interface IdempotencyVariables {
 
 /**
  * Hono 4 middleware. Use it app-wide or per route (`app.post('/x', idempotency({...}), handler)`); `scope`
- * gets the context, so it can read what an auth middleware set. The handler sees the request with the exact
- * body that was fingerprinted; its response is buffered, stored, then answered (streams included).
+ * gets the context, so it can read what an auth middleware set. The fingerprint reads a clone of the body, so the
+ * handler's `c.req` is untouched; its response is buffered, stored, then answered (streams included).
  *
  * @example
  * const app = new Hono<{ Variables: { account: string } & IdempotencyVariables }>()
@@ -27,15 +28,16 @@ export interface IdempotencyVariables {
  *   return c.json(charge, 201)
  * })
  */
-export function idempotency<Tx = never>(options: HonoIdempotencyOptions<Tx>): MiddlewareHandler<{ Variables: IdempotencyVariables }> {
+export function idempotency<Tx = never>(
+  options: HonoIdempotencyOptions<Tx>,
+): MiddlewareHandler<{ Variables: IdempotencyVariables }> & { readonly engine: Engine<Tx> } {
   const gate = createGate<Tx, Context>(options);
-  return async (c, next) => {
+  const middleware: MiddlewareHandler<{ Variables: IdempotencyVariables }> = async (c, next) => {
     const response = await serveWeb(
       gate,
       c,
       c.req.raw,
-      async (request, context) => {
-        c.req.raw = request;
+      async (_request, context) => {
         c.set('idempotency', context as HandlerContext<unknown>);
         await next();
         return c.res;
@@ -46,11 +48,15 @@ export function idempotency<Tx = never>(options: HonoIdempotencyOptions<Tx>): Mi
     c.res = undefined;
     c.res = response;
   };
+  return Object.assign(middleware, { engine: gate.engine });
 }
 
-/** The raw body; if an earlier middleware read it through Hono (which caches it), the cached bytes. */
+/**
+ * The raw body, read from a clone so the handler's `c.req` still has it unread; if an earlier middleware read it
+ * through Hono (which caches it), the cached bytes.
+ */
 async function bodyOf(c: Context, limit: number): Promise<Uint8Array> {
-  if (!c.req.raw.bodyUsed) return readBytes(c.req.raw.body, limit);
+  if (!c.req.raw.bodyUsed) return readBytes(c.req.raw.clone().body, limit);
   const bytes = new Uint8Array(await c.req.arrayBuffer());
   if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
   return bytes;
