@@ -12,12 +12,16 @@
  *   zombie), and for PostgreSQL and Redis the store link cut or stalled through a fault proxy, then restored.
  *
  * Once the run quiesces, ./checker.ts judges the whole history against the ledger and the records, and the
- * figures are printed. `IDEM_CHAOS_SEED=<n>` reruns a seed's fault plan (timing still varies);
- * `IDEM_CHAOS_DUMP=<dir>` writes each store's whole history there as JSON.
+ * figures are printed. `IDEM_CHAOS_SEED=<n>` reruns a seed's fault plan (timing still varies; the seed is
+ * printed first, and with every violation); `IDEM_CHAOS_DUMP=<dir>` writes each store's whole history there as
+ * JSON. Every violation is printed in full — the invariant, the seed, the store, and the history of its
+ * operation (attempts, ledger rows, record, overlapping faults, the servers' log lines for its key) — and
+ * written with the whole history to `test-results/chaos/<store>-seed<n>-<time>.json`.
  */
-import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
@@ -25,10 +29,13 @@ import { startFaultProxy, type FaultProxy } from '../fault-proxy.js';
 import { tempDir } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 import { deleteRedisPrefix, dropSchema } from '../stores/cleanup.js';
-import { check, isAccepted, type Attempt, type HeaderFault, type LedgerRow, type Operation, type RecordRow, type Role } from './checker.js';
+import { check, formatViolation, isAccepted, type Attempt, type HeaderFault, type LedgerRow, type Operation, type RecordRow, type Role } from './checker.js';
 import { clusterOutput, random, startCluster, startNemesis, stopCluster, type FaultKind, type Slot } from './cluster.js';
 
 const SEED = Number(process.env.IDEM_CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31));
+const RESULTS = fileURLToPath(new URL('../../test-results/chaos/', import.meta.url));
+const replayCommand = (store: string) => `IDEM_CHAOS_SEED=${SEED} npx vitest run test/chaos/chaos.test.ts -t ${JSON.stringify(store)}`;
+console.log(`chaos seed ${SEED} (replay its fault plan: ${replayCommand('SQLite')}, or PostgreSQL, or Redis)`);
 const PROCESSES = 3;
 const LEASE_MS = 3_000;
 /** Clock skews, one per process: a second between the fastest and the slowest. */
@@ -60,7 +67,7 @@ const redisUp = await serviceAvailable('Redis', REDIS_URL);
 describe(`chaos: 3 processes per store, clients retrying, faults from seed ${SEED}`, () => {
   it('SQLite (one shared file): every invariant holds', async () => {
     const dir = tempDir('idem-chaos-sqlite-');
-    await chaos('sqlite', 1, {
+    await chaos('sqlite', 'SQLite', 1, {
       url: () => `sqlite:${join(dir.path, 'idem.db')}`,
       env: {},
       proxied: false,
@@ -72,7 +79,7 @@ describe(`chaos: 3 processes per store, clients retrying, faults from seed ${SEE
 
   it.skipIf(!postgresUp)('PostgreSQL (one schema, ledger in the same transaction): every invariant holds', async () => {
     const schema = `idem_chaos_${randomBytes(5).toString('hex')}`;
-    await chaos('postgres', 2, {
+    await chaos('postgres', 'PostgreSQL', 2, {
       url: (_, proxy) => {
         const url = new URL(proxy ? proxy.via(POSTGRES_URL) : POSTGRES_URL);
         url.searchParams.set('schema', schema);
@@ -97,7 +104,7 @@ describe(`chaos: 3 processes per store, clients retrying, faults from seed ${SEE
   it.skipIf(!redisUp)('Redis (one prefix, ledger keyed on the record id): every invariant holds', async () => {
     const prefix = `idem-chaos-${randomBytes(5).toString('hex')}:`;
     const dir = tempDir('idem-chaos-redis-');
-    await chaos('redis', 3, {
+    await chaos('redis', 'Redis', 3, {
       url: (_, proxy) => {
         const url = new URL(proxy ? proxy.via(REDIS_URL) : REDIS_URL);
         url.searchParams.set('prefix', prefix);
@@ -124,7 +131,7 @@ function readSqliteLedger(path: string, accounts: readonly string[]): LedgerRow[
   }
 }
 
-async function chaos(name: string, storeNumber: number, setup: StoreSetup): Promise<void> {
+async function chaos(name: string, title: string, storeNumber: number, setup: StoreSetup): Promise<void> {
   const rng = random(SEED * 7 + storeNumber);
   const picks = random(SEED * 13 + storeNumber); // which process each request goes to
   const skews = [...SKEWS].sort(() => rng() - 0.5);
@@ -191,13 +198,28 @@ async function chaos(name: string, storeNumber: number, setup: StoreSetup): Prom
     const records = new Map<string, RecordRow[]>();
     for (const [i, account] of accounts.entries()) records.set(account, await readRecords(slots, apiKeys[i] as string));
     const ledger = await setup.ledger(accounts);
-    const verdict = check({ ops, attempts, ledger, records, faults: nemesis.faults, readAt, skews });
-    if (process.env.IDEM_CHAOS_DUMP) {
-      const dump = { seed: SEED, ops, attempts, faults: nemesis.faults, ledger, records: [...records], verdict, logs: clusterOutput(slots) };
-      writeFileSync(join(process.env.IDEM_CHAOS_DUMP, `chaos-${name}.json`), JSON.stringify(dump, null, 1));
-    }
-    // What the servers saw, from their event logs (one JSON line per idempotency event).
+    // What the servers saw, from their event logs (one JSON line per idempotency event, the key as its hash).
     const logs = clusterOutput(slots);
+    const logLines = logs.split('\n');
+    const logsFor = (key: string) => {
+      const hash = createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 16); // demo/log.ts keyHash
+      return logLines.filter((line) => line.includes(hash));
+    };
+    const verdict = check({ ops, attempts, ledger, records, faults: nemesis.faults, readAt, skews, logsFor });
+    const dump = () => ({ seed: SEED, store: name, replay: replayCommand(title), ops, attempts, faults: nemesis.faults, ledger, records: [...records], verdict, logs });
+    if (process.env.IDEM_CHAOS_DUMP) {
+      writeFileSync(join(process.env.IDEM_CHAOS_DUMP, `chaos-${name}.json`), JSON.stringify(dump(), null, 1));
+    }
+    if (verdict.details.length > 0) {
+      mkdirSync(RESULTS, { recursive: true });
+      const file = join(RESULTS, `${name}-seed${SEED}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
+      writeFileSync(file, JSON.stringify(dump(), null, 1));
+      console.error(
+        `\nCHAOS VIOLATIONS on ${name}, seed ${SEED}: ${verdict.details.length}\n` +
+          `  replay the fault plan: ${replayCommand(title)}\n  whole history: ${file}\n\n` +
+          verdict.details.map((v) => `${formatViolation(v)}\n    (store ${name}, seed ${SEED})`).join('\n\n'),
+      );
+    }
     const events = (name: string) => logs.split('"event":"' + name + '"').length - 1;
     Object.assign(verdict.figures, {
       'server log: takeovers or retryable re-runs': events('takeover'),
@@ -209,7 +231,7 @@ async function chaos(name: string, storeNumber: number, setup: StoreSetup): Prom
         Object.entries(verdict.figures)
           .map(([k, v]) => `  ${k.padEnd(66)} ${v}`)
           .join('\n') +
-        (verdict.violations.length > 0 ? `\n  VIOLATIONS:\n    ${verdict.violations.slice(0, 40).join('\n    ')}` : ''),
+        (verdict.violations.length > 0 ? `\n  VIOLATIONS (in full above):\n    ${verdict.violations.join('\n    ')}` : ''),
     );
     expect(verdict.violations).toEqual([]);
     expect(verdict.figures['charges in the ledger']).toBe(OPERATIONS);

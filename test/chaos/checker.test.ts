@@ -2,7 +2,7 @@
  * The chaos checker catches what it claims to: each invariant broken on purpose in a small synthetic history.
  */
 import { describe, expect, it } from 'vitest';
-import { check, type Attempt, type History, type LedgerRow, type Operation, type RecordRow } from './checker.js';
+import { check, formatViolation, type Attempt, type History, type LedgerRow, type Operation, type RecordRow } from './checker.js';
 
 const op: Operation = { index: 0, account: 'acct_a', key: 'k0', amount: 10_000, declined: false };
 const charge = (id: string) => JSON.stringify({ id, object: 'charge', amount: 10_000 });
@@ -87,5 +87,27 @@ describe('chaos checker', () => {
   it('an unexpected 500 is a violation', () => {
     const attempts = [attempt({ outcome: 500, problem: 'internal-error', body: '{}' }), attempt({ start: 1_100, end: 1_110 })];
     expect(check(history({ attempts })).violations).toEqual(['op 0 (acct_a k0): 500 internal-error: {}']);
+  });
+
+  it('each violation is reported in full: its invariant, and the history of its operation (attempts, ledger, record, faults, logs)', () => {
+    const attempts = [
+      attempt({ outcome: 'network', faults: ['drop-after-commit'] }),
+      attempt({ start: 1_100, end: 1_110, replayed: true }),
+    ];
+    const faults = [{ kind: 'kill', slots: [1], start: 1_050, end: 1_400, inFlight: 1 }, { kind: 'pause', slots: [2], start: 9_000, end: 9_500 }];
+    const logsFor = (key: string) => (key === 'k0' ? ['{"event":"executed","keyHash":"abc"}'] : []);
+    const { details } = check(history({ attempts, faults, ledger: [row, { ...row, id: 'ch_2' }], logsFor }));
+    expect(details.map((d) => [d.invariant, d.op])).toEqual([['one-charge', 0]]);
+    expect(formatViolation(details[0] as (typeof details)[number]).split('\n')).toEqual([
+      '✗ [one-charge] op 0 (acct_a k0): 2 charges in the ledger (expected exactly 1): ch_1, ch_2',
+      '    op 0: acct_a key k0 amount 10000',
+      '    attempt client slot 1 +     0 ms … +    10 ms [drop-after-commit] → network  {"id":"ch_1","object":"charge","amount":10000}',
+      '    attempt client slot 1 +   100 ms … +   110 ms → 201 replayed  {"id":"ch_1","object":"charge","amount":10000}',
+      '    ledger: ch_1 succeeded, ch_2 succeeded',
+      '    record: {"key":"k0","status":"succeeded","resultId":"ch_1","responseStatus":201,"retryable":null,"leaseExpiresAt":4000}',
+      '    fault kill  slots 1 +    50 ms … +   400 ms (1 in flight)',
+      '    clock skews 0 / 0 / 0 ms (by slot)',
+      '    log: {"event":"executed","keyHash":"abc"}',
+    ]);
   });
 });

@@ -75,11 +75,46 @@ export interface History {
   /** When the records were read (epoch ms, wall clock). */
   readonly readAt: number;
   readonly skews: readonly number[];
+  /**
+   * What the servers logged, by the key's hash (`keyHash` of demo/log.ts: the logs never carry the key itself).
+   * Optional: only for the excerpts of violations.
+   */
+  readonly logsFor?: (key: string) => readonly string[];
+}
+
+/** The invariants of the module comment, by name: what a violation reports, and what a replay looks for. */
+export type ChaosInvariant =
+  | 'one-charge'
+  | 'told-the-charge'
+  | 'identical-answers'
+  | 'right-answer'
+  | 'no-answer-accepted'
+  | 'record-outcome'
+  | 'tamper-refused'
+  | 'unexpected-answer'
+  | 'lease-kept-by-renewal'
+  | 'probe-refused'
+  | 'in-progress-after-quiesce'
+  | 'stray-charge';
+
+/**
+ * One broken invariant, in full: which, a one-line message, and the part of the history that shows it — every
+ * attempt of the operation (times relative to the run's first request), its ledger rows, its record, the fault
+ * windows that overlap it, and the servers' log lines for its key (when the history carries them).
+ */
+export interface ChaosViolation {
+  readonly invariant: ChaosInvariant;
+  readonly message: string;
+  /** The operation it concerns, when there is one. */
+  readonly op?: number;
+  readonly excerpt: readonly string[];
 }
 
 export interface Verdict {
   readonly figures: Record<string, number | string>;
+  /** One line per violation: `message` of each of `details`, in the same order. */
   readonly violations: string[];
+  readonly details: ChaosViolation[];
 }
 
 /** How long after a fault ends its process may still feel it (a store client reconnecting with backoff). */
@@ -107,7 +142,11 @@ export function chargeIdOf(body: string): string | undefined {
  */
 export function check(history: History): Verdict {
   const { ops, attempts, ledger, records, faults, readAt } = history;
-  const violations: string[] = [];
+  const details: ChaosViolation[] = [];
+  const origin = Math.min(...attempts.map((a) => a.start), ...faults.map((f) => f.start), readAt);
+  const violate = (invariant: ChaosInvariant, message: string, op?: Operation): void => {
+    details.push({ invariant, message, ...(op ? { op: op.index } : {}), excerpt: excerpt(history, origin, op) });
+  };
   const byOp = new Map<number, Attempt[]>();
   for (const a of attempts) byOp.set(a.op, [...(byOp.get(a.op) ?? []), a]);
   const rowsByAmount = new Map<string, LedgerRow[]>();
@@ -120,43 +159,43 @@ export function check(history: History): Verdict {
     const accepted = mine.filter((a) => a.role !== 'tamper' && isAccepted(a));
     const tag = `op ${op.index} (${op.account} ${op.key})`;
     if (accepted.length === 0) {
-      violations.push(`${tag}: no answer accepted (${mine.map((a) => a.outcome).join(', ')})`);
+      violate('no-answer-accepted', `${tag}: no answer accepted (${mine.map((a) => a.outcome).join(', ')})`, op);
       continue;
     }
     const distinct = new Set(accepted.map((a) => `${a.outcome} ${a.body}`));
     if (distinct.size > 1) {
       divergent++;
-      violations.push(`${tag}: ${distinct.size} different accepted answers: ${[...distinct].map((d) => d.slice(0, 120)).join(' | ')}`);
+      violate('identical-answers', `${tag}: ${distinct.size} different accepted answers: ${[...distinct].map((d) => d.slice(0, 120)).join(' | ')}`, op);
     }
     const first = accepted[0] as Attempt;
     const wantStatus = op.declined ? 402 : 201;
-    if (first.outcome !== wantStatus) violations.push(`${tag}: accepted ${first.outcome}, expected ${wantStatus}`);
+    if (first.outcome !== wantStatus) violate('right-answer', `${tag}: accepted ${first.outcome}, expected ${wantStatus}`, op);
     const chargeId = chargeIdOf(first.body);
     const rows = rowsByAmount.get(`${op.account}/${op.amount}`) ?? [];
-    if (rows.length !== 1) violations.push(`${tag}: ${rows.length} charges in the ledger (expected exactly 1): ${rows.map((r) => r.id).join(', ')}`);
-    else if (rows[0]?.id !== chargeId) violations.push(`${tag}: the client was told ${chargeId}, the ledger holds ${rows[0]?.id}`);
-    else if (rows[0]?.status !== (op.declined ? 'failed' : 'succeeded')) violations.push(`${tag}: ledger status ${rows[0]?.status}`);
+    if (rows.length !== 1) violate('one-charge', `${tag}: ${rows.length} charges in the ledger (expected exactly 1): ${rows.map((r) => r.id).join(', ')}`, op);
+    else if (rows[0]?.id !== chargeId) violate('told-the-charge', `${tag}: the client was told ${chargeId}, the ledger holds ${rows[0]?.id}`, op);
+    else if (rows[0]?.status !== (op.declined ? 'failed' : 'succeeded')) violate('told-the-charge', `${tag}: ledger status ${rows[0]?.status}`, op);
     // A 5xx or a dropped answer before acceptance: the charge it may have committed is the one later answered.
     if (mine.some((a) => isFailure(a) && a.start < first.end)) failedThenResolved++;
 
     const record = records.get(op.account)?.find((r) => r.key === op.key);
-    if (!record) violations.push(`${tag}: no idempotency record`);
+    if (!record) violate('record-outcome', `${tag}: no idempotency record`, op);
     else {
       const want = op.declined ? ['failed', 402, false] : ['succeeded', 201, null];
       const got = [record.status, record.responseStatus, record.retryable];
-      if (JSON.stringify(got) !== JSON.stringify(want)) violations.push(`${tag}: record ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`);
-      if (record.resultId !== chargeId) violations.push(`${tag}: record resultId ${record.resultId}, answered ${chargeId}`);
+      if (JSON.stringify(got) !== JSON.stringify(want)) violate('record-outcome', `${tag}: record ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`, op);
+      if (record.resultId !== chargeId) violate('record-outcome', `${tag}: record resultId ${record.resultId}, answered ${chargeId}`, op);
     }
 
     for (const t of mine.filter((a) => a.role === 'tamper')) {
-      if (isAccepted(t)) violations.push(`${tag}: a tampered body (another amount) was accepted with ${t.outcome}`);
-      else if (t.outcome === 400 && t.problem !== 'idempotency-key-reused') violations.push(`${tag}: tamper answered 400 ${t.problem}`);
+      if (isAccepted(t)) violate('tamper-refused', `${tag}: a tampered body (another amount) was accepted with ${t.outcome}`, op);
+      else if (t.outcome === 400 && t.problem !== 'idempotency-key-reused') violate('tamper-refused', `${tag}: tamper answered 400 ${t.problem}`, op);
     }
     for (const a of mine) {
       if (typeof a.outcome === 'number' && a.outcome >= 400 && a.outcome < 500 && ![402, 409].includes(a.outcome) && a.role !== 'tamper') {
-        violations.push(`${tag}: unexpected ${a.outcome} ${a.problem}`);
+        violate('unexpected-answer', `${tag}: unexpected ${a.outcome} ${a.problem}`, op);
       }
-      if (a.outcome === 500) violations.push(`${tag}: 500 ${a.problem}: ${a.body.slice(0, 200)}`);
+      if (a.outcome === 500) violate('unexpected-answer', `${tag}: 500 ${a.problem}: ${a.body.slice(0, 200)}`, op);
     }
   }
 
@@ -170,11 +209,11 @@ export function check(history: History): Verdict {
     slowJudged++;
     const op = ops[slow.op] as Operation;
     if (slow.replayed || slow.problem === 'idempotency-lease-lost' || slow.problem === 'idempotency-key-in-use') {
-      violations.push(`op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''})`);
+      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''})`, op);
     }
     for (const probe of (byOp.get(slow.op) ?? []).filter((a) => a.role === 'probe' && a.start > slow.start && a.end < slow.end)) {
       if (probe.outcome === 409 && probe.problem === 'idempotency-key-in-use') probesRefused++;
-      else if (isAccepted(probe)) violations.push(`op ${op.index}: a probe took over undisturbed slow work (${probe.outcome})`);
+      else if (isAccepted(probe)) violate('probe-refused', `op ${op.index}: a probe took over undisturbed slow work (${probe.outcome})`, op);
     }
   }
 
@@ -183,11 +222,11 @@ export function check(history: History): Verdict {
   for (const [account, rows] of records) {
     for (const row of rows.filter((r) => r.status === 'in_progress')) {
       inProgress++;
-      violations.push(`${account} ${row.key}: in_progress ${row.leaseExpiresAt <= readAt ? 'past its lease' : 'with a live lease'} after the run quiesced`);
+      violate('in-progress-after-quiesce', `${account} ${row.key}: in_progress ${row.leaseExpiresAt <= readAt ? 'past its lease' : 'with a live lease'} after the run quiesced`, ops.find((o) => o.account === account && o.key === row.key));
     }
   }
   const known = new Set(ops.map((op) => `${op.account}/${op.amount}`));
-  for (const row of ledger) if (!known.has(`${row.account}/${row.amount}`)) violations.push(`stray charge ${row.id} (${row.account}, ${row.amount})`);
+  for (const row of ledger) if (!known.has(`${row.account}/${row.amount}`)) violate('stray-charge', `stray charge ${row.id} (${row.account}, ${row.amount})`);
 
   const count = (predicate: (a: Attempt) => boolean) => attempts.filter(predicate).length;
   const statuses = new Map<string, number>();
@@ -218,7 +257,59 @@ export function check(history: History): Verdict {
     'charges in the ledger': ledger.length,
     'records in progress after quiesce': inProgress,
     'operations with divergent answers': divergent,
-    violations: violations.length,
+    violations: details.length,
   };
-  return { figures, violations };
+  return { figures, violations: details.map((d) => d.message), details };
+}
+
+/**
+ * The part of a history that shows what happened to one operation (or, with none, the run's faults): every
+ * attempt in start order, the ledger rows for its amount, its record, the faults that overlap it, and the
+ * servers' log lines for its key. Times are milliseconds after `origin` (the run's first request or fault).
+ *
+ * @example
+ * excerpt(history, origin, ops[3]).join('\n')
+ */
+export function excerpt(history: History, origin: number, op?: Operation): string[] {
+  const at = (ms: number) => `+${String(ms - origin).padStart(6)} ms`;
+  const lines: string[] = [];
+  const windowOf = (from: number, to: number) =>
+    history.faults.filter((f) => f.start <= to && (Number.isNaN(f.end) || f.end + RECOVERY_MS >= from));
+  const faultLine = (f: FaultWindow) =>
+    `fault ${f.kind.padEnd(5)} slots ${f.slots.join(',')} ${at(f.start)} … ${Number.isNaN(f.end) ? 'never healed' : at(f.end)}` +
+    (f.inFlight !== undefined ? ` (${f.inFlight} in flight)` : '');
+  if (!op) {
+    lines.push(`clock skews ${history.skews.join(' / ')} ms; records read ${at(history.readAt)}`);
+    for (const f of history.faults) lines.push(faultLine(f));
+    return lines;
+  }
+  lines.push(`op ${op.index}: ${op.account} key ${op.key} amount ${op.amount}${op.declined ? ' (declined card)' : ''}`);
+  const mine = history.attempts.filter((a) => a.op === op.index).sort((a, b) => a.start - b.start);
+  for (const a of mine) {
+    const what = typeof a.outcome === 'number' ? `${a.outcome}${a.replayed ? ' replayed' : ''}${a.problem ? ` ${a.problem}` : ''}` : a.outcome;
+    lines.push(
+      `attempt ${a.role.padEnd(6)} slot ${a.slot} ${at(a.start)} … ${at(a.end)} ${a.faults.length ? `[${a.faults.join(',')}] ` : ''}→ ${what}` +
+        (a.body ? `  ${a.body.slice(0, 240)}` : ''),
+    );
+  }
+  const rows = history.ledger.filter((r) => r.account === op.account && r.amount === op.amount);
+  lines.push(`ledger: ${rows.length === 0 ? 'no row' : rows.map((r) => `${r.id} ${r.status}`).join(', ')}`);
+  const record = history.records.get(op.account)?.find((r) => r.key === op.key);
+  lines.push(`record: ${record ? JSON.stringify(record) : 'none'}`);
+  const from = Math.min(...mine.map((a) => a.start));
+  const to = Math.max(...mine.map((a) => a.end));
+  if (mine.length > 0) for (const f of windowOf(from, to)) lines.push(faultLine(f));
+  lines.push(`clock skews ${history.skews.join(' / ')} ms (by slot)`);
+  for (const line of history.logsFor?.(op.key) ?? []) lines.push(`log: ${line}`);
+  return lines;
+}
+
+/**
+ * A violation as the test output and the results file print it: the invariant, the message, and its excerpt.
+ *
+ * @example
+ * console.log(formatViolation(verdict.details[0]))
+ */
+export function formatViolation(v: ChaosViolation): string {
+  return [`✗ [${v.invariant}] ${v.message}`, ...v.excerpt.map((line) => `    ${line}`)].join('\n');
 }

@@ -218,13 +218,13 @@ describe('zombie fencing in the Web layer (in-process, memory store)', () => {
     const store = memoryStore();
     const zombieClock = manualClock(T0);
     const errors: unknown[] = [];
-    const zombieHandle = idempotency({ store, clock: zombieClock, leaseMs: LEASE_MS, ttlMs: 600_000, onError: (e) => errors.push(e) })(
+    const zombieHandle = idempotency({ store, scope: () => 'global', clock: zombieClock, leaseMs: LEASE_MS, ttlMs: 600_000, onError: (e) => errors.push(e) })(
       async (_request, { signal }) => {
         await sleep(60_000, undefined, { signal }); // a slow downstream call that gives up when told to
         return new Response('{"charge":"zombie"}', { status: 201 });
       },
     );
-    const ownerHandle = idempotency({ store, clock: manualClock(T0 + LEASE_MS + 1), leaseMs: LEASE_MS, ttlMs: 600_000 })(
+    const ownerHandle = idempotency({ store, scope: () => 'global', clock: manualClock(T0 + LEASE_MS + 1), leaseMs: LEASE_MS, ttlMs: 600_000 })(
       async () => new Response('{"charge":"owner"}', { status: 201 }),
     );
     const request = () => new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'k' }, body: '{}' });
