@@ -13,7 +13,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import type { ClaimRequest, IdempotencyRecord, RoundTrip } from '../contract.js';
 import type { DynamoDBAttributeNames, DynamoDBClientLike, DynamoDBStore, DynamoDBStoreOptions } from './index.js';
-import { dynamodbStore } from './index.js';
+import { DEFAULT_ATTRIBUTE_NAMES, DYNAMODB_MAX_RESPONSE_BYTES, dynamodbStore } from './index.js';
 import { startLocalDynamo } from './local.js';
 
 // dynalite runs in this process, so there is no service to skip on: every run exercises the store.
@@ -33,6 +33,7 @@ async function isolated(options: Omit<DynamoDBStoreOptions, 'client' | 'table'> 
   await store.createTable({ pollMs: 10 });
   return {
     name: store.name,
+    maxResponseBytes: store.maxResponseBytes,
     get roundTrips() {
       return store.roundTrips;
     },
@@ -339,6 +340,39 @@ describe('dynamodb store against dynalite', () => {
     expect(kept.Item).toEqual(foreign);
   });
 
+  it('stores a response of exactly maxResponseBytes beside every other attribute at its largest (the budget in index.ts)', async () => {
+    expect(DYNAMODB_MAX_RESPONSE_BYTES).toBe(368_640);
+    // Every attribute name at 255 bytes, the sort key's value at 1,024, the pk at DynamoDB's 2,048.
+    const long = (name: string) => name.padEnd(255, '_');
+    const attributes = Object.fromEntries(Object.keys(DEFAULT_ATTRIBUTE_NAMES).map((field) => [field, long(field)]));
+    const { store } = await recordingStore({ attributes, sortKey: { name: long('sortKey'), value: 'S'.repeat(1_024) }, listIndex: 'byScope' });
+    expect(store.maxResponseBytes).toBe(DYNAMODB_MAX_RESPONSE_BYTES);
+    const key = 'k'.repeat(255);
+    const scope = 's'.repeat(2_048 - 'IDEMPOTENCY#'.length - 1 - key.length);
+    const req = request({ scope, key, fingerprint: 'f'.repeat(255), token: 't'.repeat(255), id: 'i'.repeat(255) });
+    expect(Buffer.byteLength(req.pk)).toBe(2_048);
+    expect((await store.claim(req)).kind).toBe('claimed');
+    // Split between body and headers; the headers carry characters JSON escapes.
+    const headers: Array<[string, string]> = Array.from({ length: 40 }, (_, i) => [`x-header-${i}`, `"${'v'.repeat(90)}\\"`]);
+    const headerBytes = headers.reduce((sum, [name, value]) => sum + Buffer.byteLength(name) + Buffer.byteLength(value), 0);
+    const body = Uint8Array.from({ length: DYNAMODB_MAX_RESPONSE_BYTES - headerBytes }, (_, i) => (i * 31) % 256);
+    const response = { status: 200, headers, body };
+    const outcome = { status: 'succeeded', retryable: false, resultId: 'r'.repeat(2_048), response } as const;
+    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome })).toEqual({ ok: true });
+    const stored = await store.get(req.pk);
+    expect(stored?.response?.headers).toEqual(headers);
+    expect(Buffer.compare(Buffer.from(stored?.response?.body ?? []), Buffer.from(body))).toBe(0);
+    expect(stored?.resultId).toBe(outcome.resultId);
+
+    // The limit is real on dynalite: a body of 400 KB on its own does not fit.
+    const over = request();
+    await store.claim(over);
+    const tooBig = { ...outcome, response: { status: 200, headers: [], body: new Uint8Array(409_600) } };
+    await expect(store.complete({ pk: over.pk, token: over.token, now: T0 + 1, outcome: tooBig })).rejects.toThrow(
+      'Item size to update has exceeded the maximum allowed size',
+    );
+  });
+
   it('round-trips every byte value, and an empty body', async () => {
     const { store } = await recordingStore();
     const all = new Uint8Array(256).map((_, i) => i);
@@ -421,7 +455,13 @@ describe('dynamodb store against dynalite', () => {
       'Expected `attributes.pkk` to be one of pk, scope,',
     );
     expect(() => dynamodbStore({ client, table: 'idem', attributes: { status: '' } })).toThrow(
-      'Expected `attributes.status` to be a non-empty string, got "".',
+      'Expected `attributes.status` to be a non-empty string of at most 255 bytes, got "".',
+    );
+    expect(() => dynamodbStore({ client, table: 'idem', attributes: { status: 'é'.repeat(128) } })).toThrow(
+      'Expected `attributes.status` to be a non-empty string of at most 255 bytes',
+    );
+    expect(() => dynamodbStore({ client, table: 'idem', sortKey: { name: 's'.repeat(256), value: 'X' } })).toThrow(
+      'Expected `sortKey.name` to be a non-empty string of at most 255 bytes',
     );
     expect(() => dynamodbStore({ client, table: 'idem', attributes: { status: 'token' } })).toThrow(
       'Expected `attributes` to be distinct names (including sortKey.name)',

@@ -193,6 +193,8 @@ export interface CreateTableResult {
  * const { timeToLive } = await store.createTable()
  */
 export interface DynamoDBStore extends IdempotencyStore {
+  /** {@link DYNAMODB_MAX_RESPONSE_BYTES}: what fits in one item beside everything else the item holds. */
+  readonly maxResponseBytes: number;
   /**
    * Creates the table (PAY_PER_REQUEST, `pk` as the string HASH key, the sort key and `listIndex` if configured),
    * waits until it is ACTIVE, and enables native TTL on `expiresAt` where the engine supports it.
@@ -207,6 +209,32 @@ type Item = Record<string, AttributeValue>;
 const MAX_CLAIM_ATTEMPTS = 5;
 const PREFIX = 'IDEMPOTENCY#';
 const TABLE_NAME = /^[a-zA-Z0-9_.-]{3,255}$/;
+/** The longest attribute name the item-size budget below allows for, in UTF-8 bytes. */
+const MAX_ATTRIBUTE_NAME_BYTES = 255;
+
+/**
+ * The largest response (body bytes plus the UTF-8 bytes of header names and values) the store declares: 360 KiB.
+ *
+ * DynamoDB's item limit is 400 KB = 409,600 bytes, counting attribute names (UTF-8) and values (S: UTF-8 bytes;
+ * B: raw bytes; N: at most 21; BOOL: 1). Everything in the item but the response, each at its largest:
+ *
+ *     attribute names: 16 + the sort key's, each ≤ 255 bytes (checked by the factory)   17 × 255 =  4,335
+ *     pk ≤ 2,048 (DynamoDB's partition key limit); sort key value ≤ 1,024 (its limit)            3,072
+ *     scope ≤ 2,048 (a GSI partition key's limit: the list index)                               2,048
+ *     key ≤ 255 (MAX_KEY_LENGTH, ASCII); status ≤ 11                                               266
+ *     fingerprint, id, token ≤ 255 each (64 and two UUIDs of 36 by default; generateId may vary)     765
+ *     resultId ≤ 2,048 (an assumption: a processor's id; a longer one eats into the headroom)    2,048
+ *     claimedAt, leaseExpiresAt, expiresAt, expiresAtMs, responseStatus: N ≤ 21 each               105
+ *     retryable: BOOL                                                                                1
+ *                                                                                    total      12,640
+ *
+ * The response: the body as B (its bytes exactly), the headers as JSON text `[["name","value"],…]`, which adds
+ * 8 bytes per header and 2 in all, plus 1 per `"` or `\` and 5 per other control character it escapes. So
+ * 409,600 − 368,640 − 12,640 = 28,320 bytes of headroom for that framing and escaping: 1,000 headers (8,002)
+ * plus 20,318 escaped characters. A test in index.test.ts stores a response of exactly this size beside every
+ * other attribute at its largest, on dynalite, which enforces the same 409,600-byte limit.
+ */
+export const DYNAMODB_MAX_RESPONSE_BYTES = 360 * 1024;
 /** A reclaim: the claim's fields, the stored id kept, the previous outcome cleared. */
 const TAKEOVER =
   'SET #status = :inProgress, #token = :token, #claimedAt = :now, #leaseExpiresAt = :lease, ' +
@@ -238,11 +266,13 @@ export function dynamodbStore({
     if (!(field in DEFAULT_ATTRIBUTE_NAMES)) {
       throw configError(`attributes.${field}`, `one of ${Object.keys(DEFAULT_ATTRIBUTE_NAMES).join(', ')}`);
     }
-    if (typeof name !== 'string' || name.length === 0) throw configError(`attributes.${field}`, 'a non-empty string', name);
+    if (typeof name !== 'string' || name.length === 0 || Buffer.byteLength(name) > MAX_ATTRIBUTE_NAME_BYTES) {
+      throw configError(`attributes.${field}`, `a non-empty string of at most ${MAX_ATTRIBUTE_NAME_BYTES} bytes`, name);
+    }
   }
   if (sortKey !== undefined) {
-    if (typeof sortKey?.name !== 'string' || sortKey.name.length === 0) {
-      throw configError('sortKey.name', 'a non-empty string', sortKey?.name);
+    if (typeof sortKey?.name !== 'string' || sortKey.name.length === 0 || Buffer.byteLength(sortKey.name) > MAX_ATTRIBUTE_NAME_BYTES) {
+      throw configError('sortKey.name', `a non-empty string of at most ${MAX_ATTRIBUTE_NAME_BYTES} bytes`, sortKey?.name);
     }
     if (typeof sortKey.value !== 'string' || sortKey.value.length === 0) {
       throw configError('sortKey.value', 'a non-empty string', sortKey.value);
@@ -260,6 +290,7 @@ export function dynamodbStore({
 
 class DynamoStore implements DynamoDBStore {
   readonly name = 'dynamodb';
+  readonly maxResponseBytes = DYNAMODB_MAX_RESPONSE_BYTES;
   readonly #client: DynamoDBClientLike;
   readonly #table: string;
   readonly #names: DynamoDBAttributeNames;
