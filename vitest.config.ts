@@ -1,10 +1,24 @@
 import { fileURLToPath } from 'node:url';
 import { defineConfig } from 'vitest/config';
 
-const src = (path: string) => fileURLToPath(new URL(`./src/${path}`, import.meta.url));
+const src = (path: string) => fileURLToPath(new URL(`./packages/idem/src/${path}`, import.meta.url));
+
+/** Pure unit tests: no service, no child process, no browser. `npm run test:unit` runs only these. */
+const UNIT = [
+  'packages/idem/src/core/**/*.test.ts',
+  'packages/idem/src/http/**/*.test.ts',
+  'packages/idem/src/client/**/*.test.ts',
+  'packages/idem/src/adapters/**/*.test.ts',
+  'packages/idem/src/stores/memory/**/*.test.ts',
+  'apps/demo/src/**/*.test.ts',
+  'test/architecture.test.ts',
+  'test/cli/layering.test.ts',
+  'test/chaos/checker.test.ts',
+];
 
 export default defineConfig({
   resolve: {
+    // Tests run against the library's sources; the pack test (test/pack) checks the built package as users get it.
     alias: [
       { find: /^idem$/, replacement: src('index.ts') },
       { find: /^idem\/http$/, replacement: src('http/index.ts') },
@@ -15,8 +29,18 @@ export default defineConfig({
     ],
   },
   test: {
-    include: ['src/**/*.test.ts', 'demo/**/*.test.ts', 'test/**/*.test.ts'],
     testTimeout: 30_000,
     hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: UNIT } },
+      {
+        extends: true,
+        test: {
+          name: 'integration',
+          include: ['packages/idem/src/**/*.test.ts', 'apps/demo/src/**/*.test.ts', 'test/**/*.test.ts'],
+          exclude: ['**/node_modules/**', '**/dist/**', ...UNIT],
+        },
+      },
+    ],
   },
 });

@@ -7,7 +7,7 @@
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { FingerprintInput } from '../src/core/fingerprint.js';
+import type { FingerprintInput } from '../packages/idem/src/core/fingerprint.js';
 
 const MiB = 1_048_576;
 /** The longest number the fingerprint canonicalises (`MAX_NUMBER_LENGTH`); a longer one hashes the body raw. */
@@ -55,7 +55,7 @@ export function fastest(fn: () => unknown, runs: number): number {
 }
 
 async function main(): Promise<void> {
-  const path = resolve(process.argv[2] ?? 'src/core/fingerprint.ts');
+  const path = resolve(process.argv[2] ?? 'packages/idem/src/core/fingerprint.ts');
   const { fingerprint } = (await import(pathToFileURL(path).href)) as { fingerprint: Fingerprint };
   console.log(`${path}\n${'shape'.padEnd(40)} ${'KiB'.padStart(5)} ${'parse ms'.padStart(9)} ${'print ms'.padStart(9)} ${'ratio'.padStart(7)}`);
   for (const [name, make] of Object.entries(SHAPES)) {

@@ -3,8 +3,8 @@
  * then `complete` on the memory store, in-process, no HTTP. Run: `node --import tsx bench/micro-gate.ts`.
  * Compare with the new-key rows of docs/BENCHMARKS.md to see how much of the cost is outside the gate.
  */
-import { createGate } from '../src/http/middleware.js';
-import { memoryStore } from '../src/stores/memory/index.js';
+import { createGate } from '../packages/idem/src/http/middleware.js';
+import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
 
 const gate = createGate<never, null>({ store: memoryStore(), scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 10_000, onError: () => {} });
 const body = new TextEncoder().encode('{"amount":500,"currency":"usd","source":"tok_visa"}');

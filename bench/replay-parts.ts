@@ -3,8 +3,8 @@
  * record and reading it back (`responseParts(replayResponse(stored))`, the path before commit 93c0d9e) vs
  * `replayParts(stored)` (after). Run: `node --import tsx bench/replay-parts.ts`.
  */
-import { responseParts } from '../src/adapters/shared.js';
-import { replayParts, replayResponse } from '../src/http/replay.js';
+import { responseParts } from '../packages/idem/src/adapters/shared.js';
+import { replayParts, replayResponse } from '../packages/idem/src/http/replay.js';
 
 const stored = {
   status: 201,

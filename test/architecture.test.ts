@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const LIB = 'packages/idem/src';
 
 function files(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
@@ -33,27 +34,27 @@ const violations = (dir: string, allowed: (target: string, file: string) => bool
 
 describe('architecture', () => {
   it('core imports nothing of ours outside core', () => {
-    expect(violations('src/core', (target) => target.startsWith('src/core/'))).toEqual([]);
+    expect(violations(`${LIB}/core`, (target) => target.startsWith(`${LIB}/core/`))).toEqual([]);
   });
 
   it('stores import only core, the contract, and their own folder', () => {
     const ownFolder = (target: string, file: string) => target.startsWith(dirname(file) + '/');
     expect(
-      violations('src/stores', (t, f) => t.startsWith('src/core/') || t === 'src/stores/contract.js' || ownFolder(t, f)),
+      violations(`${LIB}/stores`, (t, f) => t.startsWith(`${LIB}/core/`) || t === `${LIB}/stores/contract.js` || ownFolder(t, f)),
     ).toEqual([]);
   });
 
   it('http imports only core and itself', () => {
-    expect(violations('src/http', (t) => t.startsWith('src/core/') || t.startsWith('src/http/'))).toEqual([]);
+    expect(violations(`${LIB}/http`, (t) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`))).toEqual([]);
   });
 
   it('adapters import only core, http and their own code', () => {
     expect(
-      violations('src/adapters', (t) => t.startsWith('src/core/') || t.startsWith('src/http/') || t.startsWith('src/adapters/')),
+      violations(`${LIB}/adapters`, (t) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`) || t.startsWith(`${LIB}/adapters/`)),
     ).toEqual([]);
   });
 
   it('the demo reaches the library only through its package name', () => {
-    expect(violations('demo', (t) => t.startsWith('demo/'))).toEqual([]);
+    expect(violations('apps/demo', (t) => t.startsWith('apps/demo/'))).toEqual([]);
   });
 });

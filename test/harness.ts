@@ -31,7 +31,7 @@ export function tempDir(prefix = 'idem-test-'): { path: string; remove: () => vo
  * const server = await startDemo({ IDEM_STORE: `sqlite:${dir}/idem.db` })
  */
 export function startDemo(env: Record<string, string>, args: string[] = []): Promise<DemoProcess> {
-  return spawnServer(['--import', 'tsx', join(ROOT, 'demo/server.ts'), ...args], env, 'demo server');
+  return spawnServer(['--import', 'tsx', join(ROOT, 'apps/demo/src/server.ts'), ...args], env, 'demo server');
 }
 
 /**

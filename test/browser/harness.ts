@@ -10,8 +10,8 @@ import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const WEB = join(ROOT, 'demo/web');
-const BUILT = join(ROOT, 'dist/demo/public/index.html');
+const WEB = join(ROOT, 'apps/demo/web');
+const BUILT = join(ROOT, 'apps/demo/dist/public/index.html');
 export const CHROMIUM = process.env.IDEM_TEST_CHROMIUM ?? '/usr/bin/chromium';
 export const SCREENSHOTS = join(ROOT, 'test-results/browser');
 
@@ -49,8 +49,8 @@ function newestSource(dir: string): number {
 export async function ensureBuilt(): Promise<void> {
   const fresh = () => existsSync(BUILT) && statSync(BUILT).mtimeMs >= newestSource(WEB);
   if (fresh()) return;
-  const lock = join(ROOT, 'dist/.pages-build-lock');
-  mkdirSync(join(ROOT, 'dist'), { recursive: true });
+  const lock = join(ROOT, 'apps/demo/dist/.pages-build-lock');
+  mkdirSync(join(ROOT, 'apps/demo/dist'), { recursive: true });
   for (let waited = 0; ; waited += 200) {
     try {
       mkdirSync(lock);

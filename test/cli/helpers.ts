@@ -5,12 +5,12 @@ import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { main } from '../../src/cli/index.js';
+import { main } from '../../packages/idem/src/cli/index.js';
 import { spawnServer, type DemoProcess } from '../harness.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-export const CLI_SOURCE = join(ROOT, 'src/cli/index.ts');
-export const CLI_BUILT = join(ROOT, 'dist/src/cli/index.js');
+export const CLI_SOURCE = join(ROOT, 'packages/idem/src/cli/index.ts');
+export const CLI_BUILT = join(ROOT, 'packages/idem/dist/cli/index.js');
 
 export interface CliResult {
   readonly code: number | null;

@@ -9,7 +9,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tamper, type ProbeReport } from '../../src/cli/probe.js';
+import { tamper, type ProbeReport } from '../../packages/idem/src/cli/probe.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { idem } from './helpers.js';
 

@@ -9,19 +9,19 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type * as Crypto from 'node:crypto';
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import type * as Fingerprint from '../../src/core/fingerprint.js';
+import type * as Fingerprint from '../../packages/idem/src/core/fingerprint.js';
 
 vi.mock('node:crypto', async (importOriginal) => {
   const actual = await importOriginal<typeof Crypto>();
   return { ...actual, timingSafeEqual: vi.fn(actual.timingSafeEqual) };
 });
-vi.mock('../../src/core/fingerprint.js', async (importOriginal) => {
+vi.mock('../../packages/idem/src/core/fingerprint.js', async (importOriginal) => {
   const actual = await importOriginal<typeof Fingerprint>();
   return { ...actual, fingerprintsEqual: vi.fn(actual.fingerprintsEqual) };
 });
 
 const { timingSafeEqual } = await import('node:crypto');
-const { fingerprintsEqual } = await import('../../src/core/fingerprint.js');
+const { fingerprintsEqual } = await import('../../packages/idem/src/core/fingerprint.js');
 const { createEngine, isIdempotencyError } = await import('idem');
 const { memoryStore } = await import('idem/stores/memory');
 
@@ -58,7 +58,7 @@ describe('fingerprint comparison is constant-time by construction', () => {
   });
 
   it('no ===/!== on a fingerprint anywhere in the engine or the HTTP layer', () => {
-    const src = fileURLToPath(new URL('../../src/', import.meta.url));
+    const src = fileURLToPath(new URL('../../packages/idem/src/', import.meta.url));
     const files = ['core/engine.ts', ...readdirSync(`${src}http`).filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts')).map((f) => `http/${f}`)];
     const offending = files.flatMap((file) =>
       readFileSync(`${src}${file}`, 'utf8')

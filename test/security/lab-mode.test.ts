@@ -87,7 +87,7 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
 
   it('IDEM_CLOCK_SKEW_MS is refused at startup without lab mode (exit 2, the variable named)', async () => {
     const root = fileURLToPath(new URL('../..', import.meta.url));
-    const child = spawn(process.execPath, ['--import', 'tsx', 'demo/server.ts'], {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'apps/demo/src/server.ts'], {
       cwd: root,
       env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_LAB: '0', IDEM_CLOCK_SKEW_MS: '500' },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -8,7 +8,7 @@
  * - `fingerprint-blind-takeover`: the claim's takeover condition drops the fingerprint check.
  */
 import { isClaimable, type ClaimRequest, type ClaimResult, type IdempotencyRecord } from 'idem';
-import { claimedRecord } from '../../src/core/record.js';
+import { claimedRecord } from '../../packages/idem/src/core/record.js';
 import { prepared, type AnyStore, type Backend } from './backend.js';
 import type { DefectName } from './scenario.js';
 

@@ -7,7 +7,7 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startLocalDynamo, type LocalDynamo } from 'idem/stores/dynamodb';
+import { startLocalDynamo, type LocalDynamo } from '../../apps/demo/src/local-dynamo.js';
 import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 import { deleteRedisPrefix, dropSchema } from './cleanup.js';

@@ -5,9 +5,9 @@
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApp, type App } from '../../demo/app.js';
-import { loadConfig } from '../../demo/config.js';
-import { openBackend, type Backend } from '../../demo/stores.js';
+import { createApp, type App } from '../../apps/demo/src/app.js';
+import { loadConfig } from '../../apps/demo/src/config.js';
+import { openBackend, type Backend } from '../../apps/demo/src/stores.js';
 import { tempDir } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 import { deleteRedisPrefix, dropSchema } from './cleanup.js';

@@ -1,5 +1,5 @@
 /**
- * Builds the lab (`index.html`) and model (`model.html`) pages into `dist/demo/public`, which demo/pages.ts serves.
+ * Builds the lab (`index.html`) and model (`model.html`) pages into `apps/demo/dist/public`, which src/pages.ts serves.
  * Run by `npm run build`.
  */
 import { fileURLToPath } from 'node:url';
@@ -13,7 +13,7 @@ export default defineConfig({
   publicDir: false,
   logLevel: 'warn',
   build: {
-    outDir: here('../../dist/demo/public'),
+    outDir: here('../dist/public'),
     emptyOutDir: true,
     target: 'es2022',
     sourcemap: false,

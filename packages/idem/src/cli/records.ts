@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import type { IdempotencyRecord } from '../core/record.js';
 import { CommandError, UsageError, integerOption, table, usage, type Io } from './args.js';
-import { openStore, type OpenedStore } from './demo.js';
+import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 
 const STORE_HELP = [
   'Store URLs (as IDEM_STORE for idem serve; --store defaults to $IDEM_STORE):',
@@ -17,8 +17,8 @@ const STORE_HELP = [
 
 export const MIGRATE_HELP = `Usage: idem migrate --store URL
 
-Creates the records table and its indexes (and the demo ledger's table) if they are missing; on DynamoDB, the
-table and native TTL on expiresAt. Idempotent, and safe to run from several processes at once. Stores without a
+Creates Idem's records table and its indexes if they are missing, and nothing else; on DynamoDB, the table and
+native TTL on expiresAt. Idempotent, and safe to run from several processes at once. Stores without a
 schema (redis, memory) need nothing.
 
 ${STORE_HELP}
@@ -263,10 +263,10 @@ async function withStore(command: string, url: string, mustExist: boolean, fn: (
   }
   let opened: OpenedStore;
   try {
-    // The demo opens a ledger beside stores that are not SQL; these commands never touch it, so keep it in memory.
-    opened = await openStore(url, ':memory:');
+    // Opening runs no DDL: records commands need only SELECT/INSERT/UPDATE/DELETE on Idem's table.
+    opened = await openStore(url, { create: !mustExist });
   } catch (error) {
-    if ((error as Error).name === 'ConfigError') throw new UsageError(command, (error as Error).message);
+    if (error instanceof StoreUrlError) throw new UsageError(command, error.message);
     throw new CommandError(`cannot open the store ${redact(url)}: ${(error as Error).message}`, { cause: error });
   }
   try {

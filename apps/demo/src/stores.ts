@@ -76,6 +76,23 @@ export async function openBackend(config: DemoConfig, observer: RoundTripObserve
   throw new ConfigError(`IDEM_STORE must be one of ${ACCEPTED_STORES}; got "${url}".`);
 }
 
+/**
+ * Runs `load` (a dynamic import of an optional driver), turning "module not found" into a one-line
+ * {@link ConfigError} that says what to install.
+ */
+async function need<T>(load: () => Promise<T>, name: string, forUrl: string): Promise<T> {
+  try {
+    return await load();
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    const message = error instanceof Error ? error.message : '';
+    if ((code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && message.includes(name)) {
+      throw new ConfigError(`IDEM_STORE=${forUrl}… needs the "${name}" package: install it (npm install ${name}).`);
+    }
+    throw error;
+  }
+}
+
 /** The forms `IDEM_STORE` accepts, for error messages and `--help`. */
 export const ACCEPTED_STORES =
   'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
@@ -143,7 +160,7 @@ async function openPostgres(raw: string, observer: RoundTripObserver): Promise<B
   if (!/^[A-Za-z_][A-Za-z0-9_]{0,47}$/.test(schema)) {
     throw new ConfigError(`IDEM_STORE ?schema= must be a plain identifier (letters, digits, _), got "${schema}".`);
   }
-  const { default: pg } = await import('pg');
+  const { default: pg } = await need(() => import('pg'), 'pg', 'postgres://');
   const pool = new pg.Pool({
     connectionString: url.toString(),
     connectionTimeoutMillis: STORE_TIMEOUTS.connectMs,
@@ -194,7 +211,7 @@ async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObs
   const { url, options, shown } = storeUrl(raw, ['prefix']);
   const prefix = options.get('prefix') ?? 'idem:';
   if (/[{}]/.test(prefix)) throw new ConfigError(`IDEM_STORE ?prefix= must not contain { or }, got "${prefix}".`);
-  const { Redis } = await import('ioredis');
+  const { Redis } = await need(() => import('ioredis'), 'ioredis', 'redis://');
   const client = new Redis(url.toString(), {
     lazyConnect: true,
     connectTimeout: STORE_TIMEOUTS.connectMs,
@@ -243,7 +260,7 @@ const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
  * `idempotency`, created at startup if missing; the ledger in the SQLite file `ledgerPath`.
  */
 async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
-  const { dynamodbStore, startLocalDynamo } = await import('idem/stores/dynamodb');
+  const { dynamodbStore } = await need(() => import('idem/stores/dynamodb'), '@aws-sdk/client-dynamodb', 'dynamodb:');
   const local = raw === 'dynamodb:local' || raw.startsWith('dynamodb:local?');
   if (!local && !raw.startsWith('dynamodb://')) {
     throw new ConfigError(`IDEM_STORE for DynamoDB must be dynamodb://host:port[?table=name] or dynamodb:local, got "${raw}".`);
@@ -254,7 +271,8 @@ async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripOb
   let stop: () => Promise<void>;
   let where: string;
   if (local) {
-    const dynalite = await startLocalDynamo();
+    const { startLocalDynamo } = await import('./local-dynamo.js');
+    const dynalite = await need(() => startLocalDynamo(), 'dynalite', 'dynamodb:local');
     client = dynalite.client;
     stop = () => dynalite.close();
     where = `in-process dynalite ${dynalite.endpoint}`;
@@ -263,7 +281,7 @@ async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripOb
     if (!url.hostname) throw new ConfigError(`IDEM_STORE=dynamodb://host:port needs a host, got "${raw}".`);
     const loopback = LOOPBACK.has(url.hostname);
     const endpoint = `${loopback ? 'http' : 'https'}://${url.host}`;
-    const sdkModule = await import('@aws-sdk/client-dynamodb');
+    const sdkModule = await need(() => import('@aws-sdk/client-dynamodb'), '@aws-sdk/client-dynamodb', 'dynamodb://');
     client = new sdkModule.DynamoDBClient({
       endpoint,
       region: query.get('region') ?? process.env.AWS_REGION ?? 'us-east-1',

@@ -75,8 +75,6 @@ import type {
 } from '../contract.js';
 import { claimedRecord, decodeHeaders, encodeHeaders, isClaimable } from '../contract.js';
 
-export { startLocalDynamo } from './local.js';
-export type { LocalDynamo, LocalDynamoOptions } from './local.js';
 
 /**
  * The subset of `DynamoDBClient` the store uses: `send` with these commands. Pass your own client (its region,

@@ -2,6 +2,7 @@
  * @module The demo server's configuration: environment variables, overridden by the same options as CLI flags.
  */
 import { parseArgs } from 'node:util';
+import { isIdempotencyError } from 'idem';
 
 export interface DemoConfig {
   readonly port: number;
@@ -57,6 +58,20 @@ export class ConfigError extends Error {
 }
 
 /**
+ * The one-line message for a bad configuration (exit 2, no stack), or `undefined` for any other error: a
+ * {@link ConfigError}, a flag `parseArgs` refused, or an option the library itself refused (`CONFIG_INVALID`).
+ *
+ * @example
+ * const message = badConfig(error); if (message) { console.error(`idem serve: ${message}`); process.exitCode = 2 }
+ */
+export function badConfig(error: unknown): string | undefined {
+  if (error instanceof ConfigError) return error.message;
+  if ((error as { code?: unknown }).code?.toString().startsWith('ERR_PARSE_ARGS')) return (error as Error).message;
+  if (isIdempotencyError(error, 'CONFIG_INVALID')) return error.message;
+  return undefined;
+}
+
+/**
  * Reads the configuration from `env`, then `argv` flags (which win).
  *
  * @example
@@ -106,17 +121,31 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
     }
     apiKeys.set(apiKey, account);
   }
+  const ttlMs = integer('ttl-ms', DEFAULTS.ttlMs, 1);
+  const leaseMs = integer('lease-ms', DEFAULTS.leaseMs, 1);
+  if (ttlMs <= leaseMs) {
+    throw new ConfigError(`IDEM_TTL_MS (--ttl-ms) must be greater than IDEM_LEASE_MS (--lease-ms, ${leaseMs}), got ${ttlMs}: a record cannot expire while its claim holds it.`);
+  }
   return {
     port,
     host: get('host') || DEFAULTS.host,
     store: get('store') || DEFAULTS.store,
-    ledger: get('ledger') || DEFAULTS.ledger,
-    ttlMs: integer('ttl-ms', DEFAULTS.ttlMs, 1),
-    leaseMs: integer('lease-ms', DEFAULTS.leaseMs, 1),
+    ledger: ledgerPath(get('ledger') || DEFAULTS.ledger),
+    ttlMs,
+    leaseMs,
     cacheSize: integer('cache-size', 0, 0),
     lab: lab === '1' || lab === 'true',
     apiKeys,
     mismatchStatus: mismatch,
     clockSkewMs,
   };
+}
+
+/** `IDEM_LEDGER` is a SQLite path; `sqlite:<path>` (the store's form) is accepted too, any other scheme refused. */
+function ledgerPath(raw: string): string {
+  const path = raw.startsWith('sqlite:') ? raw.slice('sqlite:'.length) : raw;
+  if (!path || /^[A-Za-z][A-Za-z0-9+.-]+:/.test(path)) {
+    throw new ConfigError(`IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${raw}".`);
+  }
+  return path;
 }

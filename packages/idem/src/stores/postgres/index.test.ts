@@ -6,7 +6,7 @@ import { createEngine } from 'idem';
 import { describeStoreConformance } from 'idem/testing';
 import { recordPk } from '../../core/key.js';
 import type { ClaimRequest, IdempotencyStore, Outcome, RoundTrip } from '../contract.js';
-import { POSTGRES_URL, serviceAvailable } from '../../../test/services.js';
+import { POSTGRES_URL, serviceAvailable } from '../../../../../test/services.js';
 import { postgresSchemaSql, postgresStore, type PostgresStore } from './index.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);

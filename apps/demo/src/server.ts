@@ -4,7 +4,7 @@
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
-import { ConfigError, loadConfig, type DemoConfig } from './config.js';
+import { badConfig, loadConfig, type DemoConfig } from './config.js';
 import { createLogger } from './log.js';
 import { createMetrics, withMetrics } from './metrics.js';
 import { modelRoutes, tripRecorder } from './model.js';
@@ -60,8 +60,9 @@ async function main(): Promise<void> {
     // A bad setting — in the environment, a flag, or a store URL that openBackend refuses — exits 2 with its message.
     ({ close } = await startServer(loadConfig(process.env, process.argv.slice(2))));
   } catch (error) {
-    if (error instanceof ConfigError || (error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) {
-      console.error(`idem demo: ${(error as Error).message}`);
+    const message = badConfig(error);
+    if (message !== undefined) {
+      console.error(`idem demo: ${message}`);
       process.exit(2);
     }
     throw error;

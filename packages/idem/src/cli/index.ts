@@ -1,28 +1,24 @@
 #!/usr/bin/env node
 /**
- * @module `idem` — the command line: run the demo server, migrate and inspect a store, probe any API's
- * `Idempotency-Key` handling. Exit codes: 0 ok, 1 failed (a probe check, a store error), 2 wrong arguments.
+ * @module `idem` — the command line: migrate and inspect a store, probe any API's `Idempotency-Key` handling. Exit codes: 0 ok, 1 failed (a probe check, a store error), 2 wrong arguments.
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { CommandError, UsageError, type Io } from './args.js';
 import { probeCommand } from './probe.js';
 import { MIGRATE_HELP, RECORDS_HELP, migrateCommand, recordsCommand } from './records.js';
-import { serveCommand, serveHelp } from './serve.js';
 
 export const HELP = `Usage: idem <command> [options]
 
 Idempotency keys for payment APIs: the first attempt runs, every retry gets the first answer back byte for byte.
 
 Commands:
-  serve                        run the payments demo server (options = its environment variables)
-  migrate --store URL          create the records table and indexes (SQLite, PostgreSQL)
+  migrate --store URL          create Idem's records table and indexes (SQLite, PostgreSQL, DynamoDB)
   records list|show|sweep      list a tenant's records, show one, delete expired ones in batches
   probe URL                    check any API's Idempotency-Key handling with real requests
   help [command]               this text, or a command's options
 
 Examples:
-  idem serve --lab 1 --port 4000
   idem migrate --store 'postgres://app@db:5432/payments?schema=idem'
   idem records list --store sqlite:./.idem/idem.db --scope acct_alice
   idem records sweep --store sqlite:./.idem/idem.db --batch-size 5000
@@ -32,7 +28,10 @@ Examples:
 Run "idem <command> --help" for a command's options. Exit codes: 0 ok, 1 failed, 2 wrong arguments.
 `;
 
-const COMMANDS = ['serve', 'migrate', 'records', 'probe', 'help'] as const;
+const COMMANDS = ['migrate', 'records', 'probe', 'help'] as const;
+
+/** `serve` moved to the payments demo (apps/demo): the library ships no server. */
+const SERVE_MOVED = 'serve is the payments demo\'s command, not the library\'s: in the Idem repository run `npm start`.';
 
 /**
  * Runs one `idem` invocation and resolves with its exit code; never calls `process.exit`.
@@ -58,8 +57,7 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
       case 'help':
         return await help(args[0], io);
       case 'serve':
-        if (args.includes('--help') || args.includes('-h')) return await help('serve', io);
-        return await serveCommand(args, io);
+        throw new UsageError('', SERVE_MOVED);
       case 'migrate':
         return await migrateCommand(args, io);
       case 'records':
@@ -90,8 +88,7 @@ async function help(topic: string | undefined, io: Io): Promise<number> {
       io.stdout(HELP);
       return 0;
     case 'serve':
-      io.stdout(await serveHelp());
-      return 0;
+      throw new UsageError('', SERVE_MOVED);
     case 'migrate':
       io.stdout(MIGRATE_HELP);
       return 0;
@@ -106,8 +103,8 @@ async function help(topic: string | undefined, io: Io): Promise<number> {
 }
 
 function version(): string {
-  // package.json sits two levels above src/cli in the source tree and three above dist/src/cli in the build.
-  for (const path of ['../../package.json', '../../../package.json']) {
+  // package.json sits two levels above src/cli in the source tree and above dist/cli in the build.
+  for (const path of ['../../package.json']) {
     try {
       const pkg = JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { name?: string; version?: string };
       if (pkg.name === 'idem' && pkg.version) return pkg.version;
@@ -118,7 +115,7 @@ function version(): string {
   return 'unknown';
 }
 
-// Run when executed (the `idem` bin — a symlink, hence realpath —, `node dist/src/cli/index.js`, tsx on the
+// Run when executed (the `idem` bin — a symlink, hence realpath —, `node dist/cli/index.js`, tsx on the
 // source), not when imported.
 const invoked = process.argv[1];
 if (invoked && import.meta.url === pathToFileURL(realpathSync(invoked)).href) {
@@ -128,7 +125,5 @@ if (invoked && import.meta.url === pathToFileURL(realpathSync(invoked)).href) {
     env: process.env,
   };
   const code = await main(process.argv.slice(2), io);
-  // The server leaves pools and sockets behind once drained; every other command lets stdout flush and ends.
-  if (process.argv[2] === 'serve') process.exit(code);
   process.exitCode = code;
 }

@@ -1,14 +1,14 @@
 /**
- * @module Serves the lab and model pages: the static files `npm run build` writes to `dist/demo/public` (Vite).
+ * @module Serves the lab and model pages: the static files `npm run build` writes to `apps/demo/dist/public` (Vite).
  */
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** Where the built pages are, whether this module runs from `demo/` (tsx) or from `dist/demo/` (compiled). */
+/** Where the built pages are, whether this module runs from `src/` (tsx) or from `dist/` (compiled). */
 export function publicDir(): string {
-  const candidates = [fileURLToPath(new URL('./public/', import.meta.url)), fileURLToPath(new URL('../dist/demo/public/', import.meta.url))];
+  const candidates = [fileURLToPath(new URL('./public/', import.meta.url)), fileURLToPath(new URL('../dist/public/', import.meta.url))];
   return candidates.find((dir) => existsSync(join(dir, 'index.html'))) ?? (candidates[1] as string);
 }
 

@@ -3,7 +3,7 @@ import { Redis } from 'ioredis';
 import { createClient } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeStoreConformance } from 'idem/testing';
-import { REDIS_URL, serviceAvailable } from '../../../test/services.js';
+import { REDIS_URL, serviceAvailable } from '../../../../../test/services.js';
 import { recordPk } from '../../core/key.js';
 import type { ClaimRequest, Outcome, RoundTrip } from '../contract.js';
 import { fromNodeRedis, redisStore, type RedisClient, type RedisStore } from './index.js';
