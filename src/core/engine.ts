@@ -59,6 +59,8 @@ export interface RunRequest {
   readonly scope: string;
   readonly key: string;
   readonly fingerprint: string;
+  /** This request's record lifetime, more than `leaseMs`. Default the engine's `ttlMs`. */
+  readonly ttlMs?: number;
 }
 
 /** What the work sees. Pass `id` downstream as its own idempotency key: it survives takeovers. */
@@ -258,13 +260,17 @@ export function createEngine<Tx = never>({
     const pk = recordPk(scope, key);
     const hit = cacheSize > 0 ? recall(pk) : undefined;
     if (hit) return answerFrom(hit, request) as Decision<Tx>;
+    const recordTtl = request.ttlMs ?? ttlMs;
+    if (!Number.isFinite(recordTtl) || recordTtl <= leaseMs) {
+      return refused(configError('ttlMs', `a number of ms greater than leaseMs (${leaseMs})`, recordTtl));
+    }
     const waitUntil = clock.now() + waitForOutcomeMs;
     try {
       for (;;) {
         const token = generateId();
         const freshId = generateId();
         const claim = await call('claim', () =>
-          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs }),
+          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs: recordTtl }),
         );
         if (claim.kind === 'claimed') {
           const reclaimed = claim.record.id !== freshId;
