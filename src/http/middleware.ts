@@ -206,6 +206,7 @@ export function createGate<Tx, Req>({
   onError = (error) => console.error('idem: handler failed', error),
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
+  const { onEvent } = engineOptions;
   if (typeof scope !== 'function' && scope !== 'single-tenant') {
     throw configError('scope', "a function (request) => tenant, or 'single-tenant' for a service with one tenant", scope);
   }
@@ -285,9 +286,29 @@ export function createGate<Tx, Req>({
         headers: fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
       });
       const ttlMs = ttlFor?.(request.native);
-      return await claim({ scope: tenant, key, fingerprint: print, ...(ttlMs === undefined ? {} : { ttlMs }) }, body, request.native);
+      const run: RunRequest = { scope: tenant, key, fingerprint: print, route: url.pathname, ...(ttlMs === undefined ? {} : { ttlMs }) };
+      return await claim(run, body, request.native);
     } catch (error) {
+      refusedEvent(error, request.url);
       return { kind: 'answer', response: answerFor(error, request.native) };
+    }
+  }
+
+  /** A refusal before any claim is an event too (the engine reports the ones after). */
+  function refusedEvent(error: unknown, url: string): void {
+    if (!onEvent) return;
+    const reason = isIdempotencyError(error, 'KEY_MISSING')
+      ? 'KEY_MISSING'
+      : isIdempotencyError(error, 'KEY_INVALID')
+        ? 'KEY_INVALID'
+        : error instanceof BodyTooLargeError
+          ? 'BODY_TOO_LARGE'
+          : undefined;
+    if (reason === undefined) return;
+    try {
+      onEvent({ type: 'refused', reason, route: target(url).pathname });
+    } catch {
+      // A metrics hook must never change what happens to a payment.
     }
   }
 
