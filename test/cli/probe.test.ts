@@ -9,9 +9,9 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { tamper, type ProbeReport } from '../../packages/idem/src/cli/probe.js';
+import { tamper, visible, type ProbeReport } from '../../packages/idem/src/cli/probe.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { idem } from './helpers.js';
+import { idem, inProcess } from './helpers.js';
 
 const results = (report: ProbeReport) => Object.fromEntries(report.checks.map((c) => [c.id, c.result]));
 
@@ -70,8 +70,8 @@ describe('idem probe against the demo server', () => {
       { ok: true, note: '400' },
     ]);
     expect(byId.get('concurrent')?.observed).toBe('8 at once: 1 × 201, 7 × 409; 1 side effect; a later retry replays the winner');
-    // Seconds left on the 10 s lease when each duplicate arrived (10, or 9 if one was slow to get there).
-    expect(byId.get('conflict')?.observed).toMatch(/^7 × 409 with Retry-After: (10|9)(, (10|9))? \(urn:idem:problem:idempotency-key-in-use\)$/);
+    // An in-flight duplicate is told to come back in 1 s (soon, not when the lease ends).
+    expect(byId.get('conflict')?.observed).toBe('7 × 409 with Retry-After: 1 (urn:idem:problem:idempotency-key-in-use)');
     expect(byId.get('missing-key')?.observed).toBe('201: ran without protection (keys are optional here); 1 side effect');
     expect(byId.get('malformed-key')?.observed).toBe(
       'empty → 400 urn:idem:problem:idempotency-key-invalid; 300 chars → 400 urn:idem:problem:idempotency-key-invalid; 0 side effects',
@@ -244,5 +244,110 @@ describe('tamper: the payload for the reused-key check', () => {
     ['[1,2]', '[2,2]'],
   ])('%s → %s', (body, expected) => {
     expect(tamper(body)).toBe(expected);
+  });
+});
+
+/**
+ * A hostile API: its answers carry terminal escape sequences — clear the screen (ESC[2J, and C1 CSI `\x9b2J`),
+ * set the window title (OSC, ended by BEL or by ST), carriage returns and a fake verdict line — in its problem
+ * types (JSON, so any character) and in a header (Latin-1 bytes, so C1 and not C0). Keys: a new key runs
+ * (201); the same key and bytes replay; another payload is refused (422); a held duplicate gets 409; a missing,
+ * empty or over-long key 400.
+ */
+const HOSTILE_TYPE = 'urn:x\x1b[2J\x1b[H\x1b]0;owned\x07\r\nALL CHECKS PASSED\x1b]2;t\x1b\\\x9b2J\x7f\t';
+const HOSTILE_REPLAYED = 'true\x9b2J\x9b1;1HALL CHECKS PASSED\x85';
+const HOSTILE_RETRY_AFTER = 'Jan 1 2026 (\x9b2J\x9b1;1HALL CHECKS PASSED)';
+
+async function hostileServer(): Promise<{ url: string; close: () => Promise<void> }> {
+  const seen = new Map<string, string>();
+  let charges = 0;
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      const body = Buffer.concat(chunks).toString();
+      const key = req.headers['idempotency-key'];
+      const problem = (status: number, type: string, headers: Record<string, string> = {}) => {
+        res.writeHead(status, { 'content-type': 'application/problem+json', ...headers });
+        res.end(JSON.stringify({ type, title: '\x1b[2J\x1bc', status }));
+      };
+      // V8's Date.parse skips a parenthesised comment, so the probe takes this for a valid HTTP date and prints it.
+      if (req.headers['x-hold'] !== undefined) return problem(409, `${HOSTILE_TYPE}409`, { 'retry-after': HOSTILE_RETRY_AFTER });
+      if (typeof key !== 'string' || key === '' || key.length > 255) return problem(400, `${HOSTILE_TYPE}400`);
+      const stored = seen.get(key);
+      if (stored === undefined) {
+        seen.set(key, body);
+        res.writeHead(201, { 'content-type': 'application/json' });
+        return res.end(JSON.stringify({ id: `ch_${++charges}` }));
+      }
+      if (stored !== body) return problem(422, `${HOSTILE_TYPE}422`);
+      res.writeHead(201, { 'content-type': 'application/json', 'idempotent-replayed': HOSTILE_REPLAYED });
+      res.end(JSON.stringify({ id: `ch_${charges}` }));
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/charges`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+describe('idem probe against a hostile server', () => {
+  let hostile: Awaited<ReturnType<typeof hostileServer>>;
+  beforeAll(async () => {
+    hostile = await hostileServer();
+  });
+  afterAll(async () => {
+    await hostile.close();
+  });
+  const args = () => ['probe', hostile.url, '--concurrency', '2', '--delay-header', 'X-Hold: 1'];
+  /** C0 (but the newline that ends a line), DEL and C1: none may reach the terminal. */
+  const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/; // eslint-disable-line no-control-regex
+  const TYPE = 'urn:x\\x1b[2J\\x1b[H\\x1b]0;owned\\x07\\x0d\\x0aALL CHECKS PASSED\\x1b]2;t\\x1b\\\\x9b2J\\x7f\\x09';
+  const REPLAYED = 'true\\x9b2J\\x9b1;1HALL CHECKS PASSED\\x85';
+  const RETRY_AFTER = 'Jan 1 2026 (\\x9b2J\\x9b1;1HALL CHECKS PASSED)';
+
+  it('the table shows escape sequences, CR and fake verdicts from problem types and headers as visible text', async () => {
+    const { code, stdout, stderr } = await inProcess(args());
+    expect([code, CONTROL.test(stdout), CONTROL.test(stderr)]).toEqual([1, false, false]);
+    const rows = stdout.split('\n').slice(5, 14);
+    expect(rows.map((row) => row.replace(/ {2,}/g, ' | '))).toEqual([
+      'first request runs once | PASS | · | · | 201, 13 bytes',
+      'retry replays the first answer | PASS | ✓ | ✓ | 201, 13 bytes, byte-identical',
+      `replay is marked | WARN | · | ✗ sends Idempotent-Replayed: true | Idempotent-Replayed: ${REPLAYED} on the replay, absent on the first answer`,
+      `JSON key order is the same request | FAIL | · | ✗ compares parameters | keys reordered and re-spaced: refused as another payload (422 ${TYPE}422) — the fingerprint hashes raw bytes, so a client that re-serialises cannot retry`,
+      `reused key, other payload: refused | PASS | ✓ 422 | ✗ wants 400 | 422 ${TYPE}422; control: the same payload with a fresh key → 201`,
+      'concurrent duplicates run once | FAIL | ✗ one execution | ✗ one execution | 2 at once: 2 × 409; 0 distinct success bodies; a later retry: 201',
+      `concurrent duplicate gets 409 | PASS | ✓ 409 | ✓ 409 | 2 × 409 with Retry-After: ${RETRY_AFTER} (${TYPE}409)`,
+      `missing key | PASS | ✓ 400: key required | · | 400 ${TYPE}400: refused — this route requires a key`,
+      `malformed key | PASS | · | ✓ ≤ 255 chars | empty → 400 ${TYPE}400; 300 chars → 400 ${TYPE}400`,
+    ]);
+    expect(stdout.split('\n').filter((line) => line.startsWith('ALL CHECKS PASSED') || line.startsWith('9 checks'))).toEqual([
+      '9 checks: 6 pass, 1 warn, 2 fail, 0 skip — FAILED',
+    ]);
+  });
+
+  it('--json stays valid JSON with the same visible text, and DEL and C1 written as \\u escapes', async () => {
+    // A C1 CSI in the caller's own --body reaches the report too: JSON.stringify leaves it raw; the output must not.
+    const { code, stdout } = await inProcess([...args(), '--json', '--body', '{"amount":500,"note":"\u009b2J"}']);
+    expect([code, CONTROL.test(stdout.replaceAll('\n', ''))]).toEqual([1, false]);
+    expect(stdout).toContain('\n  "body": "{\\"amount\\":500,\\"note\\":\\"\\u009b2J\\"}",\n');
+    const report = JSON.parse(stdout) as ProbeReport;
+    expect(report.body).toBe('{"amount":500,"note":"\u009b2J"}');
+    const observed = Object.fromEntries(report.checks.map((c) => [c.id, c.observed]));
+    expect([observed['replay-marker'], observed.mismatch, observed.conflict]).toEqual([
+      `Idempotent-Replayed: ${REPLAYED} on the replay, absent on the first answer`,
+      `422 ${TYPE}422; control: the same payload with a fresh key → 201`,
+      `2 × 409 with Retry-After: ${RETRY_AFTER} (${TYPE}409)`,
+    ]);
+  });
+
+  it('visible writes C0, DEL and C1 as \\xHH and leaves other text alone', () => {
+    expect(visible('\x00\x1b[2J\x07\t\r\n\x7f\x80\x9b\x9f\xa0é—✓')).toBe('\\x00\\x1b[2J\\x07\\x09\\x0d\\x0a\\x7f\\x80\\x9b\\x9f\xa0é—✓');
+    expect(visible('urn:idem:problem:idempotency-key-in-use')).toBe('urn:idem:problem:idempotency-key-in-use');
   });
 });

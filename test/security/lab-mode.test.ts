@@ -3,6 +3,10 @@
  * server (IDEM_LAB=0) and, as a control that proves the probe works, on a lab-mode one: the fault headers
  * (`Idem-Lab-Fault`, `Idem-Lab-Fail`, `Idem-Lab-Delay-Ms`), the sandbox `sk_lab_*` keys, `/v1/lab/reset`, the
  * model routes, and the `IDEM_CLOCK_SKEW_MS` setting (refused at startup without lab mode).
+ *
+ * And lab mode stays on the developer's machine (issue 7, item 4): it refuses a HOST that is not loopback unless
+ * IDEM_LAB_ALLOW_REMOTE=1, and the well-known sk_test_ keys exist in lab mode only (outside it, no IDEM_API_KEYS
+ * is a refusal to start). A refusal is one line on stderr and exit code 2.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -28,6 +32,32 @@ async function charge(url: string, headers: Record<string, string>): Promise<{ s
   }
 }
 
+/**
+ * Runs the demo server with `env` until it exits; one that starts listening instead is stopped and reported as
+ * `listening` (so a configuration that should be refused fails the test rather than hanging it).
+ */
+async function startup(env: Record<string, string>): Promise<{ code: number | string | null; stdout: string; stderr: string }> {
+  const root = fileURLToPath(new URL('../..', import.meta.url));
+  const child = spawn(process.execPath, ['--import', 'tsx', 'demo/server.ts'], {
+    cwd: root,
+    env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  let listening = false;
+  child.stdout.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+    if (!listening && stdout.includes('listening')) {
+      listening = true;
+      child.kill('SIGKILL');
+    }
+  });
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  return { code: listening ? 'listening' : code, stdout, stderr };
+}
+
 const balance = async (url: string) => (await (await fetch(`${url}/v1/balance`, { headers: ALICE })).json()) as { charged: number; count: number };
 
 describe('lab fault headers and lab routes do nothing unless lab mode is on', () => {
@@ -36,7 +66,8 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
   let lab: DemoProcess;
   beforeAll(async () => {
     [production, lab] = await Promise.all([
-      startDemo({ IDEM_STORE: `sqlite:${dir.path}/prod.db`, IDEM_LAB: '0' }),
+      // Outside lab mode the well-known key is live only because it is listed explicitly.
+      startDemo({ IDEM_STORE: `sqlite:${dir.path}/prod.db`, IDEM_LAB: '0', IDEM_API_KEYS: 'sk_test_alice:acct_alice' }),
       startDemo({ IDEM_STORE: `sqlite:${dir.path}/lab.db`, IDEM_LAB: '1' }),
     ]);
   });
@@ -97,5 +128,23 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
     expect([code, output.includes('IDEM_CLOCK_SKEW_MS'), output.includes('listening')]).toEqual([2, true, false]);
+  });
+
+  it('lab mode refuses a HOST that is not loopback: one line on stderr, exit 2, nothing bound', async () => {
+    const refused = await startup({ IDEM_LAB: '1', HOST: '0.0.0.0' });
+    expect(refused).toEqual({
+      code: 2,
+      stdout: '',
+      stderr:
+        'idem demo: lab mode listens on loopback only, got HOST=0.0.0.0: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.\n',
+    });
+  });
+
+  it('the sk_test_ keys are lab-only: outside lab mode, no IDEM_API_KEYS is a one-line refusal to start (exit 2)', async () => {
+    expect(await startup({ IDEM_LAB: '0' })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr: 'idem demo: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.\n',
+    });
   });
 });

@@ -1,8 +1,9 @@
 /**
  * Body and response size limits hold in the Web layer (issue 6, item 4): a keyed request body over
  * `maxBodyBytes` is a 413 problem with nothing claimed and the handler never run; a response over
- * `maxResponseBytes` is answered, stored and replayed as a final 500 `response-too-large` problem, so no
- * oversized body is ever stored. (Over TCP the demo's 1 MiB limit is fuzzed in test/fuzz/input.test.ts.)
+ * `maxResponseBytes` (body plus stored header names and values) is answered, stored and replayed as a final 500
+ * `response-too-large` problem, so no oversized body is ever stored. (Over TCP the demo's 1 MiB limit is fuzzed in
+ * test/fuzz/input.test.ts; the demo's own limits before a body is read are in ./demo-hardening.test.ts.)
  */
 import { describe, expect, it } from 'vitest';
 import { idempotency } from 'idem/http';
@@ -15,7 +16,7 @@ describe('size limits in the Web layer', () => {
   it('a request body of maxBodyBytes runs; one byte more is a 413 problem, claims nothing and never runs the handler', async () => {
     const store = memoryStore();
     let runs = 0;
-    const handle = idempotency({ store, ttlMs: 60_000, leaseMs: 5_000, maxBodyBytes: 1024 })(async (request) => {
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxBodyBytes: 1024 })(async (request) => {
       runs++;
       return new Response(String((await request.arrayBuffer()).byteLength), { status: 201 });
     });
@@ -27,13 +28,13 @@ describe('size limits in the Web layer', () => {
       'application/problem+json',
       'urn:idem:problem:request-too-large',
     ]);
-    expect([runs, await store.get('IDEMPOTENCY#global#over')]).toEqual([1, null]);
+    expect([runs, await store.get('IDEMPOTENCY#single-tenant#over')]).toEqual([1, null]);
   });
 
   it('a response over maxResponseBytes is answered and replayed as the same final 500, and only that problem is stored', async () => {
     const store = memoryStore();
     let runs = 0;
-    const handle = idempotency({ store, ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(async () => {
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(async () => {
       runs++;
       return new Response('x'.repeat(1025), { status: 201, headers: { 'content-type': 'text/plain' } });
     });
@@ -42,7 +43,7 @@ describe('size limits in the Web layer', () => {
     const replay = await handle(post('big', new Uint8Array(1)));
     expect([first.status, (JSON.parse(firstBody) as { type: string }).type]).toEqual([500, 'urn:idem:problem:response-too-large']);
     expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text(), runs]).toEqual([500, 'true', firstBody, 1]);
-    const stored = await store.get('IDEMPOTENCY#global#big');
+    const stored = await store.get('IDEMPOTENCY#single-tenant#big');
     expect([stored?.status, stored?.retryable, stored?.response?.status, Buffer.from(stored?.response?.body ?? []).toString()]).toEqual([
       'failed',
       false,
@@ -52,12 +53,18 @@ describe('size limits in the Web layer', () => {
     expect((stored?.response?.body.byteLength ?? Infinity) < 1024).toBe(true);
   });
 
-  it('a response of exactly maxResponseBytes is stored whole and replayed byte for byte', async () => {
+  it('a response weighing exactly maxResponseBytes (body plus stored header names and values) is stored whole and replayed byte for byte; one byte more is the final 500', async () => {
     const store = memoryStore();
-    const body = 'y'.repeat(1024);
-    const handle = idempotency({ store, ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(async () => new Response(body, { status: 201 }));
-    await handle(post('edge', new Uint8Array(1)));
-    const replay = await handle(post('edge', new Uint8Array(1)));
-    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text()]).toEqual([201, 'true', body]);
+    // 'content-type' + 'text/plain' weigh 22 bytes: a 1002-byte body brings the response to the 1024 limit.
+    const respond = (body: string) =>
+      idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(
+        async () => new Response(body, { status: 201, headers: { 'content-type': 'text/plain' } }),
+      );
+    const fits = 'y'.repeat(1002);
+    await respond(fits)(post('edge', new Uint8Array(1)));
+    const replay = await respond(fits)(post('edge', new Uint8Array(1)));
+    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text()]).toEqual([201, 'true', fits]);
+    const over = await respond('y'.repeat(1003))(post('over', new Uint8Array(1)));
+    expect([over.status, ((await over.json()) as { type: string }).type]).toEqual([500, 'urn:idem:problem:response-too-large']);
   });
 });

@@ -220,7 +220,7 @@ describe('payments API process lifecycle', () => {
 
   it('lab fault headers do nothing unless lab mode is on', async () => {
     const dir = tempDir();
-    const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0' });
+    const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0', IDEM_API_KEYS: 'sk_test_alice:acct_alice' });
     try {
       const alice = api(server.url);
       const headers = { 'idem-lab-fault': 'drop-after-commit', 'idem-lab-fail': '503', 'idem-lab-delay-ms': '60000' };

@@ -39,10 +39,22 @@ export interface AppOptions {
   readonly model?: (request: Request, account: string) => Promise<Response | undefined>;
 }
 
+/**
+ * What the bridge does with a request, decided from its line and headers before a byte of its body is read:
+ * answer it at once with this response (the body is never read), read the body (`'body'`), or call the app
+ * without it (`'no-body'`: the route reads none).
+ */
+export type Admission = Response | 'body' | 'no-body';
+
 export interface App {
   (request: Request): Promise<Response>;
   /** True when the node bridge must commit, then drop the connection without answering (lab only). */
   dropsAfterCommit(request: Request): boolean;
+  /**
+   * Called with the request's head (no body) before the body is read: a caller without a valid API key gets its
+   * 401 here, so an anonymous sender never makes the server buffer a body.
+   */
+  admit(head: Request): Admission;
 }
 
 const json = (body: unknown, status = 200): Response =>
@@ -118,6 +130,22 @@ export function createApp(options: AppOptions): App {
     return json(charge, 201);
   });
 
+  const unauthorized = (): Response =>
+    problem({
+      status: 401,
+      slug: 'unauthorized',
+      title: 'Unauthorized',
+      detail: 'Send a valid API key as `Authorization: Bearer <key>`.',
+      headers: { 'www-authenticate': 'Bearer' },
+    });
+
+  /** Every `/v1/` route needs an account; only its non-GET methods read a body. The pages and `/healthz` read none. */
+  const admit = (head: Request): Admission => {
+    if (!new URL(head.url).pathname.startsWith('/v1/')) return 'no-body';
+    if (!accountOf(head)) return unauthorized();
+    return head.method === 'GET' || head.method === 'HEAD' ? 'no-body' : 'body';
+  };
+
   async function route(request: Request): Promise<Response> {
     const url = new URL(request.url);
     const path = url.pathname;
@@ -125,15 +153,7 @@ export function createApp(options: AppOptions): App {
     if (!path.startsWith('/v1/')) return (await options.pages?.(request)) ?? notFound(path);
 
     const account = accountOf(request);
-    if (!account) {
-      return problem({
-        status: 401,
-        slug: 'unauthorized',
-        title: 'Unauthorized',
-        detail: 'Send a valid API key as `Authorization: Bearer <key>`.',
-        headers: { 'www-authenticate': 'Bearer' },
-      });
-    }
+    if (!account) return unauthorized();
 
     if (path === '/v1/charges') {
       if (request.method === 'GET') {
@@ -190,6 +210,7 @@ export function createApp(options: AppOptions): App {
   };
   return Object.assign(app, {
     dropsAfterCommit: (request: Request) => lab && request.headers.get('idem-lab-fault') === 'drop-after-commit',
+    admit,
   });
 }
 

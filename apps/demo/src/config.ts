@@ -17,8 +17,28 @@ export interface DemoConfig {
   readonly cacheSize: number;
   /** Lab fault headers honoured (`IDEM_LAB=1`). Never on unless asked for. */
   readonly lab: boolean;
-  /** API key → account. */
+  /** Lab mode may listen on an address that is not loopback (`IDEM_LAB_ALLOW_REMOTE=1`). Off: `HOST` must be loopback. */
+  readonly labAllowRemote: boolean;
+  /**
+   * API key → account. Unset, lab mode gets the well-known `sk_test_alice`/`sk_test_bob`; outside lab mode it is
+   * empty, and `checkServable` refuses to start.
+   */
   readonly apiKeys: ReadonlyMap<string, string>;
+  /**
+   * `Host` header names served (`IDEM_ALLOWED_HOSTS`), lowercase: `name` (any port) or `name:port`; `['*']` is any
+   * Host. Undefined: the loopback names only (`LOOPBACK_HOSTS`, and `host` itself when it is a loopback address).
+   */
+  readonly allowedHosts: readonly string[] | undefined;
+  /** Connections held at once (`server.maxConnections`); beyond it a new connection is closed at once. */
+  readonly maxConnections: number;
+  /** Time to receive a request's headers (`server.headersTimeout`); then 408 and the connection is closed. */
+  readonly headersTimeoutMs: number;
+  /** Time to receive a whole request, headers and body (`server.requestTimeout`); then 408. */
+  readonly requestTimeoutMs: number;
+  /** `/metrics` is served on this port only (0: a free one); undefined (the default): no metrics listener. */
+  readonly metricsPort: number | undefined;
+  /** The address the metrics listener binds. */
+  readonly metricsHost: string;
   readonly mismatchStatus: 400 | 422;
   /**
    * Lab and tests only (`IDEM_LAB=1`): offsets this process's engine clock by N ms, so several processes on one
@@ -34,8 +54,16 @@ export const DEFAULTS = {
   ledger: './.idem/ledger.db',
   ttlMs: 86_400_000,
   leaseMs: 10_000,
-  apiKeys: 'sk_test_alice:acct_alice,sk_test_bob:acct_bob',
+  /** The well-known test keys: lab mode only. */
+  labApiKeys: 'sk_test_alice:acct_alice,sk_test_bob:acct_bob',
+  maxConnections: 256,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
+  metricsHost: '127.0.0.1',
 } as const;
+
+/** The `Host` names served unless `IDEM_ALLOWED_HOSTS` says otherwise: a browser only sends these to a loopback server. */
+export const LOOPBACK_HOSTS: readonly string[] = ['localhost', '127.0.0.1', '[::1]'];
 
 /** Flag name → environment variable. `idem serve --help` prints this table. */
 export const OPTIONS = {
@@ -46,8 +74,15 @@ export const OPTIONS = {
   'ttl-ms': { env: 'IDEM_TTL_MS', help: 'how long records live, ms (default 86400000 = 24 h)' },
   'lease-ms': { env: 'IDEM_LEASE_MS', help: `how long a claim holds a key before takeover, ms (default ${DEFAULTS.leaseMs})` },
   'cache-size': { env: 'IDEM_CACHE_SIZE', help: 'finished records kept in process: hot replays cost no store trip (default 0 = off)' },
-  lab: { env: 'IDEM_LAB', help: 'honour the lab fault headers (1 to enable; `npm start` does)' },
-  'api-keys': { env: 'IDEM_API_KEYS', help: 'comma-separated apikey:account pairs' },
+  lab: { env: 'IDEM_LAB', help: 'honour the lab fault headers and sk_lab_ keys (1 to enable; `npm start` does)' },
+  'lab-allow-remote': { env: 'IDEM_LAB_ALLOW_REMOTE', help: 'let lab mode listen on a HOST that is not loopback (1 to allow; default 0)' },
+  'api-keys': { env: 'IDEM_API_KEYS', help: 'comma-separated apikey:account pairs (required outside lab mode)' },
+  'allowed-hosts': { env: 'IDEM_ALLOWED_HOSTS', help: 'Host header names served, comma-separated, name or name:port; * for any (default loopback names)' },
+  'max-connections': { env: 'IDEM_MAX_CONNECTIONS', help: `connections held at once; more are closed at once (default ${DEFAULTS.maxConnections})` },
+  'headers-timeout-ms': { env: 'IDEM_HEADERS_TIMEOUT_MS', help: `time to receive a request's headers, ms (default ${DEFAULTS.headersTimeoutMs})` },
+  'request-timeout-ms': { env: 'IDEM_REQUEST_TIMEOUT_MS', help: `time to receive a whole request, ms (default ${DEFAULTS.requestTimeoutMs})` },
+  'metrics-port': { env: 'IDEM_METRICS_PORT', help: 'serve /metrics on this port only (default: off; 0 picks a free one)' },
+  'metrics-host': { env: 'IDEM_METRICS_HOST', help: `address the metrics port binds (default ${DEFAULTS.metricsHost})` },
   'mismatch-status': { env: 'IDEM_MISMATCH_STATUS', help: 'status for a reused key with another payload: 400 or 422' },
   'clock-skew-ms': { env: 'IDEM_CLOCK_SKEW_MS', help: 'lab/tests only: offset the engine clock by N ms (-60000…60000; needs IDEM_LAB=1)' },
 } as const;
@@ -103,18 +138,23 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   if (mismatch !== 400 && mismatch !== 422) {
     throw new ConfigError(`IDEM_MISMATCH_STATUS (--mismatch-status) must be 400 or 422, got ${mismatch}.`);
   }
-  const lab = get('lab') ?? '';
-  if (!['', '0', '1', 'true', 'false'].includes(lab)) throw new ConfigError(`IDEM_LAB (--lab) must be 1 or 0, got "${lab}".`);
+  const flag = (name: 'lab' | 'lab-allow-remote'): boolean => {
+    const raw = get(name) ?? '';
+    if (!['', '0', '1', 'true', 'false'].includes(raw)) throw new ConfigError(`${OPTIONS[name].env} (--${name}) must be 1 or 0, got "${raw}".`);
+    return raw === '1' || raw === 'true';
+  };
+  const lab = flag('lab');
   const skew = get('clock-skew-ms') ?? '';
   const clockSkewMs = skew === '' ? 0 : Number(skew);
   if (!Number.isInteger(clockSkewMs) || Math.abs(clockSkewMs) > 60_000) {
     throw new ConfigError(`IDEM_CLOCK_SKEW_MS (--clock-skew-ms) must be an integer from -60000 to 60000, got "${skew}".`);
   }
-  if (clockSkewMs !== 0 && !(lab === '1' || lab === 'true')) {
+  if (clockSkewMs !== 0 && !lab) {
     throw new ConfigError('IDEM_CLOCK_SKEW_MS (--clock-skew-ms) is a lab setting: it needs IDEM_LAB=1.');
   }
   const apiKeys = new Map<string, string>();
-  for (const pair of (get('api-keys') || DEFAULTS.apiKeys).split(',')) {
+  const keys = get('api-keys') || (lab ? DEFAULTS.labApiKeys : '');
+  for (const pair of keys ? keys.split(',') : []) {
     const [apiKey, account, ...rest] = pair.trim().split(':');
     if (!apiKey || !account || rest.length > 0) {
       throw new ConfigError(`IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas, got "${pair}".`);
@@ -126,6 +166,16 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   if (ttlMs <= leaseMs) {
     throw new ConfigError(`IDEM_TTL_MS (--ttl-ms) must be greater than IDEM_LEASE_MS (--lease-ms, ${leaseMs}), got ${ttlMs}: a record cannot expire while its claim holds it.`);
   }
+  const headersTimeoutMs = integer('headers-timeout-ms', DEFAULTS.headersTimeoutMs, 1);
+  const requestTimeoutMs = integer('request-timeout-ms', DEFAULTS.requestTimeoutMs, 1);
+  if (headersTimeoutMs > requestTimeoutMs) {
+    throw new ConfigError(
+      `IDEM_HEADERS_TIMEOUT_MS (--headers-timeout-ms) must not exceed IDEM_REQUEST_TIMEOUT_MS (${requestTimeoutMs}), got ${headersTimeoutMs}.`,
+    );
+  }
+  const metricsRaw = get('metrics-port') ?? '';
+  const metricsPort = metricsRaw === '' ? undefined : integer('metrics-port', 0, 0);
+  if (metricsPort !== undefined && metricsPort > 65_535) throw new ConfigError(`IDEM_METRICS_PORT (--metrics-port) must be at most 65535, got ${metricsPort}.`);
   return {
     port,
     host: get('host') || DEFAULTS.host,
@@ -134,8 +184,15 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
     ttlMs,
     leaseMs,
     cacheSize: integer('cache-size', 0, 0),
-    lab: lab === '1' || lab === 'true',
+    lab,
+    labAllowRemote: flag('lab-allow-remote'),
     apiKeys,
+    allowedHosts: parseAllowedHosts(get('allowed-hosts')),
+    maxConnections: integer('max-connections', DEFAULTS.maxConnections, 1),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    metricsPort,
+    metricsHost: get('metrics-host') || DEFAULTS.metricsHost,
     mismatchStatus: mismatch,
     clockSkewMs,
   };
@@ -148,4 +205,58 @@ function ledgerPath(raw: string): string {
     throw new ConfigError(`IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${raw}".`);
   }
   return path;
+}
+
+/** A `Host` allow-list entry: a reg-name, IPv4 or bracketed IPv6 address, with an optional port. */
+const HOST_ENTRY = /^(?:\[[0-9a-f:.]+\]|[a-z0-9._~!$&'()*+,;=%-]+)(?::\d{1,5})?$/;
+
+function parseAllowedHosts(raw: string | undefined): readonly string[] | undefined {
+  if (raw === undefined || raw.trim() === '') return undefined;
+  const entries = raw.split(',').map((entry) => entry.trim().toLowerCase());
+  if (entries.includes('*')) {
+    if (entries.length > 1) throw new ConfigError(`IDEM_ALLOWED_HOSTS (--allowed-hosts) is either * alone or a list of names, got "${raw}".`);
+    return ['*'];
+  }
+  for (const entry of entries) {
+    if (!HOST_ENTRY.test(entry)) {
+      throw new ConfigError(`IDEM_ALLOWED_HOSTS (--allowed-hosts) must be names or name:port separated by commas, got "${entry}".`);
+    }
+  }
+  return entries;
+}
+
+/** True for an address that only this machine can reach: `localhost`, 127.0.0.0/8, `::1`. */
+export function isLoopback(host: string): boolean {
+  const bare = host.toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  return bare === 'localhost' || bare === '::1' || /^127(?:\.\d{1,3}){3}$/.test(bare);
+}
+
+/**
+ * Refuses a configuration that parses but must not serve (a `ConfigError`, one line, naming the variables):
+ *
+ * - lab mode (any made-up `sk_lab_` key is an account; the fault headers hold keys) on an address that is not
+ *   loopback, unless `IDEM_LAB_ALLOW_REMOTE=1`;
+ * - no API keys: outside lab mode the well-known test keys are off, so `IDEM_API_KEYS` is required;
+ * - a listener (the API's or the metrics one) on an address that is not loopback with the default, loopback-only
+ *   `Host` allow-list: every remote request would be refused, so `IDEM_ALLOWED_HOSTS` must name the hosts served.
+ *
+ * @example
+ * checkServable(loadConfig(process.env)) // throws before anything is opened or bound
+ */
+export function checkServable(config: DemoConfig): void {
+  if (config.lab && !config.labAllowRemote && !isLoopback(config.host)) {
+    throw new ConfigError(
+      `lab mode listens on loopback only, got HOST=${config.host}: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.`,
+    );
+  }
+  if (config.apiKeys.size === 0) {
+    throw new ConfigError('IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.');
+  }
+  for (const [variable, host] of [['HOST', config.host], ['IDEM_METRICS_HOST', config.metricsPort === undefined ? '127.0.0.1' : config.metricsHost]] as const) {
+    if (config.allowedHosts === undefined && !isLoopback(host)) {
+      throw new ConfigError(
+        `${variable}=${host} is not loopback: set IDEM_ALLOWED_HOSTS to the Host names clients use (or * when a proxy checks Host).`,
+      );
+    }
+  }
 }

@@ -63,14 +63,18 @@ export function createLogger({ level = process.env.LOG_LEVEL || 'info', destinat
         else logger.error({ ...fields, err: describeError(event.error) }, 'store call failed');
         return;
       }
+      if (event.type === 'refused') {
+        logger.info({ event: event.type, reason: event.reason, route: event.route, scope: event.scope }, 'refused before any claim');
+        return;
+      }
       // The key is a bearer of the client's intent (whoever holds it can replay the answer): log its hash only.
-      const fields = { event: event.type, scope: event.scope, keyHash: keyHash(event.key) };
+      const fields = { event: event.type, scope: event.scope, keyHash: keyHash(event.key), id: event.id, route: event.route };
       switch (event.type) {
         case 'executed':
-          logger.info({ ...fields, outcome: event.outcome }, 'work ran; outcome recorded');
+          logger.info({ ...fields, outcome: event.outcome, status: event.status, ms: event.ms }, 'work ran; outcome recorded');
           break;
         case 'replayed':
-          logger.info(fields, 'replayed the stored response');
+          logger.info({ ...fields, status: event.status }, 'replayed the stored response');
           break;
         case 'in_flight':
           logger.info(fields, 'duplicate while the first attempt runs: 409');

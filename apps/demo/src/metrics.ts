@@ -3,6 +3,7 @@
  */
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { IdempotencyEvent, OutcomeKind, StoreOp } from 'idem';
+import { problem } from 'idem/http';
 import type { App } from './app.js';
 
 const OUTCOMES: readonly OutcomeKind[] = ['succeeded', 'failed-final', 'failed-retryable', 'release'];
@@ -18,6 +19,8 @@ export interface DemoMetrics {
   readonly registry: Registry;
   /** Pass to the engine as `onEvent` (or call from yours). Never throws. */
   onEvent(event: IdempotencyEvent): void;
+  /** Counts a connection the API listener closed at once because it held `maxConnections` already. */
+  onConnectionDropped(): void;
   /** The Prometheus text exposition. */
   response(): Promise<Response>;
 }
@@ -37,10 +40,11 @@ export interface DemoMetrics {
  * | `idem_stale_writes_refused_total` | `op` | `stale_write_refused` — a late writer's fenced write was refused |
  * | `idem_store_errors_total` | `op` | `store_op` with `ok: false` |
  * | `idem_store_op_duration_seconds` | `op` | `store_op` — histogram of the store round trip |
+ * | `idem_http_connections_dropped_total` | | (the listener) a connection closed unanswered: `maxConnections` reached |
  *
  * @example
  * const metrics = createMetrics()
- * const app = withMetrics(createApp({ ...options, onEvent: metrics.onEvent }), metrics)
+ * const app = createApp({ ...options, onEvent: metrics.onEvent }); const scrape = metricsApp(metrics)
  */
 export function createMetrics({ defaultMetrics = true }: { readonly defaultMetrics?: boolean } = {}): DemoMetrics {
   const registry = new Registry();
@@ -89,6 +93,11 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     buckets: LATENCY_BUCKETS,
     registers,
   });
+  const dropped = new Counter({
+    name: 'idem_http_connections_dropped_total',
+    help: 'Connections the API listener closed unanswered because it already held maxConnections.',
+    registers,
+  });
   for (const outcome of OUTCOMES) executions.inc({ outcome }, 0);
   for (const op of FENCED_OPS) staleWrites.inc({ op }, 0);
   for (const op of STORE_OPS) {
@@ -133,25 +142,28 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   return {
     registry,
     onEvent,
+    onConnectionDropped: () => dropped.inc(),
     response: async () =>
       new Response(await registry.metrics(), { status: 200, headers: { 'content-type': registry.contentType, 'cache-control': 'no-store' } }),
   };
 }
 
 /**
- * Serves `GET /metrics` in front of the app; every other request goes to the app unchanged. The endpoint is
- * unauthenticated, as Prometheus scrapers expect: expose it on an internal network only.
+ * The metrics listener's app: `GET /metrics` and nothing else. It is served on its own port (`IDEM_METRICS_PORT`,
+ * loopback by default), never on the API's: a proxy that exposes the API does not expose the counters, no scrape
+ * secret has to be shared, and a scrape still gets through while the API's connection cap is full.
  *
  * @example
- * const server = serve(withMetrics(app, metrics))
+ * const scrape = serve(metricsApp(metrics)); scrape.listen(9464, '127.0.0.1')
  */
-export function withMetrics(app: App, metrics: DemoMetrics): App {
-  const wrapped = async (request: Request): Promise<Response> => {
-    if (new URL(request.url).pathname !== '/metrics') return app(request);
+export function metricsApp(metrics: DemoMetrics): App {
+  const app = async (request: Request): Promise<Response> => {
+    const { pathname } = new URL(request.url);
+    if (pathname !== '/metrics') return problem({ status: 404, slug: 'not-found', title: 'Not found', detail: `No route for ${pathname}.` });
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      return new Response('Method not allowed\n', { status: 405, headers: { allow: 'GET' } });
+      return problem({ status: 405, slug: 'method-not-allowed', title: 'Method not allowed', headers: { allow: 'GET' } });
     }
     return metrics.response();
   };
-  return Object.assign(wrapped, { dropsAfterCommit: (request: Request) => app.dropsAfterCommit(request) });
+  return Object.assign(app, { dropsAfterCommit: () => false, admit: () => 'no-body' as const });
 }

@@ -5,33 +5,84 @@ import { createServer, STATUS_CODES, type IncomingMessage, type Server, type Ser
 import type { Socket } from 'node:net';
 import { problem } from 'idem/http';
 import { MAX_BODY_BYTES, type App } from './app.js';
+import { LOOPBACK_HOSTS } from './config.js';
+
+export interface ServeOptions {
+  /**
+   * `Host` names served, lowercase: `name` matches it with any port (or none), `name:port` that port only, `*` any
+   * Host. Any other Host (a DNS-rebinding page names its own domain) is answered 421 before anything else is looked
+   * at. Default: the loopback names (`localhost`, `127.0.0.1`, `[::1]`).
+   */
+  readonly allowedHosts?: readonly string[];
+  /** Connections held at once (`server.maxConnections`); a connection beyond it is closed unanswered. Default 256. */
+  readonly maxConnections?: number;
+  /** Time to receive a request's headers, then 408 (`server.headersTimeout`). Default 10 s. */
+  readonly headersTimeoutMs?: number;
+  /** Time to receive a whole request, then 408 (`server.requestTimeout`). Default 30 s. */
+  readonly requestTimeoutMs?: number;
+  /** How long an idle keep-alive connection is held (`server.keepAliveTimeout`). Default 5 s. */
+  readonly keepAliveTimeoutMs?: number;
+  /** Called for each connection closed because `maxConnections` were held (node's `drop` event). */
+  readonly onDrop?: () => void;
+}
 
 /**
- * Serves `app` on node:http. Bodies over the limit are refused with 413 before the app sees them. Requests the
- * HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over 16 KiB) and
- * requests without a usable Host or target get a problem+json answer too, never a bare status line or a dropped
- * socket; and an error in bytes that follow a request never replaces that request's own answer.
+ * Serves `app` on node:http. Each request is judged on its line and headers first: an invalid or unlisted Host
+ * (400, 421) or a refusal from `app.admit` (a missing or bad API key: 401) is answered at once, its body never read
+ * (and with `Expect: 100-continue`, never sent). Only then is the body read, and over the limit it is a 413.
+ * Requests the HTTP parser refuses (a bad method, a control byte in a header, a lying Content-Length, headers over
+ * 16 KiB, headers or a request too slow to arrive) get a problem+json answer too, never a bare status line or a
+ * dropped socket; and an error in bytes that follow a request never replaces that request's own answer.
  *
  * @example
- * const server = serve(app); server.listen(4000, '127.0.0.1')
+ * const server = serve(app, { maxConnections: 256 }); server.listen(4000, '127.0.0.1')
  */
-export function serve(app: App): Server & { inFlight(): number } {
+export function serve(
+  app: App,
+  {
+    allowedHosts = LOOPBACK_HOSTS,
+    maxConnections = 256,
+    headersTimeoutMs = 10_000,
+    requestTimeoutMs = 30_000,
+    keepAliveTimeoutMs = 5_000,
+    onDrop,
+  }: ServeOptions = {},
+): Server & { inFlight(): number } {
+  for (const [name, value] of Object.entries({ maxConnections, headersTimeoutMs, requestTimeoutMs, keepAliveTimeoutMs })) {
+    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
+  }
+  if (headersTimeoutMs > requestTimeoutMs) throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
+  const allowed = hostAllowList(allowedHosts);
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
   const answering = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
-  // Node's own Host check answers a bare 400; `handle` answers it with a problem instead.
-  const server = createServer({ requireHostHeader: false }, (req, res) => {
+  const onRequest = (expectsContinue: boolean) => (req: IncomingMessage, res: ServerResponse) => {
     inFlight++;
     answering.set(req.socket, { req, res });
     res.on('close', () => {
       inFlight--;
       if (answering.get(req.socket)?.res === res) answering.delete(req.socket);
     });
-    handle(app, req, res).catch((error: unknown) => {
-      console.error('demo: bridge failed', error);
+    handle(app, allowed, req, res, expectsContinue).catch((error: unknown) => {
+      // A body cut short (the client went away, or the request timed out and was answered 408) is not a failure.
+      if ((error as { code?: string }).code !== 'ECONNRESET') console.error('demo: bridge failed', error);
       res.destroy();
     });
-  });
+  };
+  const server = createServer(
+    {
+      // Node's own Host check answers a bare 400; `handle` answers it with a problem instead.
+      requireHostHeader: false,
+      headersTimeout: headersTimeoutMs,
+      requestTimeout: requestTimeoutMs,
+      keepAliveTimeout: keepAliveTimeoutMs,
+      // Node checks the two timeouts above on this period (default 30 s, which would let a 30 s limit run to 60).
+      connectionsCheckingInterval: Math.min(1_000, headersTimeoutMs),
+    },
+    onRequest(false),
+  );
+  // `Expect: 100-continue`: the 100 is sent only once the request is admitted, so a refused sender never sends its body.
+  server.on('checkContinue', onRequest(true));
   server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
     const pending = answering.get(socket);
     if (pending?.req.complete && !pending.res.writableFinished) {
@@ -46,15 +97,35 @@ export function serve(app: App): Server & { inFlight(): number } {
       return;
     }
     const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-    socket.end(rawProblem(status, 'The request is not valid HTTP/1.1 (its request line, headers or framing).'));
+    socket.end(
+      status === 408
+        ? rawProblem(408, 'request-timeout', 'The request did not arrive in time: its headers, or the whole request.')
+        : rawProblem(status, 'http-invalid', 'The request is not valid HTTP/1.1 (its request line, headers or framing).'),
+    );
   });
-  server.keepAliveTimeout = 5_000;
+  // Past the cap node closes a new connection at once, unanswered: under a flood of slow connections the ones
+  // already held keep being served, and memory stays bounded.
+  server.maxConnections = maxConnections;
+  if (onDrop) server.on('drop', onDrop);
+  server.keepAliveTimeout = keepAliveTimeoutMs;
   return Object.assign(server, { inFlight: () => inFlight });
 }
 
+/** A matcher for `Host` values (and absolute-form authorities) against the allow-list. */
+function hostAllowList(entries: readonly string[]): (host: string) => boolean {
+  if (entries.includes('*')) return () => true;
+  const names = new Set(entries.map((entry) => entry.toLowerCase()));
+  return (host) => {
+    const value = host.toLowerCase();
+    if (names.has(value)) return true;
+    const port = /:\d{1,5}$/.exec(value);
+    return port !== null && names.has(value.slice(0, port.index));
+  };
+}
+
 /** A complete HTTP/1.1 problem+json response as bytes, for answers written before node:http has a response. */
-function rawProblem(status: number, detail: string): string {
-  const body = JSON.stringify({ type: 'urn:idem:problem:http-invalid', title: STATUS_CODES[status] ?? 'Bad Request', status, detail });
+function rawProblem(status: number, slug: string, detail: string): string {
+  const body = JSON.stringify({ type: `urn:idem:problem:${slug}`, title: STATUS_CODES[status] ?? 'Bad Request', status, detail });
   return [
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Bad Request'}`,
     'content-type: application/problem+json',
@@ -87,7 +158,89 @@ function requestUrl(target: string): URL | undefined {
   }
 }
 
-async function handle(app: App, req: IncomingMessage, res: ServerResponse): Promise<void> {
+/** The authority of an absolute-form target (`http://host:port/path`), which RFC 9112 §3.2.2 puts above Host. */
+function targetAuthority(target: string): string | undefined {
+  if (target.startsWith('/')) return undefined;
+  try {
+    return new URL(target).host;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * How long a connection whose request was answered before its body was read is kept open, the rest of that body
+ * left unread, before it is cut. Cutting at once would reset the connection over the unread bytes, and a client
+ * still sending could see the reset instead of its answer (the "lingering close" of Apache and nginx).
+ */
+const LINGER_MS = 2_000;
+
+/**
+ * Answers `req` without reading its body. When the body is still to come, the answer goes straight onto the
+ * socket with `Connection: close` and a FIN, and the body is left unread: node reads at most the request stream's
+ * small buffer (16 KiB) before it stops reading the socket, and the connection is cut after LINGER_MS. Under
+ * `Expect: 100-continue` the body was never asked for, so the answer simply closes the connection.
+ */
+async function answerEarly(req: IncomingMessage, res: ServerResponse, response: Response, close: boolean, expectsContinue: boolean): Promise<void> {
+  const pending = !req.complete && (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0');
+  if (!pending || expectsContinue) {
+    await write(res, response, close || expectsContinue);
+    return;
+  }
+  const socket = req.socket;
+  const bytes = await rawResponse(response, req.method === 'HEAD');
+  const cut = setTimeout(() => socket.destroy(), LINGER_MS);
+  socket.once('close', () => clearTimeout(cut));
+  socket.end(bytes);
+}
+
+/** `response` as the bytes of a complete HTTP/1.1 answer that closes the connection, for writing to the socket. */
+async function rawResponse(response: Response, head: boolean): Promise<Buffer> {
+  const body = Buffer.from(await response.arrayBuffer());
+  const lines = [`HTTP/1.1 ${response.status} ${STATUS_CODES[response.status] ?? ''}`, `date: ${new Date().toUTCString()}`];
+  response.headers.forEach((value, name) => {
+    if (!['connection', 'content-length', 'transfer-encoding', 'set-cookie'].includes(name)) lines.push(`${name}: ${value}`);
+  });
+  for (const cookie of response.headers.getSetCookie()) lines.push(`set-cookie: ${cookie}`);
+  lines.push(`content-length: ${body.byteLength}`, 'connection: close', '', '');
+  return Buffer.concat([Buffer.from(lines.join('\r\n'), 'latin1'), head ? Buffer.alloc(0) : body]);
+}
+
+async function handle(app: App, allowed: (host: string) => boolean, req: IncomingMessage, res: ServerResponse, expectsContinue: boolean): Promise<void> {
+  const url = requestUrl(req.url ?? '/');
+  // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
+  const hosts = req.rawHeaders.filter((_, i) => i % 2 === 0 && req.rawHeaders[i]?.toLowerCase() === 'host').length;
+  const hostInvalid = req.httpVersion === '1.1' && (hosts !== 1 || !HOST.test(req.headers.host ?? ''));
+  if (!url || hostInvalid) {
+    const detail = url ? 'An HTTP/1.1 request needs one valid Host header.' : 'The request target must be a path (or an absolute http URL).';
+    await answerEarly(req, res, problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }), true, expectsContinue);
+    return;
+  }
+  // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 reaches this server with
+  // `Host: evil.example`. Only the names the server is known by are served (an HTTP/1.0 request without Host is
+  // not a browser's).
+  const named = [req.headers.host, targetAuthority(req.url ?? '/')].filter((host): host is string => host !== undefined && host !== '');
+  const stranger = named.find((host) => !allowed(host));
+  if (stranger !== undefined) {
+    const detail = `This server does not serve the host ${JSON.stringify(stranger.slice(0, 100))}. Use the name it is configured for (IDEM_ALLOWED_HOSTS).`;
+    await answerEarly(req, res, problem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }), true, expectsContinue);
+    return;
+  }
+  const headers = new Headers();
+  for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
+  const method = req.method ?? 'GET';
+  const head = new Request(url, { method, headers });
+  // Decided on the head alone: a caller without a valid API key is answered now, and its body is never read.
+  const admission = app.admit(head);
+  if (admission instanceof Response) {
+    await answerEarly(req, res, admission, false, expectsContinue);
+    return;
+  }
+  if (admission === 'no-body') {
+    await answerEarly(req, res, await app(head), false, expectsContinue);
+    return;
+  }
+  if (expectsContinue) res.writeContinue();
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req as AsyncIterable<Buffer>) {
@@ -102,23 +255,7 @@ async function handle(app: App, req: IncomingMessage, res: ServerResponse): Prom
     await write(res, problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: `The body is larger than ${MAX_BODY_BYTES} bytes.` }), true);
     return;
   }
-  const url = requestUrl(req.url ?? '/');
-  // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
-  const hosts = req.rawHeaders.filter((_, i) => i % 2 === 0 && req.rawHeaders[i]?.toLowerCase() === 'host').length;
-  const hostInvalid = req.httpVersion === '1.1' && (hosts !== 1 || !HOST.test(req.headers.host ?? ''));
-  if (!url || hostInvalid) {
-    const detail = url ? 'An HTTP/1.1 request needs one valid Host header.' : 'The request target must be a path (or an absolute http URL).';
-    await write(res, problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }), true);
-    return;
-  }
-  const headers = new Headers();
-  for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
-  const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
-  const request = new Request(url, {
-    method: req.method ?? 'GET',
-    headers,
-    ...(hasBody ? { body: Buffer.concat(chunks) } : {}),
-  });
+  const request = new Request(url, { method, headers, body: Buffer.concat(chunks) });
   const response = await app(request);
   if (app.dropsAfterCommit(request)) {
     // The lab's two generals: the work committed; the answer never arrives.

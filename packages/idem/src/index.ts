@@ -3,8 +3,11 @@
  */
 export { createEngine, classifyStatus, RECOMMENDED_TTL_MS } from './core/engine.js';
 export type {
+  Decision,
   Engine,
   EngineOptions,
+  Lease,
+  Settlement,
   IdempotencyEvent,
   OutcomeKind,
   RunRequest,
@@ -13,6 +16,8 @@ export type {
   WorkContext,
   WorkResult,
 } from './core/engine.js';
+export { idempotent, IdempotentFailure } from './core/function.js';
+export type { IdempotentContext, IdempotentFunction, IdempotentOptions } from './core/function.js';
 export { IdempotencyError, isIdempotencyError } from './core/errors.js';
 export type { IdempotencyErrorCode } from './core/errors.js';
 export { fingerprint, fingerprintsEqual, canonicalJson } from './core/fingerprint.js';

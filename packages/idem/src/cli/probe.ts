@@ -161,7 +161,7 @@ export async function probe({
       throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
     }
     const text = await response.text();
-    if (!response.ok) throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${text.slice(0, 200)}`);
+    if (!response.ok) throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
     return readCount(text, countPath, countUrl);
   }
 
@@ -254,10 +254,10 @@ export async function probe({
         ietf: unsaid('not in the draft'),
         stripe: marked ? yes() : no(`sends ${replayHeader}: true`),
         observed: marked
-          ? `${replayHeader}: ${onRetry ?? ''} on the replay, absent on the first answer`
+          ? `${replayHeader}: ${visible(onRetry ?? '')} on the replay, absent on the first answer`
           : onRetry === null
             ? `no ${replayHeader} header on the replay: a client cannot tell a replay from a fresh execution`
-            : `${replayHeader}: ${onRetry} on the replay, ${onFirst === null ? 'absent' : `"${onFirst}"`} on the first answer`,
+            : `${replayHeader}: ${visible(onRetry)} on the replay, ${onFirst === null ? 'absent' : `"${visible(onFirst)}"`} on the first answer`,
       });
     }
   });
@@ -367,7 +367,7 @@ export async function probe({
       let observed: string;
       if (conflicts.length > 0) {
         result = valid.length === conflicts.length ? 'pass' : 'warn';
-        const values = [...new Set(valid)].join(', ');
+        const values = [...new Set(valid)].map(visible).join(', ');
         observed =
           valid.length === conflicts.length
             ? `${conflicts.length} × 409 with Retry-After: ${values}`
@@ -541,7 +541,7 @@ function readCount(text: string, path: string | undefined, url: string): number 
     try {
       value = JSON.parse(text);
     } catch {
-      throw new CommandError(`--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${text.slice(0, 200)}`);
+      throw new CommandError(`--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${visible(text.slice(0, 200))}`);
     }
     for (const part of path.split('.').filter(Boolean)) {
       value = value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[part] : undefined;
@@ -550,7 +550,7 @@ function readCount(text: string, path: string | undefined, url: string): number 
   const number = typeof value === 'number' ? value : typeof value === 'string' && value !== '' ? Number(value) : NaN;
   if (!Number.isFinite(number)) {
     throw new CommandError(
-      `--count-url ${url}${path ? ` at --count-path ${path}` : ''} is not a number (got ${JSON.stringify(value)?.slice(0, 120)})`,
+      `--count-url ${url}${path ? ` at --count-path ${path}` : ''} is not a number (got ${visible(`${JSON.stringify(value)?.slice(0, 120)}`)})`,
     );
   }
   return number;
@@ -579,10 +579,53 @@ function problemType(answer: Answer): string | undefined {
     const parsed = JSON.parse(new TextDecoder().decode(answer.body)) as Record<string, unknown>;
     const error = parsed.error as Record<string, unknown> | undefined;
     const found = parsed.type ?? error?.code ?? error?.type ?? parsed.code;
-    return typeof found === 'string' ? found : undefined;
+    return typeof found === 'string' ? visible(found) : undefined;
   } catch {
     return undefined;
   }
+}
+
+/**
+ * `text` with every character a terminal may act on — C0 controls (ESC, CR, LF, BEL, tab…), DEL and C1
+ * controls (U+0080–U+009F, CSI among them) — written visibly as `\xHH`. A hostile server's problem type or
+ * header then cannot clear the screen, set the window title, or print a line of its own ("ALL CHECKS PASSED").
+ *
+ * @example
+ * visible('urn:x\x1b[2J\rOK') // → 'urn:x\\x1b[2J\\x0dOK' (printed: urn:x\x1b[2J\x0dOK)
+ */
+export function visible(text: string): string {
+  return escapeWhere(text, isControl, (code) => `\\x${code.toString(16).padStart(2, '0')}`);
+}
+
+/**
+ * The report as JSON (2-space indent, a final newline) with no character a terminal acts on: `JSON.stringify`
+ * escapes C0 controls in strings; DEL and C1 controls, which it leaves raw, are written as `\u00XX` here. The
+ * text parses to the same report.
+ *
+ * @example
+ * io.stdout(formatJson(await probe(options)))
+ */
+export function formatJson(report: ProbeReport): string {
+  const json = JSON.stringify(report, null, 2);
+  // Outside strings JSON has no character from U+007F up, so each one found is inside a string, where \u00XX is valid.
+  return `${escapeWhere(json, (code) => code >= 0x7f && code <= 0x9f, (code) => `\\u00${code.toString(16)}`)}\n`;
+}
+
+function isControl(code: number): boolean {
+  return code < 0x20 || (code >= 0x7f && code <= 0x9f);
+}
+
+/** `text` with each UTF-16 unit that passes `test` replaced by `escape(unit)`; one pass, no regular expression. */
+function escapeWhere(text: string, test: (code: number) => boolean, escape: (code: number) => string): string {
+  let out = '';
+  let from = 0;
+  for (let at = 0; at < text.length; at++) {
+    const code = text.charCodeAt(at);
+    if (!test(code)) continue;
+    out += text.slice(from, at) + escape(code);
+    from = at + 1;
+  }
+  return from === 0 ? text : out + text.slice(from);
 }
 
 function tally(statuses: readonly number[]): string {
@@ -592,9 +635,9 @@ function tally(statuses: readonly number[]): string {
 }
 
 function reason(error: unknown): string {
-  if (!(error instanceof Error)) return String(error);
+  if (!(error instanceof Error)) return visible(String(error));
   const cause = error.cause instanceof Error ? `: ${error.cause.message}` : '';
-  return `${error.message}${cause}`;
+  return visible(`${error.message}${cause}`);
 }
 
 /**
@@ -605,11 +648,12 @@ function reason(error: unknown): string {
  */
 export function formatReport(report: ProbeReport): string {
   const mark = (v: ProfileVerdict): string => (v.ok === null ? '·' : `${v.ok ? '✓' : '✗'}${v.note ? ` ${v.note}` : ''}`);
-  const rows = report.checks.map((c) => [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed]);
+  // Server text is escaped where it enters `observed`; every cell is escaped again here, whatever its origin.
+  const rows = report.checks.map((c) => [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(visible));
   const { pass, warn, fail, skip } = report.summary;
   return [
-    `idem probe: ${report.method} ${report.url}`,
-    `payload ${report.body} · tampered ${report.tamperedBody} · ${report.concurrency} concurrent · side effects ${report.sideEffects === 'counted' ? 'counted by --count-url' : 'inferred from distinct bodies (pass --count-url to count them)'}`,
+    `idem probe: ${visible(report.method)} ${visible(report.url)}`,
+    `payload ${visible(report.body)} · tampered ${visible(report.tamperedBody)} · ${report.concurrency} concurrent · side effects ${report.sideEffects === 'counted' ? 'counted by --count-url' : 'inferred from distinct bodies (pass --count-url to count them)'}`,
     '',
     table([['CHECK', 'RESULT', 'IETF DRAFT', 'STRIPE', 'OBSERVED'], ...rows]).trimEnd(),
     '',
@@ -727,7 +771,7 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
     onCheck: (check) => io.stderr(`  ${check.result.padEnd(4)}  ${check.title}\n`),
   };
   const result = await probe(options);
-  io.stdout(values.json ? JSON.stringify(result, null, 2) + '\n' : formatReport(result));
+  io.stdout(values.json ? formatJson(result) : formatReport(result));
   return result.ok ? 0 : 1;
 }
 

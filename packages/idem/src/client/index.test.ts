@@ -45,6 +45,13 @@ async function scripted(...script: Step[]) {
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/charges`, seen };
 }
 
+/** A promise and its resolve, to order events by signals instead of by sleeping. */
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve = (): void => {};
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
 /** Deterministic time: sleeps are recorded (and advance the clock) instead of waited. */
 function timing(random = 0.5, start = 0) {
   const sleeps: number[] = [];
@@ -178,6 +185,62 @@ describe('idem/client', () => {
     controller.abort(reason);
     expect(await pending).toBe(reason);
     expect(server.seen.length).toBe(1);
+  });
+
+  describe('honours every abort signal it is given, stopping at once with its reason', () => {
+    const sources = {
+      'options.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) => idempotentFetch(url, charge, { ...options, signal }),
+      'init.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) => idempotentFetch(url, { ...charge, signal }, options),
+      "the Request's signal": (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
+        idempotentFetch(new Request(url, { ...charge, signal }), {}, options),
+      "the Request's signal, with another in init": (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
+        idempotentFetch(new Request(url, { ...charge, signal }), { signal: new AbortController().signal }, options),
+    };
+
+    /** The call's outcome once it settles (its value or its rejection), read by `expect.poll`. */
+    function outcome(pending: Promise<unknown>): () => unknown {
+      let settled: unknown = 'still pending';
+      pending.then(
+        (value) => void (settled = value),
+        (error: unknown) => void (settled = error),
+      );
+      return () => settled;
+    }
+
+    it.each(Object.entries(sources))('%s, during an attempt: the request is aborted, no retry follows', async (_name, call) => {
+      const arrived = deferred();
+      const closed = deferred();
+      const server = await scripted((_req, res) => {
+        res.once('close', closed.resolve);
+        arrived.resolve(); // and never answer
+      });
+      const controller = new AbortController();
+      const reason = new Error('user cancelled');
+      const settled = outcome(call(server.url, controller.signal, timing().options));
+      await arrived.promise;
+      controller.abort(reason);
+      await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
+      await closed.promise; // the attempt itself was cancelled on the wire, not left running
+      expect(server.seen.length).toBe(1);
+    });
+
+    it.each(Object.entries(sources))('%s, during the wait between attempts, even with a sleep that ignores it', async (_name, call) => {
+      const server = await scripted(answer(503));
+      const sleeping = deferred();
+      const sleeps: number[] = [];
+      const sleep = (ms: number): Promise<void> => {
+        sleeps.push(ms);
+        sleeping.resolve();
+        return new Promise<void>(() => {}); // never wakes: only the abort can end this wait
+      };
+      const controller = new AbortController();
+      const reason = new Error('shutting down');
+      const settled = outcome(call(server.url, controller.signal, { ...timing(0.5).options, sleep }));
+      await sleeping.promise;
+      controller.abort(reason);
+      await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
+      expect([server.seen.length, sleeps]).toEqual([1, [500]]);
+    });
   });
 
   it('stops when the next wait would pass maxRetryTime', async () => {

@@ -33,7 +33,10 @@ export interface IdempotentFetchOptions {
   readonly maxTimeout?: number;
   /** Give up once the next wait would end later than this many ms after the first attempt. Default Infinity. */
   readonly maxRetryTime?: number;
-  /** Aborts the attempt in flight and any further retries. */
+  /**
+   * Aborts the attempt in flight and any further retries, as do `init.signal` and the signal of a `Request`
+   * given as `input`: whichever aborts first stops the client at once with its reason, during an attempt or a wait.
+   */
   readonly signal?: AbortSignal;
   /** Consulted before each retry the client would make; return false to stop and return (or throw) what you have. */
   readonly shouldRetry?: (attempt: FailedAttempt) => boolean | Promise<boolean>;
@@ -43,7 +46,7 @@ export interface IdempotentFetchOptions {
   readonly fetch?: (input: string, init: RequestInit) => Promise<Response>;
   /** A number in [0, 1) for the jitter. Default `Math.random`. */
   readonly random?: () => number;
-  /** Waits `ms`, rejecting with the signal's reason when it aborts. Default a timer. */
+  /** Waits `ms`, rejecting with the signal's reason when it aborts. Default a timer. (The client stops on an abort even if it does not.) */
   readonly sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** The clock `maxRetryTime` and HTTP-date `Retry-After` values are measured on, in epoch ms. Default `Date.now`. */
   readonly now?: () => number;
@@ -94,12 +97,15 @@ export async function idempotentFetch(
 ): Promise<IdempotentFetchResult> {
   const settings = settle(options);
   const { retries, factor, minTimeout, maxTimeout, maxRetryTime, random, sleep, now } = settings;
-  const signal = combine(options.signal, init.signal ?? undefined);
+  // Every signal the caller gave: `new Request(input, init)` would follow only one of init's and the Request's.
+  const signal = combine([options.signal, init.signal ?? undefined, input instanceof Request ? input.signal : undefined]);
   signal?.throwIfAborted();
+  /** `promise`, or the signal's reason as soon as it aborts, even if what `promise` waits on ignores the signal. */
+  const unlessAborted = <T>(promise: Promise<T>): Promise<T> => (signal ? raceAbort(promise, signal) : promise);
 
   // Buffer once: a stream, FormData or Blob body is read here, so every attempt sends the same bytes.
   const template = new Request(input, init);
-  const body = template.body === null ? null : new Uint8Array(await template.arrayBuffer());
+  const body = template.body === null ? null : new Uint8Array(await unlessAborted(template.arrayBuffer()));
   const headers = new Headers(template.headers);
   const key = options.key ?? headers.get('idempotency-key') ?? crypto.randomUUID();
   headers.set('idempotency-key', key);
@@ -117,11 +123,12 @@ export async function idempotentFetch(
     let response: Response | undefined;
     let error: unknown;
     try {
-      response = await send();
+      response = await unlessAborted(send());
     } catch (caught) {
       if (signal?.aborted) throw signal.reason;
       error = caught;
     }
+    signal?.throwIfAborted();
     if (response && !isRetryableStatus(response.status)) {
       return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
     }
@@ -131,19 +138,18 @@ export async function idempotentFetch(
     const backoff = Math.round(random() * Math.min(maxTimeout, minTimeout * factor ** (attempt - 1)));
     const retryDelay = serverSaid === undefined ? backoff : Math.min(serverSaid, maxTimeout);
     const failed: FailedAttempt = { attemptNumber: attempt, retriesLeft, key, error, response, retryDelay };
-    await options.onFailedAttempt?.(failed);
-    signal?.throwIfAborted();
+    await unlessAborted(Promise.resolve(options.onFailedAttempt?.(failed)));
 
     const giveUp =
       retriesLeft <= 0 ||
       now() - started + retryDelay > maxRetryTime ||
-      (options.shouldRetry !== undefined && !(await options.shouldRetry(failed)));
+      (options.shouldRetry !== undefined && !(await unlessAborted(Promise.resolve(options.shouldRetry(failed)))));
     if (giveUp) {
       if (response) return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
       throw error;
     }
     if (response && !response.bodyUsed) await response.body?.cancel().catch(() => undefined);
-    await sleep(retryDelay, signal);
+    await unlessAborted(sleep(retryDelay, signal));
   }
 }
 
@@ -233,10 +239,25 @@ function retryAfterMs(value: string | null, now: number): number | undefined {
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
 }
 
-function combine(a: AbortSignal | undefined, b: AbortSignal | undefined): AbortSignal | undefined {
-  if (!a || !b || a === b) return a ?? b;
-  return AbortSignal.any([a, b]);
+/** One signal that aborts when any of `signals` does (undefined when none is given). */
+function combine(signals: ReadonlyArray<AbortSignal | undefined>): AbortSignal | undefined {
+  const given = [...new Set(signals.filter((s): s is AbortSignal => s !== undefined))];
+  return given.length <= 1 ? given[0] : AbortSignal.any(given);
 }
+
+/** Settles as `promise` does, or rejects with the signal's reason as soon as it aborts, whichever comes first. */
+function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) {
+    promise.catch(() => undefined); // the loser's rejection is expected, not unhandled
+    return Promise.reject(signal.reason as Error);
+  }
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    void promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

@@ -12,15 +12,43 @@ const HOUR = 3_600_000;
 /** The production range recommended for `ttlMs` (DESIGN.md §5). Shorter is allowed, with a warning. */
 export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
 
-/** Something the engine did, for metrics, logs and traces. Never carries bodies or credentials. */
+/**
+ * What every event about one key carries: its scope and key, the record's id where one exists, and the route
+ * (the request path, when the HTTP layer or the caller gave one).
+ */
+export interface KeyEventFields {
+  readonly scope: string;
+  readonly key: string;
+  readonly id?: string;
+  readonly route?: string;
+}
+
+/**
+ * Something the engine or the HTTP layer did, for metrics, logs and traces. Never carries bodies or credentials;
+ * sinks that export it should hash `key` (the demo's logs and `idem/otel` do).
+ */
 export type IdempotencyEvent =
-  | { readonly type: 'executed'; readonly scope: string; readonly key: string; readonly outcome: OutcomeKind }
-  | { readonly type: 'takeover'; readonly scope: string; readonly key: string }
-  | { readonly type: 'replayed'; readonly scope: string; readonly key: string }
-  | { readonly type: 'in_flight'; readonly scope: string; readonly key: string }
-  | { readonly type: 'mismatch'; readonly scope: string; readonly key: string }
-  | { readonly type: 'lease_lost'; readonly scope: string; readonly key: string }
-  | { readonly type: 'stale_write_refused'; readonly scope: string; readonly key: string; readonly op: StoreOp }
+  | (KeyEventFields & {
+      readonly type: 'executed';
+      readonly outcome: OutcomeKind;
+      /** The status the work answered (null when it threw). */
+      readonly status: number | null;
+      /** From the claim to the recorded outcome, in ms. */
+      readonly ms: number;
+    })
+  | (KeyEventFields & { readonly type: 'takeover' })
+  | (KeyEventFields & { readonly type: 'replayed'; readonly status: number })
+  | (KeyEventFields & { readonly type: 'in_flight' })
+  | (KeyEventFields & { readonly type: 'mismatch' })
+  | (KeyEventFields & { readonly type: 'lease_lost' })
+  | (KeyEventFields & { readonly type: 'stale_write_refused'; readonly op: StoreOp })
+  | {
+      /** A request refused before any claim: no key where one is required, an invalid key, a body over the limit, a store down. */
+      readonly type: 'refused';
+      readonly reason: 'KEY_MISSING' | 'KEY_INVALID' | 'BODY_TOO_LARGE' | 'STORE_UNAVAILABLE';
+      readonly scope?: string;
+      readonly route?: string;
+    }
   | { readonly type: 'store_op'; readonly op: StoreOp; readonly ms: number; readonly ok: boolean; readonly error?: unknown };
 
 export type StoreOp = 'claim' | 'complete' | 'renew' | 'release' | 'get';
@@ -59,6 +87,10 @@ export interface RunRequest {
   readonly scope: string;
   readonly key: string;
   readonly fingerprint: string;
+  /** This request's record lifetime, more than `leaseMs`. Default the engine's `ttlMs`. */
+  readonly ttlMs?: number;
+  /** Where the request went (e.g. the path), for events only. */
+  readonly route?: string;
 }
 
 /** What the work sees. Pass `id` downstream as its own idempotency key: it survives takeovers. */
@@ -237,9 +269,10 @@ export function createEngine<Tx = never>({
   let activeLeases = 0;
 
   /** The answer an existing record gives this request: a mismatch, a replay, or undefined (the key is busy or free). */
-  function answerFrom(existing: IdempotencyRecord, { scope, key, fingerprint }: RunRequest): Decision<Tx> | undefined {
-    if (!fingerprintsEqual(existing.fingerprint, fingerprint)) {
-      emit({ type: 'mismatch', scope, key });
+  function answerFrom(existing: IdempotencyRecord, request: RunRequest): Decision<Tx> | undefined {
+    const about = subject(request, existing.id);
+    if (!fingerprintsEqual(existing.fingerprint, request.fingerprint)) {
+      emit({ type: 'mismatch', ...about });
       return refused(
         new IdempotencyError(
           'FINGERPRINT_MISMATCH',
@@ -248,7 +281,7 @@ export function createEngine<Tx = never>({
       );
     }
     if (!isFinal(existing)) return undefined;
-    emit({ type: 'replayed', scope, key });
+    emit({ type: 'replayed', ...about, status: (existing.response as StoredResponse).status });
     remember(existing);
     return { kind: 'replay', response: existing.response as StoredResponse, record: existing };
   }
@@ -258,18 +291,22 @@ export function createEngine<Tx = never>({
     const pk = recordPk(scope, key);
     const hit = cacheSize > 0 ? recall(pk) : undefined;
     if (hit) return answerFrom(hit, request) as Decision<Tx>;
+    const recordTtl = request.ttlMs ?? ttlMs;
+    if (!Number.isFinite(recordTtl) || recordTtl <= leaseMs) {
+      return refused(configError('ttlMs', `a number of ms greater than leaseMs (${leaseMs})`, recordTtl));
+    }
     const waitUntil = clock.now() + waitForOutcomeMs;
     try {
       for (;;) {
         const token = generateId();
         const freshId = generateId();
         const claim = await call('claim', () =>
-          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs }),
+          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs: recordTtl }),
         );
         if (claim.kind === 'claimed') {
           const reclaimed = claim.record.id !== freshId;
-          if (reclaimed) emit({ type: 'takeover', scope, key });
-          return { kind: 'lease', lease: hold(claim.record, reclaimed) };
+          if (reclaimed) emit({ type: 'takeover', ...subject(request, claim.record.id) });
+          return { kind: 'lease', lease: hold(claim.record, reclaimed, request.route) };
         }
         let existing: IdempotencyRecord | null = claim.record;
         const answer = answerFrom(existing, request);
@@ -284,7 +321,7 @@ export function createEngine<Tx = never>({
         // Free again (released, failed and retryable, or its lease lapsed while we looked): claim it now rather
         // than send the client away from a key nobody holds.
         if (existing === null || existing.status !== 'in_progress' || existing.leaseExpiresAt <= clock.now()) continue;
-        emit({ type: 'in_flight', scope, key });
+        emit({ type: 'in_flight', ...subject(request, existing.id) });
         return refused(
           new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
             retryAfterMs: existing.leaseExpiresAt - clock.now(),
@@ -292,6 +329,7 @@ export function createEngine<Tx = never>({
         );
       }
     } catch (error) {
+      emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(request.route === undefined ? {} : { route: request.route }) });
       return refused(error as IdempotencyError);
     }
   }
@@ -329,8 +367,10 @@ export function createEngine<Tx = never>({
    * expires by TTL) and aborts the work's signal if the lease is lost. Settling stops the renewals first; a
    * renewal already in flight is conditional on `in_progress` and changes nothing after the completion.
    */
-  function hold(record: IdempotencyRecord, reclaimed: boolean): Lease<Tx> {
+  function hold(record: IdempotencyRecord, reclaimed: boolean, route: string | undefined): Lease<Tx> {
     const { pk, token, scope, key } = record;
+    const about: KeyEventFields = { scope, key, id: record.id, ...(route === undefined ? {} : { route }) };
+    const startedAt = clock.now();
     const controller = new AbortController();
     let timer: unknown;
     let expiresAt = record.expiresAt;
@@ -344,7 +384,7 @@ export function createEngine<Tx = never>({
         expiresAt = Math.max(expiresAt, now + leaseMs);
         const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
         if (!renewed.ok && !settlement) {
-          emit({ type: 'lease_lost', scope, key });
+          emit({ type: 'lease_lost', ...about });
           controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
           return;
         }
@@ -364,7 +404,7 @@ export function createEngine<Tx = never>({
       return settlement;
     };
     const refusedWrite = (op: StoreOp): Settlement => {
-      emit({ type: 'stale_write_refused', scope, key, op });
+      emit({ type: 'stale_write_refused', ...about, op });
       return {
         ok: false,
         error: new IdempotencyError('LEASE_LOST', 'This attempt lost its lease to another; its outcome was not recorded.', {
@@ -373,14 +413,16 @@ export function createEngine<Tx = never>({
       };
     };
 
-    const release = async (): Promise<Settlement> => {
+    const release = async (status: number | null = null): Promise<Settlement> => {
       const released = await call('release', () => store.release({ pk, token }));
-      return released.ok ? { ok: true, record: null } : refusedWrite('release');
+      if (!released.ok) return refusedWrite('release');
+      emit({ type: 'executed', ...about, outcome: 'release', status, ms: clock.now() - startedAt });
+      return { ok: true, record: null };
     };
 
     const complete = async ({ response, outcome: declared, resultId, effects }: WorkResult<Tx>): Promise<Settlement> => {
       const kind = declared ?? classifyStatus(response.status);
-      if (kind === 'release') return release();
+      if (kind === 'release') return release(response.status);
       const outcome: Outcome = {
         status: kind === 'succeeded' ? 'succeeded' : 'failed',
         retryable: kind === 'failed-retryable',
@@ -403,7 +445,7 @@ export function createEngine<Tx = never>({
         }
       });
       if (!written.ok) return refusedWrite('complete');
-      emit({ type: 'executed', scope, key, outcome: kind });
+      emit({ type: 'executed', ...about, outcome: kind, status: response.status, ms: clock.now() - startedAt });
       const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
       remember(completed);
       return { ok: true, record: completed };
@@ -414,7 +456,7 @@ export function createEngine<Tx = never>({
       const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
       const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
       if (!written.ok) return refusedWrite('complete');
-      emit({ type: 'executed', scope, key, outcome: 'failed-retryable' });
+      emit({ type: 'executed', ...about, outcome: 'failed-retryable', status: null, ms: clock.now() - startedAt });
       return { ok: true, record: { ...record, ...failed, expiresAt } };
     };
 
@@ -429,7 +471,7 @@ export function createEngine<Tx = never>({
       },
       complete: (result) => settle(() => complete(result)),
       fail: () => settle(fail),
-      release: () => settle(release),
+      release: () => settle(() => release()),
     };
   }
 
@@ -444,6 +486,10 @@ export function createEngine<Tx = never>({
       return activeLeases;
     },
   };
+}
+
+function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
+  return route === undefined ? { scope, key, id } : { scope, key, id, route };
 }
 
 /** A record every later request with the same fingerprint gets back: succeeded, or failed for good, with a response. */

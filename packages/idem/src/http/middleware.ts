@@ -2,7 +2,8 @@
  * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
  * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type WorkContext } from '../core/engine.js';
+import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type RunRequest, type WorkContext } from '../core/engine.js';
+import { selectFields, type FieldRule } from '../core/fields.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprint } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
@@ -47,6 +48,32 @@ export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx>
   readonly methods?: readonly string[];
   /** Request headers that take part in the fingerprint. Default none. */
   readonly fingerprintHeaders?: readonly string[];
+  /**
+   * The JSON body fields (dotted paths into objects) that take part in the fingerprint: `{ include: [...] }` keeps
+   * only those, `{ exclude: [...] }` leaves those out (a client timestamp, a trace id). Members are chosen as raw
+   * text, so numbers keep every digit. Other bodies are fingerprinted whole. Default: the whole body.
+   */
+  readonly fingerprintFields?: FieldRule;
+  /**
+   * Replaces the fingerprint's body part: return the text that stands for the request's payload (hashed with the
+   * method, path, query and `fingerprintHeaders`). Runs on every keyed request; keep it linear in the body.
+   */
+  readonly fingerprintBody?: (body: Uint8Array, request: Req) => string | Promise<string>;
+  /** The request header that carries the key. Default `Idempotency-Key`. */
+  readonly keyHeader?: string;
+  /** Reads the key from the request instead of a header; `null`/`undefined` means the request has none. */
+  readonly key?: (request: Req) => string | null | undefined | Promise<string | null | undefined>;
+  /** This request's record lifetime, in ms (more than `leaseMs`); `undefined` keeps `ttlMs`. */
+  readonly ttlFor?: (request: Req) => number | undefined;
+  /**
+   * Chooses the outcome of a status the handler answered, before the default classification (2xx/3xx succeed,
+   * deterministic 4xx are final, the rest retryable). Return `'release'` to save nothing, as Stripe does for a
+   * request that failed validation: the client can fix its payload and retry with the same key.
+   *
+   * @example
+   * classify: (status) => (status === 400 || status === 422 ? 'release' : undefined)
+   */
+  readonly classify?: (status: number, request: Req) => OutcomeKind | undefined;
   /** Status for a reused key with another payload: 400 (Stripe) or 422 (IETF draft). Default 400. */
   readonly mismatchStatus?: 400 | 422;
   /** Response headers stored and replayed. Default {@link DEFAULT_REPLAY_HEADERS}. */
@@ -130,6 +157,8 @@ export interface Gate<Tx, Req> {
   readonly maxResponseBytes: number;
   /** Never rejects: every refusal or failure becomes an `answer`. */
   admit(request: GateRequest<Req>): Promise<Admission<Tx>>;
+  /** False when `admit` would let this request pass without reading its body (unprotected method, or no key header). */
+  mayClaim(method: string, header: (name: string) => string | null | undefined): boolean;
   /** The problem for an error; errors that are not Idem's go to `onError` first. */
   answerFor(error: unknown, request: Req): Response;
 }
@@ -164,6 +193,12 @@ export function createGate<Tx, Req>({
   required = false,
   methods = ['POST', 'PATCH'],
   fingerprintHeaders = [],
+  fingerprintFields,
+  fingerprintBody,
+  keyHeader = 'idempotency-key',
+  key: keyOf,
+  ttlFor,
+  classify,
   mismatchStatus = 400,
   replayHeaders = DEFAULT_REPLAY_HEADERS,
   maxBodyBytes = MiB,
@@ -171,6 +206,7 @@ export function createGate<Tx, Req>({
   onError = (error) => console.error('idem: handler failed', error),
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
+  const { onEvent } = engineOptions;
   if (typeof scope !== 'function' && scope !== 'single-tenant') {
     throw configError('scope', "a function (request) => tenant, or 'single-tenant' for a service with one tenant", scope);
   }
@@ -182,6 +218,19 @@ export function createGate<Tx, Req>({
   for (const [name, value] of [['maxBodyBytes', maxBodyBytes], ['maxResponseBytes', maxResponseBytes]] as const) {
     if (!Number.isInteger(value) || value <= 0) throw configError(name, 'a positive integer', value);
   }
+  for (const [name, value] of [['fingerprintBody', fingerprintBody], ['key', keyOf], ['ttlFor', ttlFor], ['classify', classify]] as const) {
+    if (value !== undefined && typeof value !== 'function') throw configError(name, 'a function', value);
+  }
+  if (typeof keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
+    throw configError('keyHeader', 'an HTTP header name', keyHeader);
+  }
+  if (fingerprintFields !== undefined) {
+    const paths = (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
+    if (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === '')) {
+      throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);
+    }
+  }
+  const keyName = keyHeader.toLowerCase();
   const engine = createEngine(engineOptions);
   const responseLimit = Math.min(maxResponseBytes, engine.store.maxResponseBytes ?? Infinity);
   const protectedMethods = new Set(methods.map((m) => m.toUpperCase()));
@@ -217,10 +266,10 @@ export function createGate<Tx, Req>({
   async function admit(request: GateRequest<Req>): Promise<Admission<Tx>> {
     try {
       if (!protectedMethods.has(request.method.toUpperCase())) return pass();
-      const raw = request.header('idempotency-key') ?? null;
+      const raw = (keyOf ? await keyOf(request.native) : request.header(keyName)) ?? null;
       if (raw === null) {
         const mustHave = typeof required === 'function' ? required(request.native) : required;
-        if (mustHave) throw new IdempotencyError('KEY_MISSING', `${request.method} requests to this route need an Idempotency-Key header.`);
+        if (mustHave) throw new IdempotencyError('KEY_MISSING', `${request.method} requests to this route need an ${keyHeader} header.`);
         return pass();
       }
       const key = parseKey(raw);
@@ -228,23 +277,58 @@ export function createGate<Tx, Req>({
       const url = target(request.url);
       const tenant = await scopeOf(request.native);
       if (typeof tenant !== 'string' || tenant.length === 0) throw new TypeError('`scope(request)` must return a non-empty string.');
+      const contentType = request.header('content-type') ?? null;
       const print = fingerprint({
         method: request.method,
         path: url.pathname,
         query: url.search,
-        contentType: request.header('content-type') ?? null,
-        body,
+        ...(await payload(body, contentType, request.native)),
         headers: fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
       });
-      return await claim(tenant, key, print, body, request.native);
+      const ttlMs = ttlFor?.(request.native);
+      const run: RunRequest = { scope: tenant, key, fingerprint: print, route: url.pathname, ...(ttlMs === undefined ? {} : { ttlMs }) };
+      return await claim(run, body, request.native);
     } catch (error) {
+      refusedEvent(error, request.url);
       return { kind: 'answer', response: answerFor(error, request.native) };
     }
   }
 
+  /** A refusal before any claim is an event too (the engine reports the ones after). */
+  function refusedEvent(error: unknown, url: string): void {
+    if (!onEvent) return;
+    const reason = isIdempotencyError(error, 'KEY_MISSING')
+      ? 'KEY_MISSING'
+      : isIdempotencyError(error, 'KEY_INVALID')
+        ? 'KEY_INVALID'
+        : error instanceof BodyTooLargeError
+          ? 'BODY_TOO_LARGE'
+          : undefined;
+    if (reason === undefined) return;
+    try {
+      onEvent({ type: 'refused', reason, route: target(url).pathname });
+    } catch {
+      // A metrics hook must never change what happens to a payment.
+    }
+  }
+
+  /** What the fingerprint hashes as the payload: the body, its chosen fields, or the caller's own text. */
+  async function payload(body: Uint8Array, contentType: string | null, native: Req): Promise<{ contentType: string | null; body: Uint8Array }> {
+    if (fingerprintBody) return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
+    if (!fingerprintFields || !isJson(contentType)) return { contentType, body };
+    let text: string;
+    try {
+      text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+    } catch {
+      return { contentType, body };
+    }
+    const chosen = selectFields(text, fingerprintFields);
+    return { contentType, body: chosen === undefined ? body : new TextEncoder().encode(chosen) };
+  }
+
   /** Claims the key: a replay or refusal is answered at once; a lease becomes a claim the caller's handler runs under. */
-  async function claim(tenant: string, key: string, print: string, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    const decision = await engine.begin({ scope: tenant, key, fingerprint: print });
+  async function claim(request: RunRequest, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
+    const decision = await engine.begin(request);
     if (decision.kind === 'replay') return replayAnswer(decision.response);
     if (decision.kind === 'refused') return { kind: 'answer', response: answerFor(decision.error, native) };
     const { lease } = decision;
@@ -269,7 +353,8 @@ export function createGate<Tx, Req>({
           const settled = await lease.complete({ response: stored, outcome: 'failed-final' });
           return settled.ok ? storedResponse(stored) : answerFor(settled.error, native);
         }
-        const settled = await lease.complete({ response, ...declared, ...(outcome === undefined ? {} : { outcome }) });
+        const chosen = declared.outcome ?? outcome ?? classify?.(response.status, native);
+        const settled = await lease.complete({ response, ...declared, ...(chosen === undefined ? {} : { outcome: chosen }) });
         return settled.ok ? undefined : answerFor(settled.error, native);
       },
       async fail() {
@@ -278,7 +363,10 @@ export function createGate<Tx, Req>({
     };
   }
 
-  return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, answerFor };
+  const mayClaim = (method: string, header: (name: string) => string | null | undefined): boolean =>
+    protectedMethods.has(method.toUpperCase()) && (keyOf !== undefined || (header(keyName) ?? null) !== null);
+
+  return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, mayClaim, answerFor };
 }
 
 /**
@@ -294,6 +382,12 @@ const PLAIN_PATH = /^\/(?:[A-Za-z0-9_~-]+(?:\/[A-Za-z0-9_~-]*)*)?$/;
 function target(url: string): { pathname: string; search: string } {
   if (PLAIN_PATH.test(url)) return { pathname: url, search: '' };
   return new URL(url, 'http://idem.invalid');
+}
+
+function isJson(contentType: string | null): boolean {
+  if (!contentType) return false;
+  const type = (contentType.split(';')[0] ?? '').trim().toLowerCase();
+  return type === 'application/json' || type.endsWith('+json');
 }
 
 /** What a stored response weighs against a store's limit: body bytes plus header names and values. */

@@ -344,3 +344,4 @@ export function describeStoreConformance<Tx>({
     });
   });
 }
+export * from './adapter.js';

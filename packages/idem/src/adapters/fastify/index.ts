@@ -72,7 +72,7 @@ export function idempotency<Tx = never>({
     if (!app.hasRequestDecorator('idempotency')) app.decorateRequest('idempotency', null);
 
     app.addHook('preParsing', async (request, reply, payload) => {
-      if (!covered(request) || request.headers['idempotency-key'] === undefined) return payload;
+      if (!covered(request) || !gate.mayClaim(request.method, (name) => headerValue(request.headers, name))) return payload;
       let body: Uint8Array;
       try {
         body = await readStream(payload, gate.maxBodyBytes);

@@ -339,6 +339,14 @@ class DynamoStore implements DynamoDBStore {
    * item was replaced meanwhile (expired, then claimed afresh by a writer with a later clock), the write is refused
    * and the loop decides again on the item it returns, instead of handing out a stale id. Only the common cases
    * must be one round trip (new key, replay, conflict, mismatch); a reclaim costs two.
+   *
+   * With SDK retries (`maxAttempts` > 1), a write can be applied and its reply lost; the SDK sends it again, and
+   * the resend fails its own condition against the item its first attempt wrote:
+   *
+   *   A: PutItem (token A) ──► written, reply lost ──► SDK resends ──► ConditionalCheckFailed, Item = token A's
+   *
+   * Tokens are fresh per claim, so an item in the way holding this request's token can only be its own earlier
+   * attempt: that is `claimed`, not a conflict with itself (a 409 for the only request ever sent for the key).
    */
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     this.#open();
@@ -354,9 +362,11 @@ class DynamoStore implements DynamoDBStore {
             ...this.#condition('attribute_not_exists(#pk) OR #expiresAtMs <= :now', { ':now': num(now) }),
             ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
           }),
+          'claim',
           pk,
         );
         if (refused === undefined) return { kind: 'claimed', record };
+        if (refused?.token === request.token) return { kind: 'claimed', record: refused };
         seen = refused;
         continue;
       }
@@ -387,9 +397,11 @@ class DynamoStore implements DynamoDBStore {
           ),
           ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
         }),
+        'claim',
         pk,
       );
       if (refused === undefined) return { kind: 'claimed', record };
+      if (refused?.token === request.token) return { kind: 'claimed', record: refused };
       seen = refused;
     }
     throw new Error(`dynamodb claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} attempts (constant contention)`);
@@ -422,13 +434,17 @@ class DynamoStore implements DynamoDBStore {
     }
     const update = `SET ${set.join(', ')}${remove.length > 0 ? ` REMOVE ${remove.join(', ')}` : ''}`;
     return this.#heldWrite(
-      'complete',
       new UpdateItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
         UpdateExpression: update,
         ...this.#condition('#token = :token AND #status = :inProgress', values, update),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
+      'complete',
+      pk,
+      // Refused by its own earlier attempt: the item holds this token, already settled with this status.
+      (item) => item !== null && item.token === token && item.status === outcome.status,
     );
   }
 
@@ -437,7 +453,6 @@ class DynamoStore implements DynamoDBStore {
     this.#open();
     const update = 'SET #leaseExpiresAt = :lease, #expiresAt = :ttl, #expiresAtMs = :expiresAtMs';
     return this.#heldWrite(
-      'renew',
       new UpdateItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
@@ -453,14 +468,23 @@ class DynamoStore implements DynamoDBStore {
           },
           update,
         ),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
+      'renew',
+      pk,
+      // Refused by its own earlier attempt: still ours and in progress, with the lease this renewal sets.
+      (item) =>
+        item !== null &&
+        item.token === token &&
+        item.status === 'in_progress' &&
+        item.leaseExpiresAt === now + leaseMs &&
+        item.expiresAt === expiresAt,
     );
   }
 
   async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
     this.#open();
     return this.#heldWrite(
-      'release',
       new DeleteItemCommand({
         TableName: this.#table,
         Key: this.#key(pk),
@@ -468,7 +492,12 @@ class DynamoStore implements DynamoDBStore {
           ':token': str(token),
           ':inProgress': str('in_progress'),
         }),
+        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
       }),
+      'release',
+      pk,
+      // Refused because the item is gone (its own earlier attempt deleted it): the key is free, as release wants.
+      (item) => item === null,
     );
   }
 
@@ -505,12 +534,13 @@ class DynamoStore implements DynamoDBStore {
         const pk = item[this.#names.pk]?.S;
         if (pk === undefined) continue;
         const gone = await this.#heldWrite(
-          'sweep',
           new DeleteItemCommand({
             TableName: this.#table,
             Key: this.#key(pk),
             ...this.#condition('#expiresAtMs <= :now', { ':now': num(now) }),
           }),
+          'sweep',
+          pk,
         );
         if (gone.ok) deleted++;
       }
@@ -657,31 +687,46 @@ class DynamoStore implements DynamoDBStore {
 
   /**
    * Sends a conditional write. Resolves undefined when it was applied; when the condition failed, the item in the
-   * way: the one DynamoDB returned with the failure (`ALL_OLD`), or — from an engine that ignores `ALL_OLD` — one
-   * read with a consistent GetItem, a round trip of its own. null: the item has gone since.
+   * way: the one DynamoDB returned with the failure (`ALL_OLD`), or — from an engine that ignores `ALL_OLD`, or
+   * when there is no item — one read with a consistent GetItem, a round trip of its own. null: no item.
    */
   async #conditionalWrite(
-    command: PutItemCommand | UpdateItemCommand,
+    command: PutItemCommand | UpdateItemCommand | DeleteItemCommand,
+    op: string,
     pk: string,
   ): Promise<IdempotencyRecord | null | undefined> {
     try {
-      await this.#via('claim')(command as PutItemCommand);
+      await this.#via(op)(command as PutItemCommand);
       return undefined;
     } catch (error) {
       if (!(error instanceof ConditionalCheckFailedException)) throw error;
-      return error.Item ? this.#decode(error.Item) : this.#read('claim', pk);
+      return error.Item ? this.#decode(error.Item) : this.#read(op, pk);
     }
   }
 
-  /** A write conditional on holding the token: refused is `{ ok: false }`, not an error. */
-  async #heldWrite(op: string, command: UpdateItemCommand | DeleteItemCommand): Promise<WriteResult> {
-    try {
-      await this.#via(op)(command);
-      return { ok: true };
-    } catch (error) {
-      if (error instanceof ConditionalCheckFailedException) return { ok: false };
-      throw error;
+  /**
+   * A write conditional on holding the token: refused is `{ ok: false }`, not an error — unless `ownAttempt` says
+   * the item in the way (null: none) is what this very write leaves behind, i.e. an SDK resend of a write whose
+   * first attempt was applied and whose reply was lost (see the comment on `claim`): then `{ ok: true }`. Without
+   * `ownAttempt` a refusal is final and costs no read.
+   */
+  async #heldWrite(
+    command: UpdateItemCommand | DeleteItemCommand,
+    op: string,
+    pk: string,
+    ownAttempt?: (item: IdempotencyRecord | null) => boolean,
+  ): Promise<WriteResult> {
+    if (ownAttempt === undefined) {
+      try {
+        await this.#via(op)(command);
+        return { ok: true };
+      } catch (error) {
+        if (error instanceof ConditionalCheckFailedException) return { ok: false };
+        throw error;
+      }
     }
+    const refused = await this.#conditionalWrite(command, op, pk);
+    return { ok: refused === undefined || ownAttempt(refused) };
   }
 
   async #read(op: string, pk: string): Promise<IdempotencyRecord | null> {

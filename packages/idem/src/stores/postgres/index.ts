@@ -77,6 +77,14 @@ export interface PostgresStoreOptions<Client extends PostgresPoolClient = Postgr
    * behind PgBouncer in transaction mode older than 1.21 or without `max_prepared_statements`.
    */
   readonly preparedStatements?: boolean;
+  /**
+   * For demonstrations only (the demo's model page in lab mode); leave it unset. Awaited before the claim statement
+   * is sent. The statement then runs in a transaction of its own, and a claim that wrote holds its `COMMIT` until
+   * another connection waits on the row it wrote (`pg_blocking_pids`, polled for up to about a second). Claims that
+   * await one shared barrier thus all take their snapshot before the winner commits, so each loser is refused by
+   * the upsert's `DO UPDATE … WHERE`, not by the statement's read of `cur`.
+   */
+  readonly claimBarrier?: (request: ClaimRequest) => Promise<void>;
 }
 
 /**
@@ -85,6 +93,10 @@ export interface PostgresStoreOptions<Client extends PostgresPoolClient = Postgr
  * needs; name your driver's client type to get all of it, e.g. `postgresStore<pg.PoolClient>({ pool })`.
  */
 export interface PostgresStore<Tx extends PostgresQueryable = PostgresQueryable> extends IdempotencyStore<Tx> {
+  /** The pool the store sends its statements on, as given. */
+  readonly pool: PostgresPool<Tx & PostgresPoolClient>;
+  readonly schema: string;
+  readonly table: string;
   /**
    * Creates the schema, table and indexes if they are missing. Idempotent, and safe to run from several
    * processes at once (serialised by a transaction-scoped advisory lock). `schema.sql` holds the same DDL.
@@ -180,6 +192,7 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   endPoolOnClose = false,
   preparedStatements = true,
   onRoundTrip,
+  claimBarrier,
 }: PostgresStoreOptions<Tx & PostgresPoolClient>): PostgresStore<Tx> {
   if (typeof pool?.query !== 'function' || typeof pool.connect !== 'function') {
     throw configError('pool', 'a pg.Pool (an object with query() and connect())');
@@ -192,7 +205,10 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
   }
-  return new Store<Tx>(pool, schema, table, endPoolOnClose, preparedStatements, onRoundTrip);
+  if (claimBarrier !== undefined && typeof claimBarrier !== 'function') {
+    throw configError('claimBarrier', 'a function', claimBarrier);
+  }
+  return new Store<Tx>(pool, schema, table, endPoolOnClose, preparedStatements, onRoundTrip, claimBarrier);
 }
 
 class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
@@ -205,6 +221,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   /** Statement names by text, for the statements sent prepared; empty when `preparedStatements` is false. */
   readonly #names = new Map<string, string>();
   readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
+  readonly #claimBarrier: ((request: ClaimRequest) => Promise<void>) | undefined;
   #roundTrips = 0;
   #closed = false;
 
@@ -215,6 +232,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     endPoolOnClose: boolean,
     preparedStatements: boolean,
     onRoundTrip: ((trip: RoundTrip) => void) | undefined,
+    claimBarrier: ((request: ClaimRequest) => Promise<void>) | undefined,
   ) {
     this.#pool = pool;
     this.#schema = schema;
@@ -229,10 +247,23 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
       }
     }
     this.#onRoundTrip = onRoundTrip;
+    this.#claimBarrier = claimBarrier;
   }
 
   get roundTrips(): number {
     return this.#roundTrips;
+  }
+
+  get pool(): PostgresPool<Tx & PostgresPoolClient> {
+    return this.#pool;
+  }
+
+  get schema(): string {
+    return this.#schema;
+  }
+
+  get table(): string {
+    return this.#table;
   }
 
   /** Every statement the store sends goes through here, so `roundTrips` counts each one and `onRoundTrip` sees it. */
@@ -296,12 +327,23 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   // round trip, a new snapshot) and sees A's row, or claims if A has released it since. Under a REPEATABLE READ
   // or SERIALIZABLE default the same race raises 40001 instead, retried the same way.
   async claim(request: ClaimRequest): Promise<ClaimResult> {
+    if (!this.#claimBarrier) return this.#claim(request, this.#pool);
+    await this.#claimBarrier(request);
+    let result: ClaimResult | undefined;
+    await this.#transaction('claim', async (client) => {
+      result = await this.#claim(request, client, () => this.#heldUntilWaitedOn(client));
+      return true;
+    });
+    return result as ClaimResult;
+  }
+
+  async #claim(request: ClaimRequest, on: PostgresQueryable, wrote?: () => Promise<void>): Promise<ClaimResult> {
     const { pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs } = request;
     const values = [pk, scope, key, fingerprint, id, token, now, now + leaseMs, now + ttlMs];
     for (let attempt = 1; ; attempt++) {
       let rows: readonly unknown[];
       try {
-        ({ rows } = await this.#query('claim', this.#pool, this.#sql.claim, values));
+        ({ rows } = await this.#query('claim', on, this.#sql.claim, values));
       } catch (error) {
         if (sqlState(error) === '40001' && attempt < MAX_CLAIM_ATTEMPTS) continue;
         throw error;
@@ -309,12 +351,25 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
       const row = rows[0] as Row | undefined;
       if (row) {
         const record = toRecord(row);
-        if (row.claimed === true) return { kind: 'claimed', record };
+        if (row.claimed === true) {
+          await wrote?.();
+          return { kind: 'claimed', record };
+        }
         if (!isClaimable(record, fingerprint, now)) return { kind: 'existing', record };
       }
       if (attempt >= MAX_CLAIM_ATTEMPTS) {
         throw new Error(`postgres claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} statements`);
       }
+    }
+  }
+
+  /** `claimBarrier` only: polls until another backend waits on this transaction's uncommitted row (bounded). */
+  async #heldUntilWaitedOn(client: PostgresQueryable): Promise<void> {
+    const waiting = 'SELECT count(*)::int AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))';
+    for (let poll = 0; poll < 200; poll++) {
+      const { rows } = await this.#query('claim', client, waiting);
+      if (((rows[0] as { n?: number } | undefined)?.n ?? 0) > 0) return;
+      await new Promise((resolve) => setTimeout(resolve, 5));
     }
   }
 

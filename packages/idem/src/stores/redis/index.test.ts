@@ -58,8 +58,13 @@ const claimRequest = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
   };
 };
 
-/** Where the store keeps the record `pk`. */
-const recordKey = (store: RedisStore, pk: string): string => `${store.prefix}{${pk}}`;
+/** Where the store keeps the record `pk` (`IDEMPOTENCY#<scope>#<key>`): `<prefix>{IDEMPOTENCY#<scope>}#<key>`. */
+const recordKey = (store: RedisStore, pk: string): string => {
+  const end = pk.indexOf('#', 'IDEMPOTENCY#'.length);
+  return `${store.prefix}{${pk.slice(0, end)}}${pk.slice(end)}`;
+};
+/** The sorted set indexing a scope's records: `<prefix>{IDEMPOTENCY#<scope>}:claims`. */
+const indexKey = (store: RedisStore, scopeName: string): string => `${store.prefix}{${recordPk(scopeName, '').slice(0, -1)}}:claims`;
 
 /** CRC16-XMODEM, the checksum Redis Cluster uses for hash slots. */
 function crc16(bytes: Uint8Array): number {
@@ -152,21 +157,26 @@ describe.skipIf(!available)('redis store', () => {
         const store = await isolated(driver, { load: false });
         try {
           await store.load();
-          expect(store.roundTrips).toBe(6);
+          expect(store.roundTrips).toBe(8);
           expect((await store.claim(claimRequest())).kind).toBe('claimed');
-          expect(store.roundTrips).toBe(7);
+          expect(store.roundTrips).toBe(9);
         } finally {
           await store.close();
         }
       });
 
-      it('a record is one hash at <prefix>{<pk>}', async () => {
+      it('a record is one hash at <prefix>{IDEMPOTENCY#<scope>}#<key>, filed in its scope’s sorted set', async () => {
         const store = await isolated(driver);
         try {
           const req = claimRequest();
           await store.claim(req);
-          const key = `${store.prefix}{${req.pk}}`;
-          expect(await keysUnder(store.prefix)).toEqual([key]);
+          const key = recordKey(store, req.pk);
+          const index = indexKey(store, scope);
+          expect(key).toBe(`${store.prefix}{IDEMPOTENCY#${scope}}#${req.key}`);
+          expect(await keysUnder(store.prefix)).toEqual([key, index].sort());
+          expect(await admin.zrange(index, '0', '-1', 'WITHSCORES')).toEqual([req.key, String(T0)]);
+          // The index lives at least as long as the record it names.
+          expect(await admin.pttl(index)).toBeGreaterThanOrEqual((await admin.pttl(key)) - 5);
           expect(await admin.type(key)).toBe('hash');
           expect(await admin.hgetall(key)).toEqual({
             scope,
@@ -231,26 +241,28 @@ describe.skipIf(!available)('redis store', () => {
           const again = await store.claim({ ...req, token: randomUUID(), now: T0 + 2 });
           expect(again.kind).toBe('existing');
           expect([...(again.record.response?.body ?? [])]).toEqual(expected);
-          expect(await admin.hget(`${store.prefix}{${req.pk}}`, 'responseBody')).toBe(Buffer.from(body).toString('base64'));
+          expect(await admin.hget(recordKey(store, req.pk), 'responseBody')).toBe(Buffer.from(body).toString('base64'));
         } finally {
           await store.close();
         }
       });
 
-      it('every script call names exactly one key, <prefix>{<pk>}, in the pk’s hash slot', async () => {
-        const calls: Array<{ numKeys: number; key: string | undefined }> = [];
-        const record = (numKeys: number, keysAndArgs: string[]) => calls.push({ numKeys, key: keysAndArgs[0] });
+      it('every script call names keys of one hash slot, its scope’s: a record and its index share the tag', async () => {
+        const calls: string[][] = [];
+        const note = (numKeys: number, keysAndArgs: string[]) => calls.push(keysAndArgs.slice(0, numKeys));
         const store = await isolated(driver, {
           wrap: (client) => ({
-            evalsha: (sha, numKeys, ...keysAndArgs) => (record(numKeys, keysAndArgs), client.evalsha(sha, numKeys, ...keysAndArgs)),
-            eval: (source, numKeys, ...keysAndArgs) => (record(numKeys, keysAndArgs), client.eval(source, numKeys, ...keysAndArgs)),
+            evalsha: (sha, numKeys, ...keysAndArgs) => (note(numKeys, keysAndArgs), client.evalsha(sha, numKeys, ...keysAndArgs)),
+            eval: (source, numKeys, ...keysAndArgs) => (note(numKeys, keysAndArgs), client.eval(source, numKeys, ...keysAndArgs)),
             script: (load, source) => client.script(load, source),
             scan: (...args) => client.scan(...args),
           }),
         });
         try {
           const a = claimRequest();
-          const b = claimRequest({ key: 'has#hash{and}braces' });
+          // A scope holding braces: Redis hashes the tag up to its first `}`, the same for the record and the index.
+          const odd = 'acct}odd{';
+          const b = claimRequest({ scope: odd, key: 'has#hash{and}braces', pk: recordPk(odd, 'has#hash{and}braces') });
           await store.claim(a);
           await store.claim({ ...a, token: randomUUID() });
           await store.renew({ pk: a.pk, token: a.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
@@ -260,14 +272,13 @@ describe.skipIf(!available)('redis store', () => {
           await store.list({ scope, limit: 10 });
           await store.release({ pk: b.pk, token: b.token });
           await store.sweep({ now: T0 + TTL });
-          const keyA = `${store.prefix}{${a.pk}}`;
-          const keyB = `${store.prefix}{${b.pk}}`;
+          const mine = [recordKey(store, a.pk), indexKey(store, scope)];
+          const odds = [recordKey(store, b.pk), indexKey(store, odd)];
           expect(calls.length).toBe(10);
-          expect(calls.every((call) => call.numKeys === 1)).toBe(true);
-          expect([...new Set(calls.map((call) => call.key))].sort()).toEqual([keyA, keyB].sort());
-          // The slot is the pk's (for a pk holding `}`, the tag ends there: still one key, one slot).
-          expect(keySlot(keyA)).toBe(keySlot(a.pk));
-          expect(keySlot(keyB)).toBe(crc16(Buffer.from(b.pk.slice(0, b.pk.indexOf('}')))) % 16_384);
+          expect([...new Set(calls.flat())].sort()).toEqual([...mine, ...odds].sort());
+          for (const call of calls) expect(new Set(call.map(keySlot)).size).toBe(1);
+          expect(new Set(mine.map(keySlot))).toEqual(new Set([crc16(Buffer.from(`IDEMPOTENCY#${scope}`)) % 16_384]));
+          expect(new Set(odds.map(keySlot))).toEqual(new Set([crc16(Buffer.from('IDEMPOTENCY#acct')) % 16_384]));
         } finally {
           await store.close();
         }
@@ -275,7 +286,7 @@ describe.skipIf(!available)('redis store', () => {
 
       describe('onRoundTrip', () => {
         /** The claim script's arguments for `req`, as the store sends them. */
-        const claimArgs = (req: ClaimRequest) => [
+        const claimArgs = (store: RedisStore, req: ClaimRequest) => [
           String(req.now),
           req.fingerprint,
           req.token,
@@ -284,6 +295,8 @@ describe.skipIf(!available)('redis store', () => {
           String(req.now + req.ttlMs),
           String(req.ttlMs),
           req.scope,
+          req.key,
+          `${store.prefix}{IDEMPOTENCY#${req.scope}}#`,
           req.key,
         ];
         /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
@@ -329,7 +342,7 @@ describe.skipIf(!available)('redis store', () => {
             expect(trips).toEqual([
               {
                 op: 'claim',
-                request: { command: 'EVALSHA', script: 'claim', keys: [`${store.prefix}{${req.pk}}`], args: claimArgs(req) },
+                request: { command: 'EVALSHA', script: 'claim', keys: [recordKey(store, req.pk), indexKey(store, scope)], args: claimArgs(store, req) },
                 response: [1, claimedFields(req)],
               },
             ]);
@@ -350,7 +363,12 @@ describe.skipIf(!available)('redis store', () => {
             expect(trips).toEqual([
               {
                 op: 'claim',
-                request: { command: 'EVALSHA', script: 'claim', keys: [`${store.prefix}{${winner.pk}}`], args: claimArgs(loser) },
+                request: {
+                  command: 'EVALSHA',
+                  script: 'claim',
+                  keys: [recordKey(store, winner.pk), indexKey(store, scope)],
+                  args: claimArgs(store, loser),
+                },
                 response: [0, claimedFields(winner)],
               },
             ]);
@@ -359,49 +377,41 @@ describe.skipIf(!available)('redis store', () => {
           }
         });
 
-        it('reports as many trips as roundTrips counts: claim, complete, get, and list’s SCAN pages and reads', async () => {
+        it('reports as many trips as roundTrips counts: claim, complete, get, and list’s one script call', async () => {
           const trips: RoundTrip[] = [];
           const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });
           try {
             const before = store.roundTrips;
             trips.length = 0;
             const req = claimRequest();
-            const key = `${store.prefix}{${req.pk}}`;
+            const key = recordKey(store, req.pk);
             const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
             await store.claim(req);
             await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome });
-            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome }); // no longer in_progress
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome }); // its own resend: 1
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: { ...outcome, status: 'failed' } });
             await store.get(req.pk);
             await store.list({ scope, limit: 10 });
             expect(trips.length).toBe(store.roundTrips - before);
             const args = [req.token, 'succeeded', '0', '1', 'ch_1', '0', '', '', ''];
             const completion = { command: 'EVALSHA', script: 'complete', keys: [key], args };
-            expect(trips.slice(1, 4)).toEqual([
+            const fields = [...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)), 'resultId', 'ch_1'];
+            expect(trips.slice(1)).toEqual([
               { op: 'complete', request: completion, response: 1 },
-              { op: 'complete', request: completion, response: 0 },
+              { op: 'complete', request: completion, response: 1 },
+              { op: 'complete', request: { ...completion, args: [req.token, 'failed', ...args.slice(2)] }, response: 0 },
+              { op: 'get', request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] }, response: fields },
               {
-                op: 'get',
-                request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] },
-                response: [...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)), 'resultId', 'ch_1'],
+                op: 'list',
+                request: {
+                  command: 'EVALSHA',
+                  script: 'list',
+                  keys: [indexKey(store, scope)],
+                  args: [`${store.prefix}{IDEMPOTENCY#${scope}}#`, '10', '1000'],
+                },
+                response: [0, [fields]],
               },
             ]);
-            // list: SCAN pages until the cursor comes back to 0 (how many depends on the server's whole
-            // keyspace), and one read of the one record under this prefix, made as soon as its page names it.
-            const list = trips.slice(4);
-            const scans = list.filter((trip) => (trip.request as { command: string }).command === 'SCAN');
-            expect(list.map((trip) => trip.op)).toEqual(list.map(() => 'list'));
-            expect(list.filter((trip) => !scans.includes(trip))).toEqual([
-              { op: 'list', request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] }, response: trips[3]?.response },
-            ]);
-            const pattern = `${store.prefix}{IDEMPOTENCY#${scope}#*}`;
-            expect(scans.map((trip) => trip.request)).toEqual(
-              scans.map((_, i) => ({
-                command: 'SCAN',
-                args: [i === 0 ? '0' : (scans[i - 1]?.response as [string, string[]])[0], 'MATCH', pattern, 'COUNT', 1_000],
-              })),
-            );
-            expect((scans.at(-1)?.response as [string, string[]])[0]).toBe('0');
-            expect(scans.flatMap((trip) => (trip.response as [string, string[]])[1])).toEqual([key]);
           } finally {
             await store.close();
           }
@@ -441,16 +451,31 @@ describe.skipIf(!available)('redis store', () => {
     expect(keySlot('foo{}{bar}')).toBe(crc16(Buffer.from('foo{}{bar}')) % 16_384);
   });
 
-  it('every script reads and writes KEYS[1] only', () => {
+  it('every script touches only its KEYS and records named base .. member, base being the scope’s tag (one slot)', () => {
+    // What each script's redis.call targets resolve to, through its `local x = KEYS[i]` / `ARGV[i]` aliases and
+    // the argument it passes to keepIndex. ARGV[10] (claim) and ARGV[1] (list, prune) are the base
+    // `<prefix>{IDEMPOTENCY#<scope>}#`, as the onRoundTrip tests show the store sending.
+    const expected: Record<string, string[]> = {
+      claim: ['ARGV[10] .. oldest', 'KEYS[1]', 'KEYS[2]'],
+      complete: ['KEYS[1]'],
+      renew: ['KEYS[1]', 'KEYS[2]'],
+      release: ['KEYS[1]', 'KEYS[2]'],
+      get: ['KEYS[1]'],
+      sweep: ['KEYS[1]', 'KEYS[2]'],
+      list: ['ARGV[1] .. member', 'KEYS[1]'],
+      prune: ['ARGV[1] .. member', 'KEYS[1]'],
+    };
     for (const { name, source } of Object.values(SCRIPTS)) {
-      const indices = [...source.matchAll(/KEYS\[(\d+)\]/g)].map((match) => match[1]);
-      expect({ name, indices: [...new Set(indices)] }).toEqual({ name, indices: ['1'] });
-      const targets = [...source.matchAll(/redis\.call\('\w+', ([^,)]+)/g)].map((match) => match[1]);
-      expect({ name, targets: [...new Set(targets)].filter((t) => t !== 'record' && t !== 'KEYS[1]') }).toEqual({ name, targets: [] });
-      expect({ name, aliases: [...source.matchAll(/local record = (.+)/g)].map((match) => match[1]) }).toEqual({
-        name,
-        aliases: source.includes('local record') ? ['KEYS[1]'] : [],
-      });
+      const aliases = new Map([...source.matchAll(/local (\w+) = (KEYS\[\d+\]|ARGV\[\d+\])\n/g)].map((m) => [m[1], m[2]] as const));
+      const kept = /^keepIndex\((\w+|KEYS\[\d+\]),/m.exec(source)?.[1];
+      if (kept !== undefined) aliases.set('index', aliases.get(kept) ?? kept);
+      const targets = [...source.matchAll(/redis\.call\('\w+', ([^,)]+)/g)].map((m) =>
+        (m[1] as string)
+          .split(' .. ')
+          .map((part) => aliases.get(part) ?? part)
+          .join(' .. '),
+      );
+      expect({ name, targets: [...new Set(targets)].sort() }).toEqual({ name, targets: expected[name] });
     }
   });
 
@@ -516,7 +541,7 @@ describe.skipIf(!available)('redis store', () => {
     try {
       const req = claimRequest();
       await store.get(req.pk);
-      const request = { script: 'get', keys: [`${store.prefix}{${req.pk}}`], args: [] };
+      const request = { script: 'get', keys: [recordKey(store, req.pk)], args: [] };
       expect(trips).toEqual([
         { op: 'get', request: { command: 'EVALSHA', ...request }, error: trips[0]?.error },
         { op: 'get', request: { command: 'EVAL', ...request }, response: [] },
@@ -535,10 +560,12 @@ describe.skipIf(!available)('redis store', () => {
       const brief = claimRequest({ ttlMs: 1, leaseMs: 1 });
       await store.claim(live);
       await store.claim(brief);
-      const key = `${store.prefix}{${brief.pk}}`;
+      const key = recordKey(store, brief.pk);
       while ((await admin.exists(key)) === 1) await new Promise((resolve) => setTimeout(resolve, 5));
       expect(await store.get(brief.pk)).toBeNull();
       expect((await store.list({ scope, limit: 10 })).map((r) => r.key)).toEqual([live.key]);
+      // The list met the expired record's index member and removed it.
+      expect(await admin.zrange(indexKey(store, scope), '0', '-1')).toEqual([live.key]);
     } finally {
       await store.close();
     }
@@ -548,7 +575,9 @@ describe.skipIf(!available)('redis store', () => {
     const store = await isolated(drivers[0] as Driver);
     try {
       const foreign = `${store.prefix}{IDEMPOTENCY#not-a-hash}`;
+      const lookalike = `${store.prefix}{IDEMPOTENCY#${scope}}#not-a-hash`;
       await admin.set(foreign, 'x');
+      await admin.set(lookalike, 'y');
       const old = claimRequest();
       const fresh = claimRequest({ now: T0 + TTL });
       await store.claim(old);
@@ -557,6 +586,95 @@ describe.skipIf(!available)('redis store', () => {
       expect(await store.get(old.pk)).toBeNull();
       expect((await store.get(fresh.pk))?.token).toBe(fresh.token);
       expect(await admin.get(foreign)).toBe('x');
+      expect(await admin.get(lookalike)).toBe('y');
+      expect(await admin.zrange(indexKey(store, scope), '0', '-1')).toEqual([fresh.key]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('list is one round trip with 10,000 unrelated keys on the server (before the index: 11 SCAN pages + reads)', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    const noise = `idemtest-noise:${randomUUID()}:`;
+    try {
+      const mine = [claimRequest({ now: T0 }), claimRequest({ now: T0 + 1 }), claimRequest({ now: T0 + 2 })];
+      for (const req of mine) await store.claim(req);
+      await store.claim(claimRequest({ scope: 'acct_other', pk: recordPk('acct_other', 'k') }));
+      for (let i = 0; i < 10_000; i += 1_000) {
+        const pipeline = admin.pipeline();
+        for (let j = i; j < i + 1_000; j++) pipeline.set(`${noise}${j}`, 'x', 'EX', 600);
+        await pipeline.exec();
+      }
+      const before = store.roundTrips;
+      const listed = await store.list({ scope, limit: 10 });
+      expect(store.roundTrips - before).toBe(1);
+      expect(listed.map((r) => r.key)).toEqual(mine.map((r) => r.key).reverse());
+      expect(listed.map((r) => r.pk)).toEqual(mine.map((r) => r.pk).reverse());
+      const two = store.roundTrips;
+      expect((await store.list({ scope, limit: 2 })).map((r) => r.key)).toEqual([mine[2]?.key, mine[1]?.key]);
+      expect(store.roundTrips - two).toBe(1);
+    } finally {
+      await dropPrefix(noise);
+      await store.close();
+    }
+  });
+
+  it('the scope index is pruned: by claims (two oldest), by list (bounded per call), by sweep; members follow records', async () => {
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      const index = indexKey(store, scope);
+      // The newest member, alive throughout (it also keeps the index alive: the index lives as long as its
+      // longest-lived record, and the brief records below live 1 ms).
+      const anchor = claimRequest({ now: T0 + 100 });
+      await store.claim(anchor);
+      const brief = Array.from({ length: 5 }, (_, i) => claimRequest({ now: T0 + i, ttlMs: 1, leaseMs: 1 }));
+      for (const req of brief) await store.claim(req);
+      for (const req of brief) while ((await admin.exists(recordKey(store, req.pk))) === 1) await new Promise((r) => setTimeout(r, 5));
+      expect(await admin.zcard(index)).toBe(6);
+      // A claim files its key and removes the two oldest members whose records are gone.
+      const live = claimRequest({ now: T0 + 10 });
+      await store.claim(live);
+      expect(await admin.zrange(index, '0', '-1')).toEqual([brief[2]?.key, brief[3]?.key, brief[4]?.key, live.key, anchor.key]);
+      // Sweep removes the rest (and deletes no live record).
+      expect(await store.sweep({ now: T0 + 10 })).toBe(0);
+      expect(await admin.zrange(index, '0', '-1')).toEqual([live.key, anchor.key]);
+      // 1,200 members without records, newer than both: list prunes 1,000 per call, then calls again.
+      const stale = Array.from({ length: 1_200 }, (_, i) => [String(T0 + 200 + i), `gone-${i}`]).flat();
+      await admin.zadd(index, ...stale);
+      const before = store.roundTrips;
+      expect((await store.list({ scope, limit: 10 })).map((r) => r.key)).toEqual([anchor.key, live.key]);
+      expect(store.roundTrips - before).toBe(2);
+      expect(await admin.zrange(index, '0', '-1')).toEqual([live.key, anchor.key]);
+      // Release takes a key out; with the last member gone the index is gone too.
+      expect(await store.release({ pk: live.pk, token: live.token })).toEqual({ ok: true });
+      expect(await admin.zrange(index, '0', '-1')).toEqual([anchor.key]);
+      expect(await store.release({ pk: anchor.pk, token: anchor.token })).toEqual({ ok: true });
+      expect(await admin.exists(index)).toBe(0);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a script resent after its reply was lost (the same arguments again) counts as applied: claim, complete, release', async () => {
+    // What ioredis's autoResendUnfulfilledCommands (on by default) does after a dropped connection: the server
+    // runs the same EVALSHA twice.
+    const store = await isolated(drivers[0] as Driver);
+    try {
+      const req = claimRequest();
+      const first = await store.claim(req);
+      expect(await store.claim(req)).toEqual({ kind: 'claimed', record: first.record });
+      expect((await store.claim({ ...req, token: randomUUID() })).kind).toBe('existing');
+      const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+      const completion = { pk: req.pk, token: req.token, now: T0 + 1, outcome };
+      expect(await store.complete(completion)).toEqual({ ok: true });
+      expect(await store.complete(completion)).toEqual({ ok: true });
+      expect(await store.complete({ ...completion, outcome: { ...outcome, status: 'failed' } })).toEqual({ ok: false });
+      expect(await store.complete({ ...completion, token: randomUUID() })).toEqual({ ok: false });
+      const held = claimRequest();
+      await store.claim(held);
+      expect(await store.release({ pk: held.pk, token: held.token })).toEqual({ ok: true });
+      expect(await store.release({ pk: held.pk, token: held.token })).toEqual({ ok: true });
+      expect(await store.get(held.pk)).toBeNull();
     } finally {
       await store.close();
     }

@@ -1,9 +1,15 @@
 /**
  * @module `idem/stores/redis` — records in Redis, one hash per record, one Lua script per operation.
  *
- * - **One key per record**, named `<prefix>{<pk>}`. Every script touches only that key, so each call is atomic on
- *   its own and Cluster-safe: the `{…}` hash tag puts the record in its pk's slot (with a pk that itself holds a
- *   `}`, Redis hashes a shorter tag — still one key, still one slot).
+ * - **Keys**: the record `IDEMPOTENCY#<scope>#<key>` is the hash `<prefix>{IDEMPOTENCY#<scope>}#<key>`, and its
+ *   scope's index the sorted set `<prefix>{IDEMPOTENCY#<scope>}:claims` (member `<key>`, score `claimedAt`). The
+ *   `{…}` hash tag is the scope's, so a record and its index share a Cluster slot and every script — each touching
+ *   a record, its index, or both — is atomic on its own and Cluster-safe (a scope holding `}` makes Redis hash a
+ *   shorter tag, the same for both keys). A scope's records therefore live on one Cluster node.
+ * - **`list` reads the index**, never the keyspace: one script walks the scope's sorted set from its newest member
+ *   and reads `limit` records, pruning members whose records have expired; one round trip whatever else the
+ *   server holds (a second only when it has pruned 1,000 members in one go). Claims prune the index's two oldest
+ *   members when their records are gone, and the index expires with the scope's last record.
  * - **Native expiry**: a claim sets the key's expiry to `ttlMs` (`PEXPIRE`, relative, so it follows the engine's
  *   `expiresAt - now` whatever Redis's own clock says); a renewal moves it to the new `expiresAt - now` the same
  *   way; a completion uses `HSET`, which keeps it.
@@ -12,8 +18,10 @@
  * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front; an `EVALSHA` that still gets
  *   `NOSCRIPT` (a restarted or failed-over server, a Cluster node that never saw the load) is retried once with
  *   `EVAL`, and both requests are counted in `roundTrips`.
- * - **`list` and `sweep` use `SCAN`**: O(keyspace), for operators and the demo, never for hot paths. On Cluster a
- *   client sends `SCAN` to one node, so they see that node's records only.
+ * - **`sweep` uses `SCAN`**: O(keyspace), for operators, never for hot paths (records expire natively). On Cluster
+ *   a client sends `SCAN` to one node, so it sees that node's records only.
+ * - **Before this layout** records were `<prefix>{<pk>}`: this version does not see them. They expire natively
+ *   within their TTL; docs/STORES.md has the upgrade path.
  */
 import { configError } from '../../core/errors.js';
 import { recordPk } from '../../core/key.js';
@@ -37,7 +45,7 @@ import { decodeHeaders, encodeHeaders } from '../contract.js';
 import { SCRIPTS, type RedisScript } from './scripts.js';
 
 /**
- * The subset of an ioredis client (`Redis`, or `Cluster` for everything but `list`/`sweep`) that the store calls.
+ * The subset of an ioredis client (`Redis`, or `Cluster` for everything but `sweep`) that the store calls.
  * Pass an ioredis client as is; wrap a node-redis client with {@link fromNodeRedis}.
  *
  * @example
@@ -98,8 +106,9 @@ export function fromNodeRedis(client: NodeRedisClient): RedisClient {
  * What `onRoundTrip` receives from this store for each command it sends. `EVALSHA`/`EVAL` name the script (the
  * SHA or source sent is `SCRIPTS[script]`'s) with its `keys` and `args`; `SCAN` has its arguments; `SCRIPT LOAD`
  * names the script it loads. `response` is the driver's reply as is: a claim's `[1 | 0, [field, value, …]]`
- * (`0` when a live record is in the way, with that record), `1`/`0` for a conditional write, `[cursor, keys]`
- * for a `SCAN`. A `NOSCRIPT` answer to `EVALSHA` is reported as its `error`, then the `EVAL` that follows.
+ * (`0` when a live record is in the way, with that record), `1`/`0` for a conditional write, a list's
+ * `[more, [[field, value, …], …]]`, `[cursor, keys]` for a `SCAN`. A `NOSCRIPT` answer to `EVALSHA` is reported
+ * as its `error`, then the `EVAL` that follows.
  */
 export type RedisRoundTripRequest =
   | {
@@ -116,7 +125,7 @@ export interface RedisStoreOptions extends RoundTripObserver {
   readonly client: RedisClient;
   /** Prepended to every record key; must not contain `{` or `}` (the hash tag is the pk's). Default `idem:`. */
   readonly prefix?: string;
-  /** Keys per `SCAN` page in `list` and `sweep`. Default 1,000. */
+  /** Keys per `SCAN` page in `sweep`. Default 1,000. */
   readonly scanCount?: number;
 }
 
@@ -190,18 +199,17 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     }
   }
 
-  const keyOf = (pk: string): string => `${prefix}{${pk}}`;
-  const pkOf = (key: string): string => key.slice(prefix.length + 1, -1);
+  const keys = (pk: string) => redisKeys(prefix, pk);
 
   /** One script call for `op`: one `EVALSHA`, plus one `EVAL` if the server answers `NOSCRIPT`. */
-  async function run(op: RoundTrip['op'], script: RedisScript, key: string, ...args: string[]): Promise<unknown> {
-    const request = (command: 'EVALSHA' | 'EVAL') => () => ({ command, script: script.name, keys: [key], args });
+  async function run(op: RoundTrip['op'], script: RedisScript, names: readonly string[], ...args: string[]): Promise<unknown> {
+    const request = (command: 'EVALSHA' | 'EVAL') => () => ({ command, script: script.name, keys: [...names], args });
     try {
-      return await send(op, request('EVALSHA'), () => client.evalsha(script.sha, 1, key, ...args));
+      return await send(op, request('EVALSHA'), () => client.evalsha(script.sha, names.length, ...names, ...args));
     } catch (error) {
       // The protocol's error code leads the message (`NOSCRIPT No matching script...`) in every driver.
       if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
-      return send(op, request('EVAL'), () => client.eval(script.source, 1, key, ...args));
+      return send(op, request('EVAL'), () => client.eval(script.source, names.length, ...names, ...args));
     }
   }
 
@@ -253,10 +261,11 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     // a live lease, the second sees it. `now` is the engine's clock, so Redis's own clock never decides.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
       const { pk, scope, key, fingerprint, token, id, now, leaseMs, ttlMs } = request;
+      const { record: recordKey, index, base, member } = keys(pk);
       const reply = await run(
         'claim',
         SCRIPTS.claim,
-        keyOf(pk),
+        [recordKey, index],
         String(now),
         fingerprint,
         token,
@@ -266,6 +275,8 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
         String(Math.max(1, Math.ceil(ttlMs))),
         scope,
         key,
+        base,
+        member,
       );
       if (!Array.isArray(reply) || (reply[0] !== 0 && reply[0] !== 1)) {
         throw new Error(`redis claim script returned an unexpected reply for ${pk}`);
@@ -284,7 +295,7 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
         await run(
           'complete',
           SCRIPTS.complete,
-          keyOf(pk),
+          [keys(pk).record],
           token,
           status,
           retryable ? '1' : '0',
@@ -300,46 +311,95 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
 
     async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
       const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
-      return written(await run('renew', SCRIPTS.renew, keyOf(pk), token, String(now + leaseMs), String(expiresAt), ttlMs));
+      const { record, index } = keys(pk);
+      return written(await run('renew', SCRIPTS.renew, [record, index], token, String(now + leaseMs), String(expiresAt), ttlMs));
     },
 
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
-      return written(await run('release', SCRIPTS.release, keyOf(pk), token));
+      const { record, index, member } = keys(pk);
+      return written(await run('release', SCRIPTS.release, [record, index], token, member));
     },
 
     async get(pk: string): Promise<IdempotencyRecord | null> {
-      return decode(pk, await run('get', SCRIPTS.get, keyOf(pk)));
+      return decode(pk, await run('get', SCRIPTS.get, [keys(pk).record]));
     },
 
     async sweep({ now, batchSize = scanCount, limit = Infinity }: SweepRequest): Promise<number> {
       let deleted = 0;
-      for await (const keys of scan('sweep', `${globEscape(`${prefix}{IDEMPOTENCY#`)}*}`, batchSize)) {
+      for await (const page of scan('sweep', `${globEscape(`${prefix}{${PK_PREFIX}`)}*`, batchSize)) {
+        const found = page.map((key) => parseKey(prefix, key)).filter((keys) => keys !== undefined);
+        const records = found.filter((keys) => keys.kind === 'record');
         // Each call deletes at most one record, so a chunk no larger than what is left never overshoots `limit`.
-        for (let i = 0; i < keys.length && deleted < limit; ) {
-          const chunk = keys.slice(i, i + Math.min(keys.length, limit - deleted));
+        for (let i = 0; i < records.length && deleted < limit; ) {
+          const chunk = records.slice(i, i + Math.min(records.length, limit - deleted));
           i += chunk.length;
-          const replies = await Promise.all(chunk.map((key) => run('sweep', SCRIPTS.sweep, key, String(now))));
+          const replies = await Promise.all(
+            chunk.map(({ record, index, member }) => run('sweep', SCRIPTS.sweep, [record, index], String(now), member)),
+          );
           deleted += replies.filter((reply) => reply === 1).length;
         }
         if (deleted >= limit) break;
+        // Members whose records expired natively, which no claim or list has pruned yet.
+        for (const { index, base } of found.filter((keys) => keys.kind === 'index')) {
+          for (let start = 0, checked = batchSize; checked === batchSize; ) {
+            const reply = await run('sweep', SCRIPTS.prune, [index], base, String(start), String(batchSize));
+            [start, , checked] = reply as [number, number, number];
+          }
+        }
       }
       return deleted;
     },
 
     async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
-      const records: IdempotencyRecord[] = [];
-      for await (const keys of scan('list', `${globEscape(`${prefix}{${recordPk(scope, '')}`)}*}`, scanCount)) {
-        const page = await Promise.all(keys.map(async (key) => decode(pkOf(key), await run('list', SCRIPTS.get, key))));
-        // A record that expired or was released between SCAN and the read comes back null: skip it.
-        for (const record of page) if (record !== null && record.scope === scope) records.push(record);
+      if (!(limit > 0)) return [];
+      const { index, base } = redisKeys(prefix, recordPk(scope, ''));
+      for (;;) {
+        const reply = await run('list', SCRIPTS.list, [index], base, String(Math.floor(limit)), String(LIST_PRUNE_BUDGET));
+        if (!Array.isArray(reply) || !Array.isArray(reply[1])) throw new Error(`redis list script returned an unexpected reply for ${scope}`);
+        // 1: it stopped after pruning its budget of expired members; the next call picks up where it left off.
+        if (reply[0] === 1) continue;
+        return (reply[1] as unknown[]).map((fields) => {
+          const record = decode(recordPk(scope, '?'), fields);
+          if (record === null) throw new Error(`redis list script returned an empty record for ${scope}`);
+          return { ...record, pk: recordPk(scope, record.key) };
+        });
       }
-      return records.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
     },
 
     async close(): Promise<void> {
       closed = true;
     },
   };
+}
+
+const PK_PREFIX = 'IDEMPOTENCY#';
+/** Expired index members one `list` call removes at most before it returns and is called again. */
+const LIST_PRUNE_BUDGET = 1_000;
+
+/**
+ * The keys of the record `pk` (`IDEMPOTENCY#<scope>#<key>`, the scope's `#` and `%` escaped by `recordPk`, so its
+ * second `#` ends the scope): the record's hash, its scope's index, and how the index names it (`base` + `member`).
+ */
+function redisKeys(prefix: string, pk: string): { record: string; index: string; base: string; member: string } {
+  const end = pk.indexOf('#', PK_PREFIX.length);
+  if (!pk.startsWith(PK_PREFIX) || end === -1) throw new Error(`redis store: ${pk} is not a record pk (IDEMPOTENCY#<scope>#<key>)`);
+  const tag = `${prefix}{${pk.slice(0, end)}}`;
+  const member = pk.slice(end + 1);
+  return { record: `${tag}#${member}`, index: `${tag}:claims`, base: `${tag}#`, member };
+}
+
+/** What a key found under the prefix is: a record (`…}#<key>`), a scope's index (`…}:claims`), or neither. */
+function parseKey(
+  prefix: string,
+  key: string,
+): ({ kind: 'record' | 'index' } & ReturnType<typeof redisKeys>) | undefined {
+  const rest = key.slice(prefix.length);
+  const end = rest.indexOf('#', PK_PREFIX.length + 1);
+  if (end > 0 && rest[end - 1] === '}') {
+    return { kind: 'record', ...redisKeys(prefix, `${rest.slice(1, end - 1)}#${rest.slice(end + 1)}`) };
+  }
+  if (end === -1 && rest.endsWith('}:claims')) return { kind: 'index', ...redisKeys(prefix, `${rest.slice(1, -8)}#`) };
+  return undefined;
 }
 
 /** Escapes Redis glob metacharacters so `text` matches only itself in a `SCAN MATCH` pattern. */

@@ -1,12 +1,23 @@
 /**
  * @module The Lua scripts of the Redis store, one per operation, kept as TypeScript strings so the build ships
- * them. Each script touches exactly one key, `KEYS[1]` — the record's hash — so every call is atomic on its own
- * and lands in one Cluster hash slot. Numbers are never formatted in Lua (Lua 5.1 would print `1.7672256e+12`):
- * every time a script writes arrives as a decimal string computed in JavaScript; Lua only parses to compare.
+ * them. Numbers are never formatted in Lua (Lua 5.1 would print `1.7672256e+12`): every time a script writes
+ * arrives as a decimal string computed in JavaScript; Lua only parses to compare.
+ *
+ * Keys (see `index.ts`): a record is the hash `<prefix>{IDEMPOTENCY#<scope>}#<key>`; its scope's index is the
+ * sorted set `<prefix>{IDEMPOTENCY#<scope>}:claims` (member `<key>`, score `claimedAt`). Both carry the same
+ * hash tag, so every key a script touches is in one Cluster slot and each call is atomic on its own. Scripts
+ * that reach a record through the index (`list`, the claim's and `prune`'s clean-up) name it `base .. member`
+ * with `base` = `<prefix>{IDEMPOTENCY#<scope>}#` from ARGV: the same tag, the same slot.
  *
  * Record layout (one hash): `scope`, `key`, `status`, `fingerprint`, `id`, `token`, `claimedAt`,
  * `leaseExpiresAt`, `expiresAt` (epoch ms, decimal), `retryable` (`0`/`1`), and when present `resultId`,
  * `responseStatus`, `responseHeaders` (JSON) and `responseBody` (base64 of the exact bytes).
+ *
+ * A write resent by the client after its reply was lost (ioredis's `autoResendUnfulfilledCommands`, on by
+ * default) meets what its first run left. The scripts count that as applied, the rule the DynamoDB store follows
+ * for SDK retries: a claim finding its own token is `claimed`; a completion finding its own token already settled
+ * with the same status is `1`; a release finding no record is `1`. (A renewal's condition still holds on a
+ * resend, so it simply runs again.)
  */
 import { createHash } from 'node:crypto';
 
@@ -14,10 +25,10 @@ import { createHash } from 'node:crypto';
  * A script and the SHA-1 that `EVALSHA` addresses it by.
  *
  * @example
- * await client.evalsha(SCRIPTS.get.sha, 1, 'idem:{IDEMPOTENCY#acct_alice#k1}')
+ * await client.evalsha(SCRIPTS.get.sha, 1, 'idem:{IDEMPOTENCY#acct_alice}#k1')
  */
 export interface RedisScript {
-  readonly name: 'claim' | 'complete' | 'renew' | 'release' | 'get' | 'sweep';
+  readonly name: 'claim' | 'complete' | 'renew' | 'release' | 'get' | 'sweep' | 'list' | 'prune';
   readonly source: string;
   readonly sha: string;
 }
@@ -26,19 +37,35 @@ function script(name: RedisScript['name'], source: string): RedisScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
+/** Lua: gives the scope's index at least `ttl` ms to live (a record's expiry), never less than it has. */
+const KEEP_INDEX = `local function keepIndex(index, ttl)
+  if redis.call('PTTL', index) < tonumber(ttl) then
+    redis.call('PEXPIRE', index, ttl)
+  end
+end
+`;
+
 /**
- * ARGV: now, fingerprint, token, id, leaseExpiresAt, expiresAt, ttlMs, scope, key.
+ * KEYS: record, index. ARGV: now, fingerprint, token, id, leaseExpiresAt, expiresAt, ttlMs, scope, key, base,
+ * member (the record key is `base .. member`).
  * Returns `{1, HGETALL}` when claimed, `{0, HGETALL}` (the record in the way) when not — one round trip either way.
  * The condition is `isClaimable` from core/record.ts, evaluated against the engine's `now`, not Redis TIME.
+ * A claim also files the key in its scope's index (score `claimedAt`), and removes from the index's oldest end up
+ * to two members whose records have expired, so the index stays about as large as the scope's live records.
  */
 const CLAIM = script(
   'claim',
-  `local record = KEYS[1]
+  `${KEEP_INDEX}local record = KEYS[1]
+local index = KEYS[2]
 local now = tonumber(ARGV[1])
 local fingerprint = ARGV[2]
 local id = ARGV[4]
-local current = redis.call('HMGET', record, 'status', 'fingerprint', 'id', 'leaseExpiresAt', 'expiresAt', 'retryable')
+local member = ARGV[11]
+local current = redis.call('HMGET', record, 'status', 'fingerprint', 'id', 'leaseExpiresAt', 'expiresAt', 'retryable', 'token')
 local status = current[1]
+if status and current[7] == ARGV[3] then
+  return {1, redis.call('HGETALL', record)}
+end
 if status and tonumber(current[5]) > now then
   local claimable = current[2] == fingerprint and (
     (status == 'failed' and current[6] == '1') or
@@ -52,19 +79,29 @@ redis.call('DEL', record)
 redis.call('HSET', record, 'scope', ARGV[8], 'key', ARGV[9], 'status', 'in_progress', 'fingerprint', fingerprint,
   'id', id, 'token', ARGV[3], 'claimedAt', ARGV[1], 'leaseExpiresAt', ARGV[5], 'expiresAt', ARGV[6], 'retryable', '0')
 redis.call('PEXPIRE', record, ARGV[7])
+redis.call('ZADD', index, ARGV[1], member)
+for _, oldest in ipairs(redis.call('ZRANGE', index, 0, 1)) do
+  if oldest ~= member and redis.call('EXISTS', ARGV[10] .. oldest) == 0 then
+    redis.call('ZREM', index, oldest)
+  end
+end
+keepIndex(index, ARGV[7])
 return {1, redis.call('HGETALL', record)}
 `,
 );
 
 /**
- * ARGV: token, status, retryable, hasResultId, resultId, hasResponse, responseStatus, responseHeaders, responseBody.
- * Returns 1 when written, 0 when the record is not `in_progress` under this token. `HSET` leaves the key's
- * expiry alone, so the record keeps the `expiresAt` its claim set.
+ * KEYS: record. ARGV: token, status, retryable, hasResultId, resultId, hasResponse, responseStatus, responseHeaders,
+ * responseBody. Returns 1 when written (or already written by this call's own earlier run: same token, same
+ * status), 0 when the record is not `in_progress` under this token. `HSET` leaves the key's expiry alone.
  */
 const COMPLETE = script(
   'complete',
   `local record = KEYS[1]
 local current = redis.call('HMGET', record, 'status', 'token')
+if current[2] == ARGV[1] and current[1] == ARGV[2] then
+  return 1
+end
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
@@ -80,43 +117,56 @@ return 1
 );
 
 /**
- * ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when renewed, 0 otherwise. Moves
- * the key's expiry with `expiresAt` (`PEXPIRE`, relative, like the claim), so a live lease never expires natively.
+ * KEYS: record, index. ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when renewed,
+ * 0 otherwise. Moves the key's expiry with `expiresAt` (`PEXPIRE`, relative, like the claim), so a live lease
+ * never expires natively, and keeps the scope's index alive at least as long.
  */
 const RENEW = script(
   'renew',
-  `local record = KEYS[1]
+  `${KEEP_INDEX}local record = KEYS[1]
 local current = redis.call('HMGET', record, 'status', 'token')
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', record, 'leaseExpiresAt', ARGV[2], 'expiresAt', ARGV[3])
 redis.call('PEXPIRE', record, ARGV[4])
+keepIndex(KEYS[2], ARGV[4])
 return 1
 `,
 );
 
-/** ARGV: token. Returns 1 when the record was deleted, 0 otherwise. */
+/**
+ * KEYS: record, index. ARGV: token, member. Returns 1 when the record was deleted (and left its index), or is
+ * already gone — the key is free, which is what a release wants; 0 when another token or a final state holds it.
+ */
 const RELEASE = script(
   'release',
   `local record = KEYS[1]
 local current = redis.call('HMGET', record, 'status', 'token')
+if not current[1] then
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 1
+end
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', record)
+redis.call('ZREM', KEYS[2], ARGV[2])
 return 1
 `,
 );
 
-/** No ARGV. Returns the record's fields (`HGETALL`), empty when there is no record. */
+/** KEYS: record. No ARGV. Returns the record's fields (`HGETALL`), empty when there is no record. */
 const GET = script(
   'get',
   `return redis.call('HGETALL', KEYS[1])
 `,
 );
 
-/** ARGV: now. Deletes the record when `expiresAt <= now`; returns 1 when it did, 0 otherwise (and for non-hashes). */
+/**
+ * KEYS: record, index. ARGV: now, member. Deletes the record when `expiresAt <= now` and takes it out of its
+ * index; returns 1 when it did, 0 otherwise (and for non-hashes).
+ */
 const SWEEP = script(
   'sweep',
   `local record = KEYS[1]
@@ -126,9 +176,67 @@ end
 local expiresAt = tonumber(redis.call('HGET', record, 'expiresAt'))
 if expiresAt and expiresAt <= tonumber(ARGV[1]) then
   redis.call('DEL', record)
+  redis.call('ZREM', KEYS[2], ARGV[2])
   return 1
 end
 return 0
+`,
+);
+
+/**
+ * KEYS: index. ARGV: base, limit, budget. A scope's records, newest claim first: walks the index from its newest
+ * member, reads each record (`HGETALL base .. member`), and removes members whose record has expired. Returns
+ * `{more, {fields…}…}`: `more` is 1 when it stopped after removing `budget` members (call again; nothing is
+ * lost), so one call does bounded work whatever the index holds. O(limit + members removed), never a scan.
+ */
+const LIST = script(
+  'list',
+  `local index = KEYS[1]
+local base = ARGV[1]
+local limit = tonumber(ARGV[2])
+local budget = tonumber(ARGV[3])
+local found = {}
+local kept = 0
+while kept < limit do
+  local members = redis.call('ZREVRANGE', index, kept, limit - 1)
+  if #members == 0 then
+    break
+  end
+  for _, member in ipairs(members) do
+    local fields = redis.call('HGETALL', base .. member)
+    if #fields == 0 then
+      redis.call('ZREM', index, member)
+      budget = budget - 1
+      if budget <= 0 then
+        return {1, found}
+      end
+    else
+      found[#found + 1] = fields
+      kept = kept + 1
+    end
+  end
+end
+return {0, found}
+`,
+);
+
+/**
+ * KEYS: index. ARGV: base, start, count. Checks `count` members from rank `start` (oldest first) and removes those
+ * whose record has expired. Returns `{next start, members removed, members checked}`; `sweep` calls it until a
+ * batch comes back short.
+ */
+const PRUNE = script(
+  'prune',
+  `local index = KEYS[1]
+local removed = 0
+local members = redis.call('ZRANGE', index, tonumber(ARGV[2]), tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1)
+for _, member in ipairs(members) do
+  if redis.call('EXISTS', ARGV[1] .. member) == 0 then
+    redis.call('ZREM', index, member)
+    removed = removed + 1
+  end
+end
+return {tonumber(ARGV[2]) + #members - removed, removed, #members}
 `,
 );
 
@@ -145,4 +253,6 @@ export const SCRIPTS = {
   release: RELEASE,
   get: GET,
   sweep: SWEEP,
+  list: LIST,
+  prune: PRUNE,
 } as const satisfies Record<RedisScript['name'], RedisScript>;

@@ -67,6 +67,13 @@ export interface SqliteStoreOptions<Db extends SqliteDatabase = SqliteDatabase> 
   readonly busyTimeoutMs?: number;
   /** Close `database` when the store is closed. Default false: the database is yours, and you close it. */
   readonly closeDatabase?: boolean;
+  /**
+   * For demonstrations only (the demo's model page in lab mode); leave it unset. Awaited after a claim's read found
+   * the key free or claimable, before its conditional write, which then runs as a round trip of its own. Claims
+   * that await one shared barrier have all read before any of them writes, so each loser is refused by the upsert's
+   * `WHERE`, not by the read.
+   */
+  readonly claimBarrier?: (request: ClaimRequest) => Promise<void>;
 }
 
 /** An SQLite store: the contract, plus the database it uses and its migration. */
@@ -137,6 +144,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   busyTimeoutMs = 5_000,
   closeDatabase = false,
   onRoundTrip,
+  claimBarrier,
 }: SqliteStoreOptions<Db>): SqliteStore<Db> {
   const methods = ['prepare', 'exec', 'pragma', 'transaction', 'close'] as const;
   if (typeof database !== 'object' || database === null || methods.some((m) => typeof database[m] !== 'function')) {
@@ -149,6 +157,9 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   if (typeof closeDatabase !== 'boolean') throw configError('closeDatabase', 'a boolean', closeDatabase);
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
+  }
+  if (claimBarrier !== undefined && typeof claimBarrier !== 'function') {
+    throw configError('claimBarrier', 'a function', claimBarrier);
   }
 
   let roundTrips = 0;
@@ -320,12 +331,16 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     // write, so the answer holds at the moment of the read. Anything else — no row, or a claimable one — goes to
     // the transaction above, which decides again on the row under the write lock.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
-      return trip('claim', () => {
+      const refusal = (): ClaimResult | undefined => {
         const row = one(sql.get, { pk: request.pk });
         const seen = row === undefined ? null : toRecord(row);
-        if (seen && !isClaimable(seen, request.fingerprint, request.now)) return { kind: 'existing', record: seen };
-        return claimTx.immediate(request);
-      });
+        return seen && !isClaimable(seen, request.fingerprint, request.now) ? { kind: 'existing', record: seen } : undefined;
+      };
+      if (!claimBarrier) return trip('claim', () => refusal() ?? claimTx.immediate(request));
+      const refused = trip('claim', refusal);
+      if (refused) return refused;
+      await claimBarrier(request);
+      return trip('claim', () => claimTx.immediate(request));
     },
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
       return { ok: trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };

@@ -1,0 +1,80 @@
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import compression from 'compression';
+import express from 'express';
+import { afterAll } from 'vitest';
+import { sqliteStore } from '../../stores/sqlite/index.js';
+import { describeAdapterConformance, type AdapterHarness } from '../../testing/adapter.js';
+import { idempotency, idempotencyContext } from './index.js';
+
+const expressHarness: AdapterHarness = {
+  name: 'express',
+  supports: { compression: true, rawEnd: true },
+  async serve({ options, compress, handler }) {
+    const app = express();
+    app.set('env', 'test'); // finalhandler answers 500 without logging the stack
+    app.use(idempotency({ ...options, scope: (req) => req.get('x-tenant') ?? 'acct_suite' }));
+    if (compress) app.use(compression());
+    app.use(express.json());
+    app.post('/v1/charges', async (req, res) => {
+      const search = req.originalUrl.indexOf('?');
+      const reply = await handler({
+        body: req.body as unknown,
+        query: search === -1 ? '' : req.originalUrl.slice(search),
+        context: idempotencyContext(res),
+      });
+      switch (reply.style) {
+        case 'json':
+          res.status(reply.status).set(reply.headers ?? {}).json(reply.json);
+          return;
+        case 'stream':
+          res.writeHead(reply.status, reply.headers ?? {});
+          for (const chunk of reply.chunks) {
+            res.write(chunk);
+            await new Promise((resolve) => setImmediate(resolve));
+          }
+          res.end();
+          return;
+        case 'empty':
+          res.status(reply.status).set(reply.headers ?? {}).end();
+          return;
+        case 'throw':
+          throw new Error(reply.message);
+        case 'raw-end':
+          res.end(reply.value as string);
+          return;
+      }
+    });
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      close: async () => {
+        server.closeAllConnections();
+        await new Promise((resolve) => server.close(resolve));
+      },
+    };
+  },
+};
+
+const dir = mkdtempSync(join(tmpdir(), 'idem-express-conformance-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+describeAdapterConformance({
+  harness: expressHarness,
+  createStore: async () => {
+    const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
+    await store.migrate();
+    store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
+    return store;
+  },
+  effect: (tx: Database.Database, ref) => {
+    tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
+  },
+  countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+});

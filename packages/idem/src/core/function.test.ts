@@ -1,0 +1,102 @@
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../stores/memory/index.js';
+import { IdempotencyError } from './errors.js';
+import { idempotent, IdempotentFailure } from './function.js';
+
+const DAY = 86_400_000;
+interface Payout {
+  readonly payoutId: string;
+  readonly amount: number;
+}
+
+describe('idempotent(fn)', () => {
+  it('runs once per key and returns the first result to every repeat, with a stable id', async () => {
+    const ids: string[] = [];
+    const pay = idempotent(
+      async (payout: Payout, { id }) => {
+        ids.push(id);
+        return { paid: payout.amount, ref: `bank_${ids.length}` };
+      },
+      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (p) => p.payoutId },
+    );
+    const first = await pay({ payoutId: 'po_1', amount: 500 });
+    const second = await pay({ payoutId: 'po_1', amount: 500 });
+    expect(first).toEqual({ paid: 500, ref: 'bank_1' });
+    expect(second).toEqual({ paid: 500, ref: 'bank_1' });
+    expect(ids.length).toBe(1);
+    expect(await pay({ payoutId: 'po_2', amount: 500 })).toEqual({ paid: 500, ref: 'bank_2' });
+  });
+
+  it('refuses a repeat with another payload, and a repeat while the first call runs', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    let runs = 0;
+    const pay = idempotent(
+      async (payout: Payout) => {
+        runs++;
+        started();
+        await gate;
+        return payout.amount;
+      },
+      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (p) => p.payoutId },
+    );
+    const first = pay({ payoutId: 'po_1', amount: 500 });
+    await running;
+    await expect(pay({ payoutId: 'po_1', amount: 500 })).rejects.toMatchObject({ code: 'IN_FLIGHT' });
+    release();
+    expect(await first).toBe(500);
+    const mismatch = await pay({ payoutId: 'po_1', amount: 501 }).catch((error: unknown) => error);
+    expect(mismatch).toBeInstanceOf(IdempotencyError);
+    expect((mismatch as IdempotencyError).code).toBe('FINGERPRINT_MISMATCH');
+    expect(runs).toBe(1);
+  });
+
+  it('a retryable error lets the next delivery run again; a final one is recorded and thrown to every repeat', async () => {
+    let runs = 0;
+    class Declined extends Error {
+      override readonly name = 'Declined';
+    }
+    const pay = idempotent(
+      async (payout: Payout) => {
+        runs++;
+        if (runs === 1) throw new Error('bank timeout');
+        if (payout.amount > 1000) throw new Declined('over the limit');
+        return payout.amount;
+      },
+      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (p) => p.payoutId, isFinal: (e) => e instanceof Declined },
+    );
+    await expect(pay({ payoutId: 'po_1', amount: 5000 })).rejects.toThrow('bank timeout');
+    const final = await pay({ payoutId: 'po_1', amount: 5000 }).catch((error: unknown) => error);
+    const repeat = await pay({ payoutId: 'po_1', amount: 5000 }).catch((error: unknown) => error);
+    for (const error of [final, repeat]) {
+      expect(error).toBeInstanceOf(IdempotentFailure);
+      expect([(error as IdempotentFailure).originalName, (error as Error).message]).toEqual(['Declined', 'over the limit']);
+    }
+    expect(runs).toBe(2);
+  });
+
+  it('a store that cannot be reached throws STORE_UNAVAILABLE and the function does not run', async () => {
+    const store = memoryStore();
+    const broken = Object.assign(Object.create(store) as typeof store, { claim: () => Promise.reject(new Error('down')) });
+    let runs = 0;
+    const pay = idempotent(async () => ++runs, { store: broken, scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
+    await expect(pay(undefined)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' });
+    expect(runs).toBe(0);
+  });
+
+  it('scopes per call, and names bad options', async () => {
+    let runs = 0;
+    const pay = idempotent(async () => ++runs, {
+      store: memoryStore(),
+      ttlMs: DAY,
+      scope: (m: { tenant: string; id: string }) => m.tenant,
+      key: (m) => m.id,
+    });
+    expect([await pay({ tenant: 'a', id: '1' }), await pay({ tenant: 'b', id: '1' }), await pay({ tenant: 'a', id: '1' })]).toEqual([1, 2, 1]);
+    expect(() => idempotent(async () => 1, { store: memoryStore(), ttlMs: DAY, key: 'k' as never, scope: 's' })).toThrow(
+      'Expected `key` to be a function (input) => string, got "k".',
+    );
+  });
+});

@@ -1,0 +1,131 @@
+/**
+ * @module `idempotent(fn, options)` — any async function, run once per key: the first result (JSON) is returned
+ * to every repeat. For queue consumers, webhooks and serverless handlers, on the same engine as HTTP.
+ */
+import { createEngine, type Engine, type EngineOptions, type WorkContext } from './engine.js';
+import { configError, IdempotencyError } from './errors.js';
+import { fingerprint } from './fingerprint.js';
+import type { StoredResponse } from './record.js';
+
+/** What the function sees besides its input: the record's stable `id` (pass it downstream) and the lease `signal`. */
+export type IdempotentContext = WorkContext;
+
+export interface IdempotentOptions<In, Tx = never> extends EngineOptions<Tx> {
+  /** The operation's key: a message id, or a business key (`order.id`). Must be a non-empty string. */
+  readonly key: (input: In) => string;
+  /** The tenant, or `'single-tenant'`. Two scopes never share a key. */
+  readonly scope: string | ((input: In) => string);
+  /**
+   * What must be equal for a repeat to be the same operation. Default: the whole input, as canonical JSON. A
+   * repeat whose payload differs throws `FINGERPRINT_MISMATCH`.
+   */
+  readonly payload?: (input: In) => unknown;
+  /** This call's record lifetime, in ms (more than `leaseMs`). Default `ttlMs`. */
+  readonly ttlFor?: (input: In) => number | undefined;
+  /**
+   * Whether a thrown error is final (recorded, and thrown again to every repeat as an {@link IdempotentFailure})
+   * or retryable (the next delivery runs the function again). Default: retryable.
+   */
+  readonly isFinal?: (error: unknown) => boolean;
+}
+
+/** A final failure, recorded by the first call and thrown to every repeat: `name` and `message` are the original's. */
+export class IdempotentFailure extends Error {
+  override readonly name = 'IdempotentFailure';
+  /** The original error's name. */
+  readonly originalName: string;
+  constructor(originalName: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.originalName = originalName;
+  }
+}
+
+/** A function protected by {@link idempotent}, and the engine it runs on. */
+export interface IdempotentFunction<In, Out> {
+  (input: In): Promise<Out>;
+  readonly engine: Engine<unknown>;
+}
+
+const JSON_HEADERS: ReadonlyArray<readonly [string, string]> = [['content-type', 'application/json']];
+/** How a result and a final failure are told apart in the record: the status of the stored response. */
+const RESULT_STATUS = 200;
+const FAILURE_STATUS = 422;
+
+/**
+ * Protects `fn` so it runs at most once per key while the record lives; every repeat gets the first result back
+ * (through JSON: return plain data). Same engine as HTTP: a claim before the work, a renewed lease, fencing, a
+ * stable `id` across takeovers. A repeat while the first call runs throws `IN_FLIGHT` (`retryAfterMs` says
+ * when to look again; with `waitForOutcomeMs` it waits for the result instead); a store that cannot be reached
+ * throws `STORE_UNAVAILABLE` and `fn` does not run. Both mean: do not acknowledge the message, let it come back.
+ *
+ * @example
+ * const post = idempotent(async (message: Payout, { id }) => bank.payout({ ...message, idempotencyKey: id }), {
+ *   store, scope: 'single-tenant', key: (message) => message.payoutId,
+ * })
+ * await post(message) // a redelivery returns the first result; the payout happened once
+ */
+export function idempotent<In, Out, Tx = never>(
+  fn: (input: In, context: IdempotentContext) => Promise<Out>,
+  { key, scope, payload = (input) => input, ttlFor, isFinal = () => false, ...engineOptions }: IdempotentOptions<In, Tx>,
+): IdempotentFunction<In, Out> {
+  if (typeof fn !== 'function') throw configError('fn', 'an async function');
+  if (typeof key !== 'function') throw configError('key', 'a function (input) => string', key);
+  if (typeof scope !== 'string' && typeof scope !== 'function') throw configError('scope', "a string or a function (input) => string", scope);
+  if (typeof scope === 'string' && scope === '') throw configError('scope', 'a non-empty string', scope);
+  const engine = createEngine(engineOptions);
+
+  const call = async (input: In): Promise<Out> => {
+    const id = key(input);
+    if (typeof id !== 'string' || id === '') throw new IdempotencyError('KEY_MISSING', '`key(input)` must return a non-empty string.');
+    const tenant = typeof scope === 'string' ? scope : scope(input);
+    const body = encode(payload(input) ?? null);
+    const ttlMs = ttlFor?.(input);
+    const decision = await engine.begin({
+      scope: tenant,
+      key: id,
+      fingerprint: fingerprint({ method: 'CALL', path: '', contentType: 'application/json', body }),
+      ...(ttlMs === undefined ? {} : { ttlMs }),
+    });
+    if (decision.kind === 'refused') throw decision.error;
+    if (decision.kind === 'replay') return decode<Out>(decision.response);
+    const { lease } = decision;
+    let result: Out;
+    try {
+      result = await fn(input, lease);
+    } catch (error) {
+      if (!isFinal(error)) {
+        await lease.fail();
+        throw error;
+      }
+      const failure = error instanceof Error ? { name: error.name, message: error.message } : { name: 'Error', message: String(error) };
+      const settled = await lease.complete({ response: stored(FAILURE_STATUS, failure), outcome: 'failed-final' });
+      if (!settled.ok) throw settled.error;
+      throw new IdempotentFailure(failure.name, failure.message, { cause: error });
+    }
+    const response = stored(RESULT_STATUS, result ?? null);
+    const settled = await lease.complete({ response, outcome: 'succeeded' });
+    if (!settled.ok) throw settled.error;
+    return decode<Out>(response);
+  };
+  return Object.assign(call, { engine: engine });
+}
+
+function encode(value: unknown): Uint8Array {
+  const text = JSON.stringify(value);
+  if (text === undefined) throw new TypeError('idempotent: the value is not JSON-serialisable.');
+  return new TextEncoder().encode(text);
+}
+
+function stored(status: number, value: unknown): StoredResponse {
+  return { status, headers: JSON_HEADERS, body: encode(value) };
+}
+
+/** The first call's result as every call returns it, through JSON (so the first caller sees what repeats see). */
+function decode<Out>(response: StoredResponse): Out {
+  const value = JSON.parse(new TextDecoder().decode(response.body)) as unknown;
+  if (response.status === FAILURE_STATUS) {
+    const { name, message } = value as { name: string; message: string };
+    throw new IdempotentFailure(name, message);
+  }
+  return value as Out;
+}
