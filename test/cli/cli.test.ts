@@ -4,23 +4,25 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { tempDir } from '../harness.js';
-import { CLI_BUILT, idem, inProcess, serveIdem } from './helpers.js';
+import { serveHelp } from '../../apps/demo/src/serve.js';
+import { CLI_BUILT, demoServe, idem, inProcess, serveIdem } from './helpers.js';
 
 describe.concurrent('idem: help', () => {
   it('--help lists every command with examples, on stdout, exit 0', async () => {
     const { code, stdout, stderr } = await idem(['--help']);
     expect(code).toBe(0);
     expect(stderr).toBe('');
-    for (const command of ['serve', 'migrate --store URL', 'records list|show|sweep', 'probe URL']) {
+    for (const command of ['migrate --store URL', 'records list|show|sweep', 'probe URL']) {
       expect(stdout).toContain(`\n  ${command} `);
     }
-    expect(stdout).toContain('Examples:\n  idem serve --lab 1 --port 4000\n');
+    expect(stdout).not.toContain('serve');
+    expect(stdout).toContain("Examples:\n  idem migrate --store 'postgres://app@db:5432/payments?schema=idem'\n");
     expect(stdout).toContain("  idem probe http://127.0.0.1:4000/v1/charges -H 'Authorization: Bearer sk_test_alice'");
   });
 
   it('each command has its own help, exit 0', async () => {
-    const [serve, migrate, records, probe, viaHelp] = await Promise.all([
-      inProcess(['serve', '--help']),
+    const serve = { code: 0, stdout: serveHelp() };
+    const [migrate, records, probe, viaHelp] = await Promise.all([
       inProcess(['migrate', '--help']),
       inProcess(['records', '--help']),
       inProcess(['probe', '--help']),
@@ -39,7 +41,7 @@ describe.concurrent('idem: help', () => {
   });
 
   it('--version prints the package version', async () => {
-    const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+    const { version } = JSON.parse(readFileSync(new URL('../../packages/idem/package.json', import.meta.url), 'utf8')) as { version: string };
     expect(await inProcess(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
   });
 });
@@ -47,10 +49,12 @@ describe.concurrent('idem: help', () => {
 describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
   const cases: Array<[string[], string]> = [
     [[], 'Usage: idem <command> [options]'],
-    [['bogus'], 'idem: unknown command "bogus". Commands: serve, migrate, records, probe, help.\nRun "idem --help" for usage.\n'],
+    [['bogus'], 'idem: unknown command "bogus". Commands: migrate, records, probe, help.\nRun "idem --help" for usage.\n'],
+    [['serve'], "idem: serve is the payments demo's command, not the library's: in the Idem repository run `npm start`."],
     [['help', 'bogus'], 'idem: no help for "bogus".'],
     [['migrate'], 'idem migrate: --store URL is required (or set IDEM_STORE)'],
-    [['migrate', '--store', 'ftp://nowhere'], 'idem migrate: IDEM_STORE must be '],
+    [['migrate', '--store', 'ftp://nowhere'], 'idem migrate: --store must be one of sqlite:<path>, memory:, postgres://'],
+    [['migrate', '--store', 'dynamodb:local'], 'idem migrate: DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "dynamodb:local".'],
     [['migrate', '--store'], "idem migrate: Option '--store <value>' argument missing"],
     [['records'], 'idem records: give a records command: list, show or sweep.\nRun "idem records --help" for usage.\n'],
     [['records', 'purge'], 'idem records: unknown records command "purge": use list, show or sweep.'],
@@ -59,8 +63,6 @@ describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
     [['records', 'list', '--store', 'memory:', '--scope', 'a', '--colour'], "idem records list: Unknown option '--colour'"],
     [['records', 'show', '--store', 'memory:', '--scope', 'a'], 'idem records show: give exactly one KEY'],
     [['records', 'sweep', '--store', 'memory:', '--batch-size', 'lots'], 'idem records sweep: --batch-size must be an integer from 1 to 100000, got "lots".'],
-    [['serve', '--port', 'abc'], 'idem serve: PORT (--port) must be an integer ≥ 0, got "abc".\nRun "idem serve --help" for usage.\n'],
-    [['serve', '--bogus', '1'], "idem serve: Unknown option '--bogus'"],
     [['probe'], 'idem probe: give exactly one URL, got 0.'],
     [['probe', 'ftp://example.test/x'], 'idem probe: URL must be an http(s) URL, got "ftp://example.test/x".'],
     [['probe', 'http://127.0.0.1:9/x', '--body', 'not json'], 'idem probe: --body must be JSON, got "not json".'],
@@ -79,10 +81,9 @@ describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
   });
 
   it('as a process too: the exit status is 2 and the message is on stderr', async () => {
-    const [none, bogus, port] = await Promise.all([idem([]), idem(['bogus']), idem(['serve', '--port', 'abc'])]);
+    const [none, bogus] = await Promise.all([idem([]), idem(['bogus'])]);
     expect([none.code, none.stdout, none.stderr.startsWith('Usage: idem <command> [options]\n')]).toEqual([2, '', true]);
-    expect([bogus.code, bogus.stdout, bogus.stderr.split('\n')[0]]).toEqual([2, '', 'idem: unknown command "bogus". Commands: serve, migrate, records, probe, help.']);
-    expect([port.code, port.stdout, port.stderr.split('\n')[0]]).toEqual([2, '', 'idem serve: PORT (--port) must be an integer ≥ 0, got "abc".']);
+    expect([bogus.code, bogus.stdout, bogus.stderr.split('\n')[0]]).toEqual([2, '', 'idem: unknown command "bogus". Commands: migrate, records, probe, help.']);
   });
 });
 
@@ -127,7 +128,7 @@ describe('idem serve', () => {
   });
 
   it('LOG_LEVEL that is not a level: exit 2 naming the variable', async () => {
-    const result = await idem(['serve', '--store', 'memory:', '--ledger', ':memory:'], { LOG_LEVEL: 'loud', PORT: '0' });
+    const result = await demoServe(['--store', 'memory:', '--ledger', ':memory:'], { LOG_LEVEL: 'loud', PORT: '0', IDEM_LAB: '1' });
     expect(result.code).toBe(2);
     expect(result.stderr).toBe(
       'idem serve: LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud".\nRun "idem serve --help" for usage.\n',
@@ -136,13 +137,13 @@ describe('idem serve', () => {
 });
 
 describe.skipIf(!existsSync(CLI_BUILT))('idem from the build (dist/, as the package bin runs it)', () => {
-  it('is an executable script whose dynamic import of the built demo works', async () => {
+  it('is an executable script that opens stores by dynamic import', async () => {
     expect(readFileSync(CLI_BUILT, 'utf8').split('\n')[0]).toBe('#!/usr/bin/env node');
     const dir = tempDir();
     try {
       const store = `sqlite:${dir.path}/idem.db`;
       const migrated = await idem(['migrate', '--store', store], {}, { built: true });
-      expect(migrated).toEqual({ code: 0, stdout: `Migrated: SQLite ${dir.path}/idem.db (records and ledger, one transaction)\n`, stderr: '' });
+      expect(migrated).toEqual({ code: 0, stdout: `Migrated: SQLite ${dir.path}/idem.db\n`, stderr: '' });
       const listed = await idem(['records', 'list', '--store', store, '--scope', 'acct_alice', '--json'], {}, { built: true });
       expect(listed).toEqual({ code: 0, stdout: '[]\n', stderr: '' });
     } finally {

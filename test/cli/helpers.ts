@@ -11,6 +11,8 @@ import { spawnServer, type DemoProcess } from '../harness.js';
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const CLI_SOURCE = join(ROOT, 'packages/idem/src/cli/index.ts');
 export const CLI_BUILT = join(ROOT, 'packages/idem/dist/cli/index.js');
+/** `idem serve` belongs to the demo (apps/demo), not to the library's CLI. */
+export const SERVE_SOURCE = join(ROOT, 'apps/demo/src/serve.ts');
 
 export interface CliResult {
   readonly code: number | null;
@@ -34,7 +36,22 @@ function command(built: boolean): string[] {
  * const { code, stderr } = await idem(['records', 'list'])
  */
 export function idem(args: readonly string[], env: Record<string, string> = {}, { built = false } = {}): Promise<CliResult> {
-  const child = spawn(process.execPath, [...command(built), ...args], { cwd: ROOT, env: environment(env), stdio: ['ignore', 'pipe', 'pipe'] });
+  return run([...command(built), ...args], env);
+}
+
+/**
+ * Runs the demo's `idem serve ...args` to completion (for settings it refuses; {@link serveIdem} for a server).
+ * `preload`: a CommonJS file to `--require` first (e.g. one that hides a package).
+ *
+ * @example
+ * const { code, stderr } = await demoServe(['--ttl-ms', '5'])
+ */
+export function demoServe(args: readonly string[], env: Record<string, string> = {}, { preload }: { preload?: string } = {}): Promise<CliResult> {
+  return run([...(preload ? ['--require', preload] : []), '--import', 'tsx', SERVE_SOURCE, ...args], env);
+}
+
+function run(argv: readonly string[], env: Record<string, string>): Promise<CliResult> {
+  const child = spawn(process.execPath, argv, { cwd: ROOT, env: environment(env), stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
@@ -68,7 +85,7 @@ export type ServeProcess = DemoProcess;
  * const server = await serveIdem({ IDEM_STORE: `sqlite:${dir}/idem.db`, PORT: '0', IDEM_LAB: '1' })
  */
 export function serveIdem(env: Record<string, string>, args: readonly string[] = []): Promise<ServeProcess> {
-  return spawnServer([...command(false), 'serve', ...args], env, 'idem serve');
+  return spawnServer(['--import', 'tsx', SERVE_SOURCE, ...args], env, 'idem serve');
 }
 
 /** The 16-hex key hash the demo's logs carry. */

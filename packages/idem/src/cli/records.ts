@@ -271,6 +271,10 @@ async function withStore(command: string, url: string, mustExist: boolean, fn: (
   }
   try {
     return await fn(opened);
+  } catch (error) {
+    if (error instanceof UsageError || error instanceof CommandError) throw error;
+    // A store that refuses (permission denied, a missing table): one line, not a stack trace.
+    throw new CommandError(`${redact(url)}: ${(error as Error).message}`, { cause: error });
   } finally {
     await opened.close();
   }
