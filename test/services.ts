@@ -7,6 +7,8 @@ import { connect } from 'node:net';
 export const POSTGRES_URL = process.env.IDEM_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 export const REDIS_URL = process.env.IDEM_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const MYSQL_URL = process.env.IDEM_TEST_MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/test';
+export const AMQP_URL = process.env.IDEM_TEST_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+export const NATS_URL = process.env.IDEM_TEST_NATS_URL ?? 'nats://127.0.0.1:4222';
 
 /** Resolves true when something accepts TCP connections at the URL's host and port. */
 export function reachable(url: string, timeoutMs = 1_000): Promise<boolean> {

@@ -2,23 +2,31 @@
  * The package build: ESM and CommonJS from one source, with types for each (`.d.ts` beside `.js`, `.d.cts`
  * beside `.cjs`), no source maps (the sources are not shipped), and the `idem` bin as ESM only (it uses top-level
  * await). tsdown 0.21.10 is the last release that runs on Node 20.19; later ones want Node 22.
+ *
+ * The entries are read from package.json `exports`: a subpath `./x` whose import is `./dist/x/index.js` is built
+ * from `src/x/index.ts`. Adding a subpath is one edit there (and its `typesVersions` line, for node10 resolution).
  */
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { defineConfig } from 'tsdown';
 
-const entry = {
-  index: 'src/index.ts',
-  'http/index': 'src/http/index.ts',
-  'client/index': 'src/client/index.ts',
-  'adapters/express/index': 'src/adapters/express/index.ts',
-  'adapters/fastify/index': 'src/adapters/fastify/index.ts',
-  'adapters/hono/index': 'src/adapters/hono/index.ts',
-  'stores/memory/index': 'src/stores/memory/index.ts',
-  'stores/sqlite/index': 'src/stores/sqlite/index.ts',
-  'stores/postgres/index': 'src/stores/postgres/index.ts',
-  'stores/redis/index': 'src/stores/redis/index.ts',
-  'stores/dynamodb/index': 'src/stores/dynamodb/index.ts',
-  'testing/index': 'src/testing/index.ts',
+interface Conditional {
+  readonly import: { readonly default: string };
+}
+const { exports } = JSON.parse(readFileSync(new URL('./package.json', import.meta.url), 'utf8')) as {
+  exports: Record<string, string | Conditional>;
 };
+
+const entry: Record<string, string> = {};
+for (const target of Object.values(exports)) {
+  if (typeof target === 'string') continue;
+  const out = /^\.\/dist\/(.+)\.js$/.exec(target.import.default)?.[1];
+  if (!out) throw new Error(`package.json exports: ${target.import.default} is not ./dist/<path>.js`);
+  entry[out] = `src/${out}.ts`;
+}
+
+const schemas = readdirSync('src/stores')
+  .filter((store) => existsSync(`src/stores/${store}/schema.sql`))
+  .map((store) => ({ from: `src/stores/${store}/schema.sql`, to: `dist/stores/${store}` }));
 
 export default defineConfig({
   platform: 'node',
@@ -33,8 +41,5 @@ export default defineConfig({
   dts: true,
   // `import.meta.url` in the CommonJS build.
   shims: true,
-  copy: [
-    { from: 'src/stores/postgres/schema.sql', to: 'dist/stores/postgres' },
-    { from: 'src/stores/sqlite/schema.sql', to: 'dist/stores/sqlite' },
-  ],
+  copy: schemas,
 });

@@ -31,7 +31,7 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
   let held: Promise<unknown>;
 
   beforeAll(async () => {
-    server = await serveIdem({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, LOG_LEVEL: 'info', IDEM_LEASE_MS: '60000' });
+    server = await serveIdem({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, LOG_LEVEL: 'info', IDEM_LEASE_MS: '60000', IDEM_METRICS_PORT: '0' });
     const alice = api(server.url);
     expect((await alice.charge($5, { 'idempotency-key': k1 })).status).toBe(201); // 1 execution
     expect((await alice.charge($5, { 'idempotency-key': k1 })).headers.get('idempotent-replayed')).toBe('true'); // 1 replay
@@ -44,7 +44,10 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
     expect((await alice.charge($5, { 'idempotency-key': k2 })).status).toBe(409);
-    const response = await fetch(`${server.url}/metrics`);
+    // /metrics has its own port (not the API's); the startup line says where.
+    const metricsUrl = /metrics: (http:\/\/\S+?\/metrics)/.exec(server.output())?.[1];
+    expect(metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    const response = await fetch(metricsUrl as string);
     contentType = response.headers.get('content-type');
     metrics = samples(await response.text());
   });

@@ -95,7 +95,7 @@ describe('credential-bearing response headers are never stored or replayed (Web 
       ['idempotent-replayed', 'true'],
       ['location', '/v1/charges/ch_1'],
     ]);
-    const stored = await store.get('IDEMPOTENCY#global#k1');
+    const stored = await store.get('IDEMPOTENCY#single-tenant#k1');
     expect(stored?.response?.headers).toEqual([
       ['content-type', 'application/json'],
       ['location', '/v1/charges/ch_1'],

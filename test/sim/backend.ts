@@ -7,7 +7,8 @@ import Database from 'better-sqlite3';
 import type { IdempotencyRecord, IdempotencyStore } from 'idem';
 import { memoryStore } from 'idem/stores/memory';
 import { sqliteStore } from 'idem/stores/sqlite';
-import type { BackendName } from './scenario.js';
+import { defectiveMemoryStore } from './defects.js';
+import { MEMORY_DEFECTS, type BackendName, type DefectName } from './scenario.js';
 
 /** A ledger row: which record's attempt wrote it. */
 export interface LedgerRow {
@@ -42,12 +43,13 @@ export interface Backend {
  * @example
  * const backend = await openBackend('sqlite')
  */
-export async function openBackend(name: BackendName): Promise<Backend> {
-  return name === 'memory' ? memoryBackend() : sqliteBackend();
+export async function openBackend(name: BackendName, defect?: DefectName): Promise<Backend> {
+  return name === 'memory' ? memoryBackend(defect) : sqliteBackend();
 }
 
-function memoryBackend(): Backend {
-  const store = memoryStore() as AnyStore;
+function memoryBackend(defect: DefectName | undefined): Backend {
+  const planted = (MEMORY_DEFECTS as readonly string[]).includes(defect as string);
+  const store = (planted ? defectiveMemoryStore(defect) : memoryStore()) as AnyStore;
   let pending: LedgerRow[] = [];
   return {
     name: 'memory',

@@ -2,7 +2,7 @@
  * @module Campaigns over many seeds, shrinking a failure to its shortest trace, and the report a failure prints.
  */
 import type { InvariantName } from './checker.js';
-import { FAULT_KINDS, type FaultKind, type SimConfig } from './scenario.js';
+import { FAULT_KINDS, type DefectName, type FaultKind, type SimConfig } from './scenario.js';
 import { simulate, type SimResult } from './simulator.js';
 
 export interface Shrunk {
@@ -203,4 +203,44 @@ export async function campaign({
     }
   }
   return stats();
+}
+
+export interface Detection {
+  readonly defect: DefectName;
+  /** The first failing seed, counting from `from` (undefined: none failed). */
+  readonly firstSeed: number | undefined;
+  readonly failing: number;
+  readonly seeds: number;
+  /** The most seeds a campaign starting anywhere in the range runs before its first failure (to the range's end). */
+  readonly worstSeedsToDetection: number;
+  readonly byInvariant: Readonly<Record<string, number>>;
+}
+
+/**
+ * How quickly each planted defect is found: every seed of the range is run against it.
+ *
+ * @example
+ * for (const d of await detection(['unfenced-renew'], 1, 1000)) console.log(d.firstSeed, d.worstSeedsToDetection)
+ */
+export async function detection(defects: readonly DefectName[], from: number, seeds: number): Promise<Detection[]> {
+  const out: Detection[] = [];
+  for (const defect of defects) {
+    const byInvariant: Record<string, number> = {};
+    let firstSeed: number | undefined;
+    let last = from - 1;
+    let worst = 0;
+    let failing = 0;
+    for (let seed = from; seed < from + seeds; seed++) {
+      const result = await simulate(seed, { defect });
+      if (!result.violation) continue;
+      failing++;
+      byInvariant[result.violation.invariant] = (byInvariant[result.violation.invariant] ?? 0) + 1;
+      firstSeed ??= seed;
+      worst = Math.max(worst, seed - last);
+      last = seed;
+    }
+    worst = Math.max(worst, from + seeds - last);
+    out.push({ defect, firstSeed, failing, seeds, worstSeedsToDetection: worst, byInvariant });
+  }
+  return out;
 }

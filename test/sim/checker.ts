@@ -6,7 +6,7 @@
  * a claim finds it expired. Its id may not change within a life: a claim that replaces a live record's id does
  * not start a new life, so the double charge it allows is counted against the one life.
  */
-import { classifyStatus, type IdempotencyRecord, type RunResult, type StoredResponse, type WriteResult } from 'idem';
+import type { IdempotencyRecord, RunResult, StoredResponse, WriteResult } from 'idem';
 import type { LedgerRow } from './backend.js';
 import { T0 } from './scenario.js';
 
@@ -29,7 +29,31 @@ export type InvariantName =
   /** The engine rejected with something other than an `IdempotencyError` (or the handler's own error). */
   | 'unexpected-error'
   /** The simulation kept going (timers firing for ever) after every client was done. */
-  | 'no-quiescence';
+  | 'no-quiescence'
+  /**
+   * A claim decided against the contract (DESIGN.md §2 step 1) on the record it found: refused though that record
+   * was claimable (absent, expired, or — same fingerprint — failed and retryable, or in progress past its lease),
+   * or granted though it was not.
+   */
+  | 'claim-decision'
+  /**
+   * A completion recorded an outcome its response's status class does not allow (the simulated handler never
+   * overrides the class): 2xx → succeeded; a deterministic 4xx → failed, final; 5xx, 408, 409, 425, 429 → failed,
+   * retryable. Or a retryable response was replayed, or a fault-free retry at quiescence got one.
+   */
+  | 'outcome-class'
+  /** Work ran on a live, unfrozen process for longer than `renewEveryMs` past its start (or its last renewal's reply) without a renewal sent. */
+  | 'lease-not-renewed'
+  /** The work's `effects` (its ledger write) committed with a retryable outcome: effects commit only with a final one. */
+  | 'effects-on-retryable'
+  /**
+   * A live lease was expired by TTL: a claim replaced an `in_progress` record whose lease was still running (by
+   * the claimer's clock) because its `expiresAt` had passed; or a record was `in_progress` with `expiresAt` before
+   * its `leaseExpiresAt` (renewals must carry `expiresAt` forward: max(old, now + leaseMs)).
+   */
+  | 'ttl-takeover'
+  /** The engine answered with a fresh (not replayed) response whose completion was never committed to the record. */
+  | 'answer-without-record';
 
 export interface Violation {
   readonly invariant: InvariantName;
@@ -41,11 +65,13 @@ interface Life {
   readonly pk: string;
   readonly fingerprint: string;
   readonly ids: Set<string>;
+  /** The latest `expiresAt` seen on a record of this life. */
+  expiresAt: number;
   readonly charges: Set<string>;
   ledgerRows: number;
   firstFinal: { readonly bytes: string; readonly by: string } | undefined;
-  /** When each token's completion was committed (a store-call count), and when the first final one was. */
-  readonly commits: Map<string, number>;
+  /** When each token's completion was committed (a store-call count) and its response's bytes; and the first final one. */
+  readonly commits: Map<string, { readonly at: number; readonly bytes: string | undefined }>;
   finalCommit: number | undefined;
 }
 
@@ -53,6 +79,8 @@ interface Life {
 export interface WriteInfo {
   readonly token?: string | undefined;
   readonly now?: number | undefined;
+  /** A claim's fingerprint. */
+  readonly fingerprint?: string | undefined;
 }
 
 /**
@@ -90,44 +118,60 @@ export class Checker {
     result: unknown,
     threw: boolean,
   ): void {
-    if (after && after.id !== before?.id) {
+    if (op === 'claim' && !threw && info.now !== undefined && info.fingerprint !== undefined) {
+      this.#checkClaim(pk, info, before, result as ClaimResultLike | undefined);
+    }
+    const known = after ? this.#byId.get(after.id) : undefined;
+    if (after && after.id !== before?.id && known) {
+      // An id this checker already knows (a claim's reply named it; its write landed after a yield): same life.
+      this.#current.set(pk, known);
+    } else if (after && after.id !== before?.id) {
       const current = this.#current.get(pk);
       // Only a claim (or a planted defect's unconditional put in its place) may start a life over an expired record.
       const creates = op === 'claim' || op === 'put';
       const expired = before !== null && creates && info.now !== undefined && before.expiresAt <= info.now;
       if (!current || before === null || expired) {
-        this.counts.lives++;
-        if (expired) this.counts.livesAfterExpiry++;
-        const life: Life = {
-          n: ++this.#lives,
-          pk,
-          fingerprint: after.fingerprint,
-          ids: new Set([after.id]),
-          charges: new Set(),
-          ledgerRows: 0,
-          firstFinal: undefined,
-          commits: new Map(),
-          finalCommit: undefined,
-        };
-        this.#current.set(pk, life);
-        this.#byId.set(after.id, life);
-        this.#note(`    life L${life.n} of ${pk} begins: id=${after.id}`);
+        this.#begin(pk, after, expired);
       } else {
         current.ids.add(after.id);
         this.#byId.set(after.id, current);
         this.#note(`    ! id of ${pk} replaced within life L${current.n}: ${before.id} → ${after.id}`);
       }
     }
-    if (!after) this.#current.set(pk, undefined);
+    if (!after && before) this.#current.set(pk, undefined); // deleted (released)
+    // A claim's reply names the record it wrote: register its id even if the write is not visible yet (a store
+    // that yields between its read and its write lands it later).
+    const claimed = op === 'claim' && !threw ? (result as ClaimResultLike | undefined) : undefined;
+    if (claimed?.kind === 'claimed' && !this.#byId.has(claimed.record.id)) {
+      const current = this.#current.get(pk);
+      if (current && info.now !== undefined && current.expiresAt > info.now) {
+        current.ids.add(claimed.record.id);
+        this.#byId.set(claimed.record.id, current);
+        this.#note(`    ! claim of ${pk} granted id ${claimed.record.id} within life L${current.n}, not yet visible in the store`);
+      } else {
+        this.#begin(pk, claimed.record, current !== undefined);
+      }
+    }
+    const life = after ? this.#byId.get(after.id) : undefined;
+    if (life && after) life.expiresAt = after.expiresAt;
+    if (after?.status === 'in_progress' && after.expiresAt < after.leaseExpiresAt) {
+      this.fail('ttl-takeover', `${op} left ${pk} in_progress with expiresAt ${after.expiresAt - T0} before its lease (→${after.leaseExpiresAt - T0}): ${describe(after)}`);
+    }
 
     if (op !== 'complete' && op !== 'renew' && op !== 'release') return;
     const held = before !== null && before.status === 'in_progress' && before.token === info.token;
     const ok = !threw && (result as WriteResult | undefined)?.ok === true;
-    const life = after && this.#byId.get(after.id);
-    if (op === 'complete' && held && ok && life && info.token !== undefined) {
+    if (op === 'complete' && held && ok && life && after && info.token !== undefined) {
       const at = ++this.#ops;
-      life.commits.set(info.token, at);
+      life.commits.set(info.token, { at, bytes: after.response ? responseBytes(after.response) : undefined });
       if (after.response && isFinal(after.response.status) && life.finalCommit === undefined) life.finalCommit = at;
+      if (after.response && after.status !== 'in_progress') {
+        const want = statusClass(after.response.status);
+        const got = after.status === 'succeeded' ? 'succeeded' : after.retryable ? 'retryable' : 'final';
+        if (want !== got) {
+          this.fail('outcome-class', `${pk} recorded ${describe(after)}: a ${after.response.status} is ${want}, not ${got}`);
+        }
+      }
     }
     if (!held) {
       if (!sameRecord(before, after)) {
@@ -137,6 +181,40 @@ export class Checker {
       }
     } else if (!threw && !ok) {
       this.fail('fenced-write-refused', `${op} with the current token ${info.token} on in_progress ${pk} was refused`);
+    }
+  }
+
+  #begin(pk: string, record: IdempotencyRecord, afterExpiry: boolean): void {
+    this.counts.lives++;
+    if (afterExpiry) this.counts.livesAfterExpiry++;
+    const life: Life = {
+      n: ++this.#lives,
+      pk,
+      fingerprint: record.fingerprint,
+      ids: new Set([record.id]),
+      expiresAt: record.expiresAt,
+      charges: new Set(),
+      ledgerRows: 0,
+      firstFinal: undefined,
+      commits: new Map(),
+      finalCommit: undefined,
+    };
+    this.#current.set(pk, life);
+    this.#byId.set(record.id, life);
+    this.#note(`    life L${life.n} of ${pk} begins: id=${record.id}`);
+  }
+
+  /** The claim's decision against the contract, on the record as it was when the claim ran. */
+  #checkClaim(pk: string, info: WriteInfo, before: IdempotencyRecord | null, result: ClaimResultLike | undefined): void {
+    if (!result) return;
+    const now = info.now as number;
+    const claimable = contractClaimable(before, info.fingerprint as string, now);
+    if (result.kind === 'claimed' && !claimable) {
+      this.fail('claim-decision', `a claim of ${pk} at ${now - T0} was granted over ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was not claimable`);
+    } else if (result.kind === 'existing' && claimable) {
+      this.fail('claim-decision', `a claim of ${pk} at ${now - T0} was refused by ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was claimable`);
+    } else if (result.kind === 'claimed' && before?.status === 'in_progress' && before.expiresAt <= now && before.leaseExpiresAt > now) {
+      this.fail('ttl-takeover', `a claim of ${pk} at ${now - T0} took over a live lease (→${before.leaseExpiresAt - T0}) because the record expired at ${before.expiresAt - T0}: ${describe(before)}`);
     }
   }
 
@@ -162,7 +240,11 @@ export class Checker {
     }
   }
 
-  onLedgerRow(row: LedgerRow): void {
+  /** A ledger row was written; `committedWith`: the record as the completion that committed it left it. */
+  onLedgerRow(row: LedgerRow, committedWith?: IdempotencyRecord | null): void {
+    if (committedWith && committedWith.status === 'failed' && committedWith.retryable) {
+      this.fail('effects-on-retryable', `ledger row ${row.chargeId} for ${row.pk} committed with a retryable outcome: ${describe(committedWith)}`);
+    }
     const life = this.#byId.get(row.recordId);
     if (!life) return this.fail('double-charge', `ledger row ${row.chargeId} for id ${row.recordId}, which no record ever held`);
     life.ledgerRows++;
@@ -180,9 +262,18 @@ export class Checker {
     const life = this.#byId.get(result.record.id);
     if (!life) return this.fail('answer-changed', `${by}: an answer for id ${result.record.id}, which no record ever held`);
     const bytes = responseBytes(result.response);
+    const committed = life.commits.get(result.record.token);
+    if (!result.replayed && committed?.bytes !== bytes) {
+      return this.fail(
+        'answer-without-record',
+        `${by} got ${preview(result.response)} for ${life.pk} (life L${life.n}), but no completion with token ${result.record.token} committed it`,
+      );
+    }
+    if (result.replayed && !isFinal(result.response.status)) {
+      return this.fail('outcome-class', `${by} got a replay of a retryable ${preview(result.response)} for ${life.pk} (life L${life.n})`);
+    }
     if (!isFinal(result.response.status)) {
-      const committed = life.commits.get(result.record.token);
-      if (!result.replayed && life.finalCommit !== undefined && (committed === undefined || committed > life.finalCommit)) {
+      if (!result.replayed && life.finalCommit !== undefined && (committed === undefined || committed.at > life.finalCommit)) {
         this.fail('answer-changed', `${by} got ${preview(result.response)} for ${life.pk} (life L${life.n}), decided after its final outcome`);
       }
       return;
@@ -202,9 +293,45 @@ export class Checker {
   }
 }
 
-/** A response the engine records for replay: 2xx, or a deterministic refusal. */
-function isFinal(status: number): boolean {
-  return classifyStatus(status) !== 'failed-retryable';
+/**
+ * DESIGN.md §2 step 4, written here independently of the engine's `classifyStatus` (a checker that imported it
+ * would agree with a defect in it): 2xx (and 3xx) succeed; a deterministic refusal — a 4xx but 408, 409, 425 and
+ * 429 — is final; anything else (5xx, 408, 409, 425, 429) may be retried.
+ *
+ * @example
+ * statusClass(429) // → 'retryable'
+ */
+export function statusClass(status: number): 'succeeded' | 'final' | 'retryable' {
+  if (status >= 200 && status < 400) return 'succeeded';
+  if (status >= 400 && status < 500 && status !== 408 && status !== 409 && status !== 425 && status !== 429) return 'final';
+  return 'retryable';
+}
+
+/** A response the engine records for replay: a success, or a deterministic refusal. */
+export function isFinal(status: number): boolean {
+  return statusClass(status) !== 'retryable';
+}
+
+/**
+ * The claim condition of DESIGN.md §2 step 1, written here independently of `isClaimable` (src/core/record.ts),
+ * for the same reason as {@link statusClass}.
+ *
+ * @example
+ * contractClaimable(null, fp, now) // → true
+ */
+export function contractClaimable(existing: IdempotencyRecord | null, fingerprint: string, now: number): boolean {
+  if (existing === null) return true;
+  if (existing.expiresAt <= now) return true;
+  if (existing.fingerprint !== fingerprint) return false;
+  if (existing.status === 'failed') return existing.retryable;
+  if (existing.status === 'in_progress') return existing.leaseExpiresAt <= now;
+  return false;
+}
+
+/** What a claim replies, as far as the checker reads it. */
+interface ClaimResultLike {
+  readonly kind: 'claimed' | 'existing';
+  readonly record: IdempotencyRecord;
 }
 
 /**

@@ -1,13 +1,25 @@
 /**
- * @module Planted defects: copies of the SQLite store's wiring with one guard removed each, to prove the
- * simulator finds the double charge (or the broken invariant) each one allows. Never used outside the tests.
+ * @module Planted defects: copies of a store's or the engine's wiring with one guard removed each, to prove the
+ * simulator finds the broken invariant each one allows. Never used outside the tests.
  *
+ * In the SQLite store's SQL:
  * - `read-then-write-claim`: the claim reads the record, yields, then writes unconditionally.
  * - `unfenced-complete`: the completion's UPDATE drops its token condition.
  * - `unfenced-renew`: the lease renewal's UPDATE drops its token condition.
  * - `fingerprint-blind-takeover`: the claim's takeover condition drops the fingerprint check.
+ *
+ * In a copy of the memory store (src/stores/memory), one line changed each:
+ * - `memory-yielding-claim`: the claim reads, yields once (`await`), then writes.
+ * - `claim-ignores-expiry`: the claim condition lacks `expiresAt <= now`.
+ * - `renew-ignores-expiry`: a renewal extends the lease but not `expiresAt`, so TTL can expire a live lease.
+ *
+ * At the engine's edges (between the engine and the store, or in what the handler hands the engine):
+ * - `retryable-503-as-final`: a 503 is recorded as a final failure (as a `classifyStatus` that said so would).
+ * - `renewal-never-started`: no renewal reaches the store.
+ * - `effects-with-retryable`: the work's effects commit with a retryable outcome.
+ * - `success-without-record`: a refused completion is reported as written, so the engine answers anyway.
  */
-import { isClaimable, type ClaimRequest, type ClaimResult, type IdempotencyRecord } from 'idem';
+import { isClaimable, type ClaimRequest, type ClaimResult, type IdempotencyRecord, type IdempotencyStore } from 'idem';
 import { claimedRecord } from '../../packages/idem/src/core/record.js';
 import { prepared, type AnyStore, type Backend } from './backend.js';
 import type { DefectName } from './scenario.js';
@@ -65,12 +77,13 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
 
   if (defect === 'unfenced-renew') {
     // The real one says `AND "token" = @token`.
-    const update = prepared(database, 
-      `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt WHERE "pk" = @pk AND "status" = 'in_progress'`,
+    const update = prepared(
+      database,
+      `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt, "expires_at" = @expiresAt WHERE "pk" = @pk AND "status" = 'in_progress'`,
     );
     return Object.assign(store, {
-      renew: async ({ pk, now, leaseMs }: Parameters<AnyStore['renew']>[0]) => ({
-        ok: update.run({ pk, leaseExpiresAt: now + leaseMs }).changes === 1,
+      renew: async ({ pk, now, leaseMs, expiresAt }: Parameters<AnyStore['renew']>[0]) => ({
+        ok: update.run({ pk, leaseExpiresAt: now + leaseMs, expiresAt }).changes === 1,
       }),
     });
   }
@@ -111,12 +124,39 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
 }
 
 /**
- * Wraps the scheduled store above the scheduler, for a defect that spans two store calls.
+ * Wraps the scheduled store above the scheduler, between it and the engine: for a defect that spans two store
+ * calls, or one in what the engine sends or believes. `effects()`: the effects the current request's handler
+ * last returned.
  *
  * @example
- * const store = upperDefect('read-then-write-claim', scheduled, backend)
+ * const store = upperDefect('read-then-write-claim', scheduled, backend, () => undefined)
  */
-export function upperDefect(defect: DefectName | undefined, scheduled: ScheduledStore, backend: Backend): AnyStore {
+export function upperDefect(
+  defect: DefectName | undefined,
+  scheduled: ScheduledStore,
+  backend: Backend,
+  effects: () => ((tx: unknown) => unknown) | undefined,
+): AnyStore {
+  if (defect === 'renewal-never-started') {
+    // The engine's renewals never leave it: as if its timer were never set.
+    return Object.assign(Object.create(scheduled) as AnyStore, { renew: async () => ({ ok: true }) });
+  }
+  if (defect === 'success-without-record') {
+    // A refused (stale) completion reported as written: the engine answers with an outcome no record holds.
+    return Object.assign(Object.create(scheduled) as AnyStore, {
+      complete: async (request: Parameters<AnyStore['complete']>[0]) => {
+        await scheduled.complete(request);
+        return { ok: true };
+      },
+    });
+  }
+  if (defect === 'effects-with-retryable') {
+    // The engine hands the store the work's effects whatever the outcome: a retryable one commits them too.
+    return Object.assign(Object.create(scheduled) as AnyStore, {
+      complete: async (request: Parameters<AnyStore['complete']>[0]) =>
+        scheduled.complete(request.effects === undefined && effects() !== undefined ? { ...request, effects: effects() } : request),
+    });
+  }
   if (defect !== 'read-then-write-claim') return scheduled;
   const { database, t } = sqlOf(backend);
   const put = prepared(database, `INSERT OR REPLACE INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id",
@@ -151,4 +191,78 @@ export function upperDefect(defect: DefectName | undefined, scheduled: Scheduled
       return { kind: 'claimed', record };
     },
   });
+}
+
+/**
+ * The memory store of src/stores/memory, copied, with one line changed for a memory defect (none: the copy as it
+ * is). Records live in one Map shared by every process, as the real store's are; every method reads the Map
+ * when it is called, as the real store's do (the simulator relies on it to see a record before and after a call).
+ *
+ * @example
+ * const store = defectiveMemoryStore('memory-yielding-claim')
+ */
+export function defectiveMemoryStore(defect: DefectName | undefined): IdempotencyStore<undefined> {
+  const records = new Map<string, IdempotencyRecord>();
+  let roundTrips = 0;
+  const claimable =
+    defect === 'claim-ignores-expiry'
+      ? // isClaimable without `existing.expiresAt <= now`:
+        (existing: IdempotencyRecord | null, fingerprint: string, now: number): boolean => {
+          if (existing === null) return true;
+          if (existing.fingerprint !== fingerprint) return false;
+          if (existing.status === 'failed') return existing.retryable;
+          return existing.status === 'in_progress' && existing.leaseExpiresAt <= now;
+        }
+      : isClaimable;
+  const held = (pk: string, token: string): IdempotencyRecord | undefined => {
+    const record = records.get(pk);
+    return record && record.status === 'in_progress' && record.token === token ? record : undefined;
+  };
+  return {
+    name: `memory (${defect ?? 'copy'})`,
+    get roundTrips() {
+      return roundTrips;
+    },
+    async claim(request) {
+      roundTrips++;
+      const existing = records.get(request.pk) ?? null;
+      if (!claimable(existing, request.fingerprint, request.now)) return { kind: 'existing', record: existing as IdempotencyRecord };
+      if (defect === 'memory-yielding-claim') await Promise.resolve(); // the planted yield between read and write
+      const record = claimedRecord(existing, request);
+      records.set(request.pk, record);
+      return { kind: 'claimed', record };
+    },
+    async complete({ pk, token, outcome, effects }) {
+      roundTrips++;
+      const record = held(pk, token);
+      if (!record) return { ok: false };
+      if (effects) effects(undefined);
+      records.set(pk, { ...record, ...outcome });
+      return { ok: true };
+    },
+    async renew({ pk, token, now, leaseMs, expiresAt }) {
+      roundTrips++;
+      const record = held(pk, token);
+      if (!record) return { ok: false };
+      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs, ...(defect === 'renew-ignores-expiry' ? {} : { expiresAt }) });
+      return { ok: true };
+    },
+    async release({ pk, token }) {
+      roundTrips++;
+      if (!held(pk, token)) return { ok: false };
+      records.delete(pk);
+      return { ok: true };
+    },
+    async get(pk) {
+      roundTrips++;
+      return records.get(pk) ?? null;
+    },
+    async sweep() {
+      return 0;
+    },
+    async list() {
+      return [];
+    },
+    async close() {},
+  };
 }

@@ -3,19 +3,21 @@
  *
  *   npm run sim -- --seed 1234            replay one seed exactly, print its trace (and, if it fails, the shortest one)
  *   npm run sim -- --seeds 100000         a campaign over seeds 1…100000; prints simulated requests per wall second
+ *   npm run sim -- --detect 1000          every planted defect (or --defect NAME) against seeds 1…1000: seeds to detection
  *   options: --from N  --backend memory|sqlite  --ledger own|shared  --defect NAME  --skew MS
  *            --disable-faults c0,a3#1  --drop-attempts 2,5  --drop-retries a3.r  (replay a shrunk run)
  *            --keep-going  (campaign: run every seed and list the failures)
  */
 import { parseArgs } from 'node:util';
-import { campaign, formatFailure, investigate, replayCommand, shrink, type CampaignStats } from './campaign.js';
-import { DEFECTS, type DefectName, type SimConfig } from './scenario.js';
+import { campaign, detection, formatFailure, investigate, replayCommand, shrink, type CampaignStats } from './campaign.js';
+import { defectBackend, DEFECTS, type DefectName, type SimConfig } from './scenario.js';
 import { simulate } from './simulator.js';
 
 const { values } = parseArgs({
   options: {
     seed: { type: 'string' },
     seeds: { type: 'string' },
+    detect: { type: 'string' },
     from: { type: 'string', default: '1' },
     backend: { type: 'string' },
     ledger: { type: 'string' },
@@ -32,7 +34,7 @@ const { values } = parseArgs({
 function usage(message?: string): never {
   if (message) console.error(message);
   console.error(
-    'usage: npm run sim -- --seed N | --seeds COUNT [--from N] [--backend memory|sqlite] [--ledger own|shared]\n' +
+    'usage: npm run sim -- --seed N | --seeds COUNT | --detect COUNT [--from N] [--backend memory|sqlite] [--ledger own|shared]\n' +
       `       [--defect ${DEFECTS.join('|')}] [--skew MS] [--disable-faults c0,a3#1] [--drop-attempts 2,5] [--drop-retries a3.r] [--keep-going]`,
   );
   process.exit(message ? 2 : 0);
@@ -52,7 +54,8 @@ if (values.help) usage();
 if (values.backend !== undefined && values.backend !== 'memory' && values.backend !== 'sqlite') usage(`unknown --backend ${values.backend}`);
 if (values.ledger !== undefined && values.ledger !== 'own' && values.ledger !== 'shared') usage(`unknown --ledger ${values.ledger}`);
 if (values.defect !== undefined && !DEFECTS.includes(values.defect as DefectName)) usage(`unknown --defect ${values.defect}`);
-if (values.defect !== undefined && values.backend === 'memory') usage('planted defects are written in SQL: use --backend sqlite');
+const written = defectBackend(values.defect as DefectName | undefined);
+if (written !== undefined && values.backend !== undefined && values.backend !== written) usage(`planted defect ${values.defect} is written for --backend ${written}`);
 const skew = integer('skew', values.skew);
 const config: SimConfig = {
   ...(values.backend === undefined ? {} : { backend: values.backend }),
@@ -61,9 +64,26 @@ const config: SimConfig = {
   ...(skew === undefined ? {} : { maxSkewMs: skew }),
 };
 
+const detect = integer('detect', values.detect);
+if (detect !== undefined) {
+  const from = integer('from', values.from) ?? 1;
+  const defects = config.defect ? [config.defect] : DEFECTS;
+  console.log(`planted defects against seeds ${from}…${from + detect - 1}:`);
+  let missed = 0;
+  for (const d of await detection(defects, from, detect)) {
+    if (d.firstSeed === undefined) missed++;
+    console.log(
+      `  ${d.defect.padEnd(28)} first at seed ${String(d.firstSeed ?? 'never').padEnd(6)} ` +
+        `${String(d.failing).padStart(5)}/${d.seeds} seeds fail; worst seeds to detection from any start ${d.worstSeedsToDetection}; ` +
+        Object.entries(d.byInvariant).map(([k, n]) => `${k} ${n}`).join(', '),
+    );
+  }
+  process.exit(missed > 0 ? 1 : 0);
+}
+
 const seed = integer('seed', values.seed);
 const seeds = integer('seeds', values.seeds);
-if ((seed === undefined) === (seeds === undefined)) usage('give exactly one of --seed N or --seeds COUNT');
+if ((seed === undefined) === (seeds === undefined)) usage('give exactly one of --seed N, --seeds COUNT or --detect COUNT');
 
 if (seed !== undefined) {
   const disabledFaults = words(values['disable-faults']);

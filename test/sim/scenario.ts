@@ -11,13 +11,24 @@ export const T0 = Date.parse('2026-01-01T00:00:00Z');
 export type BackendName = 'memory' | 'sqlite';
 /** `own`: the ledger is a separate database keyed by the record id (unique). `shared`: it commits with the completion. */
 export type LedgerMode = 'own' | 'shared';
-export type DefectName = 'read-then-write-claim' | 'unfenced-complete' | 'unfenced-renew' | 'fingerprint-blind-takeover';
-export const DEFECTS: readonly DefectName[] = [
-  'read-then-write-claim',
-  'unfenced-complete',
-  'unfenced-renew',
-  'fingerprint-blind-takeover',
-];
+/** Planted defects (./defects.ts): where each lives decides the backend it runs on. */
+export const SQL_DEFECTS = ['read-then-write-claim', 'unfenced-complete', 'unfenced-renew', 'fingerprint-blind-takeover'] as const;
+export const MEMORY_DEFECTS = ['memory-yielding-claim', 'claim-ignores-expiry', 'renew-ignores-expiry'] as const;
+export const ENGINE_DEFECTS = ['retryable-503-as-final', 'renewal-never-started', 'effects-with-retryable', 'success-without-record'] as const;
+export type DefectName = (typeof SQL_DEFECTS)[number] | (typeof MEMORY_DEFECTS)[number] | (typeof ENGINE_DEFECTS)[number];
+export const DEFECTS: readonly DefectName[] = [...SQL_DEFECTS, ...MEMORY_DEFECTS, ...ENGINE_DEFECTS];
+/** The backend a planted defect is written for, if any. */
+export function defectBackend(defect: DefectName | undefined): BackendName | undefined {
+  if ((SQL_DEFECTS as readonly string[]).includes(defect as string)) return 'sqlite';
+  if ((MEMORY_DEFECTS as readonly string[]).includes(defect as string)) return 'memory';
+  return undefined;
+}
+
+/**
+ * The statuses the simulated processor's failures are answered with, so a campaign meets every retryable class
+ * (DESIGN.md §2 step 4): 5xx, and the 4xx that mean "try again" (408, 425, 429).
+ */
+export const RETRYABLE_STATUSES = [503, 500, 502, 504, 408, 425, 429] as const;
 
 export type FaultKind =
   | 'crash'
@@ -42,7 +53,7 @@ export const FAULT_KINDS: readonly FaultKind[] = [
 ];
 
 export interface SimConfig {
-  /** Default: drawn from the seed (SQLite when a defect is planted: the defects are written in its SQL). */
+  /** Default: drawn from the seed (the backend a planted defect is written for, when it is written for one). */
   readonly backend?: BackendName | undefined;
   /** Default: drawn from the seed. */
   readonly ledger?: LedgerMode | undefined;
@@ -50,6 +61,8 @@ export interface SimConfig {
   readonly defect?: DefectName | undefined;
   /** The largest offset of a process's clock from true time, either way. Default 1000 ms. */
   readonly maxSkewMs?: number;
+  /** Let a fifth of the seeds keep records for only a few leases. Default true. */
+  readonly shortTtl?: boolean;
 }
 
 /** A charge request's body. `tok_chargeDeclined` is refused (402); `tok_invalid` is refused before the work starts. */
@@ -105,6 +118,17 @@ export interface Scenario {
   readonly waitForOutcomeMs: number;
   /** Does the handler check `signal.aborted` before its ledger write? Some do, some do not. */
   readonly honoursAbort: boolean;
+  /**
+   * Shared ledger: does the handler hand its ledger write (a "failed attempt" row) to `effects` with a retryable
+   * answer too? The engine must drop effects unless the outcome is final (see simulator.ts for when this is on).
+   */
+  readonly effectsOnFailure: boolean;
+  /**
+   * Store calls that reach the store within this many ms of each other run in one turn of the event loop, so
+   * a store whose method yields (an `await`) between its read and its write interleaves with the others, as
+   * concurrent requests in one server process do. 0: only calls arriving at the same millisecond.
+   */
+  readonly batchWindowMs: number;
   readonly processes: ReadonlyArray<{ readonly name: string; readonly skewMs: number }>;
   readonly keys: readonly KeyPlan[];
   readonly attempts: readonly AttemptPlan[];
@@ -151,12 +175,19 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
   const rng = new Rng(seed, 'scenario');
   const { maxSkewMs = 1000 } = config;
   const defect = config.defect;
-  const backend = config.backend ?? (defect ? 'sqlite' : rng.chance(0.5) ? 'memory' : 'sqlite');
+  const drawnBackend: BackendName = rng.chance(0.5) ? 'memory' : 'sqlite';
+  const backend = config.backend ?? defectBackend(defect) ?? drawnBackend;
   const ledger = config.ledger ?? (rng.chance(0.5) ? 'own' : 'shared');
   const leaseMs = rng.pick([2_000, 5_000, 10_000]);
   const renewEveryMs = rng.chance(0.5) ? Math.floor(leaseMs / 3) : rng.int(Math.floor(leaseMs / 5), Math.floor(leaseMs / 2));
   const waitForOutcomeMs = rng.chance(0.7) ? 0 : rng.int(100, 2 * leaseMs);
   const honoursAbort = rng.chance(0.5);
+  // A fifth of the seeds keep records for only 2–5 leases, so records expire while clients still retry, and slow
+  // work outlives its record's first expiresAt (renewals must carry it forward: RenewRequest.expiresAt).
+  const shortTtl = rng.chance(0.2) && (config.shortTtl ?? true);
+  const ttlMs = shortTtl ? leaseMs * rng.int(2, 5) : RECOMMENDED_TTL_MS.min;
+  const effectsOnFailure = rng.chance(0.5);
+  const batchWindowMs = rng.chance(0.75) ? rng.int(1, 30) : 0;
 
   const processCount = rng.int(2, 4);
   const processes = Array.from({ length: processCount }, (_, i) => ({
@@ -195,10 +226,11 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
     for (let i = 0; i < count; i++) {
       if (i > 0) {
         const shape = rng.next();
-        if (shape < 0.25) at += rng.int(0, 5); // a burst: a double click, a client with two connections
+        if (shape < 0.1) at += 0; // a double submit: the same request twice at once (two connections, a retrying proxy)
+        else if (shape < 0.3) at += rng.int(0, 5); // a burst: a double click
         else if (shape < 0.6) at += rng.int(0, Math.floor(leaseMs / 2)); // a quick retry while the first runs
-        else if (shape < 0.97) at += rng.int(Math.floor(leaseMs / 2), 2 * leaseMs); // after a lease or two
-        else at += RECOMMENDED_TTL_MS.min + rng.int(-2 * maxSkewMs, 2 * maxSkewMs); // a day later: the record expires
+        else if (shape < (shortTtl ? 0.85 : 0.97)) at += rng.int(Math.floor(leaseMs / 2), 2 * leaseMs); // after a lease or two
+        else at += ttlMs + rng.int(-2 * maxSkewMs, 2 * maxSkewMs); // a TTL later (a day, or a few leases): the record expires
       }
       const tampered = rng.chance(tamperRate);
       const payload: Payload = tampered
@@ -224,6 +256,8 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
     const [lo, hi] = FAULT_RATES[kind];
     faults[kind] = rng.chance(0.5) ? lo + rng.next() * (hi - lo) : 0;
   }
+  // A record kept a few leases is there to be outlived by slow work: always some, in those seeds.
+  if (shortTtl && faults['slow-step'] === 0) faults['slow-step'] = 0.2;
   const schedule: ScheduledFault[] = [];
   for (const kind of ['crash', 'pause'] as const) {
     for (let i = 0; i < Math.round(faults[kind]); i++) {
@@ -246,9 +280,11 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
     maxSkewMs,
     leaseMs,
     renewEveryMs,
-    ttlMs: RECOMMENDED_TTL_MS.min,
+    ttlMs,
     waitForOutcomeMs,
     honoursAbort,
+    effectsOnFailure,
+    batchWindowMs,
     processes,
     keys,
     attempts,

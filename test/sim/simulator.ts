@@ -14,22 +14,40 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import {
-  classifyStatus,
   createEngine,
   isIdempotencyError,
   recordPk,
   type Clock,
   type Engine,
+  type IdempotencyRecord,
   type RunResult,
   type StoredResponse,
   type WorkContext,
   type WorkResult,
 } from 'idem';
 import { openBackend, type AnyStore, type Backend, type LedgerRow } from './backend.js';
-import { Checker, describe, type Violation, type WriteInfo } from './checker.js';
+import { Checker, describe, isFinal, sameRecord, type Violation, type WriteInfo } from './checker.js';
 import { lowerDefect, upperDefect, type ScheduledStore } from './defects.js';
 import { Rng } from './prng.js';
-import { makeScenario, T0, type FaultKind, type Payload, type Scenario, type ScheduledFault, type SimConfig } from './scenario.js';
+import {
+  makeScenario,
+  RETRYABLE_STATUSES,
+  T0,
+  type FaultKind,
+  type Payload,
+  type Scenario,
+  type ScheduledFault,
+  type SimConfig,
+} from './scenario.js';
+
+// Short-TTL seeds create engines with ttlMs under the production minimum, which warns once per engine. The
+// simulator creates thousands; the warning says nothing here.
+const emitWarning = process.emitWarning.bind(process);
+process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
+  const options = rest[0];
+  if (typeof options === 'object' && options !== null && (options as { code?: unknown }).code === 'IDEM_SHORT_TTL') return;
+  Reflect.apply(emitWarning, process, [warning, ...rest]);
+});
 
 export interface RunOptions {
   /**
@@ -87,6 +105,30 @@ interface Event {
   /** Dropped when this incarnation crashes. Undefined for clients, restarts, and requests on the wire. */
   readonly owner: Incarnation | undefined;
   readonly fire: () => Promise<void> | void;
+  /**
+   * A store call reaching the store: its synchronous part (the backend call is invoked here, and runs up to its
+   * first `await`), returning the rest. Calls arriving within the seed's batch window start in one turn, so a
+   * store that yields inside a call interleaves with the others.
+   */
+  readonly arrive?: () => () => Promise<Landed | undefined>;
+}
+
+/** What a store call saw once the call returned: for the check of writes that landed after a yield. */
+interface Landed {
+  readonly pk: string;
+  /** The record right after the call's synchronous part (undefined for a `get`, which writes nothing). */
+  readonly after: IdempotencyRecord | null | undefined;
+}
+
+/** A handler running on behalf of an attempt, for the lease-renewal check. */
+interface Work {
+  readonly inc: Incarnation;
+  readonly label: string;
+  /** Its start, or its last renewal's reply (the engine schedules the next renewal from there). */
+  base: number;
+  lastRenewSent: number | undefined;
+  /** The handler returned or threw, its process died, or a renewal was refused (the lease is gone). */
+  ended: boolean;
 }
 
 /** One client request: what it sends, and its own stream of draws. */
@@ -102,9 +144,11 @@ interface Attempt {
   readonly rng: Rng;
   readonly ids: Rng;
   faults: number;
+  /** The effects the handler last returned (for the planted `effects-with-retryable`). */
+  effects?: ((tx: unknown) => unknown) | undefined;
 }
 
-type ProcessorReply = { kind: 'charged'; chargeId: string } | { kind: 'declined' } | { kind: 'unavailable' };
+type ProcessorReply = { kind: 'charged'; chargeId: string } | { kind: 'declined' } | { kind: 'unavailable'; status: number };
 
 /** What a client saw of one attempt. */
 type Seen =
@@ -127,7 +171,7 @@ const drain = (): Promise<void> => new Promise((resolve) => setImmediate(resolve
  */
 export async function simulate(seed: number, config: SimConfig = {}, options: RunOptions = {}): Promise<SimResult> {
   const scenario = makeScenario(seed, config);
-  const backend = await openBackend(scenario.backend);
+  const backend = await openBackend(scenario.backend, scenario.defect);
   try {
     const world = new World(scenario, backend, options);
     return await world.run();
@@ -164,6 +208,8 @@ class World {
   readonly #satisfied = new Set<number>();
   readonly #timeouts = new Map<string, Event>();
   readonly #fallbackIds: Rng;
+  readonly #works = new Map<string, Work>();
+  #effectsOnFailure = false;
 
   constructor(scenario: Scenario, backend: Backend, options: RunOptions) {
     this.#s = scenario;
@@ -247,15 +293,72 @@ class World {
         this.#checker.fail('no-quiescence', `still busy after ${this.#maxSteps} events (${this.#events.length} pending)`);
         return;
       }
-      this.#events.splice(this.#events.indexOf(next), 1);
       this.#now = Math.max(this.#now, next.at);
-      await next.fire();
+      this.#checkRenewals();
+      if (this.#checker.violation) return;
+      if (next.arrive) {
+        // Every store call arriving within the window starts now, in one turn, in arrival order; then each
+        // finishes in the same order. A store call that never yields finishes within its start, as before.
+        const horizon = next.at + this.#s.batchWindowMs;
+        const batch = this.#events.filter((e) => e.arrive && e.at <= horizon).sort((a, b) => a.at - b.at || a.seq - b.seq);
+        for (const e of batch) this.#events.splice(this.#events.indexOf(e), 1);
+        if (batch.length > 1) {
+          this.#count('store calls started in one turn (batches)');
+          this.#log(() => `    ${batch.length} store calls reach the store in one turn`);
+        }
+        const finishes = batch.map((e) => (e.arrive as NonNullable<Event['arrive']>)());
+        const landed: Landed[] = [];
+        for (const finish of finishes) {
+          const seen = await finish();
+          if (seen) landed.push(seen);
+        }
+        await this.#lateWrites(landed);
+      } else {
+        this.#events.splice(this.#events.indexOf(next), 1);
+        await next.fire();
+      }
       await drain();
     }
   }
 
-  #at(at: number, owner: Incarnation | undefined, fire: () => Promise<void> | void): Event {
-    const event: Event = { seq: this.#seq++, at, owner, fire };
+  /**
+   * After a batch of store calls: a record that differs from what the last call on it left right after its
+   * synchronous part was written after a yield inside a store call. Reported to the checker as its own write.
+   */
+  async #lateWrites(landed: readonly Landed[]): Promise<void> {
+    const last = new Map<string, IdempotencyRecord | null>();
+    for (const { pk, after } of landed) if (after !== undefined) last.set(pk, after);
+    for (const [pk, seen] of last) {
+      const now = await this.#backend.observe(pk);
+      if (sameRecord(seen, now)) continue;
+      this.#log(() => `    ! a write to ${pk} landed after a yield inside a store call: ${describe(seen)} → ${describe(now)}`);
+      this.#checker.onStoreOp('late-write', pk, {}, seen, now, undefined, false);
+    }
+    for (const row of this.#backend.newLedgerRows()) this.#checker.onLedgerRow(row, await this.#backend.observe(row.pk));
+  }
+
+  /**
+   * The lease is kept by renewal (DESIGN.md §2 step 2): a handler running on a live process that has not been
+   * frozen meanwhile must have had a renewal sent within `renewEveryMs` of its start or of its last renewal's
+   * reply. Checked before each event, so the event that ends the work cannot hide a renewal that never came.
+   */
+  #checkRenewals(): void {
+    const every = this.#s.renewEveryMs;
+    for (const work of this.#works.values()) {
+      if (work.ended || !work.inc.alive || work.inc.pausedUntil >= this.#now) continue;
+      const base = Math.max(work.base, work.inc.pausedUntil);
+      if (this.#now <= base + every) continue;
+      if (work.lastRenewSent !== undefined && work.lastRenewSent >= base) continue;
+      this.#checker.fail(
+        'lease-not-renewed',
+        `${work.label} on ${work.inc.label}: no renewal sent between ${base - T0} ms and ${this.#now - T0} ms (renew every ${every} ms)`,
+      );
+      return;
+    }
+  }
+
+  #at(at: number, owner: Incarnation | undefined, fire: () => Promise<void> | void, arrive?: Event['arrive']): Event {
+    const event: Event = arrive ? { seq: this.#seq++, at, owner, fire, arrive } : { seq: this.#seq++, at, owner, fire };
     this.#events.push(event);
     return event;
   }
@@ -301,7 +404,7 @@ class World {
     };
     const incarnation: Incarnation = { proc, label, alive: true, pausedUntil: 0, engine: undefined as never, clock, inflight: new Map() };
     const lower = lowerDefect(this.#s.defect, this.#backend.storeFor(), this.#backend);
-    const store = upperDefect(this.#s.defect, this.#scheduled(incarnation, lower), this.#backend);
+    const store = upperDefect(this.#s.defect, this.#scheduled(incarnation, lower), this.#backend, () => current.getStore()?.effects);
     incarnation.engine = createEngine<unknown>({
       store,
       clock,
@@ -318,6 +421,11 @@ class World {
         }
       },
     });
+    // Effects with a retryable answer are the handler's to offer and the engine's to drop: the phased engine
+    // (Engine.begin) commits effects only with a final outcome. Before it, the engine passed them through, so the
+    // handler offers them only to an engine that makes that promise (or to the planted defect that breaks it).
+    this.#effectsOnFailure =
+      this.#s.effectsOnFailure && (typeof (incarnation.engine as { begin?: unknown }).begin === 'function' || this.#s.defect === 'effects-with-retryable');
     return incarnation;
   }
 
@@ -332,6 +440,7 @@ class World {
       // the wire and reach the store; its store writes so far remain.
       victim.alive = false;
       for (const event of mine) this.#cancel(event);
+      for (const work of this.#works.values()) if (work.inc === victim) work.ended = true;
       this.#log(
         () =>
           `✗ fault ${fault.id}: ${victim.label} crashes (${mine.length} timers and replies lost, ` +
@@ -364,7 +473,10 @@ class World {
       get roundTrips() {
         return lower.roundTrips;
       },
-      claim: (r) => op('claim', r.pk, { now: r.now, token: r.token }, `fp=${r.fingerprint.slice(0, 8)} now=${r.now - T0}`, () => lower.claim(r)),
+      claim: (r) =>
+        op('claim', r.pk, { now: r.now, token: r.token, fingerprint: r.fingerprint }, `fp=${r.fingerprint.slice(0, 8)} now=${r.now - T0}`, () =>
+          lower.claim(r),
+        ),
       complete: (r) => {
         const response = r.outcome.response ? ` ${r.outcome.response.status}` : '';
         return op('complete', r.pk, { token: r.token, now: r.now }, `→${r.outcome.status}${response} token=${r.token}`, () => lower.complete(r));
@@ -389,47 +501,80 @@ class World {
   #storeCall<T>(inc: Incarnation, name: string, pk: string, info: WriteInfo, detail: string, exec: () => Promise<T>): Promise<T> {
     const attempt = current.getStore();
     const by = attempt ? ` (${attempt.label})` : '';
+    const work = attempt && name === 'renew' ? this.#works.get(attempt.label) : undefined;
+    if (work) work.lastRenewSent = this.#now;
     return new Promise<T>((resolve, reject) => {
-      const arrive = async (): Promise<void> => {
-        let reply: () => void;
+      /** The reply travels back; a dead process never reads it, a frozen one reads it when it wakes. */
+      const replyLater = (reply: () => void, ok: boolean | undefined): void => {
+        if (!inc.alive) return;
+        this.#at(Math.max(this.#now + this.#latency(attempt), inc.pausedUntil), inc, () => {
+          if (work && inc.alive) {
+            work.base = this.#now;
+            if (ok === false) work.ended = true; // a refused renewal: the lease is gone, and the engine stops renewing
+          }
+          reply();
+        });
+      };
+      const arrive = (): (() => Promise<Landed | undefined>) => {
         const down = this.#fault('store-down', attempt);
         if (down !== undefined) {
           this.#log(() => `${inc.label} ${name} ${pk}${by} ✗ fault ${down}: the store is unreachable`);
-          reply = () => reject(new Error('sim: store unreachable'));
-        } else {
-          const before = name === 'get' ? null : await this.#backend.observe(pk);
+          return async () => {
+            replyLater(() => reject(new Error('sim: store unreachable')), undefined);
+            return undefined;
+          };
+        }
+        // Each observation reads the record when it is called (both backends read synchronously, and the promise
+        // carries that moment's record): before the call, and right after its synchronous part.
+        const writes = name !== 'get';
+        const beforeRead = writes ? this.#backend.observe(pk) : undefined;
+        let running: Promise<T>;
+        try {
+          running = exec();
+        } catch (error) {
+          running = Promise.reject(error instanceof Error ? error : new Error(String(error)));
+        }
+        const afterRead = writes ? this.#backend.observe(pk) : undefined;
+        // The ledger rows this call's effects committed (read synchronously too: in a batch, the next call's
+        // effects must not be charged to this one).
+        const rows = name === 'complete' ? this.#backend.newLedgerRows() : [];
+        return async () => {
+          const before = (await beforeRead) ?? null;
+          const after = afterRead === undefined ? undefined : await afterRead;
           let value: T | undefined;
           let error: unknown;
           let threw = false;
           try {
-            value = await exec();
+            value = await running;
           } catch (e) {
             error = e;
             threw = true;
           }
           const result = threw ? `threw ${String(error)}` : outcome(value);
           this.#log(() => `${inc.label} ${name} ${pk}${detail ? ` ${detail}` : ''}${by} → ${result}`);
-          if (name !== 'get') {
-            const after = await this.#backend.observe(pk);
+          if (after !== undefined) {
             this.#checker.onStoreOp(name, pk, info, before, after, value, threw);
-            if (name === 'complete') for (const row of this.#backend.newLedgerRows()) this.#checker.onLedgerRow(row);
+            for (const row of rows) this.#checker.onLedgerRow(row, after);
           }
           const lost = threw ? undefined : this.#fault('store-reply-lost', attempt);
           if (lost !== undefined) this.#log(() => `    ✗ fault ${lost}: the reply is lost (the call took effect)`);
-          reply =
+          const ok = threw || lost !== undefined ? undefined : (value as { ok?: unknown } | undefined)?.ok === true;
+          replyLater(
             lost !== undefined
               ? () => reject(new Error('sim: store reply lost'))
               : threw
                 ? () => reject(error instanceof Error ? error : new Error(String(error)))
-                : () => resolve(value as T);
-        }
-        // The reply travels back; a dead process never reads it, a frozen one reads it when it wakes.
-        if (inc.alive) this.#at(Math.max(this.#now + this.#latency(attempt), inc.pausedUntil), inc, reply);
+                : () => resolve(value as T),
+            name === 'renew' ? ok : undefined,
+          );
+          return { pk, after };
+        };
       };
       const delayed = this.#fault('store-delay', attempt);
       const ms = delayed === undefined ? this.#latency(attempt) : this.#s.leaseMs + (attempt as Attempt).rng.int(0, this.#s.leaseMs);
       if (delayed !== undefined) this.#log(() => `${inc.label} ${name} ${pk}${by} ✗ fault ${delayed}: ${ms} ms on the wire`);
-      this.#at(this.#now + ms, undefined, arrive); // On the wire: it reaches the store even if its sender dies.
+      // On the wire: it reaches the store even if its sender dies.
+      this.#at(this.#now + ms, undefined, () => {}, arrive);
     });
   }
 
@@ -504,7 +649,7 @@ class World {
     this.#cancel(this.#timeouts.get(attempt.label));
     this.#timeouts.delete(attempt.label);
     const key = attempt.keyIndex;
-    if (seen.kind === 'answer' && classifyStatus(seen.result.response.status) !== 'failed-retryable') this.#satisfied.add(key);
+    if (seen.kind === 'answer' && isFinal(seen.result.response.status)) this.#satisfied.add(key);
     if (seen.kind === 'error' && seen.code === 'FINGERPRINT_MISMATCH') return;
     if (this.#satisfied.has(key) || (this.#retriesLeft[key] as number) <= 0) return;
     this.#retriesLeft[key] = (this.#retriesLeft[key] as number) - 1;
@@ -525,6 +670,18 @@ class World {
 
   /** The simulated charge handler: its steps take simulated time, so other events interleave with them. */
   async #handler(inc: Incarnation, attempt: Attempt, pk: string, ctx: WorkContext): Promise<WorkResult<unknown>> {
+    const work: Work = { inc, label: attempt.label, base: this.#now, lastRenewSent: undefined, ended: false };
+    this.#works.set(attempt.label, work);
+    try {
+      const result = await this.#work(inc, attempt, pk, ctx);
+      attempt.effects = result.effects;
+      return result;
+    } finally {
+      work.ended = true;
+    }
+  }
+
+  async #work(inc: Incarnation, attempt: Attempt, pk: string, ctx: WorkContext): Promise<WorkResult<unknown>> {
     const by = attempt.label;
     this.#log(() => `${inc.label} work ${by} starts: id=${ctx.id}${ctx.reclaimed ? ' (reclaimed)' : ''}`);
     this.#checker.onWorkStart(by, ctx.id, attempt.fingerprint);
@@ -535,7 +692,18 @@ class World {
     }
     const reply = await this.#step(inc, attempt, 'call processor', () => this.#callProcessor(attempt, ctx.id, payload));
     if (reply.kind === 'declined') return { response: this.#json(inc, 402, { error: 'card_declined' }) };
-    if (reply.kind === 'unavailable') return { response: this.#json(inc, 503, { error: 'processor_unavailable' }) };
+    if (reply.kind === 'unavailable') {
+      const response = this.#json(inc, reply.status, { error: 'processor_unavailable' });
+      // The planted defect: the engine's classification of a 503 made final (an outcome it honours).
+      const outcome = this.#s.defect === 'retryable-503-as-final' && reply.status === 503 ? ({ outcome: 'failed-final' } as const) : {};
+      if (this.#s.ledger === 'shared' && this.#effectsOnFailure) {
+        // A handler that hands its "failed attempt" row to effects with a retryable answer: the engine must drop them.
+        const row: LedgerRow = { recordId: ctx.id, pk, chargeId: `failed-${by}`, amount: payload.amount };
+        this.#count('effects offered with a retryable answer');
+        return { response, ...outcome, effects: this.#backend.ledgerEffect(row) };
+      }
+      return { response, ...outcome };
+    }
     if (this.#s.honoursAbort && ctx.signal.aborted) throw ctx.signal.reason;
     const row: LedgerRow = { recordId: ctx.id, pk, chargeId: reply.chargeId, amount: payload.amount };
     if (this.#s.ledger === 'shared') {
@@ -556,7 +724,10 @@ class World {
   #step<T>(inc: Incarnation, attempt: Attempt, name: string, effect: () => T): Promise<T> {
     const slow = this.#fault('slow-step', attempt);
     const lease = this.#s.leaseMs;
-    const ms = slow === undefined ? attempt.rng.int(1, Math.floor(lease / 4)) : Math.floor(lease * (0.3 + 2.2 * attempt.rng.next()));
+    // Slow: 0.3–2.5 leases; with a record kept only a few leases, up to 1.25 TTLs, so work outlives its record's
+    // first expiresAt and only renewals carrying it forward keep the key.
+    const span = this.#s.ttlMs < 10 * lease ? Math.max(lease, this.#s.ttlMs / 2) : lease;
+    const ms = slow === undefined ? attempt.rng.int(1, Math.floor(lease / 4)) : Math.floor(span * (0.3 + 2.2 * attempt.rng.next()));
     if (slow !== undefined) this.#log(() => `${inc.label} work ${attempt.label}: ${name} ✗ fault ${slow}: slow, takes ${ms} ms`);
     return new Promise<T>((resolve) => {
       inc.clock.setTimeout(() => {
@@ -571,8 +742,9 @@ class World {
   #callProcessor(attempt: Attempt, id: string, payload: Payload): ProcessorReply {
     const down = this.#fault('processor-down', attempt);
     if (down !== undefined) {
-      this.#log(() => `    ✗ fault ${down}: the processor is down (nothing charged)`);
-      return { kind: 'unavailable' };
+      const status = attempt.rng.pick(RETRYABLE_STATUSES);
+      this.#log(() => `    ✗ fault ${down}: the processor is down (nothing charged), answered ${status}`);
+      return { kind: 'unavailable', status };
     }
     if (payload.source === 'tok_chargeDeclined') return { kind: 'declined' };
     let chargeId = this.#processor.get(id);
@@ -586,7 +758,7 @@ class World {
     const lost = this.#fault('processor-reply-lost', attempt);
     if (lost !== undefined) {
       this.#log(() => `    ✗ fault ${lost}: the processor's reply is lost (the charge stands)`);
-      return { kind: 'unavailable' };
+      return { kind: 'unavailable', status: 503 };
     }
     return { kind: 'charged', chargeId };
   }
@@ -640,7 +812,11 @@ class World {
       const seen = this.#seen.get(label);
       const pk = recordPk(plan.scope, plan.key);
       const record = await this.#backend.observe(pk);
-      if (seen?.kind === 'answer') continue;
+      if (seen?.kind === 'answer' && isFinal(seen.result.response.status)) continue;
+      if (seen?.kind === 'answer') {
+        this.#checker.fail('outcome-class', `${label}: a fault-free retry once every process was idle got ${preview(seen.result.response)}; ${pk} is ${describe(record)}`);
+        return;
+      }
       if (seen?.kind === 'error' && seen.code === 'FINGERPRINT_MISMATCH' && record && record.fingerprint !== fingerprint) continue;
       this.#checker.fail(
         'stuck-in-progress',

@@ -176,7 +176,7 @@ for (const c of cases) {
 describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
   it('a replay and a mismatch of a finished key cost 0 trips, and the replay is the same bytes', async () => {
     const dir = tempDir();
-    const config = loadConfig({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_CACHE_SIZE: '100' });
+    const config = loadConfig({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_CACHE_SIZE: '100', IDEM_LAB: '1' });
     expect(config.cacheSize).toBe(100);
     const backend = await openBackend(config);
     const app = createApp({ ...config, ...backend });

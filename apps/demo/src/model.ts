@@ -5,9 +5,11 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { IdempotencyRecord, IdempotencyStore, Outcome, RoundTrip } from 'idem';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, Outcome, RoundTrip } from 'idem';
 import { fingerprint, isIdempotencyError, parseKey, recordPk } from 'idem';
 import { problem } from 'idem/http';
+import { postgresStore, type PostgresPool, type PostgresPoolClient } from 'idem/stores/postgres';
+import { sqliteStore, type SqliteDatabase } from 'idem/stores/sqlite';
 
 /** Round trips of one model operation, collected through `AsyncLocalStorage`, plus the store's own count. */
 export interface TripRecorder {
@@ -57,9 +59,12 @@ export interface ModelOptions {
   readonly now?: () => number;
 }
 
-/** The shortest and longest TTL a model claim may ask for (the expiry demonstration uses a few seconds). */
+/** The shortest TTL a model claim may ask for. */
 const MIN_TTL_MS = 1_000;
-const EXPIRING_TTL_MS = 3_000;
+/** The expiry demonstration's TTL: long enough to read its output, short enough to wait out. */
+const EXPIRING_TTL_MS = 10_000;
+/** How long a race's claims wait at the barrier for each other before going on alone (a claim that failed early). */
+const BARRIER_TIMEOUT_MS = 5_000;
 /** Model claims hold their lease long enough to press "Record the outcome" by hand. */
 const MODEL_LEASE_MS = 60_000;
 /** The seeded in_progress row keeps its lease for an hour: it stays "in progress" while the page is open. */
@@ -70,7 +75,8 @@ const CHARGE_FINGERPRINT = fingerprint({ method: 'POST', path: '/v1/charges', co
 
 const SEEDS = [
   { key: 'seed-succeeded', state: 'succeeded' },
-  { key: 'seed-failed', state: 'failed' },
+  { key: 'seed-failed', state: 'failed-final' },
+  { key: 'seed-failed-retryable', state: 'failed-retryable' },
   { key: 'seed-in-progress', state: 'in_progress' },
 ] as const;
 
@@ -87,12 +93,12 @@ const badRequest = (detail: string, param: string): Response =>
  * | route | does |
  * |---|---|
  * | `GET /v1/model` | the store, the item's attributes with their stored types, the three patterns' engine operations |
- * | `POST /v1/model/seed` | stages three rows: succeeded, failed (final), in_progress |
+ * | `POST /v1/model/seed` | stages four rows: succeeded, failed (final), failed (retryable), in_progress |
  * | `POST /v1/model/claim` `{ key, ttlMs? }` | Claim a request key: `store.claim` |
  * | `POST /v1/model/complete` `{ key, token, outcome, resultId? }` | Record the outcome: `store.complete` |
  * | `GET /v1/model/read?key=` | Read a previous outcome: `store.get` |
- * | `POST /v1/model/race` | two concurrent claims of a fresh key |
- * | `POST /v1/model/expiring` | a succeeded row with a 3 s TTL |
+ * | `POST /v1/model/race` | two claims of a fresh key that both read before either writes; `refusedBy` names what refused the loser |
+ * | `POST /v1/model/expiring` | a succeeded row with a 10 s TTL |
  *
  * @example
  * const model = modelRoutes({ store, trips, ttlMs: 86_400_000 })
@@ -115,18 +121,35 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
     };
   };
 
-  const claim = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) =>
-    contract.claim({
-      pk: recordPk(scope, key),
-      scope,
-      key,
-      fingerprint: CHARGE_FINGERPRINT,
-      token: randomUUID(),
-      id: randomUUID(),
-      now: now(),
-      leaseMs: options.leaseMs ?? MODEL_LEASE_MS,
-      ttlMs: options.ttlMs ?? ttlMs,
-    });
+  const claimRequest = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}): ClaimRequest => ({
+    pk: recordPk(scope, key),
+    scope,
+    key,
+    fingerprint: CHARGE_FINGERPRINT,
+    token: randomUUID(),
+    id: randomUUID(),
+    now: now(),
+    leaseMs: options.leaseMs ?? MODEL_LEASE_MS,
+    ttlMs: options.ttlMs ?? ttlMs,
+  });
+  const claim = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) => contract.claim(claimRequest(scope, key, options));
+
+  /**
+   * The store to race on: for SQLite and PostgreSQL, a second store over the same database (or pool) and table
+   * that waits at `claimBarrier` between its read and its write; any other store decides in one step and races as
+   * it is.
+   */
+  const racing = (claimBarrier: (request: ClaimRequest) => Promise<void>): IdempotencyStore<unknown> => {
+    const sqlite = store as { name: string; database?: SqliteDatabase; table?: string };
+    if (store.name === 'sqlite' && sqlite.database && typeof sqlite.table === 'string') {
+      return sqliteStore({ database: sqlite.database, table: sqlite.table, onRoundTrip: trips.onRoundTrip, claimBarrier });
+    }
+    const postgres = store as { name: string; pool?: PostgresPool<PostgresPoolClient>; schema?: string; table?: string };
+    if (store.name === 'postgres' && postgres.pool && typeof postgres.schema === 'string' && typeof postgres.table === 'string') {
+      return postgresStore({ pool: postgres.pool, schema: postgres.schema, table: postgres.table, onRoundTrip: trips.onRoundTrip, claimBarrier });
+    }
+    return contract;
+  };
 
   const outcomeFor = (kind: string, resultId: string | null): Outcome | undefined => {
     const body = (status: number, value: unknown) => ({
@@ -170,7 +193,7 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
       const steps = [present(claimRun)];
       const claimed = claimRun.value;
       if (claimed?.kind === 'claimed' && state !== 'in_progress') {
-        const outcome = outcomeFor(state === 'succeeded' ? 'succeeded' : 'failed-final', `ch_seed_${randomBytes(6).toString('hex')}`);
+        const outcome = outcomeFor(state, `ch_seed_${randomBytes(6).toString('hex')}`);
         steps.push(present(await run('complete', () => complete(scope, key, claimed.record.token, outcome as Outcome))));
       }
       const read = await run('get', () => contract.get(recordPk(scope, key)));
@@ -237,15 +260,17 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
         return json({ ...present(result), key, pk: recordPk(scope, key), outcome: body.outcome });
       }
       case '/v1/model/race': {
-        // Two claims of one fresh key, started together. Each is its own operation with its own trips.
+        // Two claims of one fresh key, started together. Where the store reads before it writes (SQLite,
+        // PostgreSQL), both wait at a barrier once past the read, so both write and the loser meets the write's own
+        // condition. Each claim is its own operation with its own trips.
         const key = `race-${randomBytes(6).toString('hex')}`;
-        const [a, b] = await Promise.all([run('claim', () => claim(scope, key)), run('claim', () => claim(scope, key))]);
-        const claims = [a, b].map((result, i) => ({
-          label: i === 0 ? 'A' : 'B',
-          verdict: result.value?.kind === 'claimed' ? 'won' : result.value?.kind === 'existing' ? 'lost' : 'error',
-          ...present(result),
-        }));
-        return json({ key, pk: recordPk(scope, key), claims, winners: claims.filter((c) => c.verdict === 'won').length });
+        const racer = racing(barrier(2));
+        const [a, b] = await Promise.all([run('claim', () => racer.claim(claimRequest(scope, key))), run('claim', () => racer.claim(claimRequest(scope, key)))]);
+        const claims = [a, b].map((result, i) => {
+          const verdict = result.value?.kind === 'claimed' ? 'won' : result.value?.kind === 'existing' ? 'lost' : 'error';
+          return { label: i === 0 ? 'A' : 'B', verdict, ...present(result), ...(verdict === 'lost' ? { refusedBy: refusedBy(store.name, result.trips) } : {}) };
+        });
+        return json({ key, pk: recordPk(scope, key), barrier: racer !== contract, claims, winners: claims.filter((c) => c.verdict === 'won').length });
       }
       case '/v1/model/expiring': {
         const key = `expiring-${randomBytes(6).toString('hex')}`;
@@ -264,12 +289,133 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
   };
 }
 
+/**
+ * A barrier for `n` parties: each call resolves once `n` calls have been made (or after `BARRIER_TIMEOUT_MS`, so
+ * one claim that failed before reaching it cannot hold the other forever).
+ */
+function barrier(n: number): (request: ClaimRequest) => Promise<void> {
+  let arrived = 0;
+  let open: () => void = () => {};
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return async () => {
+    if (++arrived >= n) open();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([opened, new Promise<void>((resolve) => (timer = setTimeout(resolve, BARRIER_TIMEOUT_MS)))]);
+    clearTimeout(timer);
+  };
+}
+
+/** What refused a losing claim: the round trip (and SQL statement) that did, in words, and the condition's text. */
+export interface Refusal {
+  /** 1-based round trip of the claim. */
+  readonly trip: number;
+  /** 1-based statement within that trip (SQLite trips carry several), or null. */
+  readonly statement: number | null;
+  /** `write`: the conditional write's own condition refused it; `read`: a read found the row first (a shortcut). */
+  readonly by: 'write' | 'read';
+  readonly text: string;
+  /** The condition as it appears in the request shown, for the page to mark; null when there is no text to mark. */
+  readonly condition: string | null;
+}
+
+/** The `WHERE` just before `RETURNING` in an upsert: the condition a conflicting row must meet to be overwritten. */
+function upsertCondition(sql: string): string | null {
+  const returning = sql.lastIndexOf('RETURNING');
+  const where = sql.lastIndexOf('WHERE', returning);
+  return returning > 0 && where > 0 ? sql.slice(where, returning).trim() : null;
+}
+
+/**
+ * Reads a losing claim's round trips and says which statement refused it, by store.
+ *
+ * @example
+ * refusedBy('sqlite', trips) // → { trip: 2, statement: 1, by: 'write', text: 'Round trip 2, statement 1 …', condition: 'WHERE …' }
+ */
+export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refusal | null {
+  const rows = (value: unknown): unknown[] | null => (Array.isArray(value) ? value : Array.isArray((value as { rows?: unknown } | null)?.rows) ? (value as { rows: unknown[] }).rows : null);
+  for (const [i, trip] of trips.entries()) {
+    const n = i + 1;
+    if (storeName === 'sqlite') {
+      const statements = (trip.request as { statements?: Array<{ sql: string }> } | undefined)?.statements ?? [];
+      const results = Array.isArray(trip.response) ? (trip.response as unknown[]) : [];
+      const upsert = statements.findIndex((st) => st.sql.trimStart().startsWith('INSERT'));
+      if (upsert >= 0 && rows(results[upsert])?.length === 0) {
+        return {
+          trip: n,
+          statement: upsert + 1,
+          by: 'write',
+          text: `Round trip ${n}, statement ${upsert + 1}: the upsert (INSERT … ON CONFLICT DO UPDATE … WHERE). The winner's row was already there, and its WHERE was false for that live row, so nothing was written and RETURNING gave no row; statement ${upsert + 2} read the winner's row under the same write lock.`,
+          condition: upsertCondition(statements[upsert]?.sql ?? ''),
+        };
+      }
+      if (statements.length === 1 && statements[0]?.sql.trimStart().startsWith('SELECT') && rows(results[0])?.length === 1 && i === trips.length - 1) {
+        return { trip: n, statement: 1, by: 'read', text: `Round trip ${n}: the read (SELECT) already found the winner's row, so this claim never wrote: the read is a shortcut, the upsert's WHERE is the mechanism.`, condition: null };
+      }
+    } else if (storeName === 'postgres') {
+      const text = (trip.request as { text?: string } | undefined)?.text ?? '';
+      if (!text.trimStart().startsWith('WITH cur')) continue;
+      const found = rows(trip.response);
+      if (found?.length === 0) {
+        return {
+          trip: n,
+          statement: null,
+          by: 'write',
+          text: `Round trip ${n}: the claim statement. Its snapshot showed no row, so it tried to insert; it waited for the winner's uncommitted row, then the upsert's DO UPDATE … WHERE was false for that row, so nothing was written and RETURNING gave no row. The store sent the statement again and read the winner's row.`,
+          condition: upsertCondition(text),
+        };
+      }
+      if ((found?.[0] as { claimed?: unknown } | undefined)?.claimed === false) {
+        return {
+          trip: n,
+          statement: null,
+          by: 'read',
+          text: `Round trip ${n}: the claim statement's own read (cur) already showed the winner's row, so its INSERT had nothing to write: the read is a shortcut, the DO UPDATE … WHERE is the mechanism.`,
+          condition: /WHERE NOT EXISTS \(SELECT 1 FROM cur[^\n]*/.exec(text)?.[0] ?? null,
+        };
+      }
+    } else if (storeName === 'dynamodb') {
+      const error = trip.error as { name?: string } | undefined;
+      if (error?.name === 'ConditionalCheckFailedException') {
+        const input = (trip.request as { command?: string; input?: { ConditionExpression?: string } } | undefined) ?? {};
+        return {
+          trip: n,
+          statement: null,
+          by: 'write',
+          text: `Round trip ${n}: ${input.command ?? 'the write'}. Its ConditionExpression was false because the winner's item exists, so DynamoDB refused the write (ConditionalCheckFailedException) and returned that item.`,
+          condition: input.input?.ConditionExpression ?? null,
+        };
+      }
+    }
+  }
+  if (storeName === 'redis' && trips.length > 0) {
+    return { trip: trips.length, statement: null, by: 'write', text: `Round trip ${trips.length}: the claim script checks and writes in one atomic step; it found the winner's live record, wrote nothing and replied with it.`, condition: null };
+  }
+  if (storeName === 'memory') {
+    return { trip: 1, statement: null, by: 'write', text: "The claim checks and sets in one synchronous step: it found the winner's live record and set nothing.", condition: null };
+  }
+  return null;
+}
+
 /** The engine operation behind each access pattern, by store name. */
 const OPERATIONS: Record<string, { claim: string; complete: string; get: string }> = {
-  dynamodb: { claim: 'PutItem (condition: attribute_not_exists, or expired / reclaimable)', complete: 'UpdateItem (condition: token and in_progress)', get: 'GetItem (consistent read)' },
-  sqlite: { claim: 'SELECT * … WHERE pk = ?; if the row does not refuse: BEGIN IMMEDIATE; INSERT … ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = ? AND status = in_progress', get: 'SELECT * … WHERE pk = ?' },
-  postgres: { claim: 'WITH cur AS (SELECT … WHERE pk = $1) INSERT … WHERE cur does not refuse ON CONFLICT DO UPDATE … WHERE <claimable> RETURNING *', complete: 'UPDATE … WHERE token = $1 AND status = in_progress', get: 'SELECT * … WHERE pk = $1' },
-  redis: { claim: 'EVALSHA claim script (one hash key)', complete: 'EVALSHA complete script', get: 'HGETALL' },
+  dynamodb: {
+    claim: 'PutItem with ConditionExpression attribute_not_exists(pk) OR expired; a claimable row is taken over by an UpdateItem conditioned on its token',
+    complete: 'UpdateItem (condition: token and in_progress)',
+    get: 'GetItem (consistent read)',
+  },
+  sqlite: {
+    claim:
+      'BEGIN IMMEDIATE; INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> RETURNING *: the conditional write. A SELECT of the row first is a shortcut that answers a refusal without the write lock.',
+    complete: 'UPDATE … WHERE token = ? AND status = in_progress',
+    get: 'SELECT * … WHERE pk = ?',
+  },
+  postgres: {
+    claim:
+      'INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> RETURNING *: the conditional write, one statement. Its WITH cur read of the row is a shortcut that answers a refusal without locking.',
+    complete: 'UPDATE … WHERE token = $1 AND status = in_progress',
+    get: 'SELECT * … WHERE pk = $1',
+  },
+  redis: { claim: 'EVALSHA claim script: check and write in one atomic step (one hash key)', complete: 'EVALSHA complete script', get: 'HGETALL' },
   memory: { claim: 'Map get + set in one synchronous step', complete: 'Map set if the token holds', get: 'Map get' },
   default: { claim: 'claim', complete: 'complete', get: 'get' },
 };
@@ -324,26 +470,21 @@ function isRecord(value: unknown): value is IdempotencyRecord {
 }
 
 /**
- * The four attributes the page describes, with the type this store gives them: DynamoDB's type descriptor from the
- * item it returned, SQLite's declared column type, the declared types of the other network stores, otherwise the
- * JavaScript type of the value the store holds (memory).
+ * Every attribute of the item, as the page shows them, with the type this store gives each: DynamoDB's type
+ * descriptor from the item it returned, SQLite's declared column type, the declared types of the other network
+ * stores, otherwise the JavaScript type of the value the store holds (memory).
  */
 function attributeTypes(store: object, trips: readonly RoundTrip[], record: IdempotencyRecord | null) {
-  const fields: readonly Field[] = [
-    { name: 'status', column: 'status', meaning: 'in_progress → succeeded or failed' },
-    { name: 'resultId', column: 'result_id', meaning: 'what the work produced (the charge id)' },
-    { name: 'claimedAt', column: 'claimed_at', meaning: 'when the key was claimed' },
-    { name: 'expiresAt', column: 'expires_at', meaning: 'when the record stops counting' },
-  ];
+  const ms = (name: string) => (name.endsWith('At') ? 'epoch ms' : '');
   for (const trip of trips) {
     const item = (trip.response as { Item?: Record<string, Record<string, unknown>> } | undefined)?.Item;
     if (item && typeof item === 'object') {
       return {
         source: 'the type descriptors of the item GetItem returned',
-        fields: fields.map((f) => {
+        fields: FIELDS.map((f) => {
           const descriptor = item[f.name];
-          const type = descriptor ? (Object.keys(descriptor)[0] ?? '?') : 'absent while null';
-          const unit = f.name === 'expiresAt' ? 'epoch seconds (what native TTL reads)' : f.name === 'claimedAt' ? 'epoch ms' : '';
+          const type = descriptor ? (Object.keys(descriptor)[0] ?? '?') : 'absent while empty';
+          const unit = f.name === 'expiresAt' ? 'epoch seconds, for native TTL (expiresAtMs holds the exact ms)' : ms(f.name);
           return { ...f, storedAs: f.name, type, unit };
         }),
       };
@@ -356,36 +497,64 @@ function attributeTypes(store: object, trips: readonly RoundTrip[], record: Idem
     const declared = new Map(columns.map((c) => [c.name, c.type]));
     return {
       source: `the declared column types of ${table} (PRAGMA table_info)`,
-      fields: fields.map((f) => ({ ...f, storedAs: `${table}.${f.column}`, type: declared.get(f.column) ?? '?', unit: f.name.endsWith('At') ? 'epoch ms' : '' })),
+      fields: FIELDS.map((f) => ({ ...f, storedAs: `${table}.${f.column}`, type: declared.get(f.column) ?? '?', unit: ms(f.name) })),
     };
   }
   const known = DECLARED[(store as { name?: string }).name ?? ''];
   if (known) {
-    return { source: "the store's schema", fields: fields.map((f) => ({ ...f, storedAs: known.name(f), type: known.type(f.name), unit: known.unit(f.name) })) };
+    return { source: "the store's schema", fields: FIELDS.map((f) => ({ ...f, storedAs: known.name(f), type: known.type(f), unit: known.unit(f) })) };
   }
+  const flat: Record<string, unknown> | undefined = record
+    ? { ...record, responseStatus: record.response?.status, responseHeaders: record.response?.headers, responseBody: record.response?.body }
+    : undefined;
   return {
     source: 'the values the store holds (JavaScript types)',
-    fields: fields.map((f) => {
-      const value = record?.[f.name];
-      const type = value === undefined ? '?' : value === null ? 'string | null' : f.name === 'resultId' ? 'string | null' : typeof value;
-      return { ...f, storedAs: f.name, type, unit: f.name.endsWith('At') ? 'epoch ms' : '' };
+    fields: FIELDS.map((f) => {
+      const value = flat?.[f.name];
+      const type = value === undefined ? '?' : value === null ? 'null' : value instanceof Uint8Array ? 'Uint8Array' : Array.isArray(value) ? 'array' : typeof value;
+      return { ...f, storedAs: f.name, type, unit: ms(f.name) };
     }),
   };
 }
 
-type Field = { readonly name: 'status' | 'resultId' | 'claimedAt' | 'expiresAt'; readonly column: string; readonly meaning: string };
+interface Field {
+  readonly name: string;
+  readonly column: string;
+  /** Its Postgres column type (schema.sql). */
+  readonly pg: string;
+  readonly meaning: string;
+}
+
+/** Every attribute of an `IdempotencyKey` item, in the order the page lists them. */
+const FIELDS: readonly Field[] = [
+  { name: 'pk', column: 'pk', pg: 'text', meaning: 'the item\'s address: IDEMPOTENCY#<scope>#<key>' },
+  { name: 'scope', column: 'scope', pg: 'text', meaning: 'whose key it is (the account), so two accounts never share a row' },
+  { name: 'key', column: 'key', pg: 'text', meaning: 'the Idempotency-Key the client sent' },
+  { name: 'status', column: 'status', pg: 'text', meaning: 'in_progress → succeeded or failed' },
+  { name: 'fingerprint', column: 'fingerprint', pg: 'text', meaning: 'a hash of the request (method, path, body): a retry must match it' },
+  { name: 'id', column: 'id', pg: 'text', meaning: 'the record\'s id, kept by retries, new once the row has expired' },
+  { name: 'token', column: 'token', pg: 'text', meaning: 'the current claim\'s secret: only its holder may complete or renew' },
+  { name: 'claimedAt', column: 'claimed_at', pg: 'bigint', meaning: 'when the current claim was made' },
+  { name: 'leaseExpiresAt', column: 'lease_expires_at', pg: 'bigint', meaning: 'until when the claim holds; after it a retry may take over' },
+  { name: 'expiresAt', column: 'expires_at', pg: 'bigint', meaning: 'when the row stops counting (the TTL)' },
+  { name: 'retryable', column: 'retryable', pg: 'boolean', meaning: 'for failed: may a retry run the work again' },
+  { name: 'resultId', column: 'result_id', pg: 'text', meaning: 'what the work produced (the charge id)' },
+  { name: 'responseStatus', column: 'response_status', pg: 'integer', meaning: 'the stored answer\'s status' },
+  { name: 'responseHeaders', column: 'response_headers', pg: 'jsonb', meaning: 'the stored answer\'s headers' },
+  { name: 'responseBody', column: 'response_body', pg: 'bytea', meaning: 'the stored answer\'s body, replayed byte for byte' },
+];
 
 /** What the network stores declare (their schema.sql and scripts), for stores whose replies do not carry types. */
-const DECLARED: Record<string, { name(f: Field): string; type(name: Field['name']): string; unit(name: Field['name']): string }> = {
+const DECLARED: Record<string, { name(f: Field): string; type(f: Field): string; unit(f: Field): string }> = {
   postgres: {
     name: (f) => f.column,
-    type: (name) => (name.endsWith('At') ? 'bigint' : 'text'),
-    unit: (name) => (name.endsWith('At') ? 'epoch ms' : ''),
+    type: (f) => f.pg,
+    unit: (f) => (f.name.endsWith('At') ? 'epoch ms' : ''),
   },
   redis: {
-    name: (f) => `hash field ${f.name}`,
-    type: () => 'string (every hash field is a string)',
-    unit: (name) => (name.endsWith('At') ? 'epoch ms as decimal digits; the key also has a PEXPIRE' : ''),
+    name: (f) => (f.name === 'pk' ? 'the Redis key (prefix + pk)' : `hash field ${f.name}`),
+    type: () => 'string',
+    unit: (f) => (f.name.endsWith('At') ? 'epoch ms as decimal digits; the key also has a PEXPIRE' : ''),
   },
 };
 

@@ -8,6 +8,7 @@ import Database from 'better-sqlite3';
 import type { PoolClient } from 'pg';
 import type { IdempotencyStore, RoundTripObserver } from 'idem';
 import { memoryStore } from 'idem/stores/memory';
+import { mysqlStore } from 'idem/stores/mysql';
 import { postgresStore } from 'idem/stores/postgres';
 import { redisStore } from 'idem/stores/redis';
 import { sqliteStore } from 'idem/stores/sqlite';
@@ -72,6 +73,7 @@ export async function openBackend(config: DemoConfig, observer: RoundTripObserve
   }
   if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url, observer);
   if (/^rediss?:\/\//.test(url)) return openRedis(url, config.ledger, observer);
+  if (url.startsWith('mysql://')) return openMysql(url, config.ledger, observer);
   if (url.startsWith('dynamodb:')) return openDynamo(url, config.ledger, observer);
   throw new ConfigError(`IDEM_STORE must be one of ${ACCEPTED_STORES}; got "${url}".`);
 }
@@ -96,6 +98,7 @@ async function need<T>(load: () => Promise<T>, name: string, forUrl: string): Pr
 /** The forms `IDEM_STORE` accepts, for error messages and `--help`. */
 export const ACCEPTED_STORES =
   'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
+  'mysql://user[:password]@host:3306/db, ' +
   'dynamodb://host:port[?table=name&region=r], dynamodb:local[?table=name]';
 
 /**
@@ -192,6 +195,47 @@ async function openPostgres(raw: string, observer: RoundTripObserver): Promise<B
     close: async () => {
       await store.close();
       await pool.end();
+    },
+  };
+}
+
+/**
+ * `mysql://user[:password]@host:3306/db`: records in MySQL or MariaDB (table `idempotency_records`, migrated at
+ * startup), the ledger in the SQLite file `ledgerPath`, each charge unique on its record's id. The pool is
+ * created with `multipleStatements` (the store's claim is one query of two statements).
+ */
+async function openMysql(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
+  const { url, shown } = storeUrl(raw, []);
+  if (url.pathname.length <= 1) throw new ConfigError(`IDEM_STORE=mysql://user@host:3306/db needs a database, got "${shown}".`);
+  const { default: mysql } = await need(() => import('mysql2/promise'), 'mysql2', 'mysql://');
+  const pool = mysql.createPool({
+    uri: url.toString(),
+    multipleStatements: true,
+    connectTimeout: STORE_TIMEOUTS.connectMs,
+    enableKeepAlive: true,
+  });
+  // An idle pooled connection that dies is reported on its core connection; without a listener it would crash.
+  const warn = warner('mysql');
+  pool.pool.on('connection', (connection) => connection.on('error', warn));
+  const store = mysqlStore({ pool, ...observer });
+  let ledgerDb: Database.Database | undefined;
+  try {
+    await store.migrate();
+    ledgerDb = openLedgerDb(ledgerPath);
+  } catch (error) {
+    await pool.end();
+    throw error;
+  }
+  const db = ledgerDb;
+  return {
+    store,
+    ledger: new SqliteLedger(db),
+    sharedLedger: false,
+    description: `MySQL ${shown} (records), SQLite ${ledgerPath} (ledger)`,
+    close: async () => {
+      await store.close();
+      await pool.end();
+      db.close();
     },
   };
 }

@@ -8,6 +8,13 @@ export type Outcome = 'pending' | 'executed' | 'replayed' | 'in-flight' | 'misma
 /** Which control sent it. */
 export type Source = 'Charge' | 'Retry' | 'Race' | 'Tamper';
 
+/** The faults and delay a request asks the lab server for (`Idem-Lab-*` headers). */
+export interface Faults {
+  readonly drop: boolean;
+  readonly fail: boolean;
+  readonly delayMs: number;
+}
+
 export interface Attempt {
   /** 1-based, in sending order. */
   readonly n: number;
@@ -15,11 +22,16 @@ export interface Attempt {
   /** The Idempotency-Key sent, or null when keys are off. */
   readonly key: string | null;
   readonly amount: number;
-  readonly faults: { readonly drop: boolean; readonly fail: boolean; readonly delayMs: number };
+  /**
+   * The payment the person meant: attempts that retry one payment share it (one key, or a keyless charge and its
+   * retries). What they meant to pay is the first amount of each intent.
+   */
+  readonly intent: number;
+  readonly faults: Faults;
   /** Attempts sent together by one Race share a group number. */
   readonly group: number | null;
   /** Epoch ms when the request was sent. */
-  readonly sentAt: number;
+  sentAt: number;
   outcome: Outcome;
   status: number | null;
   latencyMs: number | null;

@@ -47,3 +47,11 @@ export function clock(at: number): string {
   const pad = (n: number, w = 2) => String(n).padStart(w, '0');
   return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}.${pad(d.getMilliseconds(), 3)}`;
 }
+
+/**
+ * A count and its noun, singular or plural.
+ *
+ * @example
+ * plural(2, 'charge') // → '2 charges'
+ */
+export const plural = (n: number, one: string, many = `${one}s`): string => `${n} ${n === 1 ? one : many}`;

@@ -3,10 +3,11 @@
  * figure is read back from it: `GET /v1/balance`, `GET /v1/idempotency_records`, `GET /v1/charges`.
  */
 import { accountOf, ApiError, authHeaders, getJson, labKey, newLabKey, uuid, type Balance, type Charge, type List, type PublicRecord } from './api.js';
-import { classify, describeOutcome, type Attempt, type Source } from './attempt.js';
+import { classify, describeOutcome, type Attempt, type Faults, type Source } from './attempt.js';
 import { byId, h } from './dom.js';
-import { abbreviate, clock, dollars, relative } from './format.js';
-import { drawLanes, drawRaceStrip, drawTimeline } from './timeline.js';
+import { abbreviate, clock, dollars, plural, relative } from './format.js';
+import { narrateOne, narrateRace } from './narrate.js';
+import { drawRaceStrip, drawTimeline } from './timeline.js';
 
 const CHARGE_CENTS = 50_000;
 const TAMPER_CENTS = 500_000;
@@ -38,15 +39,22 @@ const ui = {
   logEmpty: byId('log-empty', HTMLElement),
   logScroll: byId('log-scroll', HTMLElement),
   timeline: byId('timeline', HTMLElement),
-  lanes: byId('timeline-lanes', HTMLElement),
   raceStrip: byId('race-strip', HTMLElement),
-  status: byId('status', HTMLElement),
+  narration: byId('narration', HTMLElement),
+  intended: byId('intended', HTMLElement),
+  intendedStat: byId('intended-stat', HTMLElement),
+  chargedStat: byId('charged-stat', HTMLElement),
+  callout: byId('charge-callout', HTMLElement),
+  showReplay: byId('show-replay', HTMLButtonElement),
+  show409: byId('show-409', HTMLButtonElement),
+  showFailed: byId('show-failed', HTMLButtonElement),
+  showDouble: byId('show-double', HTMLButtonElement),
   labOff: byId('lab-off', HTMLElement),
 };
 
 let currentKey = uuid();
-/** The last request sent, for Retry: its key and body go again, over a good connection. */
-let last: { key: string | null; amount: number } | null = null;
+/** The last request sent, for Retry: its key, body and payment go again, over a good connection. */
+let last: { key: string | null; amount: number; intent: number } | null = null;
 /** The key of the last keyed attempt, for Tamper. */
 let lastKeyed: string | null = null;
 const attempts: Attempt[] = [];
@@ -55,6 +63,20 @@ let groups = 0;
 let records: readonly PublicRecord[] = [];
 /** Bumped by Reset: reads started for an earlier account are dropped. */
 let epoch = 0;
+/** What the person meant to pay: each payment (intent) once, at its first amount. */
+const intents = new Map<number, number>();
+const intentOfKey = new Map<string, number>();
+/** Cents charged, as last read back from `GET /v1/balance`. */
+let charged = 0;
+
+function intentFor(key: string | null, amount: number): number {
+  const known = key === null ? undefined : intentOfKey.get(key);
+  if (known !== undefined) return known;
+  const intent = intents.size + 1;
+  intents.set(intent, amount);
+  if (key !== null) intentOfKey.set(key, intent);
+  return intent;
+}
 
 // ---- Sending ---------------------------------------------------------------------------------------------------
 
@@ -62,45 +84,45 @@ interface Send {
   readonly source: Source;
   readonly key: string | null;
   readonly amount: number;
-  readonly drop: boolean;
+  readonly intent: number;
+  readonly faults: Faults;
   readonly group?: number;
 }
 
-/** Sends one `POST /v1/charges` and records what the browser saw. */
-async function send({ source, key, amount, drop, group }: Send): Promise<void> {
-  const faults = { drop, fail: ui.fail.checked, delayMs: Number(ui.delay.value) };
-  const attempt: Attempt = {
-    n: attempts.length + 1,
-    source,
-    key,
-    amount,
-    faults,
-    group: group ?? null,
-    sentAt: Date.now(),
-    outcome: 'pending',
-    status: null,
-    latencyMs: null,
-    problemType: null,
-    retryAfter: null,
-    chargeId: null,
-    reclaim: key !== null && attempts.some((a) => a.key === key && a.outcome === 'processor-failed'),
-    readBack: null,
-  };
-  attempts.push(attempt);
-  last = { key, amount };
-  if (key !== null) lastKeyed = key;
-  pending++;
-  render();
-  startPolling();
+/** The faults the toggles ask for; `drop` only where the control sends over the flaky connection. */
+const toggles = (drop: boolean): Faults => ({ drop, fail: ui.fail.checked, delayMs: Number(ui.delay.value) });
 
-  const headers: Record<string, string> = { ...authHeaders(), 'content-type': 'application/json' };
-  if (key !== null) headers['idempotency-key'] = key;
-  if (faults.drop) headers['idem-lab-fault'] = 'drop-after-commit';
-  if (faults.fail) headers['idem-lab-fail'] = '503';
-  if (faults.delayMs > 0) headers['idem-lab-delay-ms'] = String(faults.delayMs);
-  const started = performance.now();
-  try {
-    const response = await fetch('/v1/charges', {
+/**
+ * Sends requests together: every attempt and its request are built first, then all are sent in one tick, and the
+ * page is redrawn only after, so a race's requests really leave at the same moment. Resolves once all are answered.
+ */
+async function sendAll(specs: readonly Send[]): Promise<Attempt[]> {
+  const built = specs.map(({ source, key, amount, intent, faults, group }) => {
+    const attempt: Attempt = {
+      n: attempts.length + 1,
+      source,
+      key,
+      amount,
+      intent,
+      faults,
+      group: group ?? null,
+      sentAt: 0,
+      outcome: 'pending',
+      status: null,
+      latencyMs: null,
+      problemType: null,
+      retryAfter: null,
+      chargeId: null,
+      reclaim: key !== null && attempts.some((a) => a.key === key && a.outcome === 'processor-failed'),
+      readBack: null,
+    };
+    attempts.push(attempt);
+    const headers: Record<string, string> = { ...authHeaders(), 'content-type': 'application/json' };
+    if (key !== null) headers['idempotency-key'] = key;
+    if (faults.drop) headers['idem-lab-fault'] = 'drop-after-commit';
+    if (faults.fail) headers['idem-lab-fail'] = '503';
+    if (faults.delayMs > 0) headers['idem-lab-delay-ms'] = String(faults.delayMs);
+    const init: RequestInit = {
       method: 'POST',
       headers,
       body: JSON.stringify({ amount, currency: 'usd', source: 'tok_visa' }),
@@ -109,7 +131,35 @@ async function send({ source, key, amount, drop, group }: Send): Promise<void> {
       // request therefore goes on a connection of its own: requests without credentials use a separate pool, and
       // only these do, and the fault destroys each of their connections. One click is one request.
       ...(faults.drop ? { credentials: 'omit' as const } : {}),
-    });
+    };
+    return { attempt, init };
+  });
+  const last = specs.at(-1);
+  if (last) {
+    const { key, amount, intent } = last;
+    lastSent(key, amount, intent);
+  }
+  pending += built.length;
+  const started = performance.now();
+  const answers = built.map(({ attempt, init }) => {
+    attempt.sentAt = Date.now();
+    return fetch('/v1/charges', init);
+  });
+  render();
+  startPolling();
+  await Promise.all(built.map(({ attempt }, i) => settle(attempt, answers[i] as Promise<Response>, started)));
+  return built.map(({ attempt }) => attempt);
+}
+
+function lastSent(key: string | null, amount: number, intent: number): void {
+  last = { key, amount, intent };
+  if (key !== null) lastKeyed = key;
+}
+
+/** Waits for one answer and records what the browser saw. */
+async function settle(attempt: Attempt, answer: Promise<Response>, started: number): Promise<void> {
+  try {
+    const response = await answer;
     const text = await response.text();
     attempt.status = response.status;
     attempt.latencyMs = Math.round(performance.now() - started);
@@ -132,56 +182,64 @@ async function send({ source, key, amount, drop, group }: Send): Promise<void> {
   render();
 }
 
-/** Runs a control's requests with the controls locked, then reads every figure back. */
+const send = async (spec: Send): Promise<Attempt> => (await sendAll([spec]))[0] as Attempt;
+
 let acting = 0;
 
 /**
- * Runs a control's requests, then reads every figure back. `data-pending` on `<body>` counts the controls still
- * working, so a test (or a person) can tell when the figures are final.
+ * Runs a control's requests, then reads every figure back, then says what happened. `data-pending` on `<body>`
+ * counts the controls still working, so a test (or a person) can tell when the figures and the narration are final.
  */
-async function act(work: () => Promise<void>): Promise<void> {
+async function act(work: () => Promise<string | null>): Promise<void> {
   document.body.dataset.pending = String(++acting);
-  status('');
+  let told: string | null = null;
   try {
-    await work();
+    told = await work();
+  } catch (error) {
+    told = `Something went wrong: ${error instanceof Error ? error.message : String(error)}`;
   } finally {
     await refresh();
+    if (told !== null) narrate(told);
     document.body.dataset.pending = String(--acting);
+    renderIntended();
   }
 }
 
 const keyForNext = (): string | null => (ui.useKeys.checked ? currentKey : null);
+const earlierThan = (a: Attempt) => attempts.slice(0, a.n - 1);
+const tell = (a: Attempt) => narrateOne(a, earlierThan(a));
 
 // ---- Controls --------------------------------------------------------------------------------------------------
 
 ui.charge.addEventListener('click', () => {
-  void act(() => send({ source: 'Charge', key: keyForNext(), amount: CHARGE_CENTS, drop: ui.flaky.checked }));
+  const key = keyForNext();
+  void act(async () => tell(await send({ source: 'Charge', key, amount: CHARGE_CENTS, intent: intentFor(key, CHARGE_CENTS), faults: toggles(ui.flaky.checked) })));
 });
 
 ui.retry.addEventListener('click', () => {
   if (!last) return;
   const again = last;
-  void act(() => send({ source: 'Retry', key: again.key, amount: again.amount, drop: false }));
+  void act(async () => tell(await send({ source: 'Retry', key: again.key, amount: again.amount, intent: again.intent, faults: toggles(false) })));
 });
 
 ui.race.addEventListener('click', () => {
   const n = Number(ui.raceSize.value);
   const key = keyForNext();
   const group = ++groups;
-  void act(async () => {
-    await Promise.all(Array.from({ length: n }, () => send({ source: 'Race', key, amount: CHARGE_CENTS, drop: false, group })));
-  });
+  const intent = key === null ? intentFor(null, CHARGE_CENTS) : intentFor(key, CHARGE_CENTS);
+  const faults = toggles(false);
+  void act(async () => narrateRace(await sendAll(Array.from({ length: n }, () => ({ source: 'Race' as const, key, amount: CHARGE_CENTS, intent, faults, group })))));
 });
 
 ui.tamper.addEventListener('click', () => {
   if (lastKeyed === null) return;
   const key = lastKeyed;
-  void act(() => send({ source: 'Tamper', key, amount: TAMPER_CENTS, drop: false }));
+  void act(async () => tell(await send({ source: 'Tamper', key, amount: TAMPER_CENTS, intent: intentFor(key, TAMPER_CENTS), faults: toggles(false) })));
 });
 
 ui.newKey.addEventListener('click', () => {
   currentKey = uuid();
-  status(`New Idempotency-Key ${currentKey}: the next Charge $500 is a new payment.`);
+  narrate(`New Idempotency-Key ${abbreviate(currentKey, 8, 4)}: the next Charge $500 is a new payment, and a Race on it shows 409s.`);
   updateControls();
 });
 
@@ -200,13 +258,86 @@ ui.reset.addEventListener('click', () => {
     last = null;
     lastKeyed = null;
     attempts.length = 0;
+    intents.clear();
+    intentOfKey.clear();
     records = [];
     render();
-    status(`Reset: deleted ${deleted} charge${deleted === 1 ? '' : 's'}, switched to a fresh sandbox account ${accountOf(labKey())}.`);
+    return `Reset: deleted ${plural(deleted, 'charge')} and moved to a fresh sandbox account, ${accountOf(labKey())}. Nothing is charged and no key is stored.`;
   });
 });
 
 ui.useKeys.addEventListener('change', updateControls);
+
+// ---- Guided: one click to each state -------------------------------------------------------------------------
+
+/** Polls this account's records until the key's row is `in_progress` (the first attempt holds it). */
+async function heldInProgress(key: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const list = await getJson<List<PublicRecord>>('/v1/idempotency_records');
+    if (list.data.some((r) => r.key === key && r.status === 'in_progress')) return;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`the first attempt never held key ${key}`);
+}
+
+const QUICK: Faults = { drop: false, fail: false, delayMs: 0 };
+
+const guides: ReadonlyArray<[HTMLButtonElement, () => Promise<string>]> = [
+  [
+    ui.showReplay,
+    async () => {
+      const key = uuid();
+      const intent = intentFor(key, CHARGE_CENTS);
+      await send({ source: 'Charge', key, amount: CHARGE_CENTS, intent, faults: { ...QUICK, drop: true } });
+      await refresh();
+      const retry = await send({ source: 'Retry', key, amount: CHARGE_CENTS, intent, faults: QUICK });
+      return retry.outcome === 'replayed'
+        ? `The server charged $500.00 and committed, but the connection died before the answer reached you. Your retry with the same key got the stored ${retry.status ?? 201} back, marked as a replay: charged once.`
+        : tell(retry);
+    },
+  ],
+  [
+    ui.show409,
+    async () => {
+      const key = uuid();
+      const intent = intentFor(key, CHARGE_CENTS);
+      const first = send({ source: 'Charge', key, amount: CHARGE_CENTS, intent, faults: { ...QUICK, delayMs: 1_000 } });
+      await heldInProgress(key);
+      const retry = await send({ source: 'Retry', key, amount: CHARGE_CENTS, intent, faults: QUICK });
+      const original = await first;
+      return retry.outcome === 'in-flight' && original.outcome === 'executed'
+        ? `Your retry arrived while the first attempt still held the key (its processor takes 1 s), so the server answered 409${retry.retryAfter ? ` with Retry-After ${retry.retryAfter} s` : ''} instead of charging again. The first attempt then finished: $500.00 charged once.`
+        : `${tell(retry)} ${tell(original)}`;
+    },
+  ],
+  [
+    ui.showFailed,
+    async () => {
+      const key = uuid();
+      const intent = intentFor(key, CHARGE_CENTS);
+      const failed = await send({ source: 'Charge', key, amount: CHARGE_CENTS, intent, faults: { ...QUICK, fail: true } });
+      await refresh();
+      const retry = await send({ source: 'Retry', key, amount: CHARGE_CENTS, intent, faults: QUICK });
+      return failed.outcome === 'processor-failed' && retry.outcome === 'executed'
+        ? 'The processor failed, so the server answered 503 and marked the key failed but retryable. Your retry with the same key reclaimed it and charged $500.00: once.'
+        : `${tell(failed)} ${tell(retry)}`;
+    },
+  ],
+  [
+    ui.showDouble,
+    async () => {
+      const intent = intentFor(null, CHARGE_CENTS);
+      await send({ source: 'Charge', key: null, amount: CHARGE_CENTS, intent, faults: { ...QUICK, drop: true } });
+      await refresh();
+      const retry = await send({ source: 'Retry', key: null, amount: CHARGE_CENTS, intent, faults: QUICK });
+      return retry.outcome === 'executed'
+        ? 'Without a key, the server could not tell your retry from a new payment: the dropped charge had already gone through, so the retry charged $500.00 a second time.'
+        : tell(retry);
+    },
+  ],
+];
+
+for (const [button, run] of guides) button.addEventListener('click', () => void act(run));
 
 function updateControls(): void {
   ui.currentKey.textContent = ui.useKeys.checked ? currentKey : '(none: keys are off)';
@@ -216,8 +347,8 @@ function updateControls(): void {
   ui.newKey.disabled = !ui.useKeys.checked;
 }
 
-function status(message: string): void {
-  ui.status.textContent = message;
+function narrate(message: string): void {
+  ui.narration.textContent = message;
 }
 
 // ---- Reading back ------------------------------------------------------------------------------------------------
@@ -267,8 +398,9 @@ async function refresh(): Promise<void> {
       const record = records.find((r) => r.key === attempt.key);
       if (record) attempt.readBack = { status: record.status, responseStatus: record.responseStatus };
     }
+    charged = balance.charged;
     ui.charged.textContent = dollars(balance.charged);
-    ui.chargeCount.textContent = `${balance.count} succeeded charge${balance.count === 1 ? '' : 's'} in the ledger`;
+    ui.chargeCount.textContent = `${plural(balance.count, 'succeeded charge')} in the ledger`;
     renderLedger(charges.data);
     render();
   } catch (error) {
@@ -281,7 +413,7 @@ function reportReadError(error: unknown): void {
     ui.labOff.hidden = false;
     return;
   }
-  status(`Could not read the figures back: ${error instanceof Error ? error.message : String(error)}`);
+  narrate(`Could not read the figures back: ${error instanceof Error ? error.message : String(error)}`);
 }
 
 // ---- Rendering ---------------------------------------------------------------------------------------------------
@@ -290,13 +422,33 @@ function render(): void {
   renderLog();
   renderRecords();
   ui.timeline.replaceChildren(drawTimeline(attempts));
-  ui.timeline.scrollLeft = ui.timeline.scrollWidth;
   renderStrip();
   ui.attemptsCount.textContent = String(attempts.length);
   const counts = new Map<string, number>();
   for (const a of attempts) counts.set(describeOutcome(a), (counts.get(describeOutcome(a)) ?? 0) + 1);
-  ui.attemptsDetail.textContent = counts.size === 0 ? 'none yet' : [...counts].map(([what, n]) => `${n} ${what}`).join(' · ');
+  // The outcome first, then its count: "409 in flight: 4", never "4 409 in flight".
+  ui.attemptsDetail.textContent = counts.size === 0 ? 'none yet' : [...counts].map(([what, n]) => `${what}: ${n}`).join(' · ');
+  renderIntended();
   updateControls();
+}
+
+/**
+ * What the person meant to pay beside what was charged. They are compared only once every request has been
+ * answered and the balance read back; when they differ, both turn red and one line says why.
+ */
+function renderIntended(): void {
+  const intended = [...intents.values()].reduce((sum, cents) => sum + cents, 0);
+  ui.intended.textContent = dollars(intended);
+  const settled = acting === 0 && pending === 0;
+  const differ = settled && intended !== charged;
+  ui.intendedStat.classList.toggle('differs', differ);
+  ui.chargedStat.classList.toggle('differs', differ);
+  ui.callout.hidden = !differ;
+  if (!differ) return;
+  ui.callout.textContent =
+    charged > intended
+      ? `Charged ${dollars(charged - intended)} more than you meant to pay: without a key, a repeated request ran the charge again.`
+      : `${dollars(intended - charged)} you meant to pay has not been charged yet: its attempt failed. Press Retry.`;
 }
 
 function renderStrip(): void {
@@ -363,7 +515,6 @@ function renderLog(): void {
   ui.logScroll.scrollTop = ui.logScroll.scrollHeight;
 }
 
-ui.lanes.replaceChildren(drawLanes());
 updateControls();
 render();
-void act(async () => {});
+void act(async () => null);

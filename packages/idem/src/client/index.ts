@@ -8,7 +8,7 @@ import { configError } from '../core/errors.js';
 export interface FailedAttempt {
   /** 1 for the first attempt. */
   readonly attemptNumber: number;
-  /** Attempts still allowed by `retries` after this one. */
+  /** Retries still allowed by `retries` after this attempt (polls for an attempt in flight cost less: see `inFlightPollMs`). */
   readonly retriesLeft: number;
   /** The operation's Idempotency-Key (the same on every attempt). */
   readonly key: string;
@@ -16,7 +16,7 @@ export interface FailedAttempt {
   readonly error: unknown;
   /** The retryable answer (409, 5xx, …), when there was one. Its body is discarded before the next attempt. */
   readonly response: Response | undefined;
-  /** How long the client waits before the next attempt, in ms: `Retry-After` if the server sent one, else backoff. */
+  /** How long the client waits before the next attempt, in ms: `Retry-After` if the server sent one, else backoff; a poll's wait for an attempt in flight. */
   readonly retryDelay: number;
 }
 
@@ -33,6 +33,20 @@ export interface IdempotentFetchOptions {
   readonly maxTimeout?: number;
   /** Give up once the next wait would end later than this many ms after the first attempt. Default Infinity. */
   readonly maxRetryTime?: number;
+  /**
+   * The first wait, in ms, after a `409` whose problem type is `urn:idem:problem:idempotency-key-in-use` (the
+   * operation's first attempt is still running). Default 250. Such an answer is coming, so the client polls for
+   * it: each wait is `min(Retry-After, this × 1.5^n)`, growing to at most 1 s (or this, if longer) and never past
+   * `maxTimeout`, instead of sleeping the whole `Retry-After` (which may be the lease left, e.g. 10 s).
+   *
+   * Polls are not failures, so they are not counted one retry each: `retries: 2` would otherwise give up after
+   * a second of polling, while the first attempt is still about to answer. Polling stands in for one wait of up
+   * to `maxTimeout` instead, and costs one retry when it starts and one more for each further `maxTimeout`
+   * (default 30 s) it lasts: a running attempt is waited for up to `retries × maxTimeout`, and a server that
+   * answers 409 for ever is still given up on. A wait shorter than this interval (`Retry-After: 0`) counts as
+   * this interval, so polls never come free. `retries: 0` does not poll. `maxRetryTime` and `signal` apply.
+   */
+  readonly inFlightPollMs?: number;
   /**
    * Aborts the attempt in flight and any further retries, as do `init.signal` and the signal of a `Request`
    * given as `input`: whichever aborts first stops the client at once with its reason, during an attempt or a wait.
@@ -62,6 +76,12 @@ export interface IdempotentFetchResult {
   readonly key: string;
 }
 
+/** The problem type of Idem's 409 for a key whose first attempt is still running. */
+const IN_FLIGHT_TYPE = 'urn:idem:problem:idempotency-key-in-use';
+
+/** In-flight polls grow ×1.5 from `inFlightPollMs` up to this (or `inFlightPollMs`, if longer). */
+const IN_FLIGHT_POLL_CEILING = 1_000;
+
 /** Statuses worth another attempt: the ones Idem's server records as retryable (DESIGN.md §2), and 5xx. */
 const RETRYABLE_4XX: ReadonlySet<number> = new Set([408, 409, 425, 429]);
 
@@ -80,7 +100,8 @@ export function isRetryableStatus(status: number): boolean {
 /**
  * `fetch` with retries under one Idempotency-Key. The body is buffered once and re-sent on every attempt.
  * Network errors and retryable answers are retried with exponential backoff and full jitter (a wait drawn
- * uniformly from 0 to `min(maxTimeout, minTimeout × factor^(n−1))`), or after the server's `Retry-After`.
+ * uniformly from 0 to `min(maxTimeout, minTimeout × factor^(n−1))`), or after the server's `Retry-After`. A
+ * `409` saying the first attempt is still running is polled for soon (see `inFlightPollMs`).
  * Resolves with the final answer; rejects only with the last network error, or the signal's reason.
  *
  * @example
@@ -96,7 +117,7 @@ export async function idempotentFetch(
   options: IdempotentFetchOptions = {},
 ): Promise<IdempotentFetchResult> {
   const settings = settle(options);
-  const { retries, factor, minTimeout, maxTimeout, maxRetryTime, random, sleep, now } = settings;
+  const { retries, factor, minTimeout, maxTimeout, maxRetryTime, inFlightPollMs, random, sleep, now } = settings;
   // Every signal the caller gave: `new Request(input, init)` would follow only one of init's and the Request's.
   const signal = combine([options.signal, init.signal ?? undefined, input instanceof Request ? input.signal : undefined]);
   signal?.throwIfAborted();
@@ -119,6 +140,11 @@ export async function idempotentFetch(
     });
 
   const started = now();
+  let failures = 0; // retries spent on failures (network errors, 5xx, other 409s, 408, 425, 429)
+  let polls = 0; // in-flight 409s answered with a poll
+  let polled = 0; // ms of waiting charged to polling (each wait at least `inFlightPollMs`)
+  // Retries charged to polling: one when it starts, one more each time the waits pass another `maxTimeout`.
+  const pollCost = (): number => (polls === 0 ? 0 : maxTimeout > 0 ? Math.max(1, Math.ceil(polled / maxTimeout)) : polls);
   for (let attempt = 1; ; attempt++) {
     let response: Response | undefined;
     let error: unknown;
@@ -133,15 +159,30 @@ export async function idempotentFetch(
       return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
     }
 
-    const retriesLeft = retries + 1 - attempt;
+    const spent = failures + pollCost();
+    const retriesLeft = retries - spent;
     const serverSaid = response ? retryAfterMs(response.headers.get('retry-after'), now()) : undefined;
-    const backoff = Math.round(random() * Math.min(maxTimeout, minTimeout * factor ** (attempt - 1)));
-    const retryDelay = serverSaid === undefined ? backoff : Math.min(serverSaid, maxTimeout);
+    const inFlight = response?.status === 409 && (await unlessAborted(problemType(response))) === IN_FLIGHT_TYPE;
+    let retryDelay: number;
+    let cost: number;
+    if (inFlight) {
+      const poll = Math.round(Math.min(inFlightPollMs * 1.5 ** polls, Math.max(IN_FLIGHT_POLL_CEILING, inFlightPollMs)));
+      retryDelay = Math.min(serverSaid ?? poll, poll, maxTimeout);
+      const before = pollCost();
+      polls++;
+      polled += Math.max(retryDelay, Math.min(inFlightPollMs, maxTimeout));
+      cost = pollCost() - before;
+    } else {
+      const backoff = Math.round(random() * Math.min(maxTimeout, minTimeout * factor ** spent));
+      retryDelay = serverSaid === undefined ? backoff : Math.min(serverSaid, maxTimeout);
+      failures++;
+      cost = 1;
+    }
     const failed: FailedAttempt = { attemptNumber: attempt, retriesLeft, key, error, response, retryDelay };
     await unlessAborted(Promise.resolve(options.onFailedAttempt?.(failed)));
 
     const giveUp =
-      retriesLeft <= 0 ||
+      cost > retriesLeft ||
       now() - started + retryDelay > maxRetryTime ||
       (options.shouldRetry !== undefined && !(await unlessAborted(Promise.resolve(options.shouldRetry(failed)))));
     if (giveUp) {
@@ -175,6 +216,7 @@ interface Settings {
   readonly minTimeout: number;
   readonly maxTimeout: number;
   readonly maxRetryTime: number;
+  readonly inFlightPollMs: number;
   readonly fetch: (input: string, init: RequestInit) => Promise<Response>;
   readonly random: () => number;
   readonly sleep: (ms: number, signal?: AbortSignal) => Promise<void>;
@@ -189,6 +231,7 @@ function settle({
   minTimeout = 1_000,
   maxTimeout = 30_000,
   maxRetryTime = Number.POSITIVE_INFINITY,
+  inFlightPollMs = 250,
   signal,
   shouldRetry,
   onFailedAttempt,
@@ -209,6 +252,9 @@ function settle({
   if (typeof maxRetryTime !== 'number' || Number.isNaN(maxRetryTime) || maxRetryTime < 0) {
     throw configError('maxRetryTime', 'a non-negative number', maxRetryTime);
   }
+  if (typeof inFlightPollMs !== 'number' || !Number.isFinite(inFlightPollMs) || inFlightPollMs <= 0) {
+    throw configError('inFlightPollMs', 'a positive number', inFlightPollMs);
+  }
   if (signal !== undefined && !(signal instanceof AbortSignal)) throw configError('signal', 'an AbortSignal');
   for (const [name, value] of [
     ['shouldRetry', shouldRetry],
@@ -224,7 +270,7 @@ function settle({
   ] as const) {
     if (typeof value !== 'function') throw configError(name, 'a function', value);
   }
-  return { retries, factor, minTimeout, maxTimeout, maxRetryTime, fetch, random, sleep, now };
+  return { retries, factor, minTimeout, maxTimeout, maxRetryTime, inFlightPollMs, fetch, random, sleep, now };
 }
 
 /**
@@ -237,6 +283,18 @@ function retryAfterMs(value: string | null, now: number): number | undefined {
   if (/^\d+$/.test(trimmed)) return Number(trimmed) * 1_000;
   const at = Date.parse(trimmed);
   return Number.isNaN(at) ? undefined : Math.max(0, at - now);
+}
+
+/** The type of a JSON (problem+json) answer, read from a copy: the answer's own body stays unread. */
+async function problemType(response: Response): Promise<string | undefined> {
+  if (!(response.headers.get('content-type') ?? '').toLowerCase().includes('json')) return undefined;
+  try {
+    const parsed: unknown = await response.clone().json();
+    const type = typeof parsed === 'object' && parsed !== null ? (parsed as { type?: unknown }).type : undefined;
+    return typeof type === 'string' ? type : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** One signal that aborts when any of `signals` does (undefined when none is given). */
@@ -257,7 +315,6 @@ function raceAbort<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
     void promise.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
 }
-
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {

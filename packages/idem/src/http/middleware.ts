@@ -224,7 +224,7 @@ export function createGate<Tx, Req>({
   if (typeof keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
     throw configError('keyHeader', 'an HTTP header name', keyHeader);
   }
-  if (fingerprintFields !== undefined) {
+  if (fingerprintFields) {
     const paths = (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
     if (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === '')) {
       throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import {
+  BatchWriteItemCommand,
   ConditionalCheckFailedException,
+  CreateTableCommand,
   DeleteTableCommand,
   DescribeTableCommand,
   DynamoDBClient,
@@ -13,7 +15,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import type { ClaimRequest, IdempotencyRecord, RoundTrip } from '../contract.js';
 import type { DynamoDBAttributeNames, DynamoDBClientLike, DynamoDBStore, DynamoDBStoreOptions } from './index.js';
-import { DEFAULT_ATTRIBUTE_NAMES, DYNAMODB_MAX_RESPONSE_BYTES, dynamodbStore } from './index.js';
+import { DEFAULT_ATTRIBUTE_NAMES, DEFAULT_LIST_INDEX, DYNAMODB_MAX_RESPONSE_BYTES, dynamodbStore } from './index.js';
 import { startLocalDynamo } from './local.js';
 
 // dynalite runs in this process, so there is no service to skip on: every run exercises the store.
@@ -118,7 +120,7 @@ describe('dynamodb store against dynalite', () => {
       sent.push(command);
       return local.client.send(command as PutItemCommand);
     };
-    const client: DynamoDBClientLike = { send };
+    const client = { send } as DynamoDBClientLike;
     return { client, sent };
   };
   const recordingStore = async (options: Omit<DynamoDBStoreOptions, 'client' | 'table'> = {}) => {
@@ -236,7 +238,7 @@ describe('dynamodb store against dynalite', () => {
       }
       return local.client.send(command as PutItemCommand);
     };
-    const client: DynamoDBClientLike = { send };
+    const client = { send } as DynamoDBClientLike;
     const store = dynamodbStore({ client, table });
     const retry = { ...first, token: randomUUID(), id: randomUUID(), now: T0 + 2 };
     const result = await store.claim(retry);
@@ -376,6 +378,99 @@ describe('dynamodb store against dynalite', () => {
     );
   });
 
+  it('list is a Query of the scope index plus one BatchGetItem, with 5,000 items of other scopes (before: 7 Scan pages)', async () => {
+    const { store, table, sent } = await recordingStore();
+    const mine = [request({ now: T0 }), request({ now: T0 + 1 }), request({ now: T0 + 2 })];
+    for (const req of mine) await store.claim(req);
+    await store.complete({ pk: mine[1]?.pk ?? '', token: mine[1]?.token ?? '', now: T0 + 3, outcome: failedOutcome });
+    // 5,000 finished items of 50 other scopes, each with a 1 KB response: about 6 MB, 7 Scan pages.
+    for (let i = 0; i < 5_000; i += 25) {
+      const items = Array.from({ length: 25 }, (_, j) => {
+        const other = request({ scope: `acct_other_${(i + j) % 50}`, now: T0 + i + j });
+        return {
+          PutRequest: {
+            Item: {
+              pk: { S: other.pk }, scope: { S: other.scope }, key: { S: other.key }, status: { S: 'succeeded' },
+              fingerprint: { S: other.fingerprint }, id: { S: other.id }, token: { S: other.token },
+              claimedAt: { N: String(other.now) }, leaseExpiresAt: { N: String(other.now + LEASE) },
+              expiresAt: { N: String((other.now + TTL) / 1000) }, expiresAtMs: { N: String(other.now + TTL) },
+              retryable: { BOOL: false }, responseStatus: { N: '201' }, responseHeaders: { S: '[]' },
+              responseBody: { B: new Uint8Array(1_000) },
+            },
+          },
+        };
+      });
+      await local.client.send(new BatchWriteItemCommand({ RequestItems: { [table]: items } }));
+    }
+    sent.length = 0;
+    const before = store.roundTrips;
+    const listed = await store.list({ scope: 'acct_dynamo', limit: 10 });
+    expect(store.roundTrips - before).toBe(2);
+    expect(kinds(sent)).toEqual(['QueryCommand', 'BatchGetItemCommand']);
+    expect(listed).toEqual([
+      await store.get(mine[2]?.pk ?? ''),
+      await store.get(mine[1]?.pk ?? ''),
+      await store.get(mine[0]?.pk ?? ''),
+    ]);
+    expect(listed[1]?.status).toBe('failed');
+    expect((await store.list({ scope: 'acct_dynamo', limit: 2 })).map((r) => r.key)).toEqual([mine[2]?.key, mine[1]?.key]);
+  });
+
+  it('list through an index that projects every attribute is the Query alone', async () => {
+    const table = tableName();
+    await local.client.send(
+      new CreateTableCommand({
+        TableName: table,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [
+          { AttributeName: 'pk', AttributeType: 'S' },
+          { AttributeName: 'scope', AttributeType: 'S' },
+          { AttributeName: 'claimedAt', AttributeType: 'N' },
+        ],
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+        GlobalSecondaryIndexes: [
+          {
+            IndexName: 'everything',
+            KeySchema: [
+              { AttributeName: 'scope', KeyType: 'HASH' },
+              { AttributeName: 'claimedAt', KeyType: 'RANGE' },
+            ],
+            Projection: { ProjectionType: 'ALL' },
+          },
+        ],
+      }),
+    );
+    track({ close: () => local.client.send(new DeleteTableCommand({ TableName: table })) });
+    const store = dynamodbStore({ client: local.client, table, listIndex: 'everything' });
+    const req = request();
+    const { record } = await store.claim(req);
+    const before = store.roundTrips;
+    expect(await store.list({ scope: 'acct_dynamo', limit: 10 })).toEqual([record]);
+    expect(store.roundTrips - before).toBe(1);
+  });
+
+  it('list on a table without the index fails in one line that names the fix; it never scans', async () => {
+    const table = tableName();
+    await local.client.send(
+      new CreateTableCommand({
+        TableName: table,
+        BillingMode: 'PAY_PER_REQUEST',
+        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
+        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+      }),
+    );
+    track({ close: () => local.client.send(new DeleteTableCommand({ TableName: table })) });
+    const store = dynamodbStore({ client: local.client, table });
+    await store.claim(request());
+    const before = store.roundTrips;
+    await expect(store.list({ scope: 'acct_dynamo', limit: 10 })).rejects.toThrow(
+      `dynamodb table ${table} has no index ${DEFAULT_LIST_INDEX} for list: add a global secondary index ` +
+        `${DEFAULT_LIST_INDEX} (partition key scope S, sort key claimedAt N, projection KEYS_ONLY) with UpdateTable, ` +
+        'or set listIndex to yours',
+    );
+    expect(store.roundTrips - before).toBe(1);
+  });
+
   it('round-trips every byte value, and an empty body', async () => {
     const { store } = await recordingStore();
     const all = new Uint8Array(256).map((_, i) => i);
@@ -416,7 +511,7 @@ describe('dynamodb store against dynalite', () => {
     expect((await (stores[2] as DynamoDBStore).get(base.pk))?.token).toBe(winner.token);
   });
 
-  it('createTable creates a PAY_PER_REQUEST table, waits until ACTIVE, reports that TTL is not enabled, and is idempotent', async () => {
+  it('createTable creates a PAY_PER_REQUEST table with the list index, waits until ACTIVE, reports that TTL is not enabled, and is idempotent', async () => {
     const slow = track(await startLocalDynamo({ tableStateMs: 300 }));
     const table = tableName();
     const store = dynamodbStore({ client: slow.client, table });
@@ -428,7 +523,22 @@ describe('dynamodb store against dynalite', () => {
     expect(Table?.TableStatus).toBe('ACTIVE');
     expect(Table?.BillingModeSummary?.BillingMode).toBe('PAY_PER_REQUEST');
     expect(Table?.KeySchema).toEqual([{ AttributeName: 'pk', KeyType: 'HASH' }]);
-    expect(Table?.AttributeDefinitions).toEqual([{ AttributeName: 'pk', AttributeType: 'S' }]);
+    expect(Table?.AttributeDefinitions).toEqual([
+      { AttributeName: 'pk', AttributeType: 'S' },
+      { AttributeName: 'scope', AttributeType: 'S' },
+      { AttributeName: 'claimedAt', AttributeType: 'N' },
+    ]);
+    expect(Table?.GlobalSecondaryIndexes?.map(({ IndexName, KeySchema, Projection, IndexStatus }) => ({ IndexName, KeySchema, Projection, IndexStatus }))).toEqual([
+      {
+        IndexName: DEFAULT_LIST_INDEX,
+        KeySchema: [
+          { AttributeName: 'scope', KeyType: 'HASH' },
+          { AttributeName: 'claimedAt', KeyType: 'RANGE' },
+        ],
+        Projection: { ProjectionType: 'KEYS_ONLY' },
+        IndexStatus: 'ACTIVE',
+      },
+    ]);
     expect((await store.createTable({ pollMs: 20 })).created).toBe(false);
   });
 
@@ -454,6 +564,9 @@ describe('dynamodb store against dynalite', () => {
       'Expected `client` to be an object with a send(command) method.',
     );
     expect(() => dynamodbStore({ client, table: 'x' })).toThrow('Expected `table` to be a DynamoDB table name');
+    expect(() => dynamodbStore({ client, table: 'idem', listIndex: '' })).toThrow(
+      'Expected `listIndex` to be a DynamoDB index name (3-255 of a-z A-Z 0-9 _ . -), got "".',
+    );
     expect(() => dynamodbStore({ client, table: 'idem', attributes: { pkk: 'PK' } as Partial<DynamoDBAttributeNames> })).toThrow(
       'Expected `attributes.pkk` to be one of pk, scope,',
     );

@@ -23,19 +23,26 @@
  *
  * Round trips (`roundTrips` counts `send` calls; the SDK's own retries of a throttled request happen inside one):
  * new key 1 (+1 to complete), replay / conflict / mismatch 1 (the refused write returns the item, `ALL_OLD`), a
- * takeover of a dead lease or a retry of a retryable failure 2. An engine that ignores `ALL_OLD` (dynalite) costs
- * one more consistent `GetItem` per refused write.
+ * takeover of a dead lease or a retry of a retryable failure 2, `list` 2 (a Query of the scope index, then a
+ * BatchGetItem). An engine that ignores `ALL_OLD` (dynalite) costs one more consistent `GetItem` per refused write,
+ * and so does a refused release on DynamoDB (no item comes back to tell "gone" from "held by another").
+ *
+ * A write the SDK resent after its reply was lost, and which its own first attempt now refuses, counts as applied
+ * (see `claim`): `claimed`, or `ok: true` for a completion, renewal or release it had already made.
  *
  * DynamoDB has no transaction spanning the record and the work's own database, so `complete` takes no `effects`:
  * the work carries the record's stable `id` under a unique constraint instead (DESIGN.md §4).
  */
 import {
+  BatchGetItemCommand,
   ConditionalCheckFailedException,
   CreateTableCommand,
   DeleteItemCommand,
   DescribeTableCommand,
   DescribeTimeToLiveCommand,
+  DynamoDBServiceException,
   GetItemCommand,
+  IndexNotFoundException,
   PutItemCommand,
   QueryCommand,
   ResourceInUseException,
@@ -44,8 +51,8 @@ import {
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
 import type {
-  AttributeDefinition,
   AttributeValue,
+  BatchGetItemCommandOutput,
   CreateTableCommandOutput,
   DeleteItemCommandOutput,
   DescribeTableCommandOutput,
@@ -87,6 +94,7 @@ export interface DynamoDBClientLike {
   send(command: PutItemCommand): Promise<PutItemCommandOutput>;
   send(command: UpdateItemCommand): Promise<UpdateItemCommandOutput>;
   send(command: GetItemCommand): Promise<GetItemCommandOutput>;
+  send(command: BatchGetItemCommand): Promise<BatchGetItemCommandOutput>;
   send(command: DeleteItemCommand): Promise<DeleteItemCommandOutput>;
   send(command: ScanCommand): Promise<ScanCommandOutput>;
   send(command: QueryCommand): Promise<QueryCommandOutput>;
@@ -157,11 +165,16 @@ export interface DynamoDBStoreOptions extends RoundTripObserver {
    */
   readonly sortKey?: { readonly name: string; readonly value: string };
   /**
-   * A global secondary index (partition key the `scope` attribute, sort key `claimedAt`, projection ALL) that `list`
-   * queries. Without it `list` scans the table, which is fine for the demo and small tables only.
+   * The global secondary index `list` queries: partition key the `scope` attribute (S), sort key `claimedAt` (N).
+   * `createTable` creates it with projection KEYS_ONLY (completions and renewals then never write to it); an index
+   * with projection ALL works too. Default {@link DEFAULT_LIST_INDEX}. `list` never scans the table: on a table
+   * without this index it fails with an error that says how to add it.
    */
   readonly listIndex?: string;
 }
+
+/** The name of the index `list` queries unless `listIndex` says otherwise. */
+export const DEFAULT_LIST_INDEX = 'scope-claimedAt-index';
 
 export interface CreateTableOptions {
   /** How long to wait for the table (and its index) to become ACTIVE. Default 120 s. */
@@ -194,8 +207,9 @@ export interface DynamoDBStore extends IdempotencyStore {
   /** {@link DYNAMODB_MAX_RESPONSE_BYTES}: what fits in one item beside everything else the item holds. */
   readonly maxResponseBytes: number;
   /**
-   * Creates the table (PAY_PER_REQUEST, `pk` as the string HASH key, the sort key and `listIndex` if configured),
-   * waits until it is ACTIVE, and enables native TTL on `expiresAt` where the engine supports it.
+   * Creates the table if it is missing (PAY_PER_REQUEST, `pk` as the string HASH key, the sort key if configured,
+   * and always the `listIndex` GSI), waits until it is ACTIVE, and enables native TTL on `expiresAt` where the
+   * engine supports it. A table that already exists is left as it is (add the index yourself: see `list`).
    */
   createTable(options?: CreateTableOptions): Promise<CreateTableResult>;
 }
@@ -252,7 +266,7 @@ export function dynamodbStore({
   table,
   attributes = {},
   sortKey,
-  listIndex,
+  listIndex = DEFAULT_LIST_INDEX,
   onRoundTrip,
 }: DynamoDBStoreOptions): DynamoDBStore {
   if (typeof client?.send !== 'function') throw configError('client', 'an object with a send(command) method');
@@ -276,8 +290,8 @@ export function dynamodbStore({
       throw configError('sortKey.value', 'a non-empty string', sortKey.value);
     }
   }
-  if (listIndex !== undefined && (typeof listIndex !== 'string' || listIndex.length === 0)) {
-    throw configError('listIndex', 'a non-empty index name', listIndex);
+  if (typeof listIndex !== 'string' || !TABLE_NAME.test(listIndex)) {
+    throw configError('listIndex', 'a DynamoDB index name (3-255 of a-z A-Z 0-9 _ . -)', listIndex);
   }
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') throw configError('onRoundTrip', 'a function');
   const names: DynamoDBAttributeNames = Object.freeze({ ...DEFAULT_ATTRIBUTE_NAMES, ...attributes });
@@ -293,7 +307,7 @@ class DynamoStore implements DynamoDBStore {
   readonly #table: string;
   readonly #names: DynamoDBAttributeNames;
   readonly #sortKey: { readonly name: string; readonly value: string } | undefined;
-  readonly #listIndex: string | undefined;
+  readonly #listIndex: string;
   readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
   #roundTrips = 0;
   #closed = false;
@@ -303,7 +317,7 @@ class DynamoStore implements DynamoDBStore {
     table: string,
     names: DynamoDBAttributeNames,
     sortKey: { readonly name: string; readonly value: string } | undefined,
-    listIndex: string | undefined,
+    listIndex: string,
     onRoundTrip: ((trip: RoundTrip) => void) | undefined,
   ) {
     this.#client = client;
@@ -550,41 +564,69 @@ class DynamoStore implements DynamoDBStore {
   }
 
   /**
-   * A scope's records, newest claim first. With `listIndex`, a Query on that index (eventually consistent);
-   * without, a Scan of the whole table: for operators and the demo, not for request paths.
+   * A scope's records, newest claim first: a Query of `listIndex` (eventually consistent) for the newest `limit`
+   * keys of the scope, then one consistent BatchGetItem for the items themselves (skipped when the index projects
+   * every attribute). Two round trips for up to 100 records, whatever else the table holds; never a Scan.
    */
   async list({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> {
     this.#open();
-    const records: IdempotencyRecord[] = [];
+    if (!(limit > 0)) return [];
+    const n = this.#names;
+    const found: Item[] = [];
     let start: Item | undefined;
     do {
-      const values = { ...this.#oursValues(), ':scope': str(scope) };
-      const page: QueryCommandOutput | ScanCommandOutput =
-        this.#listIndex === undefined
-          ? await this.#via('list')(
-              new ScanCommand({
-                TableName: this.#table,
-                ConsistentRead: true,
-                ExclusiveStartKey: start,
-                ...this.#filter(`#scope = :scope AND ${this.#ours()}`, values),
-              }),
-            )
-          : await this.#via('list')(
-              new QueryCommand({
-                TableName: this.#table,
-                IndexName: this.#listIndex,
-                ScanIndexForward: false,
-                ExclusiveStartKey: start,
-                KeyConditionExpression: '#scope = :scope',
-                FilterExpression: this.#ours(),
-                ExpressionAttributeNames: this.#placeholders(`#scope ${this.#ours()}`),
-                ExpressionAttributeValues: values,
-              }),
-            );
-      for (const item of page.Items ?? []) records.push(this.#decode(item));
+      let page: QueryCommandOutput;
+      try {
+        page = await this.#via('list')(
+          new QueryCommand({
+            TableName: this.#table,
+            IndexName: this.#listIndex,
+            ScanIndexForward: false,
+            Limit: limit - found.length,
+            ExclusiveStartKey: start,
+            KeyConditionExpression: '#scope = :scope',
+            FilterExpression: this.#ours(),
+            ExpressionAttributeNames: this.#placeholders(`#scope ${this.#ours()}`),
+            ExpressionAttributeValues: { ...this.#oursValues(), ':scope': str(scope) },
+          }),
+        );
+      } catch (error) {
+        if (!isMissingIndex(error)) throw error;
+        throw new Error(
+          `dynamodb table ${this.#table} has no index ${this.#listIndex} for list: add a global secondary index ` +
+            `${this.#listIndex} (partition key ${n.scope} S, sort key ${n.claimedAt} N, projection KEYS_ONLY) ` +
+            `with UpdateTable, or set listIndex to yours`,
+          { cause: error },
+        );
+      }
+      found.push(...(page.Items ?? []));
       start = page.LastEvaluatedKey;
-    } while (start !== undefined && (this.#listIndex === undefined || records.length < limit));
-    return records.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
+    } while (start !== undefined && found.length < limit);
+
+    const keys = found.slice(0, limit);
+    // An index projecting every attribute (ALL) has answered already; a KEYS_ONLY one names the items to read.
+    const items = keys.every((item) => item[n.status] !== undefined) ? keys : await this.#readMany(keys);
+    return items.map((item) => this.#decode(item)).sort((a, b) => b.claimedAt - a.claimedAt);
+  }
+
+  /** The items at `keys` (each an item's primary key, plus whatever else), consistently, in batches of 100. */
+  async #readMany(keys: Item[]): Promise<Item[]> {
+    const items: Item[] = [];
+    const keyOf = (item: Item): Item => this.#key(item[this.#names.pk]?.S ?? '');
+    for (let i = 0; i < keys.length; i += 100) {
+      let pending: Item[] | undefined = keys.slice(i, i + 100).map(keyOf);
+      // UnprocessedKeys (throttling, or 16 MB per answer) are asked for again; each attempt is a round trip.
+      for (let attempt = 0; pending && pending.length > 0; attempt++) {
+        if (attempt >= MAX_CLAIM_ATTEMPTS) throw new Error(`dynamodb list of ${this.#table}: BatchGetItem left keys unread`);
+        const { Responses, UnprocessedKeys }: BatchGetItemCommandOutput = await this.#via('list')(
+          new BatchGetItemCommand({ RequestItems: { [this.#table]: { Keys: pending, ConsistentRead: true } } }),
+        );
+        // An item deleted since the Query (released, swept) is simply not there.
+        items.push(...(Responses?.[this.#table] ?? []));
+        pending = UnprocessedKeys?.[this.#table]?.Keys;
+      }
+    }
+    return items;
   }
 
   async close(): Promise<void> {
@@ -596,35 +638,34 @@ class DynamoStore implements DynamoDBStore {
     if (!(timeoutMs > 0)) throw configError('timeoutMs', 'a positive number', timeoutMs);
     if (!(pollMs > 0)) throw configError('pollMs', 'a positive number', pollMs);
     const n = this.#names;
-    const definitions: AttributeDefinition[] = [{ AttributeName: n.pk, AttributeType: 'S' }];
-    if (this.#sortKey) definitions.push({ AttributeName: this.#sortKey.name, AttributeType: 'S' });
-    if (this.#listIndex !== undefined) {
-      definitions.push({ AttributeName: n.scope, AttributeType: 'S' }, { AttributeName: n.claimedAt, AttributeType: 'N' });
-    }
     let created = true;
     try {
       await this.#via('createTable')(
         new CreateTableCommand({
           TableName: this.#table,
           BillingMode: 'PAY_PER_REQUEST',
-          AttributeDefinitions: definitions,
+          AttributeDefinitions: [
+            { AttributeName: n.pk, AttributeType: 'S' },
+            ...(this.#sortKey ? [{ AttributeName: this.#sortKey.name, AttributeType: 'S' as const }] : []),
+            { AttributeName: n.scope, AttributeType: 'S' },
+            { AttributeName: n.claimedAt, AttributeType: 'N' },
+          ],
           KeySchema: [
             { AttributeName: n.pk, KeyType: 'HASH' },
             ...(this.#sortKey ? [{ AttributeName: this.#sortKey.name, KeyType: 'RANGE' as const }] : []),
           ],
-          GlobalSecondaryIndexes:
-            this.#listIndex === undefined
-              ? undefined
-              : [
-                  {
-                    IndexName: this.#listIndex,
-                    KeySchema: [
-                      { AttributeName: n.scope, KeyType: 'HASH' },
-                      { AttributeName: n.claimedAt, KeyType: 'RANGE' },
-                    ],
-                    Projection: { ProjectionType: 'ALL' },
-                  },
-                ],
+          GlobalSecondaryIndexes: [
+            {
+              IndexName: this.#listIndex,
+              KeySchema: [
+                { AttributeName: n.scope, KeyType: 'HASH' },
+                { AttributeName: n.claimedAt, KeyType: 'RANGE' },
+              ],
+              // Keys only: a completion (the response, up to 360 KiB) or a renewal changes no key of the index,
+              // so it writes the table alone; list reads the items themselves.
+              Projection: { ProjectionType: 'KEYS_ONLY' },
+            },
+          ],
         }),
       );
     } catch (error) {
@@ -669,7 +710,8 @@ class DynamoStore implements DynamoDBStore {
    * through here.
    */
   #via(op: string): DynamoDBClientLike['send'] {
-    return async (command: never) => {
+    // One function for every overload: each command's output is the client's own, passed through unchanged.
+    const send = async (command: never): Promise<unknown> => {
       this.#roundTrips++;
       const onRoundTrip = this.#onRoundTrip;
       if (!onRoundTrip) return this.#client.send(command);
@@ -683,6 +725,7 @@ class DynamoStore implements DynamoDBStore {
         throw error;
       }
     };
+    return send as DynamoDBClientLike['send'];
   }
 
   /**
@@ -838,6 +881,16 @@ class DynamoStore implements DynamoDBStore {
             },
     };
   }
+}
+
+/** DynamoDB's answer to a Query of an index the table does not have. */
+function isMissingIndex(error: unknown): boolean {
+  if (error instanceof IndexNotFoundException) return true;
+  return (
+    error instanceof DynamoDBServiceException &&
+    error.name === 'ValidationException' &&
+    error.message.includes('does not have the specified index')
+  );
 }
 
 /** `PutItemCommand` → `PutItem`: the operation's name in DynamoDB's own API. */

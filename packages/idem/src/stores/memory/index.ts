@@ -52,15 +52,15 @@ export function memoryStore({
   }
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') throw configError('onRoundTrip', 'a function', onRoundTrip);
   const records = new Map<string, IdempotencyRecord>();
-  /** Records per scope, kept with `records`: the per-scope cap is checked without a scan. */
-  const perScope = new Map<string, number>();
+  /** Each scope's pks, kept with `records`: the per-scope cap and `list` read one scope, never the whole map. */
+  const perScope = new Map<string, Set<string>>();
   let roundTrips = 0;
   let closed = false;
   const remove = (pk: string, record: IdempotencyRecord): void => {
     records.delete(pk);
-    const left = (perScope.get(record.scope) ?? 1) - 1;
-    if (left === 0) perScope.delete(record.scope);
-    else perScope.set(record.scope, left);
+    const mine = perScope.get(record.scope);
+    mine?.delete(pk);
+    if (mine?.size === 0) perScope.delete(record.scope);
   };
 
   const open = (): void => {
@@ -109,11 +109,11 @@ export function memoryStore({
       }
       if (!existing) {
         if (records.size >= maxRecords) throw new Error(`memory store is full (${maxRecords} records)`);
-        const inScope = perScope.get(request.scope) ?? 0;
-        if (inScope >= maxRecordsPerScope) {
+        const mine = perScope.get(request.scope) ?? new Set<string>();
+        if (mine.size >= maxRecordsPerScope) {
           throw new Error(`memory store is full for this scope (${maxRecordsPerScope} records per scope)`);
         }
-        perScope.set(request.scope, inScope + 1);
+        perScope.set(request.scope, mine.add(request.pk));
       }
       const record = claimedRecord(existing, request);
       records.set(request.pk, record);
@@ -162,7 +162,7 @@ export function memoryStore({
     }),
     list: traced('list', async ({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> => {
       open();
-      const mine = [...records.values()].filter((r) => r.scope === scope);
+      const mine = [...(perScope.get(scope) ?? [])].map((pk) => records.get(pk) as IdempotencyRecord);
       return mine.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
     }),
     async close(): Promise<void> {
