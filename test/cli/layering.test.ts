@@ -46,6 +46,7 @@ describe('layering of the CLI', () => {
     expect(outside.sort()).toEqual([
       `${LIB}/cli/open.ts → ${LIB}/stores/dynamodb/index.js (dynamic)`,
       `${LIB}/cli/open.ts → ${LIB}/stores/memory/index.js (dynamic)`,
+      `${LIB}/cli/open.ts → ${LIB}/stores/mysql/index.js (dynamic)`,
       `${LIB}/cli/open.ts → ${LIB}/stores/postgres/index.js (dynamic)`,
       `${LIB}/cli/open.ts → ${LIB}/stores/redis/index.js (dynamic)`,
       `${LIB}/cli/open.ts → ${LIB}/stores/sqlite/index.js (dynamic)`,

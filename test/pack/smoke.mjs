@@ -40,7 +40,7 @@ const write = (path, text) => {
 };
 
 /** Peers (and the type packages a TypeScript user would have), linked from this checkout: no download. */
-const PEERS = ['express', 'fastify', 'hono', 'pg', 'ioredis', 'redis', '@aws-sdk/client-dynamodb', 'better-sqlite3', 'vitest'];
+const PEERS = ['express', 'fastify', 'hono', 'pg', 'mysql2', 'ioredis', 'redis', '@aws-sdk/client-dynamodb', 'better-sqlite3', 'vitest'];
 const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/better-sqlite3'];
 
 function link(project, names) {
@@ -81,6 +81,7 @@ async function main(): Promise<void> {${
     ['idem/stores/memory memoryStore', memory.memoryStore],
     ['idem/stores/sqlite sqliteStore', sqlite.sqliteStore],
     ['idem/stores/postgres postgresStore', postgres.postgresStore],
+    ['idem/stores/mysql mysqlStore', mysql.mysqlStore],
     ['idem/stores/redis redisStore', redis.redisStore],
     ['idem/stores/dynamodb dynamodbStore', dynamodb.dynamodbStore],
     ['idem/testing describeStoreConformance', testing.describeStoreConformance],
@@ -136,6 +137,7 @@ const SUBPATHS = {
   memory: 'idem/stores/memory',
   sqlite: 'idem/stores/sqlite',
   postgres: 'idem/stores/postgres',
+  mysql: 'idem/stores/mysql',
   redis: 'idem/stores/redis',
   dynamodb: 'idem/stores/dynamodb',
   testing: 'idem/testing',
@@ -176,6 +178,16 @@ const SCENARIOS = [
 ];
 
 try {
+  // 0. Every module subpath in package.json is in the smoke (a new export fails here until it is added above).
+  const exported = Object.keys(JSON.parse(readFileSync(join(PKG, 'package.json'), 'utf8')).exports)
+    .filter((key) => key !== './package.json' && !key.endsWith('.sql'))
+    .map((key) => (key === '.' ? 'idem' : `idem/${key.slice(2)}`))
+    .sort();
+  const covered = Object.values(SUBPATHS).sort();
+  if (JSON.stringify(exported) !== JSON.stringify(covered)) {
+    throw new Error(`the smoke covers ${covered.join(', ')} but package.json exports ${exported.join(', ')}: add the new subpath to SUBPATHS`);
+  }
+
   // 1. Pack. `npm test` has built already; a clean checkout builds through `prepack`.
   const built = existsSync(join(PKG, 'dist/index.js'));
   log(`npm pack packages/idem ${built ? '(built already)' : '(prepack builds it)'}`);

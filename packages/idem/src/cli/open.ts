@@ -10,6 +10,7 @@ import { dirname } from 'node:path';
 import type * as DynamoDB from '@aws-sdk/client-dynamodb';
 import type BetterSqlite3 from 'better-sqlite3';
 import type * as IORedis from 'ioredis';
+import type Mysql from 'mysql2/promise';
 import type Pg from 'pg';
 import type { IdempotencyStore } from '../core/record.js';
 
@@ -20,7 +21,8 @@ export class StoreUrlError extends Error {
 
 /** The forms `--store` accepts, for error messages and `--help`. */
 export const ACCEPTED_STORES =
-  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
+  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], mysql://user@host:3306/db[?table=name], ' +
+  'redis://host:6379[/db][?prefix=name:], ' +
   'dynamodb://host:port[?table=name&region=r]';
 
 /** A store opened from its URL, with `migrate` (SQL) or `createTable` (DynamoDB) when the store has one. */
@@ -49,7 +51,8 @@ async function driver<T>(name: string, forUrl: string): Promise<T> {
   } catch (error) {
     const code = (error as { code?: string }).code;
     if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
-      throw new StoreUrlError(`${forUrl} stores need the "${name}" package: install it (npm install ${name}).`);
+      const pkg = name.split('/')[0] as string;
+      throw new StoreUrlError(`${forUrl} stores need the "${pkg}" package: install it (npm install ${pkg}).`);
     }
     throw error;
   }
@@ -111,6 +114,23 @@ export async function openStore(raw: string, { create = false }: { readonly crea
       throw new StoreUrlError((error as Error).message);
     }
     return { store, description: `PostgreSQL ${shown} schema ${schema ?? 'public'}`, close: () => store.close() };
+  }
+  if (raw.startsWith('mysql://')) {
+    const { url, options, shown } = parseUrl(raw, ['table']);
+    if (url.pathname.length <= 1) throw new StoreUrlError(`mysql://user@host:3306/db needs a database, got "${shown}".`);
+    const { default: mysql } = await driver<{ default: typeof Mysql }>('mysql2/promise', 'mysql://');
+    // The store's claim is one query of two statements.
+    const pool = mysql.createPool({ uri: url.toString(), multipleStatements: true, connectTimeout: CONNECT_MS, connectionLimit: 2 });
+    const { mysqlStore } = await import('../stores/mysql/index.js');
+    const table = options.get('table');
+    let store;
+    try {
+      store = mysqlStore({ pool, endPoolOnClose: true, ...(table ? { table } : {}) });
+    } catch (error) {
+      await pool.end();
+      throw new StoreUrlError((error as Error).message);
+    }
+    return { store, description: `MySQL ${shown}`, close: () => store.close() };
   }
   if (/^rediss?:\/\//.test(raw)) {
     const { url, options, shown } = parseUrl(raw, ['prefix']);

@@ -10,8 +10,9 @@ import { CommandError, UsageError, integerOption, table, usage, type Io } from '
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 
 const STORE_HELP = [
-  'Store URLs (as IDEM_STORE for idem serve; --store defaults to $IDEM_STORE):',
-  '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   redis://host:6379[/db][?prefix=name:]',
+  'Store URLs (--store defaults to $IDEM_STORE):',
+  '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   mysql://user@host:3306/db',
+  '  redis://host:6379[/db][?prefix=name:]',
   '  dynamodb://host:port[?table=name&region=r]   memory: (a fresh, empty store: for trying the commands)',
 ].join('\n');
 
