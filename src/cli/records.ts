@@ -12,7 +12,8 @@ import { openStore, type OpenedStore } from './demo.js';
 const STORE_HELP = [
   'Store URLs (as IDEM_STORE for idem serve; --store defaults to $IDEM_STORE):',
   '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   redis://host:6379[/db][?prefix=name:]',
-  '  dynamodb://host:port[?table=name&region=r]   memory: (a fresh, empty store: for trying the commands)',
+  '  mysql://user[:password]@host:3306/db   dynamodb://host:port[?table=name&region=r]',
+  '  memory: (a fresh, empty store: for trying the commands)',
 ].join('\n');
 
 export const MIGRATE_HELP = `Usage: idem migrate --store URL
