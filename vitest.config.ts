@@ -25,7 +25,8 @@ export default defineConfig({
       { find: /^idem\/testing$/, replacement: src('testing/index.ts') },
       { find: /^idem\/client$/, replacement: src('client/index.ts') },
       { find: /^idem\/stores\/(.+)$/, replacement: src('stores/$1/index.ts') },
-      { find: /^idem\/(express|fastify|hono)$/, replacement: src('adapters/$1/index.ts') },
+      { find: /^idem\/(express|fastify|hono|nest)$/, replacement: src('adapters/$1/index.ts') },
+      { find: /^idem\/(otel|prometheus)$/, replacement: src('$1/index.ts') },
     ],
   },
   test: {

@@ -3,7 +3,7 @@
  * and screenshots under `test-results/browser/`.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -153,4 +153,29 @@ export async function until<T>(read: () => Promise<T>, expected: T, timeoutMs = 
     await new Promise((r) => setTimeout(r, 50));
     last = await read();
   }
+}
+
+/** One accessibility rule broken on a page, as axe-core reports it (only what a failing test needs to show). */
+export interface AxeViolation {
+  readonly id: string;
+  readonly impact: string | null;
+  readonly help: string;
+  readonly targets: readonly string[];
+}
+
+/**
+ * Runs axe-core (the pinned devDependency) on the page as it is now and returns its serious and critical violations.
+ * The source is evaluated through the DevTools protocol, which the pages' CSP (no inline script) does not govern.
+ *
+ * @example
+ * expect(await seriousViolations(page)).toEqual([])
+ */
+export async function seriousViolations(page: Page): Promise<AxeViolation[]> {
+  await page.evaluate(readFileSync(join(ROOT, 'node_modules/axe-core/axe.min.js'), 'utf8'));
+  const violations = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(context: Document): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }> } }).axe;
+    const result = await axe.run(document);
+    return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.map(String).join(' ')) }));
+  });
+  return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 }

@@ -5,21 +5,56 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, until, type Browser } from './harness.js';
+import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, seriousViolations, until, type Browser } from './harness.js';
 
-/** Waits until every control's requests have finished and the figures were read back. */
+/** Waits until every control's requests have finished, the figures were read back and the narration is final. */
 const settled = (page: Page) => page.waitForSelector('body[data-pending="0"]', { state: 'attached' });
 const total = (page: Page) => page.getByTestId('charged-total').textContent();
+const intended = (page: Page) => page.getByTestId('intended-total').textContent();
 const rows = (page: Page) => page.getByTestId('rows-count').textContent();
+const narration = async (page: Page) => ((await page.getByTestId('narration').textContent()) ?? '').trim();
 /** The request log's outcomes, in order (`data-outcome` on each row). */
 const outcomes = (page: Page) => page.locator('[data-testid="request-log"] tbody tr').evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-outcome')));
 const logTexts = (page: Page) => page.locator('[data-testid="request-log"] tbody tr').allInnerTexts();
+/** The Intended and Actually charged boxes: whether each is marked as differing, and the callout (null when hidden). */
+const mismatch = async (page: Page) => [
+  await page.locator('#intended-stat').evaluate((el) => el.classList.contains('differs')),
+  await page.locator('#charged-stat').evaluate((el) => el.classList.contains('differs')),
+  (await page.getByTestId('charge-callout').isVisible()) ? await page.getByTestId('charge-callout').textContent() : null,
+];
+/** The timeline's payments: for each, the outcomes of its attempts in order. */
+const threads = (page: Page) =>
+  page
+    .getByTestId('timeline')
+    .locator('.thread')
+    .evaluateAll((els) => els.map((el) => [...el.querySelectorAll('.attempt')].map((a) => a.getAttribute('data-outcome'))));
 /** The balance as the server reports it for the page's sandbox account. */
 const serverBalance = async (page: Page, url: string) => {
   const key = await page.evaluate('sessionStorage.getItem("idem-lab-api-key")');
   const response = await fetch(`${url}/v1/balance`, { headers: { authorization: `Bearer ${String(key)}` } });
   return (await response.json()) as { charged: number; count: number };
 };
+
+/** Layout checks that hold at every size: no sideways scroll, no clipped timeline text, timeline text ≥ 12 px. */
+const layout = (page: Page) =>
+  page.evaluate(() => {
+    const timeline = document.querySelector('[data-testid="timeline"]') as HTMLElement;
+    const clipped = [...timeline.querySelectorAll<HTMLElement>('.attempt, .group-label, .thread-head, .step-text')]
+      .filter((el) => el.scrollWidth > el.clientWidth + 1)
+      .map((el) => el.textContent);
+    const texts = [...document.querySelectorAll<HTMLElement>('[data-testid="timeline"] *, #race-strip text')].filter((el) =>
+      [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && (n.textContent ?? '').trim() !== ''),
+    );
+    const smallest = Math.min(...texts.map((el) => parseFloat(getComputedStyle(el).fontSize)));
+    return { pageWidth: document.documentElement.scrollWidth, timelineOverflow: timeline.scrollWidth - timeline.clientWidth, clipped, smallest };
+  });
+
+const SHOW_ME = [
+  'Show me a replay after a dropped connection',
+  'Show me a 409 while the first attempt runs',
+  'Show me a failed attempt retried',
+  'Show me a double charge without keys',
+] as const;
 
 describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
   const dir = tempDir();
@@ -44,13 +79,14 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
   };
 
   describe.each(VIEWPORTS)('at $width×$height', (viewport) => {
-    it('shows the empty state first, read from the server', async () => {
+    it('shows the empty state first, read from the server, with the guided buttons and no accessibility violations', async () => {
       const page = await open(viewport);
       expect(await page.title()).toBe('Idempotency-Key Retry Safety Lab · Idem');
       expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Idempotency-Key Retry Safety Lab');
-      expect([await total(page), await rows(page)]).toEqual(['$0.00', '0']);
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$0.00', '$0.00', '0']);
+      expect(await narration(page)).toBe('Nothing sent yet. Press one of the “Show me” buttons above, or Charge $500 below.');
       expect(await page.locator('#records-empty').textContent()).toBe('empty — the first POST will atomically insert (key, hash, in_progress)');
-      expect(await page.locator('#log-empty').textContent()).toBe('No requests yet.');
+      expect(await page.getByRole('button', { name: /^Show me/ }).allTextContents()).toEqual([...SHOW_ME]);
       for (const name of ['Charge $500', 'Retry', 'Race', 'Tamper', 'New key', 'Reset']) {
         expect(await page.getByRole('button', { name, exact: true }).count()).toBe(1);
       }
@@ -59,79 +95,180 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       }
       expect(await page.getByRole('combobox', { name: 'Slow processor' }).inputValue()).toBe('300');
       expect(await page.getByRole('combobox', { name: 'Race size' }).inputValue()).toBe('5');
-      expect(await page.getByRole('heading', { name: 'How it works' }).count()).toBe(1);
-      const width = await page.evaluate('document.documentElement.scrollWidth');
-      expect(width).toBe(viewport.width); // nothing overflows the viewport sideways
+      for (const name of ['How it works', 'Trade-offs']) expect(await page.getByRole('heading', { name, exact: true }).count()).toBe(1);
+      // The states a retry meets include failed, both kinds.
+      expect(await page.locator('#how-h ~ ul li strong').allTextContents()).toEqual(['Succeeded', 'Failed', 'In progress']);
+      expect(await page.evaluate('document.documentElement.scrollWidth')).toBe(viewport.width);
+      expect(await seriousViolations(page)).toEqual([]);
       await screenshot(page, 'lab-empty', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
     });
 
-    it('flaky charge, then Retry: the connection drops after commit, the retry replays, $500.00 charged once', async () => {
+    it('Show me a replay after a dropped connection: one click, the retry replays, $500.00 charged once', async () => {
       const page = await open(viewport);
-      await page.getByRole('checkbox', { name: 'Flaky connection' }).check();
-      await page.getByRole('button', { name: 'Charge $500' }).click();
-      await settled(page);
-      expect(await outcomes(page)).toEqual(['dropped']);
-      expect((await logTexts(page))[0]).toContain('connection dropped');
-      // The server committed before the connection died: the money moved, and the record says so.
-      expect([await total(page), await rows(page)]).toEqual(['$500.00', '1']);
-      expect(await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')).toBe('succeeded');
-      expect(await page.getByTestId('timeline').locator('.o-dropped .readback').textContent()).toBe('read back: succeeded 201');
-
-      await page.getByRole('button', { name: 'Retry' }).click();
+      await page.getByRole('button', { name: SHOW_ME[0] }).click();
       await settled(page);
       expect(await outcomes(page)).toEqual(['dropped', 'replayed']);
-      const retry = (await logTexts(page))[1] ?? '';
-      expect(retry).toContain('replayed');
-      expect(retry).toContain('201');
-      expect([await total(page), await rows(page)]).toEqual(['$500.00', '1']);
+      expect(await narration(page)).toBe(
+        'The server charged $500.00 and committed, but the connection died before the answer reached you. Your retry with the same key got the stored 201 back, marked as a replay: charged once.',
+      );
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
+      expect(await mismatch(page)).toEqual([false, false, null]);
+      // The dropped charge and its retry are one payment in the timeline, and the read-back shows what the server did.
+      expect(await threads(page)).toEqual([['dropped', 'replayed']]);
+      expect(await page.getByTestId('timeline').getByTestId('read-back').locator('.step-text').textContent()).toBe('read back: succeeded 201');
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
-      expect(await page.getByTestId('timeline').locator('g.attempt').count()).toBe(2);
-      await screenshot(page, 'lab-flaky-retry', viewport);
+      await screenshot(page, 'lab-show-replay', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
     });
 
-    it('Race with 5: one execution, the rest 409 in flight or replays, $500.00', async () => {
+    it('Show me a 409 while the first attempt runs: the retry gets 409, the first then charges once', async () => {
       const page = await open(viewport);
-      expect(await page.getByRole('combobox', { name: 'Race size' }).inputValue()).toBe('5');
+      await page.getByRole('button', { name: SHOW_ME[1] }).click();
+      await settled(page);
+      expect(await outcomes(page)).toEqual(['executed', 'in-flight']);
+      expect(await narration(page)).toBe(
+        'Your retry arrived while the first attempt still held the key (its processor takes 1 s), so the server answered 409 with Retry-After 1 s instead of charging again. The first attempt then finished: $500.00 charged once.',
+      );
+      expect((await logTexts(page))[1]).toContain('409 in flight · Retry-After 1 s');
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
+      expect(await threads(page)).toEqual([['executed', 'in-flight']]);
+      expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
+      await screenshot(page, 'lab-show-409', viewport);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    });
+
+    it('Show me a failed attempt retried: 503 keeps the key retryable, the retry reclaims it and charges once', async () => {
+      const page = await open(viewport);
+      await page.getByRole('button', { name: SHOW_ME[2] }).click();
+      await settled(page);
+      expect(await outcomes(page)).toEqual(['processor-failed', 'executed']);
+      expect(await narration(page)).toBe(
+        'The processor failed, so the server answered 503 and marked the key failed but retryable. Your retry with the same key reclaimed it and charged $500.00: once.',
+      );
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
+      expect(await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')).toBe('succeeded');
+      expect(await page.getByTestId('timeline').locator('.o-executed .step-text').allTextContents()).toContain('claim: reclaimed the failed key');
+      await screenshot(page, 'lab-show-failed', viewport);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    });
+
+    it('Show me a double charge without keys: $1,000.00 charged for $500.00 intended, both red, one line why', async () => {
+      const page = await open(viewport);
+      await page.getByRole('button', { name: SHOW_ME[3] }).click();
+      await settled(page);
+      expect(await outcomes(page)).toEqual(['dropped', 'executed']);
+      expect(await narration(page)).toBe(
+        'Without a key, the server could not tell your retry from a new payment: the dropped charge had already gone through, so the retry charged $500.00 a second time.',
+      );
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$1,000.00', '0']);
+      expect(await mismatch(page)).toEqual([true, true, 'Charged $500.00 more than you meant to pay: without a key, a repeated request ran the charge again.']);
+      expect(await page.locator('#charged').evaluate((el) => getComputedStyle(el).color)).toBe('rgb(179, 38, 30)');
+      expect(await threads(page)).toEqual([['dropped', 'executed']]);
+      expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
+      expect(await seriousViolations(page)).toEqual([]);
+      await screenshot(page, 'lab-show-double', viewport);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    });
+
+    it('every control narrates: flaky Charge, Retry, Tamper, New key', async () => {
+      const page = await open(viewport);
+      await page.getByRole('checkbox', { name: 'Flaky connection' }).check();
+      await page.getByRole('button', { name: 'Charge $500' }).click();
+      await settled(page);
+      expect(await narration(page)).toBe('The server charged $500.00 and committed; the connection died before the answer reached you. Retry with the same key.');
+      expect([await intended(page), await total(page)]).toEqual(['$500.00', '$500.00']);
+      await page.getByRole('button', { name: 'Retry' }).click();
+      await settled(page);
+      expect(await narration(page)).toBe('The key was already completed, so the server sent the stored 201 again, marked as a replay, and charged nothing. Still charged once.');
+      await page.getByRole('button', { name: 'Tamper' }).click();
+      await settled(page);
+      expect(await narration(page)).toBe('Same key, different body ($5,000.00): the server refused with 400 and ran nothing. A key belongs to one request.');
+      expect(await outcomes(page)).toEqual(['dropped', 'replayed', 'mismatch']);
+      // Outcome first, then its count: never "1 400 mismatch".
+      expect(await page.getByTestId('attempts-detail').textContent()).toBe('connection dropped: 1 · replayed: 1 · 400 mismatch: 1');
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
+      expect(await mismatch(page)).toEqual([false, false, null]);
+      await page.getByRole('button', { name: 'New key' }).click();
+      expect(await narration(page)).toMatch(/^New Idempotency-Key [0-9a-f]{8}…[0-9a-f]{4}: the next Charge \$500 is a new payment, and a Race on it shows 409s\.$/);
+      await screenshot(page, 'lab-narration', viewport);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    });
+
+    it('Race with 5 on a fresh key: all five requests are sent in one tick before any redraw; one executes, four get 409', async () => {
+      const page = await browser.page(viewport);
+      // Records, for each POST /v1/charges, the synchronous run it was sent in and how many log rows were drawn then.
+      await page.addInitScript(() => {
+        const sent: Array<{ run: number; drawn: number }> = [];
+        let run = 0;
+        let scheduled = false;
+        const original = window.fetch.bind(window);
+        (window as unknown as { sent: typeof sent }).sent = sent;
+        window.fetch = (input: RequestInfo | URL, init?: RequestInit) => {
+          if (typeof input === 'string' && input === '/v1/charges') {
+            if (!scheduled) {
+              scheduled = true;
+              queueMicrotask(() => {
+                run++;
+                scheduled = false;
+              });
+            }
+            sent.push({ run, drawn: document.querySelectorAll('[data-testid="request-log"] tbody tr').length });
+          }
+          return original(input, init);
+        };
+      });
+      await page.goto(`${server.url}/`);
+      await settled(page);
       await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('1000');
       await page.getByRole('button', { name: 'Race' }).click();
       await settled(page);
-      const seen = await outcomes(page);
-      expect(seen.length).toBe(5);
-      expect(seen.filter((o) => o === 'executed').length).toBe(1);
-      expect(seen.filter((o) => o !== 'executed').every((o) => o === 'in-flight' || o === 'replayed')).toBe(true);
-      expect([await total(page), await rows(page)]).toEqual(['$500.00', '1']);
-      expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
-      expect(await page.getByTestId('timeline').locator('.race-group').count()).toBe(1);
-      // The same five on one real time axis: one bar per request.
+      expect(await page.evaluate('window.sent')).toEqual(Array.from({ length: 5 }, () => ({ run: 0, drawn: 0 })));
+      expect(await outcomes(page)).toEqual(['executed', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
+      expect(await narration(page)).toBe('5 identical requests with one key left together: 1 ran the charge, 4 got 409 because the first still held the key. $500.00 charged once.');
+      expect(await page.getByTestId('attempts-detail').textContent()).toBe('executed: 1 · 409 in flight: 4');
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
+      expect(await page.getByTestId('timeline').locator('.race-group .attempt').count()).toBe(5);
       expect(await page.locator('#race-strip .bar').count()).toBe(5);
+      expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
       await screenshot(page, 'lab-race', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
     });
 
-    it('Tamper: the same key with $5,000 gets 400 mismatch, and the total is unchanged', async () => {
+    it('the timeline stays readable after a dozen attempts: no sideways scroll, nothing clipped, text ≥ 12 px', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: 'Charge $500' }).click();
+      for (const name of SHOW_ME) {
+        await page.getByRole('button', { name }).click();
+        await settled(page);
+      }
+      await page.getByRole('button', { name: 'New key' }).click();
+      await page.getByRole('button', { name: 'Race' }).click();
       await settled(page);
-      expect(await total(page)).toBe('$500.00');
-      await page.getByRole('button', { name: 'Tamper' }).click();
-      await settled(page);
-      expect(await outcomes(page)).toEqual(['executed', 'mismatch']);
-      const tampered = (await logTexts(page))[1] ?? '';
-      expect(tampered).toContain('$5,000');
-      expect(tampered).toContain('400 mismatch');
-      expect([await total(page), await rows(page)]).toEqual(['$500.00', '1']);
-      expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
-      await screenshot(page, 'lab-tamper', viewport);
+      // Payments in order; each charge with its retries, the race in one box of its own payment.
+      expect(await threads(page)).toEqual([
+        ['dropped', 'replayed'],
+        ['executed', 'in-flight'],
+        ['processor-failed', 'executed'],
+        ['dropped', 'executed'],
+        ['executed', 'in-flight', 'in-flight', 'in-flight', 'in-flight'],
+      ]);
+      const measured = await layout(page);
+      expect(measured).toEqual({ pageWidth: viewport.width, timelineOverflow: 0, clipped: [], smallest: 12 });
+      expect(await seriousViolations(page)).toEqual([]);
+      await page.getByRole('heading', { name: 'Timeline' }).scrollIntoViewIfNeeded();
+      await screenshot(page, 'lab-timeline', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
     });
 
-    it('keys off, Charge twice: two real charges, $1,000.00, and no idempotency rows', async () => {
+    it('keys off, Charge twice: two real charges, $1,000.00 meant and charged, and no idempotency rows', async () => {
       const page = await open(viewport);
       await page.getByRole('checkbox', { name: 'Use idempotency keys' }).uncheck();
       await page.getByRole('button', { name: 'Charge $500' }).click();
@@ -139,7 +276,8 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.getByRole('button', { name: 'Charge $500' }).click();
       await settled(page);
       expect(await outcomes(page)).toEqual(['executed', 'executed']);
-      expect([await total(page), await rows(page)]).toEqual(['$1,000.00', '0']);
+      expect([await intended(page), await total(page), await rows(page)]).toEqual(['$1,000.00', '$1,000.00', '0']);
+      expect(await mismatch(page)).toEqual([false, false, null]);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
       expect(await page.getByRole('button', { name: 'Tamper' }).isDisabled()).toBe(true);
       await screenshot(page, 'lab-keys-off', viewport);
@@ -148,35 +286,23 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     });
   });
 
-  it('keys off and a flaky connection: the retry charges again (what keys prevent)', async () => {
-    const viewport = VIEWPORTS[0];
-    const page = await open(viewport);
-    await page.getByRole('checkbox', { name: 'Use idempotency keys' }).uncheck();
-    await page.getByRole('checkbox', { name: 'Flaky connection' }).check();
-    await page.getByRole('button', { name: 'Charge $500' }).click();
-    await settled(page);
-    // One click, one request: the browser did not silently resend the dropped POST.
-    expect(await total(page)).toBe('$500.00');
-    await page.getByRole('button', { name: 'Retry' }).click();
-    await settled(page);
-    expect(await outcomes(page)).toEqual(['dropped', 'executed']);
-    expect(await total(page)).toBe('$1,000.00');
-    await screenshot(page, 'lab-keys-off-flaky', viewport);
-    await page.close();
-  });
-
-  it('Processor fails: 503 keeps the key retryable; the retry executes once', async () => {
+  it('Processor fails, never retried: $500.00 intended, $0.00 charged, and the callout says to retry', async () => {
     const viewport = VIEWPORTS[0];
     const page = await open(viewport);
     await page.getByRole('checkbox', { name: 'Processor fails' }).check();
     await page.getByRole('button', { name: 'Charge $500' }).click();
     await settled(page);
-    expect([await total(page), await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')]).toEqual(['$0.00', 'failed']);
+    expect(await narration(page)).toBe(
+      'The processor failed, so the server answered 503 and marked the key failed but retryable. Retry with the same key to run the charge again.',
+    );
+    expect([await intended(page), await total(page)]).toEqual(['$500.00', '$0.00']);
+    expect(await mismatch(page)).toEqual([true, true, '$500.00 you meant to pay has not been charged yet: its attempt failed. Press Retry.']);
     await page.getByRole('checkbox', { name: 'Processor fails' }).uncheck();
     await page.getByRole('button', { name: 'Retry' }).click();
     await settled(page);
     expect(await outcomes(page)).toEqual(['processor-failed', 'executed']);
-    expect([await total(page), await rows(page)]).toEqual(['$500.00', '1']);
+    expect(await narration(page)).toBe("The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged $500.00: once.");
+    expect(await mismatch(page)).toEqual([false, false, null]);
     await page.close();
   });
 
@@ -184,7 +310,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     const viewport = VIEWPORTS[0];
     const page = await open(viewport);
     const focused = () => page.evaluate('document.activeElement && document.activeElement.textContent');
-    for (let i = 0; i < 10 && (await focused()) !== 'Charge $500'; i++) await page.keyboard.press('Tab');
+    for (let i = 0; i < 15 && (await focused()) !== 'Charge $500'; i++) await page.keyboard.press('Tab');
     expect(await focused()).toBe('Charge $500');
     await page.keyboard.press('Enter');
     await settled(page);
@@ -197,7 +323,8 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     await page.keyboard.press('Enter');
     await settled(page);
     await until(() => total(page), '$0.00');
-    expect([await rows(page), await outcomes(page)]).toEqual(['0', []]);
+    expect([await intended(page), await rows(page), await outcomes(page)]).toEqual(['$0.00', '0', []]);
+    expect(await narration(page)).toMatch(/^Reset: deleted 1 charge and moved to a fresh sandbox account, acct_lab_[a-z0-9]{16}\. Nothing is charged and no key is stored\.$/);
     expect(await page.locator('#account').textContent()).not.toBe(before);
     expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 0, count: 0 });
     await screenshot(page, 'lab-keyboard-reset', viewport);

@@ -40,7 +40,7 @@ const write = (path, text) => {
 };
 
 /** Peers (and the type packages a TypeScript user would have), linked from this checkout: no download. */
-const PEERS = ['express', 'fastify', 'hono', 'pg', 'mysql2', 'ioredis', 'redis', '@aws-sdk/client-dynamodb', 'better-sqlite3', 'vitest'];
+const PEERS = ['express', 'fastify', 'hono', '@nestjs/common', '@nestjs/core', 'rxjs', '@opentelemetry/api', 'prom-client', 'pg', 'mysql2', 'ioredis', 'redis', '@aws-sdk/client-dynamodb', 'better-sqlite3', 'vitest'];
 const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/better-sqlite3'];
 
 function link(project, names) {
@@ -78,6 +78,9 @@ async function main(): Promise<void> {${
     ['idem/express idempotency', express.idempotency],
     ['idem/fastify idempotency', fastify.idempotency],
     ['idem/hono idempotency', hono.idempotency],
+    ['idem/nest IdempotencyModule', nest.IdempotencyModule],
+    ['idem/otel idemTracing', otel.idemTracing],
+    ['idem/prometheus prometheusMetrics', prometheus.prometheusMetrics],
     ['idem/stores/memory memoryStore', memory.memoryStore],
     ['idem/stores/sqlite sqliteStore', sqlite.sqliteStore],
     ['idem/stores/postgres postgresStore', postgres.postgresStore],
@@ -115,7 +118,7 @@ async function main(): Promise<void> {${
     if (!(error instanceof core.IdempotencyError) || (error as { code?: string }).code !== 'CONFIG_INVALID') throw error;
   }
   database.close();
-  console.log('smoke ok: ' + checks.length + ' subpaths');
+  console.log('smoke ok: ' + checks.length + ' exports of ' + new Set(checks.map(([name]) => name.split(' ')[0])).size + ' subpaths');
 }
 main().then(
   () => process.exit(0),
@@ -134,6 +137,9 @@ const SUBPATHS = {
   express: 'idem/express',
   fastify: 'idem/fastify',
   hono: 'idem/hono',
+  nest: 'idem/nest',
+  otel: 'idem/otel',
+  prometheus: 'idem/prometheus',
   memory: 'idem/stores/memory',
   sqlite: 'idem/stores/sqlite',
   postgres: 'idem/stores/postgres',

@@ -38,7 +38,7 @@ async function charge(url: string, headers: Record<string, string>): Promise<{ s
  */
 async function startup(env: Record<string, string>): Promise<{ code: number | string | null; stdout: string; stderr: string }> {
   const root = fileURLToPath(new URL('../..', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', 'demo/server.ts'], {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'apps/demo/src/server.ts'], {
     cwd: root,
     env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -8,8 +8,8 @@ import { describeOutcome, type Attempt } from './attempt.js';
 import { abbreviate, dollars } from './format.js';
 import { h, s } from './dom.js';
 
-/** The newest attempts drawn; the request log keeps them all. */
-export const TIMELINE_MAX = 12;
+/** About how many attempts are drawn: the newest payments, whole, up to this many attempts (the log keeps all). */
+export const TIMELINE_MAX = 20;
 /** One request's row in the race's time strip. */
 const STRIP_ROW = 20;
 
@@ -141,21 +141,31 @@ interface Thread {
 }
 
 /**
- * Draws the newest attempts, one box per payment. Returns an element sized to its container (no sideways scroll).
+ * Draws the newest payments, one box each with all its attempts. Returns an element sized to its container (no
+ * sideways scroll).
  *
  * @example
  * container.replaceChildren(drawTimeline(attempts))
  */
 export function drawTimeline(all: readonly Attempt[]): HTMLElement {
-  const attempts = all.slice(-TIMELINE_MAX);
-  if (attempts.length === 0) return h('p', { class: 'empty' }, 'No attempts yet.');
-  const threads: Thread[] = [];
-  for (const a of attempts) {
-    const thread = threads.find((t) => t.intent === a.intent);
+  if (all.length === 0) return h('p', { class: 'empty' }, 'No attempts yet.');
+  const every: Thread[] = [];
+  for (const a of all) {
+    const thread = every.find((t) => t.intent === a.intent);
     if (thread) thread.attempts.push(a);
-    else threads.push({ intent: a.intent, key: a.key, attempts: [a] });
+    else every.push({ intent: a.intent, key: a.key, attempts: [a] });
   }
-  return h(
+  // Whole payments only, newest first, so a charge is never shown without its retries (or a retry without its charge).
+  const threads: Thread[] = [];
+  let drawn = 0;
+  for (const thread of [...every].sort((x, y) => (y.attempts.at(-1)?.n ?? 0) - (x.attempts.at(-1)?.n ?? 0))) {
+    if (threads.length > 0 && drawn + thread.attempts.length > TIMELINE_MAX) break;
+    threads.unshift(thread);
+    drawn += thread.attempts.length;
+  }
+  threads.sort((x, y) => (x.attempts[0]?.n ?? 0) - (y.attempts[0]?.n ?? 0));
+  const hidden = every.length - threads.length;
+  const list = h(
     'ol',
     { class: 'threads' },
     ...threads.map((thread) => {
@@ -191,6 +201,8 @@ export function drawTimeline(all: readonly Attempt[]): HTMLElement {
       );
     }),
   );
+  if (hidden === 0) return list;
+  return h('div', {}, h('p', { class: 'small' }, `${hidden} older payment${hidden === 1 ? ' is' : 's are'} in the request log above.`), list);
 }
 
 /**

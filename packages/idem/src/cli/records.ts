@@ -11,9 +11,9 @@ import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 
 const STORE_HELP = [
   'Store URLs (--store defaults to $IDEM_STORE):',
-  '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   mysql://user@host:3306/db',
-  '  redis://host:6379[/db][?prefix=name:]',
-  '  dynamodb://host:port[?table=name&region=r]   memory: (a fresh, empty store: for trying the commands)',
+  '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   redis://host:6379[/db][?prefix=name:]',
+  '  mysql://user[:password]@host:3306/db   dynamodb://host:port[?table=name&region=r]',
+  '  memory: (a fresh, empty store: for trying the commands)',
 ].join('\n');
 
 export const MIGRATE_HELP = `Usage: idem migrate --store URL

@@ -393,8 +393,26 @@ function isJson(contentType: string | null): boolean {
 /** What a stored response weighs against a store's limit: body bytes plus header names and values. */
 function responseSize({ body, headers }: StoredResponse): number {
   let size = body.byteLength;
-  for (const [name, value] of headers) size += name.length + value.length;
+  for (const [name, value] of headers) size += utf8Length(name) + utf8Length(value);
   return size;
+}
+
+/** UTF-8 bytes of a string, as a store encodes it (header values may carry non-ASCII text). */
+function utf8Length(text: string): number {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) continue;
+    if (code < 0x800) {
+      bytes += 1;
+    } else if (code >= 0xd800 && code <= 0xdbff) {
+      bytes += 2; // a surrogate pair: 2 UTF-16 units, 4 bytes
+      i++;
+    } else {
+      bytes += 2;
+    }
+  }
+  return bytes;
 }
 
 /**

@@ -83,6 +83,32 @@ describe.skipIf(!available)('mysql store', () => {
     },
   });
 
+  describe('under READ COMMITTED (the server default here is REPEATABLE READ)', () => {
+    let committed: mysql.Pool;
+    beforeAll(async () => {
+      committed = newPool({ connectionLimit: 5 });
+      committed.pool.on('connection', (connection) => {
+        connection.query('SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED');
+      });
+      // tx_isolation on MariaDB, transaction_isolation on MySQL 8.
+      const [rows] = await committed.query<mysql.RowDataPacket[]>(
+        `SHOW SESSION VARIABLES WHERE Variable_name IN ('tx_isolation', 'transaction_isolation')`,
+      );
+      expect(new Set(rows.map((row) => String(row.Value)))).toEqual(new Set(['READ-COMMITTED']));
+    });
+    afterAll(async () => {
+      await committed?.end();
+    });
+    describeStoreConformance({
+      name: 'mysql (READ COMMITTED)',
+      contendedClaimExtraTrips: 1,
+      create: async () => {
+        const { store, drop } = await isolated(committed);
+        return dropping(store, drop);
+      },
+    });
+  });
+
   describe.runIf(mariadb)('with MariaDB’s SIMULTANEOUS_ASSIGNMENT (every assignment sees the old row)', () => {
     // Sessions of this pool evaluate ON DUPLICATE KEY UPDATE assignments all against the old row, not left to
     // right: the claim must decide the same way. The mode exists on MariaDB only.

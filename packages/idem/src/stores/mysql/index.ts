@@ -1,5 +1,5 @@
 /**
- * @module `idem/stores/mysql` — records in a MySQL (8.0+) or MariaDB (10.6+) InnoDB table, through your own
+ * @module `idem/stores/mysql` — records in a MySQL 8 or MariaDB (tested on 10.11) InnoDB table, through your own
  * `mysql2/promise` pool (or anything of the same shape). The work's own writes can commit in the same
  * transaction as the record's completion.
  */
@@ -308,7 +308,7 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   // The claim is one atomic statement, INSERT … ON DUPLICATE KEY UPDATE, and a SELECT of the row in the same
   // round trip. No row: the INSERT writes ours. A row: InnoDB takes its exclusive lock and the UPDATE decides on
   // its latest committed version, under that lock, whatever the isolation level. Every assignment keeps the old
-  // value unless the row is claimable (`claimable()`, the contract's `isClaimable`). Assignments run left to right
+  // value unless the row is claimable (`CLAIMABLE`, the contract's `isClaimable`). Assignments run left to right
   // and see the columns already assigned, so the condition is decided once, by the first one: `token` becomes
   // ours only if the row is claimable, and every later one asks `token = ours` (true only if this statement just
   // wrote it: tokens are fresh on every claim). MariaDB's SIMULTANEOUS_ASSIGNMENT mode shows every assignment the
@@ -323,9 +323,9 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   // The SELECT runs after the upsert has committed (autocommit), so the row it reads may have moved on in between:
   // A's record completed (B replays it, which is right), or released, lapsed or expired since (gone, or claimable
   // again). Zero rows, or a row the claim condition accepts, means "decided on an older version": B runs the
-  // query again. Our token in the row means we claimed; it can leave the row only by a takeover after our own
-  // lease, so a wrong "claimed" is impossible. A deadlock victim (ER_LOCK_DEADLOCK, its statement rolled back
-  // whole) runs it again too.
+  // query again. Our token in the row means our upsert wrote it (tokens are fresh), so "claimed" is never wrong;
+  // had a takeover after our own lease replaced it before the SELECT, we would answer from the taker's row, as a
+  // refusal. A deadlock victim (ER_LOCK_DEADLOCK, its statement rolled back whole) runs the query again too.
   async claim(request: ClaimRequest): Promise<ClaimResult> {
     const { pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs } = request;
     checkLengths({ pk, scope, key, fingerprint, id, token });

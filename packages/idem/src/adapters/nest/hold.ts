@@ -1,0 +1,152 @@
+/**
+ * @module Holding a Node response until Idem has decided what it may say: what the Nest adapter wraps around
+ * `res` (Express) or `reply.raw` (Fastify), below every interceptor, pipe, exception filter and serializer.
+ */
+import type { ServerResponse } from 'node:http';
+import { BodyTooLargeError, joinBytes } from '../../http/replay.js';
+import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
+
+/** What the application asked Node to send, as it would have reached the wire. */
+export type HeldResponse =
+  | { readonly kind: 'response'; readonly status: number; readonly headers: Array<[string, string]>; readonly body: Uint8Array }
+  | { readonly kind: 'too-large'; readonly error: BodyTooLargeError };
+
+/**
+ * Decides, once the application has ended the response, what is really sent: `undefined` sends what it wrote,
+ * a `Response` is sent in its place. Never rejects.
+ */
+export type Settle = (held: HeldResponse) => Promise<Response | undefined>;
+
+/**
+ * Wraps `writeHead`/`write`/`end`/`flushHeaders` of a Node response so nothing reaches the socket until `settle`
+ * has answered: the status, headers and body the platform (Express's `res.json`, Fastify's serializer, a
+ * `StreamableFile`, an exception filter, a handler writing to `@Res()`) produced are kept, bounded by `limit`,
+ * then either sent as they are or replaced. Chunks are checked as Node checks them, so `res.end(12345)` throws
+ * where the handler called it. `headersSent` stays false meanwhile, so a compression middleware below still
+ * compresses what is let go.
+ *
+ * @example
+ * hold(res, gate.maxResponseBytes, async (held) => claim.complete(storedFrom(held)))
+ */
+export function hold(res: ServerResponse, limit: number, settle: Settle): void {
+  // Whoever wrapped these methods before us (a compression middleware), every call below is theirs, called on
+  // this response with `.call`/`.apply`.
+  /* eslint-disable @typescript-eslint/unbound-method */
+  const writeHead = res.writeHead as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
+  const write = res.write as (this: ServerResponse, ...args: unknown[]) => boolean;
+  const end = res.end as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
+  const flushHeaders = res.flushHeaders;
+  /* eslint-enable @typescript-eslint/unbound-method */
+  const chunks: Buffer[] = [];
+  let size = 0;
+  let tooLarge: BodyTooLargeError | undefined;
+  let held = true;
+  let ended = false;
+
+  const keep = (chunk: unknown, encoding: unknown): void => {
+    if (tooLarge) return;
+    const bytes = toBuffer(chunk, encoding);
+    size += bytes.byteLength;
+    if (size > limit) {
+      tooLarge = new BodyTooLargeError(limit);
+      chunks.length = 0;
+    } else {
+      chunks.push(bytes);
+    }
+  };
+
+  res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
+    if (!held) return writeHead.call(res, statusCode, ...rest);
+    const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
+    const headers = reason === undefined ? rest[0] : rest[1];
+    // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
+    if (headers) foldHeaders(res, headers);
+    res.statusCode = statusCode;
+    if (reason !== undefined) res.statusMessage = reason;
+    return res;
+  };
+
+  res.flushHeaders = function (): void {
+    if (!held) flushHeaders.call(res);
+  };
+
+  res.write = function (...args: unknown[]): boolean {
+    if (!held) return write.apply(res, args);
+    const [chunk, encoding, callback] = args;
+    if (chunk === null) throw nodeError('ERR_STREAM_NULL_VALUES', 'May not write null values to stream');
+    checkChunk(chunk);
+    if (ended) return false;
+    keep(chunk, typeof encoding === 'function' ? undefined : encoding);
+    const done = typeof encoding === 'function' ? encoding : callback;
+    if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
+    return true;
+  } as ServerResponse['write'];
+
+  res.end = function (...args: unknown[]): ServerResponse {
+    if (!held) return end.apply(res, args);
+    const chunk = typeof args[0] === 'function' ? undefined : args[0];
+    if (chunk !== undefined && chunk !== null) checkChunk(chunk);
+    if (ended) return res;
+    ended = true;
+    if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
+    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
+    void release(callback);
+    return res;
+  } as ServerResponse['end'];
+
+  async function release(callback: (() => void) | undefined): Promise<void> {
+    let body: Uint8Array = NO_BYTES;
+    let replacement: Response | undefined;
+    if (tooLarge) {
+      replacement = await settle({ kind: 'too-large', error: tooLarge });
+    } else {
+      const status = res.statusCode;
+      const empty = NULL_BODY_STATUSES.has(status) || res.req?.method === 'HEAD';
+      body = empty ? NO_BYTES : joinBytes(chunks, size);
+      replacement = await settle({ kind: 'response', status, headers: headerPairs(res.getHeaders()), body });
+    }
+    held = false;
+    if (replacement) {
+      const parts = await responseParts(replacement);
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      res.statusCode = parts.status;
+      res.statusMessage = '';
+      for (const [name, value] of parts.headers) res.setHeader(name, value);
+      body = parts.body;
+    }
+    end.apply(res, callback ? [body, callback] : [body]);
+  }
+}
+
+/** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
+function checkChunk(chunk: unknown): void {
+  if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
+  const got = chunk === null ? 'null' : typeof chunk === 'object' ? `an instance of ${chunk.constructor?.name ?? 'Object'}` : `type ${typeof chunk}`;
+  throw nodeError('ERR_INVALID_ARG_TYPE', `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`);
+}
+
+function nodeError(code: string, message: string): TypeError {
+  return Object.assign(new TypeError(message), { code });
+}
+
+/** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */
+function foldHeaders(res: ServerResponse, headers: unknown): void {
+  if (Array.isArray(headers)) {
+    const pairs: Array<[string, string]> = [];
+    if (headers.every((item) => Array.isArray(item))) {
+      for (const [name, value] of headers as Array<[string, string]>) pairs.push([String(name), String(value)]);
+    } else {
+      for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([String(headers[i]), String(headers[i + 1])]);
+    }
+    const grouped = new Map<string, string[]>();
+    for (const [name, value] of pairs) grouped.set(name, [...(grouped.get(name) ?? []), value]);
+    for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? (values[0] as string) : values);
+    return;
+  }
+  if (typeof headers === 'object' && headers !== null) {
+    for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
+      if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
+      else if (Array.isArray(value)) res.setHeader(name, value.map((item) => String(item as string)));
+    }
+  }
+}

@@ -1,0 +1,135 @@
+/**
+ * Runs consumer processes (`rabbitmq-consumer.ts`, `nats-consumer.ts`) for the broker tests and collects what
+ * they print: one JSON event per line, in the order the test process read them. Tests wait on events, never on
+ * a fixed sleep.
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import type { ConsumerEvent } from './kit.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+type EventOf<K extends ConsumerEvent['event']> = Extract<ConsumerEvent, { event: K }>;
+
+export class ConsumerGroup {
+  readonly events: ConsumerEvent[] = [];
+  readonly #children = new Map<string, { child: ChildProcessWithoutNullStreams; exited: Promise<string> }>();
+  readonly #waiters = new Set<() => void>();
+  #output = '';
+
+  constructor(
+    readonly script: string,
+    readonly env: Record<string, string>,
+  ) {}
+
+  /** Starts one process per name, all at once; resolves when every one is consuming. */
+  async start(names: readonly string[]): Promise<void> {
+    for (const name of names) {
+      const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'test/brokers', this.script)], {
+        cwd: ROOT,
+        env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', ...this.env, CONSUMER: name },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const exited = new Promise<string>((resolve) => child.once('exit', (code, signal) => resolve(String(signal ?? code))));
+      this.#children.set(name, { child, exited });
+      createInterface({ input: child.stdout }).on('line', (line) => {
+        this.#output += `${name}> ${line}\n`;
+        if (!line.startsWith('{')) return;
+        this.events.push(JSON.parse(line) as ConsumerEvent);
+        for (const wake of this.#waiters) wake();
+      });
+      child.stderr.on('data', (chunk: Buffer) => (this.#output += `${name}! ${chunk.toString()}`));
+      void exited.then((how) => {
+        this.#output += `${name} exited: ${how}\n`;
+        for (const wake of this.#waiters) wake();
+      });
+    }
+    await Promise.all(names.map((name) => this.next('ready', (e) => e.consumer === name, 60_000)));
+  }
+
+  /** The first event of kind `event` that satisfies `match` (already seen or still to come), within `timeoutMs`. */
+  next<K extends ConsumerEvent['event']>(event: K, match: (e: EventOf<K>) => boolean = () => true, timeoutMs = 20_000): Promise<EventOf<K>> {
+    return this.until(() => this.events.find((e): e is EventOf<K> => e.event === event && match(e as EventOf<K>)), `a ${event} event`, timeoutMs);
+  }
+
+  /** Resolves once `n` events of kind `event` about `paymentId` have arrived, with all of them. */
+  count<K extends ConsumerEvent['event']>(event: K, paymentId: string, n: number, timeoutMs = 20_000): Promise<Array<EventOf<K>>> {
+    return this.until(() => (this.of(event, paymentId).length >= n ? this.of(event, paymentId) : undefined), `${n} ${event} events`, timeoutMs);
+  }
+
+  /** Re-evaluates `probe` on every event until it returns a value; fails at once if a consumer crashed. */
+  until<T>(probe: () => T | undefined, what: string, timeoutMs: number): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const check = () => {
+        const found = probe();
+        const crashed = this.events.some((e) => e.event === 'crashed');
+        if (found === undefined && !crashed) return;
+        this.#waiters.delete(check);
+        clearTimeout(timer);
+        if (found !== undefined) resolve(found);
+        else reject(new Error(`a consumer crashed while waiting for ${what}:\n${this.#output}`));
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(check);
+        reject(new Error(`no ${what} in ${timeoutMs} ms:\n${this.#output}`));
+      }, timeoutMs);
+      this.#waiters.add(check);
+      check();
+    });
+  }
+
+  /** Events about one payment, of one kind. */
+  of<K extends ConsumerEvent['event']>(event: K, paymentId: string): Array<EventOf<K>> {
+    return this.events.filter((e): e is EventOf<K> => e.event === event && 'paymentId' in e && e.paymentId === paymentId);
+  }
+
+  /** Lets a process held at a hold point for `paymentId` go on. */
+  release(name: string, paymentId: string): void {
+    this.#children.get(name)?.child.stdin.write(`release ${paymentId}\n`);
+  }
+
+  /** kill -9; resolves once the process is gone (its broker connection then drops with it). */
+  async kill(name: string): Promise<string> {
+    const entry = this.#children.get(name);
+    if (!entry) throw new Error(`no consumer ${name}`);
+    entry.child.kill('SIGKILL');
+    const how = await entry.exited;
+    this.#children.delete(name);
+    return how;
+  }
+
+  get alive(): string[] {
+    return [...this.#children.keys()];
+  }
+
+  /** SIGTERM to every process still running (each closes its connections and exits); SIGKILL after 10 s. */
+  async stop(): Promise<void> {
+    await Promise.all(
+      [...this.#children.values()].map(async ({ child, exited }) => {
+        if (child.exitCode !== null || child.signalCode !== null) return;
+        child.kill('SIGTERM');
+        const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+        await exited;
+        clearTimeout(timer);
+      }),
+    );
+    this.#children.clear();
+  }
+
+  output(): string {
+    return this.#output;
+  }
+}
+
+/** Polls `read` (a broker's or the ledger's state) every 50 ms until `done(value)`, then returns the value. */
+export async function poll<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await read();
+    if (done(value)) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)} after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
