@@ -312,7 +312,7 @@ export function createEngine<Tx = never>({
         const answer = answerFrom(existing, request);
         if (answer) return answer;
         if (existing.status === 'in_progress' && clock.now() < waitUntil) {
-          existing = await waitForOutcome(pk, Math.min(waitUntil, existing.leaseExpiresAt));
+          existing = await waitForOutcome(pk, waitUntil);
           if (existing) {
             const settled = answerFrom(existing, request);
             if (settled) return settled;
@@ -351,13 +351,17 @@ export function createEngine<Tx = never>({
     return { replayed: false, response: result.response, record: settled.record };
   }
 
-  /** Polls until the record is no longer in progress, or `until` passes. Costs round trips; only used when opted in. */
+  /**
+   * Polls until the record is no longer in progress, its lease has lapsed (a dead holder: the caller takes over),
+   * or `until` passes. A holder that keeps renewing is waited for. Costs round trips; only used when opted in.
+   */
   async function waitForOutcome(pk: string, until: number): Promise<IdempotencyRecord | null> {
     let delay = 25;
     for (;;) {
       await sleep(clock, Math.min(delay, Math.max(1, until - clock.now())));
       const record = await call('get', () => store.get(pk));
-      if (!record || record.status !== 'in_progress' || clock.now() >= until) return record;
+      const now = clock.now();
+      if (!record || record.status !== 'in_progress' || record.leaseExpiresAt <= now || now >= until) return record;
       delay = Math.min(delay * 2, 500);
     }
   }

@@ -349,11 +349,13 @@ export function createGate<Tx, Req>({
       async complete(response, outcome) {
         if (lease.settled) return undefined;
         if (responseSize(response) > responseLimit) {
+          // Final, so the work's declared writes commit with it: the work ran and will never run again.
           const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
-          const settled = await lease.complete({ response: stored, outcome: 'failed-final' });
+          const settled = await lease.complete({ ...declared, response: stored, outcome: 'failed-final' });
           return settled.ok ? storedResponse(stored) : answerFor(settled.error, native);
         }
-        const chosen = declared.outcome ?? outcome ?? classify?.(response.status, native);
+        // The adapter's own outcome (a too-large replacement) wins over what the handler declared for its response.
+        const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
         const settled = await lease.complete({ response, ...declared, ...(chosen === undefined ? {} : { outcome: chosen }) });
         return settled.ok ? undefined : answerFor(settled.error, native);
       },
@@ -390,11 +392,12 @@ function isJson(contentType: string | null): boolean {
   return type === 'application/json' || type.endsWith('+json');
 }
 
-/** What a stored response weighs against a store's limit: body bytes plus header names and values. */
+/**
+ * What a stored response weighs against a store's limit: its body bytes plus its headers as the stores encode
+ * them (a JSON list of pairs, in UTF-8), framing and escapes included.
+ */
 function responseSize({ body, headers }: StoredResponse): number {
-  let size = body.byteLength;
-  for (const [name, value] of headers) size += utf8Length(name) + utf8Length(value);
-  return size;
+  return body.byteLength + (headers.length === 0 ? 0 : utf8Length(JSON.stringify(headers)));
 }
 
 /** UTF-8 bytes of a string, as a store encodes it (header values may carry non-ASCII text). */
