@@ -1,5 +1,5 @@
 /**
- * @module The state machine of DESIGN.md §2: claim before the work, replay, refuse, fence every later write.
+ * @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence every later write.
  */
 import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from './clock.js';
@@ -9,7 +9,7 @@ import { recordPk } from './key.js';
 import type { IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from './record.js';
 
 const HOUR = 3_600_000;
-/** The production range recommended for `ttlMs` (DESIGN.md §5). Shorter is allowed, with a warning. */
+/** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
 export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
 
 /**
@@ -71,7 +71,7 @@ export interface EngineOptions<Tx = never> {
   readonly waitForOutcomeMs?: number;
   /**
    * Keep up to this many terminal records (succeeded, or failed and final) in this process, so a hot replay or
-   * mismatch costs no store round trip (DESIGN.md §6). Safe because a terminal record cannot change before it
+   * mismatch costs no store round trip (docs/DESIGN.md: Round-trip budget). Safe because a terminal record cannot change before it
    * expires; `in_progress` and retryable failures are never kept. A record deleted behind the store's back is
    * still replayed here until its `expiresAt`. Default 0 (off).
    */
