@@ -348,7 +348,7 @@ ui.race.addEventListener('click', () => {
       const race = await postJson<Race>('/v1/model/race');
       const lost = race.claims.find((c) => c.verdict === 'lost');
       const how = lost?.refusedBy?.by === 'write' ? "refused by the write's own condition" : lost?.refusedBy?.by === 'read' ? 'turned away by its read' : 'refused';
-      ui.raceResult.replaceChildren(
+      const parts: Node[] = [
         h(
           'p',
           { class: 'race-summary', 'data-testid': 'race-summary' },
@@ -358,15 +358,17 @@ ui.race.addEventListener('click', () => {
           race.barrier ? ' Both had read the key as free before either wrote.' : '',
         ),
         // What refused the loser comes first, above both claims' round trips (on a phone, those run long).
-        lost?.refusedBy ? h('p', { class: 'callout refused-by', 'data-testid': 'refused-by' }, `Claim ${lost.label}: ${lost.refusedBy.text}`) : null,
-        lost?.refusedBy?.condition
-          ? h(
-              'div',
-              { class: 'refused-condition' },
-              h('p', { class: 'label' }, lost.refusedBy.by === 'write' ? 'the condition that refused the write' : 'the read that answered first'),
-              h('pre', { class: 'sql' }, h('mark', {}, lost.refusedBy.condition)),
-            )
-          : null,
+        ...(lost?.refusedBy ? [h('p', { class: 'callout refused-by', 'data-testid': 'refused-by' }, `Claim ${lost.label}: ${lost.refusedBy.text}`)] : []),
+        ...(lost?.refusedBy?.condition
+          ? [
+              h(
+                'div',
+                { class: 'refused-condition' },
+                h('p', { class: 'label' }, lost.refusedBy.by === 'write' ? 'the condition that refused the write' : 'the read that answered first'),
+                h('pre', { class: 'sql' }, h('mark', {}, lost.refusedBy.condition)),
+              ),
+            ]
+          : []),
         h(
           'div',
           { class: 'race-columns' },
@@ -379,7 +381,8 @@ ui.race.addEventListener('click', () => {
             ),
           ),
         ),
-      );
+      ];
+      ui.raceResult.replaceChildren(...parts);
     } catch (error) {
       showError(ui.raceResult, error);
     }
