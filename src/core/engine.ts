@@ -1,7 +1,6 @@
 /**
  * @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence every later write.
  */
-import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
@@ -205,7 +204,7 @@ export function createEngine<Tx = never>({
   waitForOutcomeMs = 0,
   cacheSize = 0,
   clock = systemClock,
-  generateId = randomUUID,
+  generateId = () => crypto.randomUUID(),
   onEvent,
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
@@ -220,10 +219,7 @@ export function createEngine<Tx = never>({
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
   }
   if (ttlMs < RECOMMENDED_TTL_MS.min) {
-    process.emitWarning(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, {
-      type: 'IdemWarning',
-      code: 'IDEM_SHORT_TTL',
-    });
+    warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
   }
 
   if (onEvent !== undefined && typeof onEvent !== 'function') throw configError('onEvent', 'a function (event) => void', onEvent);
@@ -503,6 +499,13 @@ function isFinal(record: IdempotencyRecord): boolean {
 
 function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly error: IdempotencyError } {
   return { kind: 'refused', error };
+}
+
+/** A warning through Node's `process.emitWarning` where there is one (so `--no-warnings` silences it), else the console. */
+function warn(message: string, code: string): void {
+  const emit = (globalThis as { process?: { emitWarning?: (m: string, o: { type: string; code: string }) => void } }).process?.emitWarning;
+  if (typeof emit === 'function') emit(message, { type: 'IdemWarning', code });
+  else console.warn(`${code}: ${message}`);
 }
 
 function sleep(clock: Clock, ms: number): Promise<void> {

@@ -5,7 +5,7 @@
 import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type RunRequest, type WorkContext } from '../core/engine.js';
 import { selectFields, type FieldRule } from '../core/fields.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
-import { fingerprint } from '../core/fingerprint.js';
+import { fingerprint, utf8Length } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import { problem, problemFor } from './problem.js';
@@ -400,23 +400,6 @@ function responseSize({ body, headers }: StoredResponse): number {
   return body.byteLength + (headers.length === 0 ? 0 : utf8Length(JSON.stringify(headers)));
 }
 
-/** UTF-8 bytes of a string, as a store encodes it (header values may carry non-ASCII text). */
-function utf8Length(text: string): number {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) continue;
-    if (code < 0x800) {
-      bytes += 1;
-    } else if (code >= 0xd800 && code <= 0xdbff) {
-      bytes += 2; // a surrogate pair: 2 UTF-16 units, 4 bytes
-      i++;
-    } else {
-      bytes += 2;
-    }
-  }
-  return bytes;
-}
 
 /**
  * What is stored (and answered) instead of a response too large to store: a final 500 problem.
