@@ -592,7 +592,7 @@ function report(r: Results): void {
     const t = r.idem[store].trips;
     lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | ${t.cachedReplay} |`);
   }
-  lines.push('| DESIGN.md §6 budget | 2 | 1 | 1 | 1 | 0 |');
+  lines.push('| [DESIGN.md budget](DESIGN.md#round-trip-budget) | 2 | 1 | 1 | 1 | 0 |');
   lines.push('', '## Peers: same Express, same Redis, same handler, same TTL (1 h) and in-progress lease (10 s)', '');
   lines.push('| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |', '|---|---:|---:|---:|---:|---|---|---:|---|---|');
   const idemC = r.idemCorrectness;

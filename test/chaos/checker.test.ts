@@ -110,4 +110,28 @@ describe('chaos checker', () => {
       '    log: {"event":"executed","keyHash":"abc"}',
     ]);
   });
+
+  it('slow work that lost the claim to a racer sent after it is not a lost lease; with no other attempt under way it is', () => {
+    const slow = attempt({ faults: ['slow'], slot: 0, start: 1_000, end: 1_200, outcome: 201, replayed: true });
+    const racer = attempt({ role: 'racer', slot: 2, start: 1_020, end: 1_050 });
+    const raced = check(history({ attempts: [slow, racer] }));
+    expect([raced.violations, raced.figures['slow work that lost the claim to a racer / stalled by a freeze elsewhere']]).toEqual([[], '1 / 0']);
+    expect(check(history({ attempts: [slow] })).violations).toEqual([
+      'op 0: undisturbed slow work was answered 201  replayed with no other attempt under way',
+    ]);
+  });
+
+  it('a freeze during which no other process answered (SQLite: frozen holding the write lock) excuses slow work anywhere', () => {
+    const slow = attempt({ faults: ['slow'], slot: 0, start: 1_000, end: 9_000, outcome: 409, problem: 'idempotency-lease-lost' });
+    const held = attempt({ op: 0, role: 'replay', slot: 2, start: 3_000, end: 8_100, replayed: true }); // answered only after the freeze
+    const after = attempt({ start: 9_100, end: 9_110, replayed: true, slot: 2 });
+    const pause = { kind: 'pause', slots: [1], start: 2_500, end: 8_000 };
+    const stalled = check(history({ attempts: [slow, held, after], faults: [pause] }));
+    expect([stalled.violations, stalled.figures['freezes that stalled every process (SQLite write lock)']]).toEqual([[], 1]);
+    // The same freeze while another process kept answering: the slow work was undisturbed, and lost its lease.
+    const answering = attempt({ role: 'replay', slot: 2, start: 4_000, end: 4_010, replayed: true });
+    expect(check(history({ attempts: [slow, held, answering, after], faults: [pause] })).violations).toEqual([
+      'op 0: undisturbed slow work lost its lease (answered 409 idempotency-lease-lost)',
+    ]);
+  });
 });

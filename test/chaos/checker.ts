@@ -200,16 +200,36 @@ export function check(history: History): Verdict {
   }
 
   // Slow work keeps its lease by renewal — judged where nothing was done to its own process meanwhile (nor
-  // shortly before: a store client takes a moment to reconnect after its link comes back).
-  const disturbed = (a: Attempt) => faults.some((f) => f.slots.includes(a.slot) && f.start < a.end && f.end + RECOVERY_MS > a.start);
+  // shortly before: a store client takes a moment to reconnect after its link comes back), and where no freeze
+  // stalled every process at once (see `stalls`).
+  const stalled = stalls(history);
+  const disturbed = (a: Attempt) =>
+    faults.some((f) => f.slots.includes(a.slot) && f.start < a.end && f.end + RECOVERY_MS > a.start) ||
+    stalled.some((w) => w.start < a.end && w.end + RECOVERY_MS > a.start);
   let slowJudged = 0;
   let probesRefused = 0;
+  let preempted = 0;
+  let excusedByStall = 0;
   for (const slow of attempts.filter((a) => a.faults.includes('slow') && a.role !== 'probe')) {
-    if (disturbed(slow)) continue;
-    slowJudged++;
+    if (disturbed(slow)) {
+      if (stalled.some((w) => w.start < slow.end && w.end + RECOVERY_MS > slow.start)) excusedByStall++;
+      continue;
+    }
     const op = ops[slow.op] as Operation;
-    if (slow.replayed || slow.problem === 'idempotency-lease-lost' || slow.problem === 'idempotency-key-in-use') {
-      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''})`, op);
+    // Answered with another attempt's outcome (a replay, or 409 in use): the slow work never held the key. That is
+    // a race it lost at the claim — sent first is not claimed first on a loaded machine — if another attempt of
+    // the operation was under way before it ended; with none, no claim but its own could have answered it.
+    if (slow.replayed || slow.problem === 'idempotency-key-in-use') {
+      if ((byOp.get(slow.op) ?? []).some((a) => a !== slow && a.role !== 'probe' && a.start < slow.end)) {
+        preempted++;
+        continue;
+      }
+      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work was answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''} with no other attempt under way`, op);
+      continue;
+    }
+    slowJudged++;
+    if (slow.problem === 'idempotency-lease-lost') {
+      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem})`, op);
     }
     for (const probe of (byOp.get(slow.op) ?? []).filter((a) => a.role === 'probe' && a.start > slow.start && a.end < slow.end)) {
       if (probe.outcome === 409 && probe.problem === 'idempotency-key-in-use') probesRefused++;
@@ -253,6 +273,8 @@ export function check(history: History): Verdict {
     'client timeouts (gave up, retried)': count((a) => a.outcome === 'timeout'),
     'tampered retries (refused)': count((a) => a.role === 'tamper' && a.outcome === 400),
     'slow work judged for renewal / probes refused': `${slowJudged} / ${probesRefused}`,
+    'slow work that lost the claim to a racer / stalled by a freeze elsewhere': `${preempted} / ${excusedByStall}`,
+    'freezes that stalled every process (SQLite write lock)': stalled.length,
     'operations with a 5xx or dropped answer, resolved to the one charge': failedThenResolved,
     'charges in the ledger': ledger.length,
     'records in progress after quiesce': inProgress,
@@ -261,6 +283,34 @@ export function check(history: History): Verdict {
   };
   return { figures, violations: details.map((d) => d.message), details };
 }
+
+/**
+ * Freezes during which no other process answered anything, while requests to them were held until it ended: the whole
+ * cluster stood still with the frozen process. On SQLite that is a process frozen inside a write transaction — it
+ * holds the database's one write lock, and every other process's next write (a renewal, a claim, a completion)
+ * waits in a synchronous busy wait (busy_timeout 5 s, longer than the freeze) that blocks its event loop too. No
+ * renewal can run anywhere meanwhile, so slow work elsewhere is not "undisturbed". Seen in the chaos run under
+ * load (docs/RELIABILITY.md); judged from the history, not assumed for every freeze.
+ *
+ * @example
+ * stalls(history) // [{ start, end }] of each freeze that stalled everyone
+ */
+export function stalls(history: History): Array<{ readonly start: number; readonly end: number }> {
+  const out: Array<{ start: number; end: number }> = [];
+  for (const f of history.faults.filter((x) => x.kind === 'pause' && !Number.isNaN(x.end))) {
+    const from = f.start + STALL_GRACE_MS;
+    if (f.end - from < STALL_GRACE_MS) continue;
+    // Requests to the other processes: some held until the freeze ended (answered only after it), none answered during it.
+    const others = history.attempts.filter((a) => !f.slots.includes(a.slot) && typeof a.outcome === 'number');
+    const held = others.filter((a) => a.start < f.end - STALL_GRACE_MS && a.end >= f.end).length;
+    const answered = others.filter((a) => a.end > from && a.end < f.end).length;
+    if (held > 0 && answered === 0) out.push({ start: f.start, end: f.end });
+  }
+  return out;
+}
+
+/** A freeze must last this long past its start, with nothing answered elsewhere, to count as a stall. */
+const STALL_GRACE_MS = 500;
 
 /**
  * The part of a history that shows what happened to one operation (or, with none, the run's faults): every

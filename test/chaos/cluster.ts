@@ -96,7 +96,17 @@ export async function startCluster(
 
 async function up(slot: Slot): Promise<void> {
   if (slot.process) slot.outputs.push(slot.process.output());
-  slot.process = await startDemo(slot.env);
+  // A restart can fail through no fault of the library's: under load its migration met PostgreSQL's statement
+  // timeout while another process's link was stalled (chaos run, seed 525939844). Try again, as a supervisor would.
+  for (let tries = 1; ; tries++) {
+    try {
+      slot.process = await startDemo(slot.env);
+      break;
+    } catch (error) {
+      if (tries >= 3) throw error;
+      slot.outputs.push(`(restart ${tries} failed: ${String(error)})`);
+    }
+  }
   slot.state = 'up';
   slot.inFlight = 0;
 }

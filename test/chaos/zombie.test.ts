@@ -73,7 +73,7 @@ async function sqliteShared(path: string): Promise<Shared<SqliteDatabase>> {
   };
 }
 
-/** `unique`: the ledger is unique on the record id, as the demo's is (DESIGN.md §4): the zombie's INSERT then fails. */
+/** `unique`: the ledger is unique on the record id, as the demo's is (docs/DESIGN.md: The work's own writes): the zombie's INSERT then fails. */
 async function postgresShared(schema: string, unique = false): Promise<Shared<PostgresQueryable>> {
   const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 4 });
   const store = postgresStore<pg.PoolClient>({ pool, schema });

@@ -307,7 +307,8 @@ describe('idem probe against a hostile server', () => {
   const args = () => ['probe', hostile.url, '--concurrency', '2', '--delay-header', 'X-Hold: 1'];
   /** C0 (but the newline that ends a line), DEL and C1: none may reach the terminal. */
   const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/; // eslint-disable-line no-control-regex
-  const TYPE = 'urn:x\\x1b[2J\\x1b[H\\x1b]0;owned\\x07\\x0d\\x0aALL CHECKS PASSED\\x1b]2;t\\x1b\\\\x9b2J\\x7f\\x09';
+  // The ST (ESC \\) ends up as \x1b then an escaped backslash: a literal "\x1b" from a server cannot pass for ESC.
+  const TYPE = 'urn:x\\x1b[2J\\x1b[H\\x1b]0;owned\\x07\\x0d\\x0aALL CHECKS PASSED\\x1b]2;t\\x1b\\\\\\x9b2J\\x7f\\x09';
   const REPLAYED = 'true\\x9b2J\\x9b1;1HALL CHECKS PASSED\\x85';
   const RETRY_AFTER = 'Jan 1 2026 (\\x9b2J\\x9b1;1HALL CHECKS PASSED)';
 
@@ -346,8 +347,38 @@ describe('idem probe against a hostile server', () => {
     ]);
   });
 
+  it('visible also escapes bidi overrides and isolates, zero-width characters, separators and the backslash', () => {
+    expect(visible('a\u202eb\u2066c\u2069d\u200be\u2028f\ufeffg\\x1b')).toBe('a\\u202eb\\u2066c\\u2069d\\u200be\\u2028f\\ufeffg\\\\x1b');
+  });
+
   it('visible writes C0, DEL and C1 as \\xHH and leaves other text alone', () => {
     expect(visible('\x00\x1b[2J\x07\t\r\n\x7f\x80\x9b\x9f\xa0é—✓')).toBe('\\x00\\x1b[2J\\x07\\x09\\x0d\\x0a\\x7f\\x80\\x9b\\x9f\xa0é—✓');
     expect(visible('urn:idem:problem:idempotency-key-in-use')).toBe('urn:idem:problem:idempotency-key-in-use');
+  });
+});
+
+describe('idem probe and redirects', () => {
+  it('never follows a redirect: the body, the key and the caller’s headers do not reach another origin', async () => {
+    const elsewhere: string[] = [];
+    const other = createServer((req, res) => {
+      elsewhere.push(`${req.method ?? ''} ${String(req.headers['x-api-key'] ?? '')}`);
+      res.writeHead(201, { 'content-type': 'application/json' }).end('{}');
+    });
+    other.listen(0, '127.0.0.1');
+    await once(other, 'listening');
+    const target = `http://127.0.0.1:${(other.address() as AddressInfo).port}/stolen`;
+    const origin = createServer((_req, res) => res.writeHead(307, { location: target }).end());
+    origin.listen(0, '127.0.0.1');
+    await once(origin, 'listening');
+    try {
+      const url = `http://127.0.0.1:${(origin.address() as AddressInfo).port}/v1/charges`;
+      const { stdout } = await inProcess(['probe', url, '-H', 'X-Api-Key: secret', '--json']);
+      const report = JSON.parse(stdout) as ProbeReport;
+      expect(elsewhere).toEqual([]);
+      expect(report.checks.find((c) => c.id === 'first')?.observed).toMatch(/^307/);
+    } finally {
+      origin.close();
+      other.close();
+    }
   });
 });

@@ -1,6 +1,6 @@
 /**
  * What the payments API must answer to a request, worked out independently of the server's code from
- * DESIGN.md §2 and §8: the key rules (1–255 visible ASCII characters, an sf-string `"..."` unquoted, a bare key
+ * docs/DESIGN.md (HTTP layer, Payments demo): the key rules (1–255 visible ASCII characters, an sf-string `"..."` unquoted, a bare key
  * without quotes), the charge body (a JSON object; `amount` an integer of cents 1…99 999 999; `currency` one of
  * usd/eur/gbp, default usd; `source` one of three test tokens, default tok_visa), the 1 MiB body limit, and the
  * order the demo checks them in (route, then credentials, then size, then body, then key).

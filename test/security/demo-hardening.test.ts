@@ -227,6 +227,27 @@ describe('the body is read only after authentication', () => {
     expect(summary(outcome)).toEqual([404, 'urn:idem:problem:not-found']);
   });
 
+  it('pipelined behind a charge, an early 401 waits its turn: the charge’s 201 comes first, then the 401', async () => {
+    const charge = bare(
+      'POST',
+      '/v1/charges',
+      [
+        ['Host', '127.0.0.1'],
+        ['Authorization', ALICE],
+        ['Content-Type', 'application/json'],
+        ['Idempotency-Key', randomUUID()],
+        ['Content-Length', String(CHARGE.length)],
+      ],
+      CHARGE,
+    );
+    const refused = bare('POST', '/v1/charges', [['Host', '127.0.0.1'], ['Content-Type', 'application/json'], ['Content-Length', '10']], '{"a":1234}');
+    // Both requests in one write, as a pipelining client sends them.
+    const both = await hold(server.url, Buffer.concat([Buffer.from(charge), Buffer.from(refused)]));
+    await both.closed;
+    const statuses = [...both.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1]);
+    expect(statuses).toEqual(['201', '401']);
+  });
+
   it('a refused request whose body is still arriving is answered first, then cut once the body lingers', async () => {
     const sender = await hold(server.url, head('Bearer sk_test_mallory'));
     sender.socket.write(Buffer.alloc(64 * 1024, 0x61)); // some of the body, never all of it

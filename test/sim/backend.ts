@@ -1,7 +1,7 @@
 /**
  * @module The real stores the simulator runs against: one memory store shared by every process, or one
  * SQLite in-memory database with a store instance per process incarnation. Also the shared ledger, which lives
- * in the store's own database and commits with the completion (DESIGN.md §4).
+ * in the store's own database and commits with the completion (docs/DESIGN.md: The work's own writes).
  */
 import Database from 'better-sqlite3';
 import type { IdempotencyRecord, IdempotencyStore } from 'idem';

@@ -31,7 +31,7 @@ export type InvariantName =
   /** The simulation kept going (timers firing for ever) after every client was done. */
   | 'no-quiescence'
   /**
-   * A claim decided against the contract (DESIGN.md §2 step 1) on the record it found: refused though that record
+   * A claim decided against the contract (docs/DESIGN.md: Claim) on the record it found: refused though that record
    * was claimable (absent, expired, or — same fingerprint — failed and retryable, or in progress past its lease),
    * or granted though it was not.
    */
@@ -294,7 +294,7 @@ export class Checker {
 }
 
 /**
- * DESIGN.md §2 step 4, written here independently of the engine's `classifyStatus` (a checker that imported it
+ * docs/DESIGN.md (Failure policy), written here independently of the engine's `classifyStatus` (a checker that imported it
  * would agree with a defect in it): 2xx (and 3xx) succeed; a deterministic refusal — a 4xx but 408, 409, 425 and
  * 429 — is final; anything else (5xx, 408, 409, 425, 429) may be retried.
  *
@@ -313,7 +313,7 @@ export function isFinal(status: number): boolean {
 }
 
 /**
- * The claim condition of DESIGN.md §2 step 1, written here independently of `isClaimable` (src/core/record.ts),
+ * The claim condition of docs/DESIGN.md (Claim), written here independently of `isClaimable` (src/core/record.ts),
  * for the same reason as {@link statusClass}.
  *
  * @example

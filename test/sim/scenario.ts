@@ -26,7 +26,7 @@ export function defectBackend(defect: DefectName | undefined): BackendName | und
 
 /**
  * The statuses the simulated processor's failures are answered with, so a campaign meets every retryable class
- * (DESIGN.md §2 step 4): 5xx, and the 4xx that mean "try again" (408, 425, 429).
+ * (docs/DESIGN.md: Failure policy): 5xx, and the 4xx that mean "try again" (408, 425, 429).
  */
 export const RETRYABLE_STATUSES = [503, 500, 502, 504, 408, 425, 429] as const;
 

@@ -338,7 +338,7 @@ class World {
   }
 
   /**
-   * The lease is kept by renewal (DESIGN.md §2 step 2): a handler running on a live process that has not been
+   * The lease is kept by renewal (docs/DESIGN.md: Lease): a handler running on a live process that has not been
    * frozen meanwhile must have had a renewal sent within `renewEveryMs` of its start or of its last renewal's
    * reply. Checked before each event, so the event that ends the work cannot hide a renewal that never came.
    */
@@ -710,7 +710,7 @@ class World {
       const response = this.#charge(inc, row.chargeId, payload);
       return { response, resultId: row.chargeId, effects: this.#backend.ledgerEffect(row) };
     }
-    // A separate ledger: the write carries the record id under a unique constraint (DESIGN.md §4).
+    // A separate ledger: the write carries the record id under a unique constraint (docs/DESIGN.md: The work's own writes).
     const stored = await this.#step(inc, attempt, 'write ledger', () => {
       const existing = this.#ownLedger.get(ctx.id);
       if (existing) return existing;

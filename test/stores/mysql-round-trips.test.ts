@@ -1,7 +1,7 @@
 /**
  * Round trips per request kind on MySQL/MariaDB, measured through the demo itself (`openBackend` + `createApp`,
  * in-process): the store's own `roundTrips` counter, and the operations its `onRoundTrip` observer saw.
- * DESIGN.md §6: new key 2 (claim, complete); replay, conflict, mismatch 1. The demo keeps charges in SQLite here,
+ * docs/DESIGN.md, Round-trip budget: new key 2 (claim, complete); replay, conflict, mismatch 1. The demo keeps charges in SQLite here,
  * so the completion carries no effects and is one statement.
  */
 import { randomBytes, randomUUID } from 'node:crypto';

@@ -1,7 +1,7 @@
 /**
  * Round trips per request kind, measured through the demo itself (`openBackend` + `createApp`, in-process) on
  * each store: the store's own `roundTrips` counter, and the operations its `onRoundTrip` observer saw.
- * DESIGN.md §6: new key 2 (claim, complete); replay, conflict, mismatch 1.
+ * docs/DESIGN.md, Round-trip budget: new key 2 (claim, complete); replay, conflict, mismatch 1.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,5 +1,5 @@
 /**
- * @module The payments API (DESIGN.md §8) as a Web-standard handler: `(Request) => Promise<Response>`.
+ * @module The payments API (docs/DESIGN.md: Payments demo) as a Web-standard handler: `(Request) => Promise<Response>`.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { systemClock, type Clock, type IdempotencyEvent, type IdempotencyRecord, type IdempotencyStore } from 'idem';

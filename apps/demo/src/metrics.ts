@@ -1,18 +1,12 @@
 /**
- * @module Prometheus metrics for the demo server, fed by the engine's `onEvent` hook and served at `/metrics`.
+ * @module Prometheus metrics for the demo server: `idem/prometheus` on the demo's registry, fed by the engine's
+ * `onEvent` hook and served at `/metrics`, plus the demo's own listener counter.
  */
-import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { IdempotencyEvent, OutcomeKind, StoreOp } from 'idem';
+import { Counter, Registry, collectDefaultMetrics } from 'prom-client';
+import type { IdempotencyEvent } from 'idem';
 import { problem } from 'idem/http';
+import { prometheusMetrics } from 'idem/prometheus';
 import type { App } from './app.js';
-
-const OUTCOMES: readonly OutcomeKind[] = ['succeeded', 'failed-final', 'failed-retryable', 'release'];
-const STORE_OPS: readonly StoreOp[] = ['claim', 'complete', 'renew', 'release', 'get'];
-/** The fenced writes: the only operations a stale writer can be refused on. */
-const FENCED_OPS: readonly StoreOp[] = ['complete', 'renew', 'release'];
-
-/** Store round trips are milliseconds on a LAN and tens of milliseconds across regions. */
-const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
 /** The demo's metrics: one registry per server, so two servers in one process never share a counter. */
 export interface DemoMetrics {
@@ -26,21 +20,19 @@ export interface DemoMetrics {
 }
 
 /**
- * Creates the counters and the latency histogram. Every labelled series starts at 0, so an alert on `rate()`
- * sees the series before the first incident rather than after it.
+ * Registers the library's metrics (`idem_requests_total{decision}`, `idem_executions_total{outcome}`, the store
+ * and execution histograms…: see `idem/prometheus`) and the demo's own. Every labelled series starts at 0.
  *
- * | metric | labels | from event |
+ * | metric | labels | from |
  * |---|---|---|
- * | `idem_executions_total` | `outcome` | `executed` — the work ran and its outcome was recorded |
- * | `idem_replays_total` | | `replayed` — a retry got the stored answer |
- * | `idem_in_flight_conflicts_total` | | `in_flight` — a duplicate arrived while the first ran (409) |
- * | `idem_fingerprint_mismatches_total` | | `mismatch` — a key reused with another payload (400/422) |
- * | `idem_takeovers_total` | | `takeover` — a dead attempt's lease was taken over, or a retryable failure re-run |
- * | `idem_leases_lost_total` | | `lease_lost` — a running attempt found its lease taken |
- * | `idem_stale_writes_refused_total` | `op` | `stale_write_refused` — a late writer's fenced write was refused |
- * | `idem_store_errors_total` | `op` | `store_op` with `ok: false` |
- * | `idem_store_op_duration_seconds` | `op` | `store_op` — histogram of the store round trip |
+ * | every `idem/prometheus` metric | | the engine's and the HTTP layer's events |
+ * | `idem_replays_total` | | `replayed` — the same as `idem_requests_total{decision="replayed"}` |
+ * | `idem_in_flight_conflicts_total` | | `in_flight` — the same as `idem_requests_total{decision="in_flight"}` |
+ * | `idem_fingerprint_mismatches_total` | | `mismatch` — the same as `idem_requests_total{decision="mismatch"}` |
  * | `idem_http_connections_dropped_total` | | (the listener) a connection closed unanswered: `maxConnections` reached |
+ *
+ * The three aliases keep the names docs/OPERATIONS.md documented before `idem_requests_total`, for dashboards
+ * built on them.
  *
  * @example
  * const metrics = createMetrics()
@@ -49,14 +41,9 @@ export interface DemoMetrics {
 export function createMetrics({ defaultMetrics = true }: { readonly defaultMetrics?: boolean } = {}): DemoMetrics {
   const registry = new Registry();
   if (defaultMetrics) collectDefaultMetrics({ register: registry });
+  const idem = prometheusMetrics({ registry });
   const registers = [registry];
 
-  const executions = new Counter({
-    name: 'idem_executions_total',
-    help: 'Requests whose work ran and whose outcome was recorded, by outcome.',
-    labelNames: ['outcome'] as const,
-    registers,
-  });
   const replays = new Counter({ name: 'idem_replays_total', help: 'Retries answered with the stored response.', registers });
   const conflicts = new Counter({
     name: 'idem_in_flight_conflicts_total',
@@ -68,72 +55,18 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     help: 'Keys reused with another payload (answered 400 or 422).',
     registers,
   });
-  const takeovers = new Counter({
-    name: 'idem_takeovers_total',
-    help: 'Claims that took over a dead lease or re-ran a retryable failure.',
-    registers,
-  });
-  const leasesLost = new Counter({ name: 'idem_leases_lost_total', help: 'Running attempts that found their lease taken over.', registers });
-  const staleWrites = new Counter({
-    name: 'idem_stale_writes_refused_total',
-    help: 'Fenced writes refused because the token no longer matched (a late writer lost), by store operation.',
-    labelNames: ['op'] as const,
-    registers,
-  });
-  const storeErrors = new Counter({
-    name: 'idem_store_errors_total',
-    help: 'Store calls that failed (the request was answered 503 and the work did not run), by operation.',
-    labelNames: ['op'] as const,
-    registers,
-  });
-  const latency = new Histogram({
-    name: 'idem_store_op_duration_seconds',
-    help: 'Store round-trip latency as the engine saw it, by operation (failed calls included).',
-    labelNames: ['op'] as const,
-    buckets: LATENCY_BUCKETS,
-    registers,
-  });
   const dropped = new Counter({
     name: 'idem_http_connections_dropped_total',
     help: 'Connections the API listener closed unanswered because it already held maxConnections.',
     registers,
   });
-  for (const outcome of OUTCOMES) executions.inc({ outcome }, 0);
-  for (const op of FENCED_OPS) staleWrites.inc({ op }, 0);
-  for (const op of STORE_OPS) {
-    storeErrors.inc({ op }, 0);
-    latency.zero({ op });
-  }
 
   const onEvent = (event: IdempotencyEvent): void => {
+    idem.onEvent(event);
     try {
-      switch (event.type) {
-        case 'executed':
-          executions.inc({ outcome: event.outcome });
-          break;
-        case 'replayed':
-          replays.inc();
-          break;
-        case 'in_flight':
-          conflicts.inc();
-          break;
-        case 'mismatch':
-          mismatches.inc();
-          break;
-        case 'takeover':
-          takeovers.inc();
-          break;
-        case 'lease_lost':
-          leasesLost.inc();
-          break;
-        case 'stale_write_refused':
-          staleWrites.inc({ op: event.op });
-          break;
-        case 'store_op':
-          latency.observe({ op: event.op }, event.ms / 1000);
-          if (!event.ok) storeErrors.inc({ op: event.op });
-          break;
-      }
+      if (event.type === 'replayed') replays.inc();
+      else if (event.type === 'in_flight') conflicts.inc();
+      else if (event.type === 'mismatch') mismatches.inc();
     } catch {
       // Metrics must never change what happens to a payment.
     }

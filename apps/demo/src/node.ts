@@ -189,6 +189,9 @@ async function answerEarly(req: IncomingMessage, res: ServerResponse, response: 
   }
   const socket = req.socket;
   const bytes = await rawResponse(response, req.method === 'HEAD');
+  // A pipelined request's answer waits its turn: node gives a response the socket only once the answers before it
+  // are written, and writing to the socket before then would put this one ahead of theirs (a charge's 201 lost).
+  if (!res.socket) await new Promise((resolve) => res.once('socket', resolve));
   const cut = setTimeout(() => socket.destroy(), LINGER_MS);
   socket.once('close', () => clearTimeout(cut));
   socket.end(bytes);

@@ -125,13 +125,30 @@ function resultCaption(value: unknown): string {
   return '';
 }
 
-const code = (text: string, sql = false) => h('pre', { class: sql ? 'sql' : '' }, text);
+/** A `<pre>` of `text`, with `mark` (a condition the race result names) highlighted where it occurs. */
+function code(text: string, sql = false, mark: string | null = null): HTMLElement {
+  const at = mark ? text.indexOf(mark) : -1;
+  if (!mark || at < 0) return h('pre', { class: sql ? 'sql' : '' }, text);
+  return h('pre', { class: sql ? 'sql' : '' }, text.slice(0, at), h('mark', { 'data-testid': 'condition' }, mark), text.slice(at + mark.length));
+}
+
+/** What refused a losing claim, as `/v1/model/race` reports it. */
+interface Refusal {
+  readonly trip: number;
+  readonly statement: number | null;
+  readonly by: 'write' | 'read';
+  readonly text: string;
+  readonly condition: string | null;
+}
 
 /**
  * One round trip: what was sent (SQL statements and their parameters, a command and its arguments, a DynamoDB
  * command's input) and the engine's raw reply. SQL trips of several statements pair each statement with its result.
  */
-function showTrip(trip: Trip, i: number): HTMLElement {
+function showTrip(trip: Trip, i: number, refusal: Refusal | null = null): HTMLElement {
+  const refused = refusal?.trip === i + 1 ? refusal : null;
+  /** The condition to mark in statement `n` (1-based), or in the whole request when the trip has one. */
+  const markIn = (n: number | null) => (refused && (refused.statement === null || refused.statement === n) ? refused.condition : null);
   const request = (trip.request ?? {}) as { statements?: unknown; text?: unknown; values?: unknown; command?: unknown; script?: unknown };
   const statements = Array.isArray(request.statements) ? (request.statements as Array<{ sql?: unknown; params?: unknown }>) : null;
   const summary = statements
@@ -144,12 +161,12 @@ function showTrip(trip: Trip, i: number): HTMLElement {
   const sent = statements
     ? statements.flatMap((st, n) => [
         h('p', { class: 'label' }, `statement ${n + 1}`),
-        code(String(st.sql).trim(), true),
+        code(String(st.sql).trim(), true, markIn(n + 1)),
         st.params === undefined ? null : code(raw(st.params)),
       ])
     : typeof request.text === 'string'
-      ? [code(request.text.trim(), true), request.values === undefined ? null : code(raw(request.values))]
-      : [code(raw(trip.request))];
+      ? [code(request.text.trim(), true, markIn(null)), request.values === undefined ? null : code(raw(request.values))]
+      : [code(raw(trip.request), false, markIn(null))];
 
   let reply: HTMLElement;
   if (trip.error !== undefined) {
@@ -161,7 +178,14 @@ function showTrip(trip: Trip, i: number): HTMLElement {
       { 'data-testid': 'raw-response' },
       h('p', { class: 'label' }, 'raw engine response'),
       ...statements.flatMap((st, n) => [
-        h('p', { class: 'result-head' }, `statement ${n + 1} `, h('code', {}, firstLine(st.sql)), ` → ${resultCaption(results[n])}`),
+        h(
+          'p',
+          { class: 'result-head' },
+          `statement ${n + 1} `,
+          h('code', {}, firstLine(st.sql)),
+          ` → ${resultCaption(results[n])}`,
+          refused?.statement === n + 1 ? h('strong', { class: 'refused-note' }, refused.by === 'write' ? ': refused by its WHERE' : ': the read found the row') : '',
+        ),
         code(raw(results[n])),
       ]),
     );
@@ -171,15 +195,15 @@ function showTrip(trip: Trip, i: number): HTMLElement {
   }
   return h(
     'div',
-    { class: 'trip' },
-    h('p', { class: 'trip-head' }, `round trip ${i + 1}: ${trip.op}`),
-    h('details', { class: 'sent' }, h('summary', {}, 'request ', h('code', {}, summary)), ...sent),
+    { class: refused ? 'trip refused' : 'trip', ...(refused ? { 'data-refused': refused.by } : {}) },
+    h('p', { class: 'trip-head' }, `round trip ${i + 1}: ${trip.op}`, refused ? h('span', { class: 'refused-tag' }, refused.by === 'write' ? ' · the write refused here' : ' · refused by the read') : ''),
+    h('details', { class: 'sent', open: refused !== null }, h('summary', {}, 'request ', h('code', {}, summary)), ...sent),
     reply,
   );
 }
 
 /** Renders an operation: its verdict, round trips, the raw requests and replies, and the contract's return value. */
-function showOperation(op: Operation, title?: string): HTMLElement {
+function showOperation(op: Operation, title?: string, refusal: Refusal | null = null): HTMLElement {
   const verdict = verdictOf(op);
   return h(
     'div',
@@ -188,7 +212,7 @@ function showOperation(op: Operation, title?: string): HTMLElement {
     h('p', { class: `verdict ${verdict.tone}` }, verdict.text),
     h('p', { class: 'trips-count' }, `Round trips: `, h('strong', { 'data-testid': 'round-trips' }, String(op.roundTrips)), op.traced ? '' : ' (counted by the store)'),
     op.traced
-      ? h('div', { class: 'trips' }, ...op.trips.map(showTrip))
+      ? h('div', { class: 'trips' }, ...op.trips.map((trip, i) => showTrip(trip, i, refusal)))
       : h(
           'p',
           { class: 'small muted' },
@@ -277,8 +301,8 @@ async function seed(): Promise<void> {
         h('td', { class: 'c-status' }, h('span', { class: `badge s-${record?.status ?? 'missing'}` }, record?.status ?? 'missing')),
         h('td', { class: 'c-reclaim' }, reclaimable(record)),
         h('td', { class: 'c-result' }, record?.resultId ? h('code', {}, record.resultId) : '—'),
-        h('td', { class: 'c-claimed', title: record ? new Date(record.claimedAt).toISOString() : '' }, record ? clock(record.claimedAt) : '—'),
-        h('td', { class: 'c-expires', title: record ? new Date(record.expiresAt).toISOString() : '' }, record ? relative(record.expiresAt) : '—'),
+        h('td', { class: 'c-claimed', title: record ? `${record.claimedAt} (epoch ms)` : '' }, record ? clock(record.claimedAt) : '—'),
+        h('td', { class: 'c-expires', title: record ? `${record.expiresAt} (epoch ms), ${clock(record.expiresAt)}` : '' }, record ? relative(record.expiresAt) : '—'),
         h(
           'td',
           { class: 'c-action' },
@@ -314,15 +338,37 @@ function reclaimable(record: ModelRecord | null): string {
 interface Race {
   readonly key: string;
   readonly winners: number;
-  readonly claims: ReadonlyArray<Operation & { label: string; verdict: 'won' | 'lost' | 'error' }>;
+  readonly barrier: boolean;
+  readonly claims: ReadonlyArray<Operation & { label: string; verdict: 'won' | 'lost' | 'error'; refusedBy?: Refusal | null }>;
 }
 
 ui.race.addEventListener('click', () => {
   void running(ui.race, async () => {
     try {
       const race = await postJson<Race>('/v1/model/race');
-      ui.raceResult.replaceChildren(
-        h('p', { class: 'race-summary' }, `Key `, h('code', {}, race.key), `: ${race.winners} winner, ${race.claims.length - race.winners} refused by the condition.`),
+      const lost = race.claims.find((c) => c.verdict === 'lost');
+      const how = lost?.refusedBy?.by === 'write' ? "refused by the write's own condition" : lost?.refusedBy?.by === 'read' ? 'turned away by its read' : 'refused';
+      const parts: Node[] = [
+        h(
+          'p',
+          { class: 'race-summary', 'data-testid': 'race-summary' },
+          'Key ',
+          h('code', {}, race.key),
+          `: ${race.winners} winner; the other claim was ${how}.`,
+          race.barrier ? ' Both had read the key as free before either wrote.' : '',
+        ),
+        // What refused the loser comes first, above both claims' round trips (on a phone, those run long).
+        ...(lost?.refusedBy ? [h('p', { class: 'callout refused-by', 'data-testid': 'refused-by' }, `Claim ${lost.label}: ${lost.refusedBy.text}`)] : []),
+        ...(lost?.refusedBy?.condition
+          ? [
+              h(
+                'div',
+                { class: 'refused-condition' },
+                h('p', { class: 'label' }, lost.refusedBy.by === 'write' ? 'the condition that refused the write' : 'the read that answered first'),
+                h('pre', { class: 'sql' }, h('mark', {}, lost.refusedBy.condition)),
+              ),
+            ]
+          : []),
         h(
           'div',
           { class: 'race-columns' },
@@ -330,12 +376,13 @@ ui.race.addEventListener('click', () => {
             h(
               'div',
               { class: `race-claim ${claim.verdict}`, 'data-verdict': claim.verdict },
-              h('p', { class: 'race-label' }, `Claim ${claim.label}: `, h('strong', {}, claim.verdict === 'won' ? 'won' : claim.verdict === 'lost' ? 'lost: conditional failure' : 'error')),
-              showOperation(claim),
+              h('p', { class: 'race-label' }, `Claim ${claim.label}: `, h('strong', {}, claim.verdict === 'won' ? 'won' : claim.verdict === 'lost' ? `lost: ${how}` : 'error')),
+              showOperation(claim, undefined, claim.refusedBy ?? null),
             ),
           ),
         ),
-      );
+      ];
+      ui.raceResult.replaceChildren(...parts);
     } catch (error) {
       showError(ui.raceResult, error);
     }
@@ -344,27 +391,30 @@ ui.race.addEventListener('click', () => {
 
 // ---- Expiry ------------------------------------------------------------------------------------------------------
 
+/** The expiry demonstration's row as written, and its key (kept after a reclaim, for Read it). */
 let expiring: ModelRecord | null = null;
+let expiryKey: string | null = null;
 let ticker: number | undefined;
 
 function tick(): void {
   if (!expiring) return;
   const left = expiring.expiresAt - Date.now();
-  ui.expiryClock.textContent =
-    left > 0
-      ? `${expiring.key} is live: expires in ${(left / 1000).toFixed(1)} s`
-      : `${expiring.key} expired ${(-left / 1000).toFixed(1)} s ago, and is still stored: nothing has deleted it`;
+  ui.expiryClock.textContent = left > 0 ? `live: expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago, still stored`;
   ui.expiryClock.dataset.state = left > 0 ? 'live' : 'expired';
 }
 
 ui.expiring.addEventListener('click', () => {
   void running(ui.expiring, async () => {
     try {
-      const made = await postJson<{ key: string; record: ModelRecord | null; steps: Operation[] }>('/v1/model/expiring');
+      const made = await postJson<{ key: string; ttlMs: number; record: ModelRecord | null; steps: Operation[] }>('/v1/model/expiring');
       expiring = made.record;
+      expiryKey = made.key;
       ui.expiringClaim.disabled = expiring === null;
-      ui.expiringRead.disabled = expiring === null;
-      ui.outExpiry.replaceChildren(...made.steps.map((op, i) => showOperation(op, i === 0 ? 'Claim with a 3 s TTL' : 'Record the outcome: succeeded')));
+      ui.expiringRead.disabled = false;
+      ui.outExpiry.replaceChildren(
+        h('p', { class: 'callout', 'data-testid': 'expiry-note' }, `Wrote ${made.key} with a ${made.ttlMs / 1000} s TTL. Claim its key now: the live row refuses it. Claim again after the countdown: the claim treats the expired row as absent.`),
+        ...made.steps.map((op, i) => showOperation(op, i === 0 ? `Claim with a ${made.ttlMs / 1000} s TTL` : 'Record the outcome: succeeded')),
+      );
       window.clearInterval(ticker);
       ticker = window.setInterval(tick, 100);
       tick();
@@ -388,7 +438,7 @@ ui.expiringClaim.addEventListener('click', () => {
       ui.outExpiry.replaceChildren(h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note), showOperation(op, 'Claim its key'));
       if (value?.kind === 'claimed') {
         window.clearInterval(ticker);
-        ui.expiryClock.textContent = `${before.key} was claimed again; its new lease and TTL start now.`;
+        ui.expiryClock.textContent = 'claimed again: a new lease and TTL from now';
         ui.expiryClock.dataset.state = 'reclaimed';
         expiring = null;
         ui.expiringClaim.disabled = true;
@@ -400,7 +450,9 @@ ui.expiringClaim.addEventListener('click', () => {
 });
 
 ui.expiringRead.addEventListener('click', () => {
-  const key = expiring?.key ?? ui.readKey.value;
+  // Always this section's own row, also after it was claimed again (never the key in the third pattern's field).
+  const key = expiryKey;
+  if (key === null) return;
   void running(ui.expiringRead, () => read(key, ui.outExpiry));
 });
 

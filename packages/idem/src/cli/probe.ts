@@ -146,7 +146,9 @@ export async function probe({
     if (!h.has('content-type')) h.set('content-type', 'application/json');
     if (key !== null) h.set(keyHeader, sfString ? `"${key.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"` : key);
     for (const [name, value] of extra) h.set(name, value);
-    const response = await fetch(url, { method, headers: h, body: payload, signal: AbortSignal.timeout(timeoutMs) });
+    // Never follow a redirect: it would re-send the body, the key and the caller's headers to another origin, and
+    // the probe judges the answer the server gave, which a 3xx is.
+    const response = await fetch(url, { method, headers: h, body: payload, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
     return { status: response.status, headers: response.headers, body: new Uint8Array(await response.arrayBuffer()) };
   }
 
@@ -156,7 +158,7 @@ export async function probe({
     for (const [name, value] of headers) h.append(name, value);
     let response: Response;
     try {
-      response = await fetch(countUrl, { headers: h, signal: AbortSignal.timeout(timeoutMs) });
+      response = await fetch(countUrl, { headers: h, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
     } catch (error) {
       throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
     }
@@ -594,13 +596,25 @@ function problemType(answer: Answer): string | undefined {
  * visible('urn:x\x1b[2J\rOK') // → 'urn:x\\x1b[2J\\x0dOK' (printed: urn:x\x1b[2J\x0dOK)
  */
 export function visible(text: string): string {
-  return escapeWhere(text, isControl, (code) => `\\x${code.toString(16).padStart(2, '0')}`);
+  return escapeWhere(text, isControl, (code) =>
+    code === 0x5c ? '\\\\' : code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`,
+  );
+}
+
+/**
+ * What {@link visible} escapes, but the backslash: for text that was made visible already (a second pass must not
+ * double its escapes) and must still never carry a control to the terminal.
+ */
+function terminalSafe(text: string): string {
+  return escapeWhere(text, (code) => code !== 0x5c && isControl(code), (code) =>
+    code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`,
+  );
 }
 
 /**
  * The report as JSON (2-space indent, a final newline) with no character a terminal acts on: `JSON.stringify`
- * escapes C0 controls in strings; DEL and C1 controls, which it leaves raw, are written as `\u00XX` here. The
- * text parses to the same report.
+ * escapes C0 controls in strings; DEL, C1 controls, bidi and zero-width characters, which it leaves raw, are
+ * written as `\uXXXX` here. The text parses to the same report.
  *
  * @example
  * io.stdout(formatJson(await probe(options)))
@@ -608,11 +622,25 @@ export function visible(text: string): string {
 export function formatJson(report: ProbeReport): string {
   const json = JSON.stringify(report, null, 2);
   // Outside strings JSON has no character from U+007F up, so each one found is inside a string, where \u00XX is valid.
-  return `${escapeWhere(json, (code) => code >= 0x7f && code <= 0x9f, (code) => `\\u00${code.toString(16)}`)}\n`;
+  // C0 controls inside strings are already escaped by JSON.stringify (and outside them are its own whitespace).
+  return `${escapeWhere(json, (code) => code >= 0x7f && isControl(code), (code) => `\\u${code.toString(16).padStart(4, '0')}`)}\n`;
 }
 
+/**
+ * What a terminal may act on or a reader cannot see: C0 and C1 controls, DEL, bidirectional overrides and
+ * isolates (which reorder what follows), zero-width characters, line and paragraph separators; and the backslash
+ * itself, so a server's literal `\x1b` cannot pass for an escaped ESC.
+ */
 function isControl(code: number): boolean {
-  return code < 0x20 || (code >= 0x7f && code <= 0x9f);
+  return (
+    code < 0x20 ||
+    (code >= 0x7f && code <= 0x9f) ||
+    code === 0x5c ||
+    (code >= 0x200b && code <= 0x200f) ||
+    (code >= 0x2028 && code <= 0x202e) ||
+    (code >= 0x2060 && code <= 0x2069) ||
+    code === 0xfeff
+  );
 }
 
 /** `text` with each UTF-16 unit that passes `test` replaced by `escape(unit)`; one pass, no regular expression. */
@@ -649,7 +677,7 @@ function reason(error: unknown): string {
 export function formatReport(report: ProbeReport): string {
   const mark = (v: ProfileVerdict): string => (v.ok === null ? '·' : `${v.ok ? '✓' : '✗'}${v.note ? ` ${v.note}` : ''}`);
   // Server text is escaped where it enters `observed`; every cell is escaped again here, whatever its origin.
-  const rows = report.checks.map((c) => [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(visible));
+  const rows = report.checks.map((c) => [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(terminalSafe));
   const { pass, warn, fail, skip } = report.summary;
   return [
     `idem probe: ${visible(report.method)} ${visible(report.url)}`,

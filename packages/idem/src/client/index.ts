@@ -82,7 +82,7 @@ const IN_FLIGHT_TYPE = 'urn:idem:problem:idempotency-key-in-use';
 /** In-flight polls grow ×1.5 from `inFlightPollMs` up to this (or `inFlightPollMs`, if longer). */
 const IN_FLIGHT_POLL_CEILING = 1_000;
 
-/** Statuses worth another attempt: the ones Idem's server records as retryable (DESIGN.md §2), and 5xx. */
+/** Statuses worth another attempt: the ones Idem's server records as retryable (docs/DESIGN.md: Failure policy), and 5xx. */
 const RETRYABLE_4XX: ReadonlySet<number> = new Set([408, 409, 425, 429]);
 
 /**

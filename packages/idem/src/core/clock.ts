@@ -22,7 +22,8 @@ export const systemClock: Clock = {
   now: () => Date.now(),
   setTimeout: (callback, ms) => {
     const timer = setTimeout(callback, ms);
-    timer.unref();
+    // A pending renewal must not keep a process alive; some runtimes return a number, which has no unref.
+    (timer as { unref?: () => void }).unref?.();
     return timer;
   },
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),

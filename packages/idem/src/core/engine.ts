@@ -1,7 +1,6 @@
 /**
- * @module The state machine of DESIGN.md §2: claim before the work, replay, refuse, fence every later write.
+ * @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence every later write.
  */
-import { randomUUID } from 'node:crypto';
 import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
@@ -9,7 +8,7 @@ import { recordPk } from './key.js';
 import type { IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from './record.js';
 
 const HOUR = 3_600_000;
-/** The production range recommended for `ttlMs` (DESIGN.md §5). Shorter is allowed, with a warning. */
+/** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
 export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
 
 /**
@@ -71,7 +70,7 @@ export interface EngineOptions<Tx = never> {
   readonly waitForOutcomeMs?: number;
   /**
    * Keep up to this many terminal records (succeeded, or failed and final) in this process, so a hot replay or
-   * mismatch costs no store round trip (DESIGN.md §6). Safe because a terminal record cannot change before it
+   * mismatch costs no store round trip (docs/DESIGN.md: Round-trip budget). Safe because a terminal record cannot change before it
    * expires; `in_progress` and retryable failures are never kept. A record deleted behind the store's back is
    * still replayed here until its `expiresAt`. Default 0 (off).
    */
@@ -205,7 +204,7 @@ export function createEngine<Tx = never>({
   waitForOutcomeMs = 0,
   cacheSize = 0,
   clock = systemClock,
-  generateId = randomUUID,
+  generateId = () => crypto.randomUUID(),
   onEvent,
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
@@ -220,10 +219,7 @@ export function createEngine<Tx = never>({
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
   }
   if (ttlMs < RECOMMENDED_TTL_MS.min) {
-    process.emitWarning(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, {
-      type: 'IdemWarning',
-      code: 'IDEM_SHORT_TTL',
-    });
+    warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
   }
 
   if (onEvent !== undefined && typeof onEvent !== 'function') throw configError('onEvent', 'a function (event) => void', onEvent);
@@ -312,7 +308,7 @@ export function createEngine<Tx = never>({
         const answer = answerFrom(existing, request);
         if (answer) return answer;
         if (existing.status === 'in_progress' && clock.now() < waitUntil) {
-          existing = await waitForOutcome(pk, Math.min(waitUntil, existing.leaseExpiresAt));
+          existing = await waitForOutcome(pk, waitUntil);
           if (existing) {
             const settled = answerFrom(existing, request);
             if (settled) return settled;
@@ -351,13 +347,17 @@ export function createEngine<Tx = never>({
     return { replayed: false, response: result.response, record: settled.record };
   }
 
-  /** Polls until the record is no longer in progress, or `until` passes. Costs round trips; only used when opted in. */
+  /**
+   * Polls until the record is no longer in progress, its lease has lapsed (a dead holder: the caller takes over),
+   * or `until` passes. A holder that keeps renewing is waited for. Costs round trips; only used when opted in.
+   */
   async function waitForOutcome(pk: string, until: number): Promise<IdempotencyRecord | null> {
     let delay = 25;
     for (;;) {
       await sleep(clock, Math.min(delay, Math.max(1, until - clock.now())));
       const record = await call('get', () => store.get(pk));
-      if (!record || record.status !== 'in_progress' || clock.now() >= until) return record;
+      const now = clock.now();
+      if (!record || record.status !== 'in_progress' || record.leaseExpiresAt <= now || now >= until) return record;
       delay = Math.min(delay * 2, 500);
     }
   }
@@ -499,6 +499,13 @@ function isFinal(record: IdempotencyRecord): boolean {
 
 function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly error: IdempotencyError } {
   return { kind: 'refused', error };
+}
+
+/** A warning through Node's `process.emitWarning` where there is one (so `--no-warnings` silences it), else the console. */
+function warn(message: string, code: string): void {
+  const emit = (globalThis as { process?: { emitWarning?: (m: string, o: { type: string; code: string }) => void } }).process?.emitWarning;
+  if (typeof emit === 'function') emit(message, { type: 'IdemWarning', code });
+  else console.warn(`${code}: ${message}`);
 }
 
 function sleep(clock: Clock, ms: number): Promise<void> {

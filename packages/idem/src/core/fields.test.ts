@@ -19,6 +19,11 @@ describe('selectFields', () => {
     expect(selectFields(body, { include: ['ab'] })).toBe('{"a\\u0062":[1,{"x":"}"}]}');
   });
 
+  it('keeps a duplicate on the way to an included path when it is not an object, so the last member still wins', () => {
+    // JSON.parse gives meta: "gone"; dropping the string would leave the earlier object to win instead.
+    expect(selectFields('{"meta":{"a":1},"meta":"gone"}', { include: ['meta.a'] })).toBe('{"meta":{"a":1},"meta":"gone"}');
+  });
+
   it('returns a non-object body unchanged and invalid JSON as undefined', () => {
     expect(selectFields('[1,2]', { exclude: ['a'] })).toBe('[1,2]');
     expect(selectFields('{"a":1', { exclude: ['a'] })).toBeUndefined();

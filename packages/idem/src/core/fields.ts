@@ -88,7 +88,9 @@ class Scanner {
       } else {
         const start = this.#pos;
         this.#skipValue();
-        const keep = include ? seen === 'match' : seen !== 'match';
+        // A member on the way to an included path that is not an object is kept as it is: a duplicate of `meta`
+        // that is a string must still override an earlier object `meta`, as it does for the handler (last wins).
+        const keep = include ? seen !== 'other' : seen !== 'match';
         if (keep) kept.push(`${rawKey}:${this.#text.slice(start, this.#pos)}`);
       }
       this.skipWhitespace();

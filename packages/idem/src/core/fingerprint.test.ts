@@ -173,6 +173,13 @@ describe('canonical numbers', () => {
       'two runs of zeros': fill(`1${zeros(2046)}1${zeros(2047)}1`),
       'fraction and exponent': fill(`1.${zeros(2048)}1e${'9'.repeat(2043)}`),
       'long exponents': fill(`1e${'9'.repeat(4094)}`),
+      // Objects 255 deep with two members each around one long string: a join per level copied the subtree at
+      // every level (depth × size, 357× JSON.parse before; a hostile review's find).
+      'deep objects around a long string': (() => {
+        const open = '{"b":0,"a":'.repeat(255);
+        const close = '}'.repeat(255);
+        return `${open}"${'x'.repeat(MiB - open.length - close.length - 2)}"${close}`;
+      })(),
     };
     // Not here: 1 MiB of `10,10,…` (14× JSON.parse, 22× before): a constant factor of building strings where
     // JSON.parse allocates nothing, not a growth; too close to the bound on a loaded machine (bench/fingerprint.ts).

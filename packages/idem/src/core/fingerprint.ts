@@ -1,7 +1,7 @@
 /**
  * @module The request fingerprint: SHA-256 over method, route, canonical query, canonical body and chosen headers.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { constantTimeEqual, sha256 } from './sha256.js';
 
 /** What a fingerprint is computed from. */
 export interface FingerprintInput {
@@ -30,7 +30,7 @@ export function fingerprint(input: FingerprintInput): string {
   // the bytes hashed are the same as field-by-field updates would give.
   let text = field('idem-fingerprint-v1') + field(input.method.toUpperCase()) + field(input.path) + field(canonicalQuery(input.query ?? ''));
   const canonical = isJsonType(input.contentType) ? canonicalJson(input.body) : undefined;
-  const hash = createHash('sha256');
+  const hash = sha256();
   if (canonical === undefined) {
     hash.update(text + field('raw') + `${input.body.byteLength}:`);
     hash.update(input.body);
@@ -42,18 +42,44 @@ export function fingerprint(input: FingerprintInput): string {
   text += field(String(headers.length));
   for (const [name, value] of headers) text += field(name) + field(value);
   hash.update(text);
-  return hash.digest('hex');
+  return hash.digest();
 }
 
 function field(value: string): string {
-  return `${Buffer.byteLength(value, 'utf8')}:${value}`;
+  return `${utf8Length(value)}:${value}`;
+}
+
+/**
+ * The UTF-8 byte length of a string, without encoding it.
+ *
+ * @example
+ * utf8Length('café') // → 5
+ */
+export function utf8Length(text: string): number {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0x80) continue;
+    if (code < 0x800) {
+      bytes += 1;
+    } else if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
+      const next = text.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) {
+        bytes += 2; // a surrogate pair: 2 UTF-16 units, 4 bytes
+        i++;
+      } else {
+        bytes += 2; // a lone surrogate is encoded as U+FFFD, 3 bytes
+      }
+    } else {
+      bytes += 2;
+    }
+  }
+  return bytes;
 }
 
 /** Compares two fingerprints in constant time (for equal lengths), so timing reveals nothing of the stored one. */
 export function fingerprintsEqual(a: string, b: string): boolean {
-  const left = Buffer.from(a, 'utf8');
-  const right = Buffer.from(b, 'utf8');
-  return left.byteLength === right.byteLength && timingSafeEqual(left, right);
+  return constantTimeEqual(a, b);
 }
 
 function isJsonType(contentType: string | null | undefined): boolean {
@@ -86,7 +112,7 @@ const MAX_JSON_DEPTH = 256;
  * Numbers are rewritten exactly as `<digits>e<exponent>` (no precision is lost: 2^53+1 ≠ 2^53).
  *
  * @example
- * canonicalJson(Buffer.from('{ "b": 1.50, "a": [true] }')) // → '{"a":[true],"b":15e-1}'
+ * canonicalJson(new TextEncoder().encode('{ "b": 1.50, "a": [true] }')) // → '{"a":[true],"b":15e-1}'
  */
 export function canonicalJson(body: Uint8Array): string | undefined {
   let text: string;
@@ -173,7 +199,14 @@ class CanonicalParser {
       this.#expect('}');
     }
     const keys = [...members.keys()].sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${members.get(k) as string}`).join(',')}}`;
+    // Built with `+=`, not `join`: V8 keeps concatenations as ropes and flattens once, at the hash; a join copies
+    // the whole subtree at every level, which made a deeply nested 1 MiB body cost depth × size (548× JSON.parse).
+    let out = '{';
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i] as string;
+      out += `${i === 0 ? '' : ','}${JSON.stringify(key)}:${members.get(key) as string}`;
+    }
+    return `${out}}`;
   }
 
   #array(depth: number): string {

@@ -95,6 +95,10 @@ describe('idempotent(fn)', () => {
       key: (m) => m.id,
     });
     expect([await pay({ tenant: 'a', id: '1' }), await pay({ tenant: 'b', id: '1' }), await pay({ tenant: 'a', id: '1' })]).toEqual([1, 2, 1]);
+    // An empty tenant would put every such input in one shared key space: refused before anything runs.
+    const empty = idempotent(async () => ++runs, { store: memoryStore(), ttlMs: DAY, scope: () => '', key: () => 'k' });
+    await expect(empty(undefined)).rejects.toThrow('`scope(input)` must return a non-empty string.');
+    expect(runs).toBe(2);
     expect(() => idempotent(async () => 1, { store: memoryStore(), ttlMs: DAY, key: 'k' as never, scope: 's' })).toThrow(
       'Expected `key` to be a function (input) => string, got "k".',
     );

@@ -78,6 +78,7 @@ export function idempotent<In, Out, Tx = never>(
     const id = key(input);
     if (typeof id !== 'string' || id === '') throw new IdempotencyError('KEY_MISSING', '`key(input)` must return a non-empty string.');
     const tenant = typeof scope === 'string' ? scope : scope(input);
+    if (typeof tenant !== 'string' || tenant === '') throw new TypeError('`scope(input)` must return a non-empty string.');
     const body = encode(payload(input) ?? null);
     const ttlMs = ttlFor?.(input);
     const decision = await engine.begin({

@@ -1,5 +1,5 @@
 /**
- * @module The idempotency record and the store contract that persists it (DESIGN.md §1, §2, §7).
+ * @module The idempotency record and the store contract that persists it (docs/DESIGN.md: Record, State machine, Stores).
  */
 
 /** `in_progress` → `succeeded` or `failed`. */
@@ -35,7 +35,7 @@ export interface IdempotencyRecord {
   readonly response: StoredResponse | null;
 }
 
-/** A claim: write `in_progress` with `token` unless a live record is in the way (DESIGN.md §2 step 1). */
+/** A claim: write `in_progress` with `token` unless a live record is in the way (docs/DESIGN.md: Claim). */
 export interface ClaimRequest {
   readonly pk: string;
   readonly scope: string;
@@ -134,7 +134,7 @@ export interface RoundTripObserver {
  * The store contract. Every write is conditional; contention is returned as a value. A store that cannot
  * reach its backend rejects with an error (the engine turns it into `STORE_UNAVAILABLE`).
  *
- * `roundTrips` counts requests to the backend since the store was created, so tests check DESIGN.md §6's budget.
+ * `roundTrips` counts requests to the backend since the store was created, so tests check the budget (docs/DESIGN.md: Round-trip budget).
  *
  * @example
  * const store: IdempotencyStore = memoryStore()
@@ -172,7 +172,7 @@ export interface IdempotencyStore<Tx = never> {
 }
 
 /**
- * The claim condition of DESIGN.md §2, as a predicate over the stored record. Stores that decide in-process
+ * The claim condition (docs/DESIGN.md: Claim), as a predicate over the stored record. Stores that decide in-process
  * (memory, SQLite) call it; the others encode the same logic in their own condition language.
  */
 export function isClaimable(existing: IdempotencyRecord | null, fingerprint: string, now: number): boolean {

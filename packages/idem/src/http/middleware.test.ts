@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../stores/memory/index.js';
+import type { IdempotencyStore } from '../core/record.js';
 import { idempotency, type HandlerContext } from './middleware.js';
 
 const DAY = 86_400_000;
@@ -136,5 +137,36 @@ describe('idempotency middleware', () => {
     expect(() => idempotency({ store } as never)).toThrow(
       "Expected `scope` to be a function (request) => tenant, or 'single-tenant' for a service with one tenant.",
     );
+  });
+});
+
+describe("a response over the store's own limit", () => {
+  /** The memory store with a declared limit, as DynamoDB declares its own. */
+  const limited = (maxResponseBytes: number): IdempotencyStore<undefined> =>
+    Object.assign(Object.create(memoryStore()) as IdempotencyStore<undefined>, { maxResponseBytes });
+
+  it('counts the headers as stores encode them (JSON, escapes and framing included), and answers the final too-large problem', async () => {
+    const store = limited(400);
+    let runs = 0;
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY })(async () => {
+      runs++;
+      // Names and values weigh 100 + 12 + 150 + 4 + 16 = 282 bytes; as JSON (each quote escaped) about 460.
+      return new Response('x'.repeat(100), { status: 201, headers: { 'content-type': 'text/plain', link: '"'.repeat(150) } });
+    });
+    const first = await handle(charge('k'));
+    const replay = await handle(charge('k'));
+    expect([first.status, replay.status, runs]).toEqual([500, 500, 1]);
+    expect(((await first.json()) as { type: string }).type).toBe('urn:idem:problem:response-too-large');
+  });
+
+  it("commits the work's declared effects with that final answer: the work ran and will not run again", async () => {
+    const ledger: string[] = [];
+    const handle = idempotency({ store: limited(300), scope: 'single-tenant', ttlMs: DAY })(async (_request, context) => {
+      context.declare({ effects: () => void ledger.push('charged') });
+      return new Response('ok', { status: 201, headers: { 'content-type': 'text/plain; ' + 'p=v; '.repeat(80) } });
+    });
+    expect((await handle(charge('k'))).status).toBe(500);
+    expect((await handle(charge('k'))).status).toBe(500);
+    expect(ledger).toEqual(['charged']);
   });
 });

@@ -5,7 +5,7 @@
 import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type RunRequest, type WorkContext } from '../core/engine.js';
 import { selectFields, type FieldRule } from '../core/fields.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
-import { fingerprint } from '../core/fingerprint.js';
+import { fingerprint, utf8Length } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import { problem, problemFor } from './problem.js';
@@ -349,11 +349,13 @@ export function createGate<Tx, Req>({
       async complete(response, outcome) {
         if (lease.settled) return undefined;
         if (responseSize(response) > responseLimit) {
+          // Final, so the work's declared writes commit with it: the work ran and will never run again.
           const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
-          const settled = await lease.complete({ response: stored, outcome: 'failed-final' });
+          const settled = await lease.complete({ ...declared, response: stored, outcome: 'failed-final' });
           return settled.ok ? storedResponse(stored) : answerFor(settled.error, native);
         }
-        const chosen = declared.outcome ?? outcome ?? classify?.(response.status, native);
+        // The adapter's own outcome (a too-large replacement) wins over what the handler declared for its response.
+        const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
         const settled = await lease.complete({ response, ...declared, ...(chosen === undefined ? {} : { outcome: chosen }) });
         return settled.ok ? undefined : answerFor(settled.error, native);
       },
@@ -390,30 +392,14 @@ function isJson(contentType: string | null): boolean {
   return type === 'application/json' || type.endsWith('+json');
 }
 
-/** What a stored response weighs against a store's limit: body bytes plus header names and values. */
+/**
+ * What a stored response weighs against a store's limit: its body bytes plus its headers as the stores encode
+ * them (a JSON list of pairs, in UTF-8), framing and escapes included.
+ */
 function responseSize({ body, headers }: StoredResponse): number {
-  let size = body.byteLength;
-  for (const [name, value] of headers) size += utf8Length(name) + utf8Length(value);
-  return size;
+  return body.byteLength + (headers.length === 0 ? 0 : utf8Length(JSON.stringify(headers)));
 }
 
-/** UTF-8 bytes of a string, as a store encodes it (header values may carry non-ASCII text). */
-function utf8Length(text: string): number {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const code = text.charCodeAt(i);
-    if (code < 0x80) continue;
-    if (code < 0x800) {
-      bytes += 1;
-    } else if (code >= 0xd800 && code <= 0xdbff) {
-      bytes += 2; // a surrogate pair: 2 UTF-16 units, 4 bytes
-      i++;
-    } else {
-      bytes += 2;
-    }
-  }
-  return bytes;
-}
 
 /**
  * What is stored (and answered) instead of a response too large to store: a final 500 problem.

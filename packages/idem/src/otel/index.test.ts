@@ -65,7 +65,7 @@ describe('idem/otel on SQLite', () => {
   const store = tracing.store(sqlite);
   let release = (): void => {};
   let announce = (): void => {};
-  const protect = idempotency<never>({ store, scope: 'single-tenant', leaseMs: 300, onEvent: tracing.onEvent });
+  const protect = idempotency({ store, scope: 'single-tenant', leaseMs: 300, onEvent: tracing.onEvent });
   const handle = protect(async (request, { id }) => {
     const body = (await request.json()) as { card: string; hold?: boolean };
     if (body.hold) {
@@ -203,7 +203,7 @@ describe.skipIf(!pgAvailable)('idem/otel on PostgreSQL', () => {
     const store = tracing.store(postgresStore({ pool, schema, onRoundTrip: tracing.onRoundTrip }));
     await store.migrate();
     exporter.reset();
-    const handle = idempotency<never>({ store, scope: () => SCOPE, onEvent: tracing.onEvent })(async () => Response.json({ ok: true }, { status: 201 }));
+    const handle = idempotency({ store, scope: () => SCOPE, onEvent: tracing.onEvent })(async () => Response.json({ ok: true }, { status: 201 }));
     const answers = await Promise.all(Array.from({ length: 8 }, () => served(handle)(randomUUID(), { amount: 1 })));
     expect(answers.map((a) => a.status)).toEqual(Array(8).fill(201));
     const perRequest = answers.map((a) => spansOf(a.spanId).map((s) => [s.name, s.attributes['idem.store'], s.attributes['idem.round_trips']]));

@@ -186,7 +186,7 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
   return { store: wrap, onRoundTrip, onEvent };
 }
 
-/** What the claim found, by the same rules the engine answers with (DESIGN.md §2). */
+/** What the claim found, by the same rules the engine answers with (docs/DESIGN.md: State machine). */
 function claimDecision(kind: 'claimed' | 'existing', record: IdempotencyRecord, freshId: string, fingerprint: string, now: number): ClaimDecision {
   if (kind === 'claimed') return record.id === freshId ? 'claimed' : 'reclaimed';
   if (record.fingerprint !== fingerprint) return 'mismatch';

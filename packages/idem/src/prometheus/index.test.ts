@@ -65,7 +65,7 @@ function setup(options: { route?: (path: string) => string | undefined } = {}) {
   const clock = manualClock(Date.parse('2026-01-01T00:00:00Z'));
   /** The resolvers of the handlers holding `hold: true` requests, in the order they started. */
   const holds: Array<() => void> = [];
-  const handle = idempotency<never>({
+  const handle = idempotency({
     store: switchable(sqlite, down),
     scope: 'single-tenant',
     required: true,

@@ -21,7 +21,7 @@ export interface ConformanceOptions<Tx> {
   readonly contendedClaimExtraTrips?: number;
   /**
    * Round trips a refused claim takes to return the existing record. 1 where the engine returns it with the
-   * failed write (DESIGN.md §6); 2 only for an engine that cannot (dynalite ignores ALL_OLD). Default 1.
+   * failed write (docs/DESIGN.md: Round-trip budget); 2 only for an engine that cannot (dynalite ignores ALL_OLD). Default 1.
    */
   readonly refusedClaimTrips?: number;
 }

@@ -1,7 +1,7 @@
 /**
  * @module `idem/express` — idempotency keys as Express 5 middleware. Mount it before any body parser.
  */
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import type { Engine, OutcomeKind } from '../../core/engine.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
@@ -122,8 +122,13 @@ function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array
  * response is answered as the stored `response-too-large` problem). Chunks are checked as Node checks them, so
  * `res.end(12345)` throws in the handler as it would without Idem (Express answers 500).
  *
+ * What is recorded and what is sent are one snapshot, taken at the handler's `end()`: status, headers and body.
+ * Anything the handler (or an error handler) does to the response after its `end()` and before the record is
+ * written — set a status, set headers, end it again — is ignored, as it would be on a response already sent.
+ *
  * A client that disconnects does not release the key: the handler goes on, its outcome is recorded, and the
- * retry replays it.
+ * retry replays it. A response the server itself destroys before ending it (a failed `pipeline` into `res`)
+ * settles the key `failed`, retryable: nothing was answered.
  */
 function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, replayHeaders: readonly string[]): void {
   // Whoever wrapped these methods before us, every call below is theirs, called on this response with
@@ -133,12 +138,14 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
   const write = res.write as (this: ServerResponse, ...args: unknown[]) => boolean;
   const end = res.end as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
   const flushHeaders = res.flushHeaders;
+  const destroy = res.destroy;
   /* eslint-enable @typescript-eslint/unbound-method */
   const chunks: Buffer[] = [];
   let size = 0;
   let tooLarge: BodyTooLargeError | undefined;
   let held = true;
   let ended = false;
+  let snapshot: { status: number; message: string; headers: OutgoingHttpHeaders } | undefined;
 
   const keep = (chunk: unknown, encoding: unknown): void => {
     if (tooLarge) return;
@@ -154,6 +161,8 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
 
   res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
     if (!held) return writeHead.call(res, statusCode, ...rest);
+    checkStatus(statusCode);
+    if (ended) return res;
     const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
     const headers = reason === undefined ? rest[0] : rest[1];
     // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
@@ -184,36 +193,65 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
     const chunk = typeof args[0] === 'function' ? undefined : args[0];
     if (chunk !== undefined && chunk !== null) checkChunk(chunk);
     if (ended) return res;
+    checkStatus(res.statusCode);
     ended = true;
+    // The answer is fixed now: what is recorded is what is sent, whatever touches `res` before the record is written.
+    snapshot = { status: res.statusCode, message: res.statusMessage, headers: res.getHeaders() };
     if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
     const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
     void finish(callback);
     return res;
   } as ServerResponse['end'];
 
+  // A response the server destroys before its end (a failed pipeline into `res`) answered nothing: the key is
+  // retryable. A client that goes away does not call this (Node closes the socket, not the response).
+  res.destroy = function (error?: Error): ServerResponse {
+    if (held && !ended) {
+      held = false;
+      void claim.fail();
+    }
+    return destroy.call(res, error);
+  };
+
   async function finish(callback: (() => void) | undefined): Promise<void> {
+    const { status, message, headers: sent } = snapshot as NonNullable<typeof snapshot>;
     let replacement: Response | undefined;
     let body: Uint8Array = NO_BYTES;
     if (tooLarge) {
       const stored = await responseTooLarge(tooLarge);
       replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
     } else {
-      const status = res.statusCode;
       const empty = NULL_BODY_STATUSES.has(status) || res.req.method === 'HEAD';
       body = empty ? NO_BYTES : joinBytes(chunks, size);
-      const headers = storableHeaders(headerPairs(res.getHeaders()), replayHeaders);
+      const headers = storableHeaders(headerPairs(sent), replayHeaders);
       replacement = await claim.complete({ status, headers, body });
     }
+    if (!held) return; // destroyed meanwhile: nothing to send
     held = false;
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
     if (replacement) {
       const parts = await responseParts(replacement);
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
       res.statusCode = parts.status;
       for (const [name, value] of parts.headers) res.setHeader(name, value);
       body = parts.body;
+    } else {
+      res.statusCode = status;
+      res.statusMessage = message;
+      // Content-Length is left to Node, from the bytes actually sent: a header set before the last write is stale
+      // (a HEAD answer keeps the handler's own, which describes the body it did not send).
+      const head = res.req.method === 'HEAD';
+      for (const [name, value] of Object.entries(sent)) {
+        if (value !== undefined && (name !== 'content-length' || head)) res.setHeader(name, value);
+      }
     }
     end.apply(res, callback ? [body, callback] : [body]);
   }
+}
+
+/** Node's own check on a status code (`writeHead` throws it): a three-digit integer from 100. */
+function checkStatus(status: unknown): void {
+  if (typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 999) return;
+  throw Object.assign(new RangeError(`Invalid status code: ${String(status)}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' });
 }
 
 /** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */

@@ -29,6 +29,7 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import pg from 'pg';
+import { Observable } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import type { IdempotencyRecord } from '../../core/record.js';
@@ -126,6 +127,13 @@ class ChargesController {
     return { run: await this.work.run(body) };
   }
 
+  /** An Observable that never emits: Nest tears it down when its client goes away. */
+  watch(body: ChargeBody): Observable<object> {
+    return new Observable<object>(() => {
+      void this.work.run(body);
+    });
+  }
+
   /** Answers through the platform's own response (`@Res()` without passthrough): Nest sends nothing for it. */
   async raw(body: ChargeBody, res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } }): Promise<void> {
     const payload = { id: `raw_${await this.work.run(body)}` };
@@ -145,6 +153,7 @@ route(
 );
 route(ChargesController, 'webhook', [Post('webhooks'), Idempotent(false)], [Body()]);
 route(ChargesController, 'raw', [Post('raw')], [Body(), Res()]);
+route(ChargesController, 'watch', [Post('watch')], [Body()]);
 
 let schema = '';
 let ledgerTable = '';
@@ -235,7 +244,7 @@ describe.skipIf(!available)('idem/nest', () => {
       work,
       errors,
       store,
-      post: (path: string, body: ChargeBody, headers: Record<string, string> = {}) => post(`${url}${path}`, body, headers),
+      post: (path: string, body: ChargeBody, headers: Record<string, string> = {}, signal?: AbortSignal) => post(`${url}${path}`, body, headers, signal),
       record: (key: string): Promise<IdempotencyRecord | null> => store.get(recordPk(ACCOUNT, key)),
       ledger: async (ref: string) => Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${ledgerTable} WHERE ref = $1`, [ref])).rows[0]?.n),
       close: async () => {
@@ -353,6 +362,19 @@ describe.skipIf(!available)('idem/nest', () => {
       expect(served.work.runs.get(ref)).toBe(1);
     });
 
+    it('a handler Observable Nest tears down (its client went away) ends the key failed and retryable, not held', async () => {
+      const ref = newRef();
+      const key = randomUUID();
+      const gone = new AbortController();
+      const begun = served.work.started(ref);
+      const attempt = served.post('/v1/watch', { ref, amount: 1 }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
+      await begun;
+      gone.abort();
+      expect(await attempt).toBeInstanceOf(Error);
+      await expect.poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 }).toBe('failed');
+      expect([(await served.record(key))?.retryable, served.work.runs.get(ref)]).toEqual([true, 1]);
+    });
+
     it('a request the guard refuses claims nothing: 403, and no store round trip', async () => {
       const ref = newRef();
       const trips = served.store.roundTrips;
@@ -417,12 +439,12 @@ describe.skipIf(!available)('idem/nest', () => {
 
 const newRef = (): string => `ref_${randomUUID()}`;
 
-async function post(url: string, body: ChargeBody, headers: Record<string, string>) {
+async function post(url: string, body: ChargeBody, headers: Record<string, string>, signal?: AbortSignal) {
   const response = await fetch(url, {
     method: 'POST',
     headers: { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json', ...headers },
     body: JSON.stringify(body),
-    signal: AbortSignal.timeout(10_000),
+    signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(10_000)]) : AbortSignal.timeout(10_000),
   });
   const bytes = new Uint8Array(await response.arrayBuffer());
   const text = new TextDecoder().decode(bytes);

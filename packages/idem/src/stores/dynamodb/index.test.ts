@@ -249,7 +249,7 @@ describe('dynamodb store against dynalite', () => {
     expect((await store.get(first.pk))?.token).toBe(retry.token);
   });
 
-  it('writes the item of DESIGN.md §1: attribute names and types exactly, expiresAt in seconds for TTL', async () => {
+  it('writes the item of docs/DESIGN.md (Record): attribute names and types exactly, expiresAt in seconds for TTL', async () => {
     const { store, table } = await recordingStore();
     const req = request({ now: T0 + 1_234 });
     await store.claim(req);

@@ -1,7 +1,7 @@
 /**
  * @module `idem/stores/dynamodb` — records as items of a DynamoDB table, claimed with one conditional write.
  *
- * The item (DESIGN.md §1), with every attribute name configurable so it fits an existing single-table design:
+ * The item (docs/DESIGN.md: Record), with every attribute name configurable so it fits an existing single-table design:
  *
  * | attribute | type | value |
  * |---|---|---|
@@ -31,7 +31,7 @@
  * (see `claim`): `claimed`, or `ok: true` for a completion, renewal or release it had already made.
  *
  * DynamoDB has no transaction spanning the record and the work's own database, so `complete` takes no `effects`:
- * the work carries the record's stable `id` under a unique constraint instead (DESIGN.md §4).
+ * the work carries the record's stable `id` under a unique constraint instead (docs/DESIGN.md: The work's own writes).
  */
 import {
   BatchGetItemCommand,

@@ -141,7 +141,7 @@ export interface RedisStore extends IdempotencyStore {
 
 /**
  * Creates a Redis store. `effects` passed to `complete` are refused: Redis cannot commit them with the record.
- * Key the work's own writes on the record's `id` under a unique constraint instead (DESIGN.md §4).
+ * Key the work's own writes on the record's `id` under a unique constraint instead (docs/DESIGN.md: The work's own writes).
  *
  * `sweep` is not needed in production — records expire natively — and costs a `SCAN` of the prefix plus one call
  * per record found; it deletes the records whose `expiresAt` has passed by the `now` it is given (useful when

@@ -1,7 +1,7 @@
 /**
  * @module `idem/stores/sqlite` — the embedded default store, on a better-sqlite3 (v12) `Database` that you open
  * and pass in. Your own tables can live in the same database, and the work's writes can commit in the same
- * transaction as the record's completion (DESIGN.md §4).
+ * transaction as the record's completion (docs/DESIGN.md: The work's own writes).
  */
 import { configError } from '../../core/errors.js';
 import type {

@@ -1,0 +1,74 @@
+/**
+ * @module One in-process run for the instruction counter (bench/instructions.ts): `count` requests of one kind
+ * through the Web layer, on the memory store or a null store. Deterministic input (fixed keys and ids), no timers
+ * left running, no network: under `valgrind --tool=callgrind` with V8 single-threaded the count repeats.
+ * Usage: node bench/instructions-run.js <new|replay|mismatch|conflict> <memory|null> <count>
+ */
+import { idempotency } from '../packages/idem/src/http/middleware.js';
+import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
+import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
+
+const [kind = 'new', storeName = 'memory', countText = '100'] = process.argv.slice(2);
+const count = Number(countText);
+
+/**
+ * A store that does no work of its own: it keeps the one record last written in a variable, with no copies, no
+ * limits and no clock checks, so what remains of a request's cost is Idem's (and the Web objects').
+ */
+function nullStore(): IdempotencyStore {
+  let kept: IdempotencyRecord | undefined;
+  return {
+    name: 'null',
+    roundTrips: 0,
+    claim: async (request) => {
+      if (kept?.pk === request.pk) return { kind: 'existing', record: kept };
+      kept = {
+        pk: request.pk, scope: request.scope, key: request.key, status: 'in_progress', fingerprint: request.fingerprint,
+        id: request.id, token: request.token, claimedAt: request.now, leaseExpiresAt: request.now + request.leaseMs,
+        expiresAt: request.now + request.ttlMs, retryable: false, resultId: null, response: null,
+      };
+      return { kind: 'claimed', record: kept };
+    },
+    complete: async ({ outcome }) => {
+      if (kept) kept = { ...kept, ...outcome };
+      return { ok: true };
+    },
+    renew: async () => ({ ok: true }),
+    release: async () => ({ ok: true }),
+    get: async () => kept ?? null,
+    sweep: async () => 0,
+    list: async () => [],
+    close: async () => {},
+  };
+}
+
+let ids = 0;
+const store = storeName === 'null' ? nullStore() : memoryStore();
+const handle = idempotency({
+  store, scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, generateId: () => `id-${++ids}`, onError: () => {},
+})(async (request) => {
+  await request.arrayBuffer();
+  return new Response('{"id":"ch_0123456789ab","amount":500}', { status: 201, headers: { 'content-type': 'application/json', location: '/v1/charges/ch_0123456789ab' } });
+});
+const body = '{"amount":500,"currency":"usd","source":"tok_visa"}';
+const send = (key: string, payload = body) =>
+  handle(new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: payload }));
+
+// Set up what the kind needs: a finished record to replay or mismatch, or one held in flight for the 409s.
+if (kind === 'replay' || kind === 'mismatch') await send('hot');
+let release: (() => void) | undefined;
+if (kind === 'conflict') {
+  const held = idempotency({ store, scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, renewEveryMs: 59_000 })(
+    () => new Promise<Response>((resolve) => (release = () => resolve(new Response('x', { status: 201 })))),
+  );
+  void held(new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'busy', 'content-type': 'application/json' }, body }));
+  await new Promise((resolve) => setImmediate(resolve));
+}
+const expected = { new: 201, replay: 201, mismatch: 400, conflict: 409 }[kind];
+for (let i = 0; i < count; i++) {
+  const key = kind === 'new' ? `k${i}` : kind === 'conflict' ? 'busy' : 'hot';
+  const response = await send(key, kind === 'mismatch' ? '{"amount":501}' : body);
+  await response.arrayBuffer();
+  if (response.status !== expected) throw new Error(`${kind}: expected ${expected}, got ${response.status}`);
+}
+release?.();
