@@ -227,6 +227,12 @@ describe('the body is read only after authentication', () => {
     expect(summary(outcome)).toEqual([404, 'urn:idem:problem:not-found']);
   });
 
+  it('a CONNECT is answered 405, not closed in silence', async () => {
+    const tunnel = await hold(server.url, bare('CONNECT', '127.0.0.1:443', [['Host', '127.0.0.1:443']]));
+    await tunnel.closed;
+    expect(tunnel.received().split('\r\n')[0]).toBe('HTTP/1.1 405 Method Not Allowed');
+  });
+
   it('pipelined behind a charge, an early 401 waits its turn: the charge’s 201 comes first, then the 401', async () => {
     const charge = bare(
       'POST',

@@ -83,6 +83,10 @@ export function serve(
   );
   // `Expect: 100-continue`: the 100 is sent only once the request is admitted, so a refused sender never sends its body.
   server.on('checkContinue', onRequest(true));
+  // CONNECT (a proxy tunnel) is not something this server does: a 405 rather than node's silent close.
+  server.on('connect', (_req: IncomingMessage, socket: Socket) => {
+    socket.end('HTTP/1.1 405 Method Not Allowed\r\nallow: GET, POST\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+  });
   server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
     const pending = answering.get(socket);
     if (pending?.req.complete && !pending.res.writableFinished) {

@@ -72,7 +72,7 @@ export async function openBackend(config: DemoConfig, observer: RoundTripObserve
     };
   }
   if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url, observer);
-  if (/^rediss?:\/\//.test(url)) return openRedis(url, config.ledger, observer);
+  if (/^(rediss?|redis-cluster):\/\//.test(url)) return openRedis(url, config.ledger, observer);
   if (url.startsWith('mysql://')) return openMysql(url, config.ledger, observer);
   if (url.startsWith('dynamodb:')) return openDynamo(url, config.ledger, observer);
   throw new ConfigError(`IDEM_STORE must be one of ${ACCEPTED_STORES}; got "${url}".`);
@@ -98,6 +98,7 @@ async function need<T>(load: () => Promise<T>, name: string, forUrl: string): Pr
 /** The forms `IDEM_STORE` accepts, for error messages and `--help`. */
 export const ACCEPTED_STORES =
   'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
+  'redis-cluster://host:port[,host:port…][?prefix=name:&replicas=1&replicaTimeoutMs=500], ' +
   'mysql://user[:password]@host:3306/db, ' +
   'dynamodb://host:port[?table=name&region=r], dynamodb:local[?table=name]';
 
@@ -248,25 +249,47 @@ function openLedgerDb(path: string): Database.Database {
 }
 
 /**
- * `redis://host:port[/db][?prefix=name:]`: records in Redis (default prefix `idem:`), the ledger in the SQLite
- * file `ledgerPath`, each charge unique on its record's id. Scripts are loaded at startup.
+ * `redis://host:6379[/db][?prefix=name:]`, or `redis-cluster://host:port[,host:port…][?prefix=…]` for a Redis
+ * Cluster (ioredis `Cluster`, seeded with those nodes): records in Redis (default prefix `idem:`), the ledger in the
+ * SQLite file `ledgerPath`, each charge unique on its record's id. `replicas=N` (default 0) makes every write wait
+ * for N replicas (`WAIT`, `replicaTimeoutMs` default 1000) or fail. Scripts are loaded at startup.
  */
 async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
-  const { url, options, shown } = storeUrl(raw, ['prefix']);
+  const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
+  const nodes = seeds?.split(',').map((seed) => ({ host: seed.slice(0, seed.lastIndexOf(':')), port: Number(seed.slice(seed.lastIndexOf(':') + 1)) }));
+  if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
+    throw new ConfigError(`IDEM_STORE=redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
+  }
+  const { url, options, shown } = storeUrl(
+    seeds === undefined ? raw : `redis://cluster${raw.slice('redis-cluster://'.length + seeds.length)}`,
+    ['prefix', 'replicas', 'replicaTimeoutMs'],
+  );
   const prefix = options.get('prefix') ?? 'idem:';
   if (/[{}]/.test(prefix)) throw new ConfigError(`IDEM_STORE ?prefix= must not contain { or }, got "${prefix}".`);
-  const { Redis } = await need(() => import('ioredis'), 'ioredis', 'redis://');
-  const client = new Redis(url.toString(), {
-    lazyConnect: true,
+  const replicas = Number(options.get('replicas') ?? 0);
+  const replicaTimeoutMs = Number(options.get('replicaTimeoutMs') ?? 1_000);
+  if (!Number.isInteger(replicas) || replicas < 0 || !Number.isInteger(replicaTimeoutMs) || replicaTimeoutMs <= 0) {
+    throw new ConfigError(`IDEM_STORE ?replicas= must be an integer ≥ 0 and ?replicaTimeoutMs= one > 0, got "${raw}".`);
+  }
+  const { Cluster, Redis } = await need(() => import('ioredis'), 'ioredis', 'redis://');
+  // Fail fast and never resend: a command on a dropped connection is rejected at once (not queued until the
+  // connection returns, not sent a second time after it). The engine answers 503; the client retries the key.
+  // (A Cluster client does resend a command whose node's connection closed, to the slot's new primary, for up to
+  // 16 tries 100 ms apart: the scripts count a resend that meets their own earlier run as applied.)
+  const connection = {
     connectTimeout: STORE_TIMEOUTS.connectMs,
     commandTimeout: STORE_TIMEOUTS.requestMs,
-    // Fail fast and never resend: a command on a dropped connection is rejected at once (not queued until the
-    // connection returns, not sent a second time after it). The engine answers 503; the client retries the key.
-    enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
-    retryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
-  });
+  };
+  const client = nodes
+    ? new Cluster(nodes, { lazyConnect: true, enableOfflineQueue: false, redisOptions: connection })
+    : new Redis(url.toString(), {
+        ...connection,
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        retryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
+      });
   client.on('error', warner('redis'));
   try {
     await client.connect();
@@ -274,7 +297,7 @@ async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObs
     client.disconnect();
     throw error;
   }
-  const store = redisStore({ client, prefix, ...observer });
+  const store = redisStore({ client, prefix, replicas, replicaTimeoutMs, ...observer });
   const ledgerDb = openLedgerDb(ledgerPath);
   try {
     await store.load();
@@ -287,7 +310,7 @@ async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObs
     store,
     ledger: new SqliteLedger(ledgerDb),
     sharedLedger: false,
-    description: `Redis ${shown} prefix ${prefix} (records), SQLite ${ledgerPath} (ledger)`,
+    description: `${nodes ? `Redis Cluster ${seeds}` : `Redis ${shown}`} prefix ${prefix}${replicas ? ` WAIT ${replicas}` : ''} (records), SQLite ${ledgerPath} (ledger)`,
     close: async () => {
       await store.close();
       await client.quit().catch(() => client.disconnect());

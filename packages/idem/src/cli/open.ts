@@ -22,7 +22,7 @@ export class StoreUrlError extends Error {
 /** The forms `--store` accepts, for error messages and `--help`. */
 export const ACCEPTED_STORES =
   'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], mysql://user@host:3306/db[?table=name], ' +
-  'redis://host:6379[/db][?prefix=name:], ' +
+  'redis://host:6379[/db][?prefix=name:], redis-cluster://host:port[,host:port…][?prefix=name:], ' +
   'dynamodb://host:port[?table=name&region=r]';
 
 /** A store opened from its URL, with `migrate` (SQL) or `createTable` (DynamoDB) when the store has one. */
@@ -132,10 +132,22 @@ export async function openStore(raw: string, { create = false }: { readonly crea
     }
     return { store, description: `MySQL ${shown}`, close: () => store.close() };
   }
-  if (/^rediss?:\/\//.test(raw)) {
-    const { url, options, shown } = parseUrl(raw, ['prefix']);
-    const { Redis } = await driver<typeof IORedis>('ioredis', 'redis://');
-    const client = new Redis(url.toString(), { lazyConnect: true, connectTimeout: CONNECT_MS, commandTimeout: REQUEST_MS, maxRetriesPerRequest: 1 });
+  if (/^(rediss?|redis-cluster):\/\//.test(raw)) {
+    // redis-cluster://host:port[,host:port…]: the seed nodes of a Redis Cluster (as the demo reads them).
+    const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
+    const nodes = seeds?.split(',').map((seed) => ({ host: seed.slice(0, seed.lastIndexOf(':')), port: Number(seed.slice(seed.lastIndexOf(':') + 1)) }));
+    if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
+      throw new StoreUrlError(`redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
+    }
+    const { url, options, shown } = parseUrl(
+      seeds === undefined ? raw : `redis://cluster${raw.slice('redis-cluster://'.length + seeds.length)}`,
+      ['prefix', 'replicas', 'replicaTimeoutMs'],
+    );
+    const { Cluster, Redis } = await driver<typeof IORedis>('ioredis', 'redis://');
+    const connection = { connectTimeout: CONNECT_MS, commandTimeout: REQUEST_MS, maxRetriesPerRequest: 1 };
+    const client = nodes
+      ? new Cluster(nodes, { lazyConnect: true, redisOptions: connection })
+      : new Redis(url.toString(), { ...connection, lazyConnect: true });
     client.on('error', () => undefined);
     const { redisStore } = await import('../stores/redis/index.js');
     const prefix = options.get('prefix') ?? 'idem:';
@@ -155,7 +167,7 @@ export async function openStore(raw: string, { create = false }: { readonly crea
     }
     return {
       store,
-      description: `Redis ${shown} prefix ${prefix}`,
+      description: `${nodes ? `Redis Cluster ${seeds}` : `Redis ${shown}`} prefix ${prefix}`,
       close: async () => {
         await store.close();
         await client.quit().catch(() => client.disconnect());

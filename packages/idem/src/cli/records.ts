@@ -12,6 +12,7 @@ import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 const STORE_HELP = [
   'Store URLs (--store defaults to $IDEM_STORE):',
   '  sqlite:<path>   postgres://user@host:5432/db[?schema=name]   redis://host:6379[/db][?prefix=name:]',
+  '  redis-cluster://host:port[,host:port…][?prefix=name:&replicas=1&replicaTimeoutMs=500]',
   '  mysql://user[:password]@host:3306/db   dynamodb://host:port[?table=name&region=r]',
   '  memory: (a fresh, empty store: for trying the commands)',
 ].join('\n');

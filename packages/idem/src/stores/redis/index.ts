@@ -15,11 +15,15 @@
  *   way; a completion uses `HSET`, which keeps it.
  * - **Binary bodies** are stored base64-encoded in the `responseBody` field and decoded on read: exact bytes with
  *   any driver, because no reply has to be read as a Buffer. (Costs a third more space for the body.)
- * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front; an `EVALSHA` that still gets
- *   `NOSCRIPT` (a restarted or failed-over server, a Cluster node that never saw the load) is retried once with
- *   `EVAL`, and both requests are counted in `roundTrips`.
- * - **`sweep` uses `SCAN`**: O(keyspace), for operators, never for hot paths (records expire natively). On Cluster
- *   a client sends `SCAN` to one node, so it sees that node's records only.
+ * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front (on every node of a Cluster); an
+ *   `EVALSHA` that still gets `NOSCRIPT` (a restarted or failed-over server, a node added later) is retried once
+ *   with `EVAL`, and both requests are counted in `roundTrips`.
+ * - **`sweep` uses `SCAN`**: O(keyspace), for operators, never for hot paths (records expire natively). On a
+ *   Cluster it scans every primary (the client's `nodes('master')`).
+ * - **Replication** is asynchronous: a write acknowledged by a primary that dies before its replica has it is
+ *   lost at failover. `replicas` sends `WAIT` with each write script and fails the call when too few replicas
+ *   have it; that narrows the window (a replica that acknowledged may still not be the one promoted), it does
+ *   not make Redis a consensus store. docs/STORES.md (Redis Cluster) has the measurements.
  * - **Before this layout** records were `<prefix>{<pk>}`: this version does not see them. They expire natively
  *   within their TTL; docs/STORES.md has the upgrade path.
  */
@@ -45,12 +49,13 @@ import { decodeHeaders, encodeHeaders } from '../contract.js';
 import { SCRIPTS, type RedisScript } from './scripts.js';
 
 /**
- * The subset of an ioredis client (`Redis`, or `Cluster` for everything but `sweep`) that the store calls.
- * Pass an ioredis client as is; wrap a node-redis client with {@link fromNodeRedis}.
+ * The subset of an ioredis client (`Redis`, or `Cluster`) that the store calls. Pass an ioredis client as is; wrap
+ * a node-redis client or cluster with {@link fromNodeRedis}.
  *
  * @example
- * import { Redis } from 'ioredis'
+ * import { Cluster, Redis } from 'ioredis'
  * const client: RedisClient = new Redis('redis://127.0.0.1:6379')
+ * const cluster: RedisClient = new Cluster([{ host: '127.0.0.1', port: 7000 }])
  */
 export interface RedisClient {
   evalsha(sha: string, numKeys: number, ...keysAndArgs: string[]): Promise<unknown>;
@@ -63,10 +68,39 @@ export interface RedisClient {
     countToken: 'COUNT',
     count: number,
   ): Promise<[cursor: string, keys: string[]]>;
+  /**
+   * Commands sent together to the node that serves their keys, on one connection (ioredis `pipeline()`). Needed
+   * only with `replicas`: the write script and its `WAIT` must reach the same connection.
+   */
+  pipeline?(): RedisPipeline;
+  /**
+   * Redis Cluster only: a client for each node the client knows (ioredis `Cluster.nodes(role)`: the primaries,
+   * and the replicas when `scaleReads` reaches them). With it, `load` loads the scripts on those nodes and `sweep`
+   * scans every primary; a Cluster client would otherwise send both to one random node.
+   */
+  nodes?(role: 'all' | 'master'): ReadonlyArray<RedisNodeClient> | Promise<ReadonlyArray<RedisNodeClient>>;
+}
+
+/** What the store calls on one node of a Cluster: `SCRIPT LOAD` and `SCAN`. */
+export type RedisNodeClient = Pick<RedisClient, 'script' | 'scan'>;
+
+/**
+ * The subset of an ioredis pipeline the store builds with `replicas`: a script, then `WAIT`, in one round trip.
+ * `exec` resolves with each command's `[error, reply]`.
+ *
+ * @example
+ * const [[error, reply], [, acknowledged]] = await client.pipeline().evalsha(sha, 1, key).wait(1, 100).exec()
+ */
+export interface RedisPipeline {
+  evalsha(sha: string, numKeys: number, ...keysAndArgs: string[]): RedisPipeline;
+  eval(script: string, numKeys: number, ...keysAndArgs: string[]): RedisPipeline;
+  wait(numReplicas: number, timeout: number): RedisPipeline;
+  exec(): Promise<Array<[error: Error | null, reply: unknown]> | null>;
 }
 
 /**
  * The subset of a node-redis client (v4 and later; tested with `redis` 6) that {@link fromNodeRedis} calls.
+ * `multi` is needed only with `replicas`.
  *
  * @example
  * import { createClient } from 'redis'
@@ -77,29 +111,96 @@ export interface NodeRedisClient {
   eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
   scriptLoad(script: string): Promise<unknown>;
   scan(cursor: string, options: { MATCH: string; COUNT: number }): Promise<{ cursor: string | number; keys: string[] }>;
+  multi?(): NodeRedisMulti;
 }
 
 /**
- * Adapts a connected node-redis client to {@link RedisClient}. Every call maps to exactly one command.
+ * The subset of a node-redis cluster (`createCluster(…)`, connected) that {@link fromNodeRedis} calls: scripts
+ * are routed by their first key; `masters`, `replicas` and `nodeClient` reach each node for `load` and `sweep`.
+ *
+ * @example
+ * import { createCluster } from 'redis'
+ * const cluster: NodeRedisCluster = await createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] }).connect()
+ */
+export interface NodeRedisCluster<Node = unknown> {
+  evalSha(sha: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
+  eval(script: string, options: { keys: string[]; arguments: string[] }): Promise<unknown>;
+  multi?(): NodeRedisMulti;
+  readonly masters: readonly Node[];
+  readonly replicas: readonly Node[];
+  nodeClient(node: Node): Promise<NodeRedisClient>;
+}
+
+/** The subset of a node-redis `multi()` that {@link fromNodeRedis} uses for a pipeline (`execAsPipeline`, not MULTI). */
+export interface NodeRedisMulti {
+  evalSha(sha: string, options: { keys: string[]; arguments: string[] }): unknown;
+  eval(script: string, options: { keys: string[]; arguments: string[] }): unknown;
+  WAIT(numberOfReplicas: number, timeout: number): unknown;
+  execAsPipeline(): Promise<unknown[]>;
+}
+
+/**
+ * Adapts a connected node-redis client, or a connected node-redis cluster, to {@link RedisClient}. Every call maps
+ * to exactly one command (a pipeline to one round trip).
  *
  * @example
  * import { createClient } from 'redis'
  * const store = redisStore({ client: fromNodeRedis(await createClient({ url }).connect()) })
  */
-export function fromNodeRedis(client: NodeRedisClient): RedisClient {
+export function fromNodeRedis<Node>(client: NodeRedisClient | NodeRedisCluster<Node>): RedisClient {
   const split = (numKeys: number, keysAndArgs: string[]) => ({
     keys: keysAndArgs.slice(0, numKeys),
     arguments: keysAndArgs.slice(numKeys),
   });
-  return {
+  const multi = client.multi?.bind(client);
+  const adapted: RedisClient = {
     evalsha: (sha, numKeys, ...keysAndArgs) => client.evalSha(sha, split(numKeys, keysAndArgs)),
     eval: (source, numKeys, ...keysAndArgs) => client.eval(source, split(numKeys, keysAndArgs)),
-    script: (_load, source) => client.scriptLoad(source),
+    script: (_load, source) => {
+      if ('nodeClient' in client) return Promise.reject(new Error('fromNodeRedis: a cluster loads scripts through nodes()'));
+      return client.scriptLoad(source);
+    },
     scan: async (cursor, _match, pattern, _count, count) => {
+      if ('nodeClient' in client) throw new Error('fromNodeRedis: a cluster scans through nodes()');
       const reply = await client.scan(cursor, { MATCH: pattern, COUNT: count });
       return [String(reply.cursor), reply.keys];
     },
+    ...(multi ? { pipeline: () => nodeRedisPipeline(multi(), split) } : {}),
   };
+  if (!('nodeClient' in client)) return adapted;
+  const cluster = client;
+  return {
+    ...adapted,
+    nodes: async (role) =>
+      Promise.all(
+        (role === 'master' ? cluster.masters : [...cluster.masters, ...cluster.replicas]).map(async (node) =>
+          fromNodeRedis(await cluster.nodeClient(node)),
+        ),
+      ),
+  };
+}
+
+/** A {@link RedisPipeline} over a node-redis `multi()`, sent with `execAsPipeline`; per-command errors become `[error, null]`. */
+function nodeRedisPipeline(
+  multi: NodeRedisMulti,
+  split: (numKeys: number, keysAndArgs: string[]) => { keys: string[]; arguments: string[] },
+): RedisPipeline {
+  const pipeline: RedisPipeline = {
+    evalsha: (sha, numKeys, ...keysAndArgs) => (multi.evalSha(sha, split(numKeys, keysAndArgs)), pipeline),
+    eval: (source, numKeys, ...keysAndArgs) => (multi.eval(source, split(numKeys, keysAndArgs)), pipeline),
+    wait: (numReplicas, timeout) => (multi.WAIT(numReplicas, timeout), pipeline),
+    exec: async () => {
+      try {
+        return (await multi.execAsPipeline()).map((reply): [Error | null, unknown] => [null, reply]);
+      } catch (error) {
+        // node-redis's MultiErrorReply: every reply, errors included, and which ones are errors.
+        const { replies, errorIndexes } = error as { replies?: unknown[]; errorIndexes?: number[] };
+        if (!Array.isArray(replies) || !Array.isArray(errorIndexes)) throw error;
+        return replies.map((reply, i): [Error | null, unknown] => (errorIndexes.includes(i) ? [reply as Error, null] : [null, reply]));
+      }
+    },
+  };
+  return pipeline;
 }
 
 /**
@@ -108,7 +209,8 @@ export function fromNodeRedis(client: NodeRedisClient): RedisClient {
  * names the script it loads. `response` is the driver's reply as is: a claim's `[1 | 0, [field, value, …]]`
  * (`0` when a live record is in the way, with that record), `1`/`0` for a conditional write, a list's
  * `[more, [[field, value, …], …]]`, `[cursor, keys]` for a `SCAN`. A `NOSCRIPT` answer to `EVALSHA` is reported
- * as its `error`, then the `EVAL` that follows.
+ * as its `error`, then the `EVAL` that follows. With `replicas`, a write script's request carries
+ * `wait: [replicas, timeoutMs]` (the `WAIT` sent with it) and its response is `[script reply, replicas reached]`.
  */
 export type RedisRoundTripRequest =
   | {
@@ -116,6 +218,7 @@ export type RedisRoundTripRequest =
       readonly script: RedisScript['name'];
       readonly keys: readonly string[];
       readonly args: readonly string[];
+      readonly wait?: readonly [replicas: number, timeoutMs: number];
     }
   | { readonly command: 'SCAN'; readonly args: readonly [cursor: string, 'MATCH', pattern: string, 'COUNT', count: number] }
   | { readonly command: 'SCRIPT LOAD'; readonly script: RedisScript['name'] };
@@ -127,6 +230,16 @@ export interface RedisStoreOptions extends RoundTripObserver {
   readonly prefix?: string;
   /** Keys per `SCAN` page in `sweep`. Default 1,000. */
   readonly scanCount?: number;
+  /**
+   * Replicas that must hold each write before the store reports it: every write script (claim, complete, renew,
+   * release) goes out with `WAIT replicas replicaTimeoutMs` in one round trip (the client needs `pipeline`). A
+   * write that reaches fewer replicas in time rejects: a claim so refused does not let the work run (the engine
+   * answers 503), though the record stays on the primary until its lease lapses. Refusals wrote nothing and are
+   * not checked. `WAIT` holds the connection it is sent on until it returns. Default 0: no `WAIT`.
+   */
+  readonly replicas?: number;
+  /** How long `WAIT` waits for `replicas`, in ms; keep it under the client's command timeout. Default 1,000. */
+  readonly replicaTimeoutMs?: number;
 }
 
 /** The store, plus {@link RedisStore.load}. */
@@ -154,7 +267,14 @@ export interface RedisStore extends IdempotencyStore {
  * await store.load()
  * const engine = createEngine({ store })
  */
-export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoundTrip }: RedisStoreOptions): RedisStore {
+export function redisStore({
+  client,
+  prefix = 'idem:',
+  scanCount = 1_000,
+  replicas = 0,
+  replicaTimeoutMs = 1_000,
+  onRoundTrip,
+}: RedisStoreOptions): RedisStore {
   const expected = 'a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client))';
   if (typeof client !== 'object' || client === null) throw configError('client', expected, client);
   for (const method of ['evalsha', 'eval', 'script', 'scan'] as const) {
@@ -164,6 +284,14 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     throw configError('prefix', 'a string without `{` or `}`', prefix);
   }
   if (!Number.isInteger(scanCount) || scanCount <= 0) throw configError('scanCount', 'a positive integer', scanCount);
+  if (!Number.isInteger(replicas) || replicas < 0) throw configError('replicas', 'a non-negative integer', replicas);
+  if (!Number.isInteger(replicaTimeoutMs) || replicaTimeoutMs <= 0) {
+    throw configError('replicaTimeoutMs', 'a positive integer (WAIT 0 would wait forever)', replicaTimeoutMs);
+  }
+  if (replicas > 0 && typeof client.pipeline !== 'function') {
+    throw configError('client', 'a client with pipeline() when `replicas` is set (an ioredis client, or fromNodeRedis(client) of one with multi())');
+  }
+  if (client.nodes !== undefined && typeof client.nodes !== 'function') throw configError('client', 'a client whose nodes is a function');
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
   }
@@ -213,15 +341,71 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     }
   }
 
-  /** Pages of keys matching `pattern`, one `SCAN` round trip per page. */
-  async function* scan(op: RoundTrip['op'], pattern: string, count: number): AsyncGenerator<string[]> {
+  /**
+   * One write script for `op`, and with `replicas` its `WAIT`, sent together in one pipeline: one round trip (a
+   * second, with `EVAL`, after `NOSCRIPT`). `wrote(reply)` says whether the script changed anything; when it did
+   * and `WAIT` reached fewer than `replicas`, the call rejects — the write is on the primary, not acknowledged.
+   */
+  async function write(
+    op: RoundTrip['op'],
+    script: RedisScript,
+    names: readonly string[],
+    wrote: (reply: unknown) => boolean,
+    ...args: string[]
+  ): Promise<unknown> {
+    if (replicas === 0) return run(op, script, names, ...args);
+    const wait = [replicas, replicaTimeoutMs] as const;
+    const attempt = (command: 'EVALSHA' | 'EVAL') =>
+      send(
+        op,
+        () => ({ command, script: script.name, keys: [...names], args, wait }),
+        async (): Promise<[reply: unknown, reached: unknown]> => {
+          const pipeline = (client.pipeline as () => RedisPipeline)();
+          if (command === 'EVALSHA') pipeline.evalsha(script.sha, names.length, ...names, ...args);
+          else pipeline.eval(script.source, names.length, ...names, ...args);
+          const replies = await pipeline.wait(replicas, replicaTimeoutMs).exec();
+          if (!Array.isArray(replies) || replies.length !== 2) throw new Error(`redis ${op}: the pipeline with WAIT returned ${String(replies)}`);
+          const [[error, reply] = [null, undefined], [waitError, reached] = [null, undefined]] = replies;
+          if (error) throw error;
+          return [reply, waitError ?? reached];
+        },
+      );
+    const once = async (): Promise<[reply: unknown, reached: unknown]> => {
+      try {
+        return await attempt('EVALSHA');
+      } catch (error) {
+        if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
+        return attempt('EVAL');
+      }
+    };
+    let result: [reply: unknown, reached: unknown];
+    try {
+      result = await once();
+    } catch (error) {
+      // A Cluster client follows MOVED for a lone command, not for a pipeline whose replies differ (a replica
+      // answers the script MOVED and WAIT an error of its own), and would keep sending to the old owner. MOVED
+      // means the script did not run: one lone read of the record teaches the client the slot's owner, then again.
+      if (!(error instanceof Error && /^(MOVED|ASK) /.test(error.message))) throw error;
+      await run(op, SCRIPTS.get, names.slice(0, 1));
+      result = await once();
+    }
+    const [reply, reached] = result;
+    if (wrote(reply) && !(typeof reached === 'number' && reached >= replicas)) {
+      const got = reached instanceof Error ? `WAIT failed (${reached.message})` : `WAIT reached ${String(reached)} of ${replicas} replicas in ${replicaTimeoutMs} ms`;
+      throw new Error(`redis ${op} of ${names[0]}: written on the primary, not acknowledged: ${got}`);
+    }
+    return reply;
+  }
+
+  /** Pages of keys matching `pattern` on `node`, one `SCAN` round trip per page. */
+  async function* scan(node: RedisNodeClient, op: RoundTrip['op'], pattern: string, count: number): AsyncGenerator<string[]> {
     const seen = new Set<string>();
     let cursor = '0';
     do {
       const [next, keys] = await send(
         op,
         () => ({ command: 'SCAN', args: [cursor, 'MATCH', pattern, 'COUNT', count] }),
-        () => client.scan(cursor, 'MATCH', pattern, 'COUNT', count),
+        () => node.scan(cursor, 'MATCH', pattern, 'COUNT', count),
       );
       cursor = next;
       // SCAN may return a key twice; keep the first.
@@ -231,6 +415,15 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
   }
 
   const written = (reply: unknown): WriteResult => ({ ok: reply === 1 });
+  const wroteOne = (reply: unknown): boolean => reply === 1;
+  /** The nodes `load` and `sweep` reach: every node of a Cluster (or its primaries), else the client itself. */
+  const nodes = async (role: 'all' | 'master'): Promise<ReadonlyArray<RedisNodeClient>> => {
+    if (!client.nodes) return [client];
+    const found = await client.nodes(role);
+    // An ioredis Cluster knows its nodes once it is ready: before, `nodes()` is empty and would load or sweep nothing.
+    if (found.length === 0) throw new Error('redis store: the Cluster client knows no nodes yet (await its connect() first)');
+    return found;
+  };
 
   return {
     name: 'redis',
@@ -242,14 +435,16 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     async load(): Promise<void> {
       if (closed) throw new Error('redis store is closed');
       await Promise.all(
-        Object.values(SCRIPTS).map(async ({ name, source, sha }) => {
-          const loaded = await send(
-            'load',
-            () => ({ command: 'SCRIPT LOAD', script: name }),
-            () => client.script('LOAD', source),
-          );
-          if (loaded !== sha) throw new Error(`redis SCRIPT LOAD of ${name} returned ${String(loaded)}, expected ${sha}`);
-        }),
+        (await nodes('all')).flatMap((node) =>
+          Object.values(SCRIPTS).map(async ({ name, source, sha }) => {
+            const loaded = await send(
+              'load',
+              () => ({ command: 'SCRIPT LOAD', script: name }),
+              () => node.script('LOAD', source),
+            );
+            if (loaded !== sha) throw new Error(`redis SCRIPT LOAD of ${name} returned ${String(loaded)}, expected ${sha}`);
+          }),
+        ),
       );
     },
 
@@ -262,10 +457,11 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     async claim(request: ClaimRequest): Promise<ClaimResult> {
       const { pk, scope, key, fingerprint, token, id, now, leaseMs, ttlMs } = request;
       const { record: recordKey, index, base, member } = keys(pk);
-      const reply = await run(
+      const reply = await write(
         'claim',
         SCRIPTS.claim,
         [recordKey, index],
+        (reply) => Array.isArray(reply) && reply[0] === 1,
         String(now),
         fingerprint,
         token,
@@ -292,10 +488,11 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
       }
       const { status, retryable, resultId, response } = outcome;
       return written(
-        await run(
+        await write(
           'complete',
           SCRIPTS.complete,
           [keys(pk).record],
+          wroteOne,
           token,
           status,
           retryable ? '1' : '0',
@@ -312,12 +509,12 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
     async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
       const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
       const { record, index } = keys(pk);
-      return written(await run('renew', SCRIPTS.renew, [record, index], token, String(now + leaseMs), String(expiresAt), ttlMs));
+      return written(await write('renew', SCRIPTS.renew, [record, index], wroteOne, token, String(now + leaseMs), String(expiresAt), ttlMs));
     },
 
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
       const { record, index, member } = keys(pk);
-      return written(await run('release', SCRIPTS.release, [record, index], token, member));
+      return written(await write('release', SCRIPTS.release, [record, index], wroteOne, token, member));
     },
 
     async get(pk: string): Promise<IdempotencyRecord | null> {
@@ -326,24 +523,27 @@ export function redisStore({ client, prefix = 'idem:', scanCount = 1_000, onRoun
 
     async sweep({ now, batchSize = scanCount, limit = Infinity }: SweepRequest): Promise<number> {
       let deleted = 0;
-      for await (const page of scan('sweep', `${globEscape(`${prefix}{${PK_PREFIX}`)}*`, batchSize)) {
-        const found = page.map((key) => parseKey(prefix, key)).filter((keys) => keys !== undefined);
-        const records = found.filter((keys) => keys.kind === 'record');
-        // Each call deletes at most one record, so a chunk no larger than what is left never overshoots `limit`.
-        for (let i = 0; i < records.length && deleted < limit; ) {
-          const chunk = records.slice(i, i + Math.min(records.length, limit - deleted));
-          i += chunk.length;
-          const replies = await Promise.all(
-            chunk.map(({ record, index, member }) => run('sweep', SCRIPTS.sweep, [record, index], String(now), member)),
-          );
-          deleted += replies.filter((reply) => reply === 1).length;
-        }
-        if (deleted >= limit) break;
-        // Members whose records expired natively, which no claim or list has pruned yet.
-        for (const { index, base } of found.filter((keys) => keys.kind === 'index')) {
-          for (let start = 0, checked = batchSize; checked === batchSize; ) {
-            const reply = await run('sweep', SCRIPTS.prune, [index], base, String(start), String(batchSize));
-            [start, , checked] = reply as [number, number, number];
+      // On a Cluster, each primary's keys: a scope's records live on the primary serving its slot.
+      primaries: for (const node of await nodes('master')) {
+        for await (const page of scan(node, 'sweep', `${globEscape(`${prefix}{${PK_PREFIX}`)}*`, batchSize)) {
+          const found = page.map((key) => parseKey(prefix, key)).filter((keys) => keys !== undefined);
+          const records = found.filter((keys) => keys.kind === 'record');
+          // Each call deletes at most one record, so a chunk no larger than what is left never overshoots `limit`.
+          for (let i = 0; i < records.length && deleted < limit; ) {
+            const chunk = records.slice(i, i + Math.min(records.length, limit - deleted));
+            i += chunk.length;
+            const replies = await Promise.all(
+              chunk.map(({ record, index, member }) => run('sweep', SCRIPTS.sweep, [record, index], String(now), member)),
+            );
+            deleted += replies.filter((reply) => reply === 1).length;
+          }
+          if (deleted >= limit) break primaries;
+          // Members whose records expired natively, which no claim or list has pruned yet.
+          for (const { index, base } of found.filter((keys) => keys.kind === 'index')) {
+            for (let start = 0, checked = batchSize; checked === batchSize; ) {
+              const reply = await run('sweep', SCRIPTS.prune, [index], base, String(start), String(batchSize));
+              [start, , checked] = reply as [number, number, number];
+            }
           }
         }
       }
