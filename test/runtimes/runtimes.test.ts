@@ -83,14 +83,19 @@ function nodeBinaries(versions: readonly string[]): string[] {
   return versions.map(binary);
 }
 
-const bin = (path: string) => join(ROOT, 'node_modules', path);
+/**
+ * A devDependency's binary: the platform package's own file where it is still there (before, or without, the
+ * package's postinstall, which npm's `allowScripts` may hold back), else the linked one it was moved to.
+ */
+const bin = (...paths: string[]) =>
+  paths.map((path) => join(ROOT, 'node_modules', path)).find((path) => versionOf(path) !== null) ?? join(ROOT, 'node_modules', paths.at(-1) ?? '');
 const candidates: Array<Omit<Runtime, 'version'>> = [
   { kind: 'node', name: 'node (host)', host: true, command: process.execPath, args: [] },
   ...nodeBinaries(NODE_VERSIONS).map((command, i) => ({ kind: 'node' as const, name: `node ${NODE_VERSIONS[i] ?? ''}`, command, args: [] })),
-  { kind: 'bun', name: 'bun', command: bin('.bin/bun'), args: [] },
-  { kind: 'deno', name: 'deno', command: bin('.bin/deno'), args: ['run', '--allow-all', '--quiet'] },
+  { kind: 'bun', name: 'bun', command: bin('@oven/bun-linux-x64/bin/bun', '.bin/bun'), args: [] },
+  { kind: 'deno', name: 'deno', command: bin('@deno/linux-x64-glibc/deno', '.bin/deno'), args: ['run', '--allow-all', '--quiet'] },
 ];
-const WORKERD = bin('.bin/workerd');
+const WORKERD = bin('@cloudflare/workerd-linux-64/bin/workerd', '.bin/workerd');
 
 /** `1.4.5` from `v1.4.5`, `1.4.5` or `deno 1.4.5 (stable, …)`. */
 const semver = (version: string | null) => /\d+\.\d+\.\d+/.exec(version ?? '')?.[0] ?? 'unknown';
