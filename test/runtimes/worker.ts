@@ -1,0 +1,53 @@
+/**
+ * @module Entry bundled for Cloudflare's workerd by `runtimes.test.ts`: the Web-standard layer
+ * (`idempotency(options)(handler)`) on the memory store, as a module worker. It is built with esbuild's neutral
+ * platform and no external modules, so a `node:` import anywhere on this path fails the build. `POST /v1/charges`
+ * counts its executions; `POST /v1/renewing` holds its lease past a renewal; `GET /test/executions` reports the
+ * executions with what the isolate offers (WebCrypto, `process`).
+ */
+import { idempotency } from '../../packages/idem/src/http/index.js';
+import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
+
+let executions = 0;
+
+const charges = idempotency({ store: memoryStore(), scope: 'single-tenant', required: true })(async (request, { id }) => {
+  executions += 1;
+  const n = executions;
+  const { amount, currency } = (await request.json()) as { amount: number; currency: string };
+  return Response.json(
+    { id: `ch_${n}`, amount, currency, record: id, nonce: crypto.randomUUID() },
+    { status: 201, headers: { location: `/v1/charges/ch_${n}` } },
+  );
+});
+
+/**
+ * A lease renewed while the work runs: the engine's timer fires on workerd's `setTimeout`, which returns a number
+ * (no `unref`). The handler waits for the store to see the renewal (a signal), or gives up after 5 s.
+ */
+let renewed = () => {};
+const renewal = new Promise<void>((resolve) => (renewed = resolve));
+const renewingStore = memoryStore({ onRoundTrip: (trip) => void (trip.op === 'renew' && renewed()) });
+const renewing = idempotency({ store: renewingStore, scope: 'single-tenant', leaseMs: 1_000, renewEveryMs: 20 })(async () => {
+  executions += 1;
+  const outcome = await Promise.race([
+    renewal.then(() => 'renewed'),
+    new Promise<string>((resolve) => setTimeout(() => resolve('no renewal within 5 s'), 5_000)),
+  ]);
+  return Response.json({ lease: outcome }, { status: 201 });
+});
+
+export default {
+  async fetch(request: Request): Promise<Response> {
+    const { pathname } = new URL(request.url);
+    if (pathname === '/v1/charges') return charges(request);
+    if (pathname === '/v1/renewing') return renewing(request);
+    if (pathname === '/test/executions') {
+      return Response.json({
+        executions,
+        webCrypto: typeof crypto.subtle.digest === 'function' && typeof crypto.randomUUID === 'function',
+        process: typeof (globalThis as { process?: unknown }).process,
+      });
+    }
+    return new Response('not found', { status: 404 });
+  },
+};
