@@ -1,8 +1,8 @@
 /**
  * Redis Cluster, for real (issue 17, item 1): a local cluster of 3 primaries and 3 replicas (test/redis-cluster.ts).
  *
- * - The store conformance suite through ioredis `Cluster`, node-redis's cluster client (`fromNodeRedis`), and
- *   ioredis with `replicas: 1` (every write script followed by `WAIT 1`).
+ * - The store conformance suite through ioredis `Cluster` and node-redis's cluster client (`fromNodeRedis`), each
+ *   also with `replicas: 1` (every write script followed by `WAIT 1`, in one pipeline).
  * - Every key a claim, completion, renewal, release, get and list touches — the script's KEYS and the keys the
  *   scripts themselves build — is read off `MONITOR` on the primary and put to `CLUSTER KEYSLOT`: one slot.
  * - The demo through `IDEM_STORE=redis-cluster://…`: charge, replay, 409 and mismatch; 200 concurrent requests
@@ -90,10 +90,12 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
 
   describeStoreConformance({ name: 'redis cluster (ioredis Cluster)', create: () => isolated('ioredis') });
   describeStoreConformance({ name: 'redis cluster (node-redis createCluster via fromNodeRedis)', create: () => isolated('node-redis') });
-  describeStoreConformance({
-    name: 'redis cluster (ioredis Cluster, replicas: 1 — WAIT after every write)',
-    create: () => isolated('ioredis', { replicas: 1, replicaTimeoutMs: 1_000 }),
-  });
+  for (const driver of ['ioredis', 'node-redis']) {
+    describeStoreConformance({
+      name: `redis cluster (${driver}, replicas: 1 — WAIT after every write)`,
+      create: () => isolated(driver, { replicas: 1, replicaTimeoutMs: 1_000 }),
+    });
+  }
 
   describe('one hash slot per scope', () => {
     const T0 = Date.parse('2026-01-01T00:00:00Z');

@@ -13,6 +13,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type Re
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordPk } from '../core/key.js';
 import type { IdempotencyStore } from '../core/record.js';
 import { idempotency } from '../http/middleware.js';
 import { postgresStore } from '../stores/postgres/index.js';
@@ -187,6 +188,36 @@ describe('idem/otel when the store fails', () => {
     ]);
     expect(requestSpan(answer.spanId)?.attributes).toEqual({ 'idem.decision': 'refused', 'idem.refused_reason': 'STORE_UNAVAILABLE' });
     expect(JSON.stringify(exporter.getFinishedSpans().map((s) => [s.attributes, s.status, s.events]))).not.toContain(key);
+  });
+});
+
+describe('idem/otel when the tracing itself throws', () => {
+  it.each([
+    ['every idem span fails to start (a span processor throws)', (name: string) => name.startsWith('idem.'), false],
+    ['only the completion span fails to start', (name: string) => name === 'idem.complete', false],
+    ['hashKey throws', () => false, true],
+  ] as const)('%s: the payment runs once, is recorded, and the retry replays it', async (_case, throwsOn, hashThrows) => {
+    const bug = (): never => {
+      throw new Error('telemetry bug');
+    };
+    const failing = new BasicTracerProvider({
+      spanProcessors: [{ onStart: (span) => void (throwsOn(span.name) && bug()), onEnd: () => {}, forceFlush: async () => {}, shutdown: async () => {} }],
+    });
+    const tracing = idemTracing({ tracer: failing.getTracer('broken'), ...(hashThrows ? { hashKey: bug } : {}) });
+    const sqlite = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true, onRoundTrip: tracing.onRoundTrip });
+    await sqlite.migrate();
+    let runs = 0;
+    const handle = idempotency({ store: tracing.store(sqlite), scope: 'single-tenant', onEvent: tracing.onEvent })(async () => {
+      runs++;
+      return Response.json({ id: `ch_${runs}` }, { status: 201 });
+    });
+    const send = served(handle);
+    const key = randomUUID();
+    const first = await send(key, { amount: 1 });
+    const retry = await send(key, { amount: 1 });
+    const record = await sqlite.get(recordPk('single-tenant', key));
+    expect([first.status, first.text, retry.status, retry.text, runs, record?.status]).toEqual([201, '{"id":"ch_1"}', 201, '{"id":"ch_1"}', 1, 'succeeded']);
+    await sqlite.close();
   });
 });
 

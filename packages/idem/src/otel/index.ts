@@ -5,7 +5,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Span, type Tracer } from '@opentelemetry/api';
+import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
 import type { IdempotencyEvent } from '../core/engine.js';
 import type { IdempotencyRecord, IdempotencyStore, RoundTrip } from '../core/record.js';
 
@@ -84,19 +84,48 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
     if (meter) meter.trips++;
   };
 
-  /** Runs one store call in its span, the span active (so a driver's spans nest under it) and metered. */
-  async function traced<T>(op: TracedOp, name: string, about: Attributes, call: () => Promise<T>, describe: (value: T) => Attributes): Promise<T> {
-    const span = tracer.startSpan(`idem.${op}`, { kind: SpanKind.INTERNAL, attributes: { 'idem.store': name, ...about } });
+  /**
+   * Runs one store call in its span, the span active (so a driver's spans nest under it) and metered. Telemetry
+   * must never change what happens to a payment: a tracer, span or key hash that throws costs the span, never
+   * the call, which runs exactly once whatever the tracing does.
+   */
+  async function traced<T>(op: TracedOp, name: string, about: () => Attributes, call: () => Promise<T>, describe: (value: T) => Attributes): Promise<T> {
     const meter = { trips: 0 };
+    let span: Span | undefined;
+    let active: Context | undefined;
     try {
-      const value = await context.with(trace.setSpan(context.active(), span), () => meters.run(meter, call));
-      safely(() => span.setAttributes(describe(value)));
+      span = tracer.startSpan(`idem.${op}`, { kind: SpanKind.INTERNAL, attributes: { 'idem.store': name, ...about() } });
+      active = trace.setSpan(context.active(), span);
+    } catch {
+      // no span, or no way to make it active: the call runs without
+    }
+    let called = false;
+    const run = (): Promise<T> => {
+      called = true;
+      return meters.run(meter, call);
+    };
+    let pending: Promise<T>;
+    if (active === undefined) {
+      pending = run();
+    } else {
+      try {
+        pending = context.with(active, run);
+      } catch (error) {
+        // A context manager that threw before the call ran: the call runs, outside the span.
+        if (called) throw error;
+        pending = run();
+      }
+    }
+    try {
+      const value = await pending;
+      safely(() => span?.setAttributes(describe(value)));
       return value;
     } catch (error) {
-      safely(() => failed(span, error));
+      safely(() => span && failed(span, error));
       throw error;
     } finally {
       safely(() => {
+        if (!span) return;
         if (metered) span.setAttribute('idem.round_trips', meter.trips);
         span.end();
       });
@@ -118,7 +147,7 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
     const written = (result: { ok: boolean }): Attributes => ({ 'idem.written': result.ok });
     const calls: Pick<IdempotencyStore<unknown>, TracedOp> = {
       claim: (request) =>
-        traced('claim', name, subject(request.scope, request.key), () => inner.claim(request), (result) => ({
+        traced('claim', name, () => subject(request.scope, request.key), () => inner.claim(request), (result) => ({
           'idem.decision': claimDecision(result.kind, result.record, request.id, request.fingerprint, request.now),
           'idem.record_id': result.record.id,
         })),
@@ -126,19 +155,19 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
         traced(
           'complete',
           name,
-          {
+          () => ({
             ...fromPk(request.pk),
             'idem.outcome': request.outcome.status === 'succeeded' ? 'succeeded' : request.outcome.retryable ? 'failed-retryable' : 'failed-final',
             'idem.effects': request.effects !== undefined,
             ...(request.outcome.response ? { 'idem.response_status': request.outcome.response.status } : {}),
-          },
+          }),
           () => inner.complete(request),
           written,
         ),
-      renew: (request) => traced('renew', name, fromPk(request.pk), () => inner.renew(request), written),
-      release: (request) => traced('release', name, fromPk(request.pk), () => inner.release(request), written),
+      renew: (request) => traced('renew', name, () => fromPk(request.pk), () => inner.renew(request), written),
+      release: (request) => traced('release', name, () => fromPk(request.pk), () => inner.release(request), written),
       get: (pk) =>
-        traced('get', name, fromPk(pk), () => inner.get(pk), (record) => ({
+        traced('get', name, () => fromPk(pk), () => inner.get(pk), (record) => ({
           'idem.found': record !== null,
           ...(record ? { 'idem.record_status': record.status } : {}),
         })),
