@@ -53,18 +53,18 @@ describe('size limits in the Web layer', () => {
     expect((stored?.response?.body.byteLength ?? Infinity) < 1024).toBe(true);
   });
 
-  it('a response weighing exactly maxResponseBytes (body plus stored header names and values) is stored whole and replayed byte for byte; one byte more is the final 500', async () => {
+  it('a response weighing exactly maxResponseBytes (body plus its headers as stored: JSON pairs) is stored whole and replayed byte for byte; one byte more is the final 500', async () => {
     const store = memoryStore();
-    // 'content-type' + 'text/plain' weigh 22 bytes: a 1002-byte body brings the response to the 1024 limit.
+    // [["content-type","text/plain"]] weighs 31 bytes as stores encode it: a 993-byte body brings it to 1024.
     const respond = (body: string) =>
       idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(
         async () => new Response(body, { status: 201, headers: { 'content-type': 'text/plain' } }),
       );
-    const fits = 'y'.repeat(1002);
+    const fits = 'y'.repeat(993);
     await respond(fits)(post('edge', new Uint8Array(1)));
     const replay = await respond(fits)(post('edge', new Uint8Array(1)));
     expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text()]).toEqual([201, 'true', fits]);
-    const over = await respond('y'.repeat(1003))(post('over', new Uint8Array(1)));
+    const over = await respond('y'.repeat(994))(post('over', new Uint8Array(1)));
     expect([over.status, ((await over.json()) as { type: string }).type]).toEqual([500, 'urn:idem:problem:response-too-large']);
   });
 });

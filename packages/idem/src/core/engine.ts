@@ -287,6 +287,10 @@ export function createEngine<Tx = never>({
     const pk = recordPk(scope, key);
     const hit = cacheSize > 0 ? recall(pk) : undefined;
     if (hit) return answerFrom(hit, request) as Decision<Tx>;
+    // A lone surrogate has no UTF-8 form: stores that encode text would turn two such keys into one record.
+    if (!wellFormed(scope) || !wellFormed(key)) {
+      return refused(new IdempotencyError('KEY_INVALID', 'The key and the scope must be well-formed Unicode text (no lone surrogates).'));
+    }
     const recordTtl = request.ttlMs ?? ttlMs;
     if (!Number.isFinite(recordTtl) || recordTtl <= leaseMs) {
       return refused(configError('ttlMs', `a number of ms greater than leaseMs (${leaseMs})`, recordTtl));
@@ -508,8 +512,25 @@ function warn(message: string, code: string): void {
   else console.warn(`${code}: ${message}`);
 }
 
+/**
+ * A wait a caller is blocked on (`waitForOutcomeMs`). On the system clock it keeps the process alive, unlike the
+ * lease's renewal timers: a consumer script waiting for an outcome must not exit with nothing said.
+ */
 function sleep(clock: Clock, ms: number): Promise<void> {
-  return new Promise((resolve) => clock.setTimeout(resolve, ms));
+  return new Promise((resolve) => (clock === systemClock ? setTimeout(resolve, ms) : clock.setTimeout(resolve, ms)));
+}
+
+/** True when `text` has no lone surrogate (what `String.prototype.isWellFormed` tells, on every runtime). */
+function wellFormed(text: string): boolean {
+  for (let i = 0; i < text.length; i++) {
+    const code = text.charCodeAt(i);
+    if (code < 0xd800 || code > 0xdfff) continue;
+    if (code > 0xdbff) return false;
+    const next = text.charCodeAt(i + 1);
+    if (!(next >= 0xdc00 && next <= 0xdfff)) return false;
+    i++;
+  }
+  return true;
 }
 
 function positive(name: string, value: number): void {

@@ -104,3 +104,50 @@ describe('idempotent(fn)', () => {
     );
   });
 });
+
+describe('idempotent(fn): every path settles, and the work never runs twice', () => {
+  it('a result that is not JSON is recorded as a final failure: thrown now and to every repeat, the work ran once', async () => {
+    let runs = 0;
+    const pay = idempotent(async () => ({ paid: (++runs, 500n) }), { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
+    const first = await pay(undefined).catch((error: unknown) => error);
+    const repeat = await pay(undefined).catch((error: unknown) => error);
+    for (const error of [first, repeat]) {
+      expect(error).toBeInstanceOf(IdempotentFailure);
+      expect((error as IdempotentFailure).originalName).toBe('TypeError');
+    }
+    expect(runs).toBe(1);
+    expect(pay.engine.activeLeases).toBe(0);
+  });
+
+  it('a result over the store’s limit is a final failure too, not a re-run on every delivery', async () => {
+    const store = Object.assign(Object.create(memoryStore()) as ReturnType<typeof memoryStore>, { maxResponseBytes: 100 });
+    let runs = 0;
+    const pay = idempotent(async () => 'x'.repeat(200 + 0 * ++runs), { store, scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
+    await expect(pay(undefined)).rejects.toThrow('idempotent: the result is 202 bytes, over the 100 the store can keep.');
+    await expect(pay(undefined)).rejects.toBeInstanceOf(IdempotentFailure);
+    expect(runs).toBe(1);
+  });
+
+  it('an isFinal that throws, or an error that cannot be printed, still settles the lease', async () => {
+    let runs = 0;
+    const pay = idempotent(
+      async () => {
+        runs++;
+        throw Object.create(null) as Error;
+      },
+      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: () => 'k', isFinal: () => { throw new Error('isFinal broke'); } },
+    );
+    await expect(pay(undefined)).rejects.toBeDefined();
+    expect(pay.engine.activeLeases).toBe(0);
+    await expect(pay(undefined)).rejects.toBeDefined();
+    expect(runs).toBe(2); // retryable: the next delivery runs again, never concurrently
+  });
+
+  it('keys and scopes with a lone surrogate are refused: a store encoding UTF-8 would merge them', async () => {
+    let runs = 0;
+    const pay = idempotent(async () => ++runs, { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (id: string) => id });
+    await expect(pay('msg-\ud800')).rejects.toMatchObject({ code: 'KEY_INVALID' });
+    expect(await pay('msg-\ud83d\ude00')).toBe(1);
+    expect(runs).toBe(1);
+  });
+});

@@ -2,7 +2,7 @@
  * @module `idempotent(fn, options)` — any async function, run once per key: the first result (JSON) is returned
  * to every repeat. For queue consumers, webhooks and serverless handlers, on the same engine as HTTP.
  */
-import { createEngine, type Engine, type EngineOptions, type WorkContext } from './engine.js';
+import { createEngine, type Engine, type EngineOptions, type Lease, type WorkContext } from './engine.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprint } from './fingerprint.js';
 import type { StoredResponse } from './record.js';
@@ -73,6 +73,7 @@ export function idempotent<In, Out, Tx = never>(
   if (typeof scope !== 'string' && typeof scope !== 'function') throw configError('scope', "a string or a function (input) => string", scope);
   if (typeof scope === 'string' && scope === '') throw configError('scope', 'a non-empty string', scope);
   const engine = createEngine(engineOptions);
+  const maxResultBytes = Math.min(1_048_576, engine.store.maxResponseBytes ?? Infinity);
 
   const call = async (input: In): Promise<Out> => {
     const id = key(input);
@@ -90,25 +91,69 @@ export function idempotent<In, Out, Tx = never>(
     if (decision.kind === 'refused') throw decision.error;
     if (decision.kind === 'replay') return decode<Out>(decision.response);
     const { lease } = decision;
-    let result: Out;
     try {
-      result = await fn(input, lease);
-    } catch (error) {
-      if (!isFinal(error)) {
-        await lease.fail();
-        throw error;
+      let result: Out;
+      try {
+        result = await fn(input, lease);
+      } catch (error) {
+        if (!finalError(error)) {
+          await lease.fail();
+          throw error;
+        }
+        const failure = describeError(error);
+        await record(lease, FAILURE_STATUS, failure, 'failed-final');
+        throw new IdempotentFailure(failure.name, failure.message, { cause: error });
       }
-      const failure = error instanceof Error ? { name: error.name, message: error.message } : { name: 'Error', message: String(error) };
-      const settled = await lease.complete({ response: stored(FAILURE_STATUS, failure), outcome: 'failed-final' });
-      if (!settled.ok) throw settled.error;
-      throw new IdempotentFailure(failure.name, failure.message, { cause: error });
+      // The work ran: whatever its result, it must not run again. A result that cannot be stored (not JSON, or over
+      // the store's limit) is recorded as a final failure, thrown now and to every repeat.
+      let response: StoredResponse;
+      try {
+        response = stored(RESULT_STATUS, result ?? null);
+        if (response.body.byteLength > maxResultBytes) {
+          throw new RangeError(`idempotent: the result is ${response.body.byteLength} bytes, over the ${maxResultBytes} the store can keep.`);
+        }
+      } catch (error) {
+        const failure = describeError(error);
+        await record(lease, FAILURE_STATUS, failure, 'failed-final');
+        throw new IdempotentFailure(failure.name, failure.message, { cause: error });
+      }
+      await record(lease, RESULT_STATUS, response, 'succeeded');
+      return decode<Out>(response);
+    } finally {
+      // Every path settles the lease (a throw from anywhere above must not leave it renewing).
+      if (!lease.settled) await lease.fail();
     }
-    const response = stored(RESULT_STATUS, result ?? null);
-    const settled = await lease.complete({ response, outcome: 'succeeded' });
-    if (!settled.ok) throw settled.error;
-    return decode<Out>(response);
+  };
+  /** `isFinal`, where a throwing `isFinal` means retryable. */
+  const finalError = (error: unknown): boolean => {
+    try {
+      return isFinal(error) === true;
+    } catch {
+      return false;
+    }
   };
   return Object.assign(call, { engine: engine });
+}
+
+/** Records an outcome under the lease; a write that fails or is refused is thrown (LEASE_LOST, STORE_UNAVAILABLE). */
+async function record<Tx>(lease: Lease<Tx>, status: number, value: unknown, outcome: 'succeeded' | 'failed-final'): Promise<void> {
+  const response = isStored(value) ? value : stored(status, value);
+  const settled = await lease.complete({ response, outcome });
+  if (!settled.ok) throw settled.error;
+}
+
+function isStored(value: unknown): value is StoredResponse {
+  return typeof value === 'object' && value !== null && 'body' in value && (value).body instanceof Uint8Array;
+}
+
+/** An error's name and message as plain strings, whatever was thrown. */
+function describeError(error: unknown): { name: string; message: string } {
+  try {
+    if (error instanceof Error) return { name: String(error.name), message: String(error.message) };
+    return { name: 'Error', message: String(error) };
+  } catch {
+    return { name: 'Error', message: 'an error that cannot be printed' };
+  }
 }
 
 function encode(value: unknown): Uint8Array {

@@ -94,6 +94,28 @@ export interface ReleaseRequest {
   readonly token: string;
 }
 
+/**
+ * The work of {@link IdempotencyStore.runLocal}: called inside the claim's transaction with the store's handle on
+ * it (`tx`) and the record just claimed. It returns the outcome to write and commit with its own writes, or
+ * `null` to roll everything back (the claim too). A throw rolls everything back as well, and is rethrown.
+ */
+export type LocalTransactionWork<Tx> = (tx: Tx, record: IdempotencyRecord) => Outcome | null | PromiseLike<Outcome | null>;
+
+/** A claim, and the work to run in its transaction if it wins (carried in the request, as `effects` are). */
+export interface LocalTransactionRequest<Tx = never> extends ClaimRequest {
+  readonly work: LocalTransactionWork<Tx>;
+}
+
+/**
+ * What {@link IdempotencyStore.runLocal} did: committed the claim, the work's writes and the outcome (`record` as
+ * written); rolled all of it back because the work returned `null`; or claimed nothing because a record refused
+ * the claim (`existing`, read in the same transaction; nothing was written).
+ */
+export type LocalTransactionResult =
+  | { readonly kind: 'committed'; readonly record: IdempotencyRecord }
+  | { readonly kind: 'rolled-back' }
+  | { readonly kind: 'existing'; readonly record: IdempotencyRecord };
+
 /** A conditional write's result: `ok: false` means the token no longer matched (or the record is gone). */
 export interface WriteResult {
   readonly ok: boolean;
@@ -164,6 +186,16 @@ export interface IdempotencyStore<Tx = never> {
   release(request: ReleaseRequest): Promise<WriteResult>;
   /** The stored record, expired or not, or null. */
   get(pk: string): Promise<IdempotencyRecord | null>;
+  /**
+   * Optional (SQL stores whose transactions can hold the work's writes): database-local work in ONE transaction.
+   * Claims exactly as `claim` does, but inside a transaction; if the claim wins, runs `request.work` on that
+   * transaction, writes the outcome it returns with the `complete` statement (fenced by `token`), and commits:
+   * the claim, the work's writes and the completion land together or not at all. Nothing of the claim is
+   * visible to anyone before the commit; a concurrent claim of the key waits for the transaction to end (on the
+   * key's row, or the database's write lock), then sees the committed record — or, after a rollback, the key as
+   * it was. A refusal writes nothing and returns `existing`. Stores without it do not offer local mode.
+   */
+  runLocal?(request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult>;
   /** Deletes records with `expiresAt <= now`; returns how many. Stores with native expiry may return 0. */
   sweep(request: SweepRequest): Promise<number>;
   /** A scope's records, newest claim first (for operators and the demo). */

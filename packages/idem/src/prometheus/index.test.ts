@@ -198,6 +198,18 @@ describe('idem/prometheus', () => {
     });
   });
 
+  it('with `route`, an unrecorded request is counted under the route its failed write names', async () => {
+    const registry = new Registry();
+    const { onEvent } = prometheusMetrics({ registry, route: (path) => (path.startsWith('/v1/charges') ? '/v1/charges' : undefined) });
+    const failed = { type: 'store_op', op: 'complete', ms: 1, ok: false, error: new Error('down') } as const;
+    onEvent({ ...failed, route: '/v1/charges' } as Parameters<typeof onEvent>[0]);
+    onEvent(failed);
+    expect(pick(await samples(registry), 'idem_requests_total')).toEqual({
+      '{decision="unrecorded",route="/v1/charges"}': 1,
+      '{decision="unrecorded",route="other"}': 1,
+    });
+  });
+
   it('checks its options, naming the one at fault; a registry takes it once per prefix', () => {
     const registry = new Registry();
     prometheusMetrics({ registry });

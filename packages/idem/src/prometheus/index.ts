@@ -202,8 +202,9 @@ export function prometheusMetrics({
           storeTime.observe({ op: event.op }, event.ms / 1000);
           if (event.ok) return;
           storeErrors.inc({ op: event.op });
-          // A failed outcome write ends its request (503); a failed claim or read is counted as `refused`.
-          if (event.op === 'complete' || event.op === 'release') decided('unrecorded', undefined);
+          // A failed outcome write ends its request (503); a failed claim or read is counted as `refused`. Its
+          // route is the event's own: the engine's `store_op` events do not name one yet (counted under `other`).
+          if (event.op === 'complete' || event.op === 'release') decided('unrecorded', (event as { readonly route?: string }).route);
           return;
       }
     } catch {

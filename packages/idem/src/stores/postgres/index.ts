@@ -4,6 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
 import type {
   ClaimRequest,
   ClaimResult,
@@ -41,6 +42,11 @@ interface NamedQueryable {
 
 /** A connection checked out of the pool: the store runs a transaction on it, then gives it back. */
 export interface PostgresPoolClient extends PostgresQueryable {
+  /**
+   * True when the client pipelines (pg's `pipeline: true`): `runLocal` then sends `BEGIN` with the claim and the
+   * UPDATE with `COMMIT` without waiting between them.
+   */
+  readonly pipeline?: boolean;
   /** Returns the connection; with an error, the pool discards it instead (pg's `PoolClient.release`). */
   release(error?: Error): void;
 }
@@ -71,8 +77,8 @@ export interface PostgresStoreOptions<Client extends PostgresPoolClient = Postgr
   /** End the pool in `close()`. Default false: the pool is yours, and stays open for your own queries. */
   readonly endPoolOnClose?: boolean;
   /**
-   * Send claim, complete, renew, release and get as named prepared statements, pg's `query({ name, text, values })`
-   * form, so each connection parses and plans them once. Default true. The pool, and the clients it checks out,
+   * Send claim, complete (and `runLocal`'s), renew, release and get as named prepared statements, pg's
+   * `query({ name, text, values })` form, so each connection parses and plans them once. Default true. The pool, and the clients it checks out,
    * must then accept that form (pg's do). Set false for a pool whose `query()` only takes `(text, values)`, or
    * behind PgBouncer in transaction mode older than 1.21 or without `max_prepared_statements`.
    */
@@ -102,6 +108,8 @@ export interface PostgresStore<Tx extends PostgresQueryable = PostgresQueryable>
    * processes at once (serialised by a transaction-scoped advisory lock). `schema.sql` holds the same DDL.
    */
   migrate(): Promise<void>;
+  /** Database-local work in one transaction: `BEGIN`, the claim, the work on the same connection, the UPDATE, `COMMIT`. */
+  runLocal(request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult>;
 }
 
 const DEFAULT_SCHEMA = 'public';
@@ -168,7 +176,11 @@ export function postgresSchemaSql({
  * Round trips (each statement sent is one): claim 1, or 2 when it waited on a concurrent claim's insert or
  * update (see the comment on `claim`); complete 1; complete with `effects` 3 (`BEGIN`, the conditional
  * `UPDATE`, `COMMIT`/`ROLLBACK`) plus the statements the effects send themselves, which are the work's and not
- * counted; renew, release, get, list 1; sweep 1 per batch. Checking a connection out of the pool is not counted.
+ * counted; renew, release, get, list 1; sweep 1 per batch. `runLocal` (database-local work) 4 for a new key
+ * (`BEGIN`, the claim, the fenced `UPDATE`, `COMMIT`: one commit, the work's own statements between) and 3 for
+ * a refusal (`BEGIN`, the claim, `ROLLBACK`), plus 3 more each time it met a concurrent transaction on the key;
+ * on a pipelining client (pg's `pipeline: true`) they travel in pairs, so a new key waits on 2 network round
+ * trips of the store's and a refusal on 2. Checking a connection out of the pool is not counted.
  * `onRoundTrip` sees each counted statement as a {@link PostgresRoundTripRequest} with its `{ rows, rowCount }`.
  *
  * The pool stays yours: `close()` only ends it with `endPoolOnClose: true`.
@@ -240,7 +252,7 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     this.#endPoolOnClose = endPoolOnClose;
     this.#sql = statements(`${quote(schema)}.${quote(table)}`);
     if (preparedStatements) {
-      for (const op of ['claim', 'complete', 'renew', 'release', 'get'] as const) {
+      for (const op of ['claim', 'complete', 'completeLocal', 'renew', 'release', 'get'] as const) {
         // The hash tells apart the same op on two tables sharing a pool: pg refuses one name for two texts.
         const text = this.#sql[op];
         this.#names.set(text, `idem_${op}_${createHash('sha256').update(text).digest('hex').slice(0, 16)}`);
@@ -386,6 +398,116 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     return { ok };
   }
 
+  // runLocal: BEGIN, the claim statement, the work's own statements on the same connection, the fenced UPDATE,
+  // COMMIT — one transaction, one commit. The race it closes — two connections run local work on one new key:
+  //   A: BEGIN; the claim inserts A's row (uncommitted) → claimed. A holds the row's lock and its unique-index
+  //      entry until it commits or rolls back; nobody else can see the row meanwhile.
+  //   B: BEGIN; the claim's `cur` sees no row, so its INSERT runs and waits on A's transaction (the unique index
+  //      wait: pg_blocking_pids(B) = {A}).
+  //   A: the work's INSERTs; the fenced UPDATE writes the final outcome; COMMIT.
+  //   B: wakes; the conflicting row is A's committed, final row, so DO UPDATE … WHERE refuses it; `ins` is empty
+  //      and `cur` is B's stale view (no row) → zero rows. (Under REPEATABLE READ or SERIALIZABLE, 40001 instead.)
+  //      B rolls back — it has written nothing and its work has not run — and starts again: BEGIN; the claim now
+  //      reads A's row and refuses without writing → existing: B replays.
+  // Had A rolled back (its work threw, or returned null), B's INSERT would have proceeded: B claims the key.
+  // Restarting the whole transaction, rather than re-running the statement in it, makes this hold at every
+  // isolation level: the claim is the transaction's first statement, so nothing else is lost.
+  //
+  // On a pipelining client (pg's `pipeline: true`) `BEGIN` goes out with the claim, and the UPDATE with `COMMIT`,
+  // without waiting between them: 2 network round trips instead of 4. The UPDATE fails (division by zero) when it
+  // changes no row, so a `COMMIT` already sent behind it can only end an aborted transaction, i.e. roll back.
+  async runLocal(request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult> {
+    const { pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs, work } = request;
+    const values = [pk, scope, key, fingerprint, id, token, now, now + leaseMs, now + ttlMs];
+    for (let attempt = 1; ; attempt++) {
+      if (this.#closed) throw new Error('postgres store is closed');
+      const client = await this.#pool.connect();
+      // Set when BEGIN/COMMIT/ROLLBACK itself fails: the connection's state is unknown, so the pool discards it.
+      let broken: Error | undefined;
+      const rollback = async (): Promise<void> => {
+        try {
+          await this.#query('local', client, 'ROLLBACK');
+        } catch (error) {
+          broken = asError(error);
+        }
+      };
+      let retry: unknown;
+      try {
+        const [begun, claimed] = await this.#both(client, ['BEGIN'], [this.#sql.claim, values]);
+        if (begun.status === 'rejected') {
+          broken = asError(begun.reason);
+          // Only a pipelining client sends the claim after a failed BEGIN, and then it autocommitted: free the key.
+          if (claimed?.status === 'fulfilled' && (claimed.value.rows[0] as Row | undefined)?.claimed === true) {
+            await this.#query('local', this.#pool, this.#sql.release, [pk, token]).catch(() => undefined);
+          }
+          throw begun.reason;
+        }
+        if (claimed?.status !== 'fulfilled') {
+          await rollback();
+          if (sqlState(claimed?.reason) === '40001' && attempt < MAX_CLAIM_ATTEMPTS) continue;
+          throw claimed?.reason;
+        }
+        const row = claimed.value.rows[0] as Row | undefined;
+        const record = row && toRecord(row);
+        if (row?.claimed !== true || record === undefined) {
+          // A refusal wrote nothing. No row, or a claimable one, is a stale snapshot: start again.
+          await rollback();
+          if (record && !isClaimable(record, fingerprint, now)) return { kind: 'existing', record };
+          retry = `${pk} kept meeting concurrent transactions`;
+        } else {
+          let outcome: Outcome | null;
+          try {
+            outcome = await work(client, record);
+          } catch (error) {
+            await rollback();
+            throw error;
+          }
+          if (outcome === null) {
+            await rollback();
+            return { kind: 'rolled-back' };
+          }
+          const completion = [pk, token, ...outcomeValues(outcome)];
+          const [updated, committed] = await this.#both(client, [this.#sql.completeLocal, completion], ['COMMIT']);
+          if (updated.status === 'rejected') {
+            // Pipelined, the COMMIT behind it has already ended the aborted transaction (as a ROLLBACK).
+            if (committed?.status !== 'fulfilled') await rollback();
+            if (sqlState(updated.reason) !== '22012') throw updated.reason;
+            // Unreachable unless the work deleted or rewrote the row it was handed: nothing was committed.
+            throw new Error(`postgres store: runLocal of ${pk} found its own claim gone before the completion`);
+          }
+          if (committed?.status !== 'fulfilled') {
+            broken = asError(committed?.reason);
+            throw committed?.reason;
+          }
+          return { kind: 'committed', record: { ...record, ...outcome } };
+        }
+      } finally {
+        client.release(broken);
+      }
+      if (attempt >= MAX_CLAIM_ATTEMPTS) throw new Error(`postgres runLocal of ${String(retry)} after ${MAX_CLAIM_ATTEMPTS} transactions`);
+    }
+  }
+
+  /**
+   * Two statements on one connection: on a pipelining client (pg's `pipeline: true`) both are sent at once; on
+   * any other, the second only once the first succeeded (`undefined`: not sent).
+   */
+  async #both(
+    client: PostgresPoolClient,
+    [firstText, firstValues]: readonly [string, unknown[]?],
+    [secondText, secondValues]: readonly [string, unknown[]?],
+  ): Promise<[PromiseSettledResult<PostgresQueryResult>, PromiseSettledResult<PostgresQueryResult> | undefined]> {
+    const send = (text: string, values?: unknown[]) => this.#query('local', client, text, values);
+    if (client.pipeline === true) {
+      const [first, second] = await Promise.allSettled([send(firstText, firstValues), send(secondText, secondValues)]);
+      return [first, second];
+    }
+    const [first] = await Promise.allSettled([send(firstText, firstValues)]);
+    if (first.status === 'rejected') return [first, undefined];
+    const [second] = await Promise.allSettled([send(secondText, secondValues)]);
+    return [first, second];
+  }
+
   async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
     const values = [pk, token, now + leaseMs, expiresAt];
     return { ok: (await this.#query('renew', this.#pool, this.#sql.renew, values)).rowCount === 1 };
@@ -502,6 +624,14 @@ SELECT *, false AS claimed FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)`,
     complete: `UPDATE ${t} SET status = $3, retryable = $4, result_id = $5,
   response_status = $6, response_headers = $7::jsonb, response_body = $8
 WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    // The same UPDATE, failing its transaction (22012) when it changes no row: runLocal may have sent COMMIT already.
+    completeLocal: `WITH done AS (
+  UPDATE ${t} SET status = $3, retryable = $4, result_id = $5,
+    response_status = $6, response_headers = $7::jsonb, response_body = $8
+  WHERE pk = $1 AND token = $2 AND status = 'in_progress'
+  RETURNING 1
+)
+SELECT 1 / count(*) AS done FROM done`,
     renew: `UPDATE ${t} SET lease_expires_at = $3::bigint, expires_at = $4::bigint
 WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
     release: `DELETE FROM ${t} WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,

@@ -726,3 +726,124 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     database.close();
   });
 });
+
+describe('sqlite store: runLocal, the claim, the work and the completion in one transaction', () => {
+  const committed: Outcome = succeeded;
+  const insertLedger = (db: SqliteDatabase, recordId: string): void =>
+    void db.prepare('INSERT INTO ledger (charge_id, record_id, amount) VALUES (?, ?, ?)').run(`ch_${recordId}`, recordId, 500);
+
+  it('a new key: one round trip; the claim, the ledger row and the outcome commit together', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    const before = store.roundTrips;
+    const result = await store.runLocal({ ...req, work: (db, record) => (insertLedger(db, record.id), committed) });
+    expect(store.roundTrips - before).toBe(1);
+    expect(result).toEqual({ kind: 'committed', record: await store.get(req.pk) });
+    expect([result.kind === 'committed' && result.record.status, ledger()]).toEqual([
+      'succeeded',
+      [{ charge_id: `ch_${req.id}`, record_id: req.id, amount: 500 }],
+    ]);
+    // A refusal afterwards: one plain read, the work not called.
+    const beforeReplay = store.roundTrips;
+    const replay = await store.runLocal({
+      ...claimRequest({ key: req.key, now: T0 + 1 }),
+      work: () => {
+        throw new Error('must not run');
+      },
+    });
+    const replayed = replay.kind === 'existing' && replay.record.response?.status;
+    expect([replay.kind, replayed, store.roundTrips - beforeReplay]).toEqual(['existing', 201, 1]);
+    await store.close();
+  });
+
+  it('work that returns null or throws rolls back its rows and the claim: no record, no ledger row', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const req = claimRequest();
+    expect(await store.runLocal({ ...req, work: (db, record) => (insertLedger(db, record.id), null) })).toEqual({ kind: 'rolled-back' });
+    const boom = new Error('boom');
+    await expect(
+      store.runLocal({
+        ...claimRequest({ key: req.key }),
+        work: (db, record) => {
+          insertLedger(db, record.id);
+          throw boom;
+        },
+      }),
+    ).rejects.toBe(boom);
+    expect([await store.get(req.pk), ledger()]).toEqual([null, []]);
+    await store.close();
+  });
+
+  it('a key left in_progress by a lease-mode claim: refused while the lease lives, taken over (same id) once it lapsed', async () => {
+    const { store, ledger } = await storeWithLedger();
+    const held = claimRequest();
+    await store.claim(held);
+    let runs = 0;
+    const work = (db: SqliteDatabase, record: { id: string }) => (runs++, insertLedger(db, record.id), committed);
+    const refused = await store.runLocal({ ...claimRequest({ key: held.key, now: T0 + LEASE - 1 }), work });
+    expect([refused.kind, refused.kind === 'existing' && refused.record.token, runs]).toEqual(['existing', held.token, 0]);
+    const taken = await store.runLocal({ ...claimRequest({ key: held.key, now: T0 + LEASE }), work });
+    expect([taken.kind, taken.kind === 'committed' && taken.record.id, runs]).toEqual(['committed', held.id, 1]);
+    expect(await store.complete({ pk: held.pk, token: held.token, now: T0 + LEASE, outcome: committed })).toEqual({ ok: false });
+    expect(ledger()).toEqual([{ charge_id: `ch_${held.id}`, record_id: held.id, amount: 500 }]);
+    await store.close();
+  });
+});
+
+describe('sqlite store: runLocal from 4 processes on one new key', () => {
+  const child = fileURLToPath(new URL('./local-child.ts', import.meta.url));
+  const root = fileURLToPath(new URL('../../../', import.meta.url));
+
+  interface ChildReport {
+    readonly replayed: boolean;
+    readonly status: number;
+    readonly body: string;
+    readonly trips: unknown[][];
+  }
+
+  it('the first holds the lock until the 3 others read the key absent; they wait, then replay it; one ledger row', async () => {
+    const file = freshFile();
+    const store = sqliteStore({ database: new Database(file), closeDatabase: true });
+    await store.migrate();
+    store.database.exec('CREATE TABLE ledger (ref TEXT PRIMARY KEY, pid INTEGER NOT NULL)');
+    const key = randomUUID();
+    const N = 4;
+    const children = Array.from({ length: N }, () => {
+      const proc = spawn(process.execPath, ['--import', 'tsx', child, file, key], { cwd: root, stdio: ['pipe', 'pipe', 'pipe'] });
+      const lines = createInterface({ input: proc.stdout });
+      const waiting = new Map<string, () => void>();
+      const seen: string[] = [];
+      lines.on('line', (line) => {
+        seen.push(line);
+        waiting.get(line)?.();
+      });
+      let stderr = '';
+      proc.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      const hear = (line: string) => (seen.includes(line) ? Promise.resolve() : new Promise<void>((resolve) => waiting.set(line, resolve)));
+      const done = new Promise<{ code: number | null; stderr: string; last: string }>((resolve) =>
+        proc.on('close', (code) => resolve({ code, stderr, last: seen.at(-1) ?? '' })),
+      );
+      return { proc, hear, done, tell: (line: string) => proc.stdin.write(`${line}\n`) };
+    });
+    await Promise.all(children.map((c) => c.hear('ready')));
+    const [first, ...others] = children as [(typeof children)[number], ...typeof children];
+    first.tell('go');
+    await first.hear('holding'); // inside its transaction: the write lock is taken, its ledger row uncommitted
+    for (const other of others) other.tell('go');
+    await Promise.all(others.map((other) => other.hear('read'))); // each read the key: absent
+    first.tell('release');
+    const outputs = await Promise.all(children.map((c) => c.done));
+    for (const output of outputs) expect({ code: output.code, stderr: output.stderr }).toEqual({ code: 0, stderr: '' });
+    const [winner, ...losers] = outputs.map((output) => JSON.parse(output.last) as ChildReport) as [ChildReport, ...ChildReport[]];
+    // The winner: its read found nothing; in the transaction, its upsert returned its row and the UPDATE changed it.
+    expect([winner.replayed, winner.status, winner.trips]).toEqual([false, 201, [[0], [1, { changes: 1 }]]]);
+    for (const loser of losers) {
+      // A loser: its read found nothing (before the commit); under the lock, its upsert was refused (no row) and
+      // the SELECT read the winner's committed row. It replayed the winner's body.
+      expect([loser.replayed, loser.status, loser.body, loser.trips]).toEqual([true, 201, winner.body, [[0], [0, 1]]]);
+    }
+    const rows = store.database.prepare('SELECT ref, pid FROM ledger').all() as Array<{ ref: string; pid: number }>;
+    expect(rows).toEqual([{ ref: (JSON.parse(winner.body) as { id: string }).id, pid: first.proc.pid }]);
+    await store.close();
+  });
+});

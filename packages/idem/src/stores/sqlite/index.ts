@@ -4,6 +4,7 @@
  * transaction as the record's completion (docs/DESIGN.md: The work's own writes).
  */
 import { configError } from '../../core/errors.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
 import type {
   ClaimRequest,
   ClaimResult,
@@ -68,8 +69,9 @@ export interface SqliteStoreOptions<Db extends SqliteDatabase = SqliteDatabase> 
   /** Close `database` when the store is closed. Default false: the database is yours, and you close it. */
   readonly closeDatabase?: boolean;
   /**
-   * For demonstrations only (the demo's model page in lab mode); leave it unset. Awaited after a claim's read found
-   * the key free or claimable, before its conditional write, which then runs as a round trip of its own. Claims
+   * For demonstrations only (the demo's model page in lab mode); leave it unset. Awaited after a claim's (or
+   * `runLocal`'s) read found the key free or claimable, before its conditional write, which then runs as a round
+   * trip of its own. Claims
    * that await one shared barrier have all read before any of them writes, so each loser is refused by the upsert's
    * `WHERE`, not by the read.
    */
@@ -82,6 +84,8 @@ export interface SqliteStore<Db extends SqliteDatabase = SqliteDatabase> extends
   readonly table: string;
   /** Creates the table and its indexes if they do not exist (idempotent). Run it once at startup. */
   migrate(): Promise<void>;
+  /** Database-local work in one `BEGIN IMMEDIATE` transaction; `work` must be synchronous (see the factory). */
+  runLocal(request: LocalTransactionRequest<Db>): Promise<LocalTransactionResult>;
 }
 
 /**
@@ -127,6 +131,11 @@ CREATE INDEX IF NOT EXISTS "${table}_scope_claimed_at" ON ${t} ("scope", "claime
  * receive `database` and must be synchronous: they run after the token-conditional update, in the same
  * `BEGIN IMMEDIATE` transaction, and only if the token still holds. If they throw, everything rolls back and
  * the error is rethrown; if they return a promise, everything rolls back and `complete` rejects.
+ *
+ * `runLocal` (database-local work) runs the claim, the work and the completion in one `BEGIN IMMEDIATE`
+ * transaction, in one round trip (a refusal is answered from a plain read first, without the lock). Its work
+ * receives `database` and must be synchronous, for the same reason; a promise rolls everything back and
+ * `runLocal` rejects with `CONFIG_INVALID`.
  *
  * `close()` does not close `database` unless `closeDatabase` is true. `onRoundTrip` sees every counted call,
  * including the two pragmas at creation (op `open`), as a {@link SqliteRoundTripRequest} and its results.
@@ -270,7 +279,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   // Both decide on the row under one write lock, so there is never a second winner, and the loser gets the
   // winner's record without another call. (A read-then-write would let both read "nothing", then both write.)
   // The same holds for takeovers: the WHERE is `isClaimable` from src/core/record.ts, evaluated on the stored row.
-  const claimTx = database.transaction((request: ClaimRequest): ClaimResult => {
+  const claimIn = (request: ClaimRequest): ClaimResult => {
     const won = one(sql.claim, {
       pk: request.pk,
       scope: request.scope,
@@ -287,23 +296,27 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     // Unreachable under the write lock: the conflicting row cannot vanish between the two statements.
     if (!existing) throw new Error(`sqlite store: claim of ${request.pk} conflicted with a row that is gone`);
     return { kind: 'existing', record: toRecord(existing) };
-  });
+  };
+  const claimTx = database.transaction(claimIn);
+
+  /** The fenced completion: true when it changed the row (the token still held it `in_progress`). */
+  const write = (statement: string, pk: string, token: string, outcome: Outcome): boolean =>
+    run(statement, {
+      pk,
+      token,
+      status: outcome.status,
+      retryable: outcome.retryable ? 1 : 0,
+      resultId: outcome.resultId,
+      responseStatus: outcome.response?.status ?? null,
+      responseHeaders: outcome.response ? encodeHeaders(outcome.response.headers) : null,
+      responseBody: outcome.response?.body ?? null,
+    }) === 1;
 
   // The update is conditional on the token and `in_progress`; the effects run only if it changed the row, and
   // both commit together or not at all.
   const completeTx = database.transaction(
     (pk: string, token: string, outcome: Outcome, effects: ((tx: Db) => unknown) | undefined): boolean => {
-      const changes = run(sql.complete, {
-        pk,
-        token,
-        status: outcome.status,
-        retryable: outcome.retryable ? 1 : 0,
-        resultId: outcome.resultId,
-        responseStatus: outcome.response?.status ?? null,
-        responseHeaders: outcome.response ? encodeHeaders(outcome.response.headers) : null,
-        responseBody: outcome.response?.body ?? null,
-      });
-      if (changes === 0) return false;
+      if (!write(sql.complete, pk, token, outcome)) return false;
       if (effects) {
         const value = effects(database);
         if (isThenable(value)) {
@@ -314,6 +327,48 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       return true;
     },
   );
+
+  // runLocal: the claim, the work and the completion in one `BEGIN IMMEDIATE` transaction (the work is
+  // synchronous, so nothing else in this process runs until it commits or rolls back). The race it closes —
+  // two processes run local work on one new key:
+  //   A: reads the key: absent. BEGIN IMMEDIATE takes the write lock; the upsert inserts A's row → claimed.
+  //   B: reads the key: absent (A has not committed; WAL readers see the last commit). BEGIN IMMEDIATE waits
+  //      for the write lock (busy_timeout).
+  //   A: the work writes its rows; the fenced UPDATE writes the outcome; COMMIT releases the lock.
+  //   B: takes the lock; its upsert meets A's committed, final row and the WHERE refuses it; the SELECT reads
+  //      A's row → existing: B replays, and its work never runs.
+  // Had A's work thrown or returned null, A's ROLLBACK would have left no row, and B would claim the key.
+  const localTx = database.transaction((request: LocalTransactionRequest<Db>): LocalTransactionResult => {
+    const claimed = claimIn(request);
+    if (claimed.kind === 'existing') return claimed;
+    const { record } = claimed;
+    const outcome = request.work(database, record);
+    if (isThenable(outcome)) {
+      void Promise.resolve(outcome).then(undefined, () => {}); // Its rejection is not ours to report; the refusal is.
+      throw configError('work', 'a synchronous function: SQLite transactions here are synchronous');
+    }
+    if (outcome === null) throw ROLL_BACK;
+    if (!write(sql.complete, record.pk, record.token, outcome)) {
+      // Unreachable unless the work deleted or rewrote the row it was handed: refuse to commit anything.
+      throw new Error(`sqlite store: runLocal of ${record.pk} found its own claim gone before the completion`);
+    }
+    return { kind: 'committed', record: { ...record, ...outcome } };
+  });
+  const local = (request: LocalTransactionRequest<Db>): LocalTransactionResult => {
+    try {
+      return localTx.immediate(request);
+    } catch (error) {
+      if (error === ROLL_BACK) return { kind: 'rolled-back' };
+      throw error;
+    }
+  };
+
+  /** A plain read, without the write lock: the record when it refuses the claim, else undefined (see `claim`). */
+  const refusal = (request: ClaimRequest): { kind: 'existing'; record: IdempotencyRecord } | undefined => {
+    const row = one(sql.get, { pk: request.pk });
+    const seen = row === undefined ? null : toRecord(row);
+    return seen && !isClaimable(seen, request.fingerprint, request.now) ? { kind: 'existing', record: seen } : undefined;
+  };
 
   return {
     name: 'sqlite',
@@ -331,16 +386,19 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     // write, so the answer holds at the moment of the read. Anything else — no row, or a claimable one — goes to
     // the transaction above, which decides again on the row under the write lock.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
-      const refusal = (): ClaimResult | undefined => {
-        const row = one(sql.get, { pk: request.pk });
-        const seen = row === undefined ? null : toRecord(row);
-        return seen && !isClaimable(seen, request.fingerprint, request.now) ? { kind: 'existing', record: seen } : undefined;
-      };
-      if (!claimBarrier) return trip('claim', () => refusal() ?? claimTx.immediate(request));
-      const refused = trip('claim', refusal);
+      if (!claimBarrier) return trip('claim', () => refusal(request) ?? claimTx.immediate(request));
+      const refused = trip('claim', () => refusal(request));
       if (refused) return refused;
       await claimBarrier(request);
       return trip('claim', () => claimTx.immediate(request));
+    },
+    // The same plain read answers a refusal without the write lock (see `claim`); otherwise the transaction above.
+    async runLocal(request: LocalTransactionRequest<Db>): Promise<LocalTransactionResult> {
+      if (!claimBarrier) return trip('local', () => refusal(request) ?? local(request));
+      const refused = trip('local', () => refusal(request));
+      if (refused) return refused;
+      await claimBarrier(request);
+      return trip('local', () => local(request));
     },
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
       return { ok: trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
@@ -433,6 +491,12 @@ function checkTable(table: unknown): asserts table is string {
     throw configError('table', 'an SQL identifier (letters, digits and _, not starting with a digit or sqlite_)', table);
   }
 }
+
+/**
+ * Thrown inside the local transaction to roll it back when the work returned null (better-sqlite3 commits unless
+ * the function throws); caught by identity, never seen outside the store.
+ */
+const ROLL_BACK = new Error('idem: roll back the local transaction');
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
