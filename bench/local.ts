@@ -25,11 +25,11 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import Database from 'better-sqlite3';
 import pg from 'pg';
-import { createEngine, type Engine } from '../src/core/engine.js';
-import { runLocal } from '../src/core/local.js';
-import type { StoredResponse } from '../src/core/record.js';
-import { postgresStore } from '../src/stores/postgres/index.js';
-import { sqliteStore } from '../src/stores/sqlite/index.js';
+import { createEngine, type Engine } from '../packages/idem/src/core/engine.js';
+import { runLocal } from '../packages/idem/src/core/local.js';
+import type { StoredResponse } from '../packages/idem/src/core/record.js';
+import { postgresStore } from '../packages/idem/src/stores/postgres/index.js';
+import { sqliteStore } from '../packages/idem/src/stores/sqlite/index.js';
 
 const { values: args } = parseArgs({
   options: {

@@ -17,6 +17,8 @@ export type {
   WorkResult,
 } from './core/engine.js';
 export { idempotent, IdempotentFailure } from './core/function.js';
+export { runLocal } from './core/local.js';
+export type { LocalContext, LocalOptions, LocalWork, LocalWorkResult } from './core/local.js';
 export type { IdempotentContext, IdempotentFunction, IdempotentOptions } from './core/function.js';
 export { IdempotencyError, isIdempotencyError } from './core/errors.js';
 export type { IdempotencyErrorCode } from './core/errors.js';
@@ -36,6 +38,9 @@ export type {
   Outcome,
   RecordStatus,
   ReleaseRequest,
+  LocalTransactionRequest,
+  LocalTransactionResult,
+  LocalTransactionWork,
   RenewRequest,
   RoundTrip,
   RoundTripObserver,
