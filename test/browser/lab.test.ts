@@ -141,6 +141,23 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.close();
     });
 
+    it('while a demo runs, the other demos and Reset wait: no narration from an older click, no demo sending to a new account', async () => {
+      const page = await open(viewport);
+      await page.getByRole('button', { name: SHOW_ME[1] }).click(); // the 409 demo holds the key for 1 s
+      // A hostile review clicked Reset mid-flight: the old demo's sentence then contradicted the fresh $0.00 figures.
+      const disabled = await page.evaluate(() => ({
+        busy: document.body.getAttribute('aria-busy'),
+        reset: (document.querySelector('[data-testid="reset"], #reset') as HTMLButtonElement | null)?.disabled ?? null,
+        guides: [...document.querySelectorAll('button')].filter((b) => b.textContent?.startsWith('Show me')).map((b) => b.disabled),
+      }));
+      expect(disabled).toEqual({ busy: 'true', reset: true, guides: [true, true, true, true] });
+      await settled(page);
+      expect(await page.evaluate(() => document.body.getAttribute('aria-busy'))).toBe('false');
+      expect(await narration(page)).toMatch(/^Your retry arrived while the first attempt still held the key/);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    });
+
     it('Show me a failed attempt retried: 503 keeps the key retryable, the retry reclaims it and charges once', async () => {
       const page = await open(viewport);
       await page.getByRole('button', { name: SHOW_ME[2] }).click();

@@ -33,6 +33,7 @@ const STORES = [
     env: (dir: string) => ({ IDEM_STORE: `sqlite:${dir}/idem.db` }),
     types: ['TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'INTEGER', 'INTEGER', 'INTEGER', 'INTEGER', 'TEXT', 'INTEGER', 'TEXT', 'BLOB'],
     raceTrips: ['2', '2'],
+    lost: "refused by the write's own condition",
     refusedBy:
       "Round trip 2, statement 1: the upsert (INSERT … ON CONFLICT DO UPDATE … WHERE). The winner's row was already there, and its WHERE was false for that live row, so nothing was written and RETURNING gave no row; statement 2 read the winner's row under the same write lock.",
     both: ' Both had read the key as free before either wrote.',
@@ -42,7 +43,9 @@ const STORES = [
     env: (dir: string) => ({ IDEM_STORE: 'memory:', IDEM_LEDGER: `${dir}/ledger.db` }),
     types: ['string', 'string', 'string', 'string', 'string', 'string', 'string', 'number', 'number', 'number', 'boolean', 'string', 'number', 'array', 'Uint8Array'],
     raceTrips: ['1', '1'],
-    refusedBy: "The claim checks and sets in one synchronous step: it found the winner's live record and set nothing.",
+    // Memory has no conditional write: its claim decides in one in-process step, and the page says so.
+    lost: "refused inside the claim's one synchronous step",
+    refusedBy: "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.",
     both: '',
   },
 ] as const;
@@ -134,9 +137,9 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         const verdicts = await result.locator('[data-verdict]').evaluateAll((els) => els.map((el) => el.getAttribute('data-verdict')).sort());
         expect(verdicts).toEqual(['lost', 'won']);
         expect(await result.locator('[data-verdict="won"] .op-result .verdict').textContent()).toMatch(/^claimed: this caller holds the key/);
-        expect(await result.locator('[data-verdict="lost"] .race-label').textContent()).toMatch(/^Claim [AB]: lost: refused by the write's own condition$/);
+        expect(await result.locator('[data-verdict="lost"] .race-label').textContent()).toMatch(new RegExp(`^Claim [AB]: lost: ${store.lost}$`));
         expect(await result.getByTestId('race-summary').textContent()).toMatch(
-          new RegExp(`^Key race-[0-9a-f]{12}: 1 winner; the other claim was refused by the write's own condition\\.${store.both.replace(/\./g, '\\.')}$`),
+          new RegExp(`^Key race-[0-9a-f]{12}: 1 winner; the other claim was ${store.lost}\\.${store.both.replace(/\./g, '\\.')}$`),
         );
         const loser = ((await result.locator('[data-verdict="lost"] .race-label').textContent()) ?? '').slice(6, 7);
         expect(await result.getByTestId('refused-by').textContent()).toBe(`Claim ${loser}: ${store.refusedBy}`);

@@ -110,7 +110,7 @@ describe('model API', () => {
     ]);
     const lost = race.body.claims.find((c) => c.verdict === 'lost');
     expect(lost?.trips[0]?.response.kind).toBe('existing');
-    expect([lost?.refusedBy?.by, lost?.refusedBy?.condition]).toEqual(['write', null]);
+    expect([lost?.refusedBy?.by, lost?.refusedBy?.condition]).toEqual(['step', null]);
   });
 
   it('race on SQLite: both claims read before either writes, so the loser is refused by the upsert\'s WHERE', async () => {

@@ -312,7 +312,8 @@ export interface Refusal {
   /** 1-based statement within that trip (SQLite trips carry several), or null. */
   readonly statement: number | null;
   /** `write`: the conditional write's own condition refused it; `read`: a read found the row first (a shortcut). */
-  readonly by: 'write' | 'read';
+  /** What refused the loser: a conditional write's condition, a pre-read, or one in-process step (memory). */
+  readonly by: 'write' | 'read' | 'step';
   readonly text: string;
   /** The condition as it appears in the request shown, for the page to mark; null when there is no text to mark. */
   readonly condition: string | null;
@@ -391,7 +392,7 @@ export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refus
     return { trip: trips.length, statement: null, by: 'write', text: `Round trip ${trips.length}: the claim script checks and writes in one atomic step; it found the winner's live record, wrote nothing and replied with it.`, condition: null };
   }
   if (storeName === 'memory') {
-    return { trip: 1, statement: null, by: 'write', text: "The claim checks and sets in one synchronous step: it found the winner's live record and set nothing.", condition: null };
+    return { trip: 1, statement: null, by: 'step', text: "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.", condition: null };
   }
   return null;
 }

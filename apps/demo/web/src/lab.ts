@@ -185,13 +185,20 @@ async function settle(attempt: Attempt, answer: Promise<Response>, started: numb
 const send = async (spec: Send): Promise<Attempt> => (await sendAll([spec]))[0] as Attempt;
 
 let acting = 0;
+/** Clicks so far: only the latest one narrates, so a slow demo finishing late cannot speak over a newer click. */
+let clicks = 0;
 
 /**
  * Runs a control's requests, then reads every figure back, then says what happened. `data-pending` on `<body>`
  * counts the controls still working, so a test (or a person) can tell when the figures and the narration are final.
+ * While anything runs, the guided demos and Reset wait (`aria-busy`): they would otherwise overlap, or move to a new
+ * sandbox account while a demo is still sending to the old one.
  */
 async function act(work: () => Promise<string | null>): Promise<void> {
+  const mine = ++clicks;
+  const started = epoch;
   document.body.dataset.pending = String(++acting);
+  busy(true);
   let told: string | null = null;
   try {
     told = await work();
@@ -199,10 +206,20 @@ async function act(work: () => Promise<string | null>): Promise<void> {
     told = `Something went wrong: ${error instanceof Error ? error.message : String(error)}`;
   } finally {
     await refresh();
-    if (told !== null) narrate(told);
+    // Reset moves `epoch` itself; any other action that saw a Reset happen meanwhile has nothing true to say.
+    const current = mine === clicks && (epoch === started || told?.startsWith('Reset:') === true);
+    if (told !== null && current) narrate(told);
     document.body.dataset.pending = String(--acting);
+    if (acting === 0) busy(false);
     renderIntended();
   }
+}
+
+/** Guided demos and Reset are unavailable while a control runs. */
+function busy(on: boolean): void {
+  document.body.setAttribute('aria-busy', String(on));
+  for (const [button] of guides) button.disabled = on;
+  ui.reset.disabled = on;
 }
 
 const keyForNext = (): string | null => (ui.useKeys.checked ? currentKey : null);

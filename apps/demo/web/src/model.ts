@@ -136,7 +136,8 @@ function code(text: string, sql = false, mark: string | null = null): HTMLElemen
 interface Refusal {
   readonly trip: number;
   readonly statement: number | null;
-  readonly by: 'write' | 'read';
+  /** What refused the loser: a conditional write's condition, a pre-read, or one in-process step (memory). */
+  readonly by: 'write' | 'read' | 'step';
   readonly text: string;
   readonly condition: string | null;
 }
@@ -196,7 +197,7 @@ function showTrip(trip: Trip, i: number, refusal: Refusal | null = null): HTMLEl
   return h(
     'div',
     { class: refused ? 'trip refused' : 'trip', ...(refused ? { 'data-refused': refused.by } : {}) },
-    h('p', { class: 'trip-head' }, `round trip ${i + 1}: ${trip.op}`, refused ? h('span', { class: 'refused-tag' }, refused.by === 'write' ? ' · the write refused here' : ' · refused by the read') : ''),
+    h('p', { class: 'trip-head' }, `round trip ${i + 1}: ${trip.op}`, refused ? h('span', { class: 'refused-tag' }, refused.by === 'write' ? ' · the write refused here' : refused.by === 'step' ? ' · refused in this step' : ' · refused by the read') : ''),
     h('details', { class: 'sent', open: refused !== null }, h('summary', {}, 'request ', h('code', {}, summary)), ...sent),
     reply,
   );
@@ -347,7 +348,7 @@ ui.race.addEventListener('click', () => {
     try {
       const race = await postJson<Race>('/v1/model/race');
       const lost = race.claims.find((c) => c.verdict === 'lost');
-      const how = lost?.refusedBy?.by === 'write' ? "refused by the write's own condition" : lost?.refusedBy?.by === 'read' ? 'turned away by its read' : 'refused';
+      const how = lost?.refusedBy?.by === 'write' ? "refused by the write's own condition" : lost?.refusedBy?.by === 'read' ? 'turned away by its read' : lost?.refusedBy?.by === 'step' ? "refused inside the claim's one synchronous step" : 'refused';
       const parts: Node[] = [
         h(
           'p',
