@@ -3,7 +3,15 @@
  * through the Web layer, on the memory store or a null store. Deterministic input (fixed keys and ids), no timers
  * left running, no network: under `valgrind --tool=callgrind` with V8 single-threaded the count repeats.
  * Usage: node bench/instructions-run.js <new|replay|mismatch|conflict> <memory|null> <count>
+ *
+ * With the store `express-null` (Idem's Express middleware on the null store) or `express-plain` (the same Express
+ * route without Idem, no key), the requests go through a real Express 5 app on node:http over loopback, one at a
+ * time from a keep-alive client in the same process: what the HTTP benchmark's new-key and no-key routes run, counted.
  */
+import { request as httpRequest, Agent } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { idempotency as expressIdempotency } from '../packages/idem/src/adapters/express/index.js';
 import { idempotency } from '../packages/idem/src/http/middleware.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
@@ -43,6 +51,10 @@ function nullStore(): IdempotencyStore {
 }
 
 let ids = 0;
+if (storeName.startsWith('express-')) {
+  await viaExpress(storeName === 'express-plain');
+  process.exit(0);
+}
 const store = storeName === 'null' ? nullStore() : memoryStore();
 const handle = idempotency({
   store, scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, generateId: () => `id-${++ids}`, onError: () => {},
@@ -72,3 +84,43 @@ for (let i = 0; i < count; i++) {
   if (response.status !== expected) throw new Error(`${kind}: expected ${expected}, got ${response.status}`);
 }
 release?.();
+
+/** `count` requests of `kind` through Express on node:http (see the module comment). */
+async function viaExpress(plain: boolean): Promise<void> {
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+  const route = (_req: express.Request, res: express.Response) => {
+    res.status(201).location('/v1/charges/ch_0123456789ab').json({ id: 'ch_0123456789ab', amount: 500 });
+  };
+  if (plain) {
+    app.post('/pay', express.json(), route);
+  } else {
+    const guard = expressIdempotency({ store: nullStore(), scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, generateId: () => `id-${++ids}`, onError: () => {} });
+    app.post('/pay', guard, express.json(), route);
+  }
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const { port } = server.address() as AddressInfo;
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const body = '{"amount":500,"currency":"usd","source":"tok_visa"}';
+  const post = (key: string | undefined) =>
+    new Promise<number>((resolve, reject) => {
+      const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(body.length) };
+      if (key !== undefined) headers['idempotency-key'] = key;
+      const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/pay', agent, headers }, (res) => {
+        res.resume();
+        res.once('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.once('error', reject);
+      req.end(body);
+    });
+  if (!plain && kind === 'replay') await post('hot');
+  const expected = kind === 'new' || kind === 'replay' ? 201 : 0;
+  for (let i = 0; i < count; i++) {
+    const status = await post(plain ? undefined : kind === 'new' ? `k${i}` : 'hot');
+    if (status !== expected) throw new Error(`express ${kind}: expected ${expected}, got ${status}`);
+  }
+  agent.destroy();
+  server.close();
+}

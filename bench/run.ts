@@ -47,14 +47,14 @@ interface Server {
   url: string;
 }
 
-async function start(mode: string, store = 'memory'): Promise<Server> {
+async function start(mode: string, store = 'memory', framework = 'express', root = ROOT): Promise<Server> {
   const args = ['--import', 'tsx'];
-  if (PROFILE) args.push('--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'profiles', `${mode}-${store}`)}`);
-  args.push(join(ROOT, 'bench', 'server.ts'));
+  if (PROFILE) args.push('--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'profiles', `${framework}-${mode}-${store}`)}`);
+  args.push(join(root, 'bench', 'server.ts'));
   const child = spawn(process.execPath, args, {
-    cwd: ROOT,
+    cwd: root,
     // bench/tsconfig.json has no source paths: `idem/*` resolves to the built dist, as in an application.
-    env: { ...process.env, TSX_TSCONFIG_PATH: join(ROOT, 'bench', 'tsconfig.json'), BENCH_MODE: mode, BENCH_STORE: store, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
+    env: { ...process.env, TSX_TSCONFIG_PATH: join(root, 'bench', 'tsconfig.json'), BENCH_MODE: mode, BENCH_STORE: store, BENCH_FRAMEWORK: framework, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let errors = '';
@@ -287,6 +287,35 @@ async function correctness(server: Server): Promise<Correctness> {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---- the run -------------------------------------------------------------------------------------------------------
+/** Frameworks other than Express, each with its own no-key route and Idem on Redis (bench/server.ts). */
+const FRAMEWORKS = ['fastify', 'hono', 'web'] as const;
+type Framework = (typeof FRAMEWORKS)[number];
+const FRAMEWORK_NAMES: Record<Framework | 'express', string> = {
+  express: 'Express 5',
+  fastify: 'Fastify 5',
+  hono: 'Hono 4 on node:http',
+  web: 'idem/http on node:http',
+};
+
+/**
+ * `npm run bench:instructions` as a section of this run: the counts, the baseline and the change (a regression over
+ * the tolerance is marked). `--quick` counts the Express rows and the Web layer's new key only.
+ */
+function instructions(): Promise<Results['instructions']> {
+  const env = { ...process.env };
+  if (QUICK && !env.BENCH_INSTR_ONLY) env.BENCH_INSTR_ONLY = 'new/null,new/express-plain,new/express-null,replay/express-null';
+  return new Promise<Results['instructions']>((resolve) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'instructions.ts'), '--json'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    child.once('exit', () => {
+      const line = out.split('\n').find((l) => l.startsWith('JSON '));
+      if (!line) progress('instruction counts unavailable (valgrind missing?)');
+      resolve(line ? (JSON.parse(line.slice(5)) as Results['instructions']) : undefined);
+    });
+  });
+}
+
 const STORES = ['memory', 'sqlite', 'postgres', 'redis'] as const;
 type StoreName = (typeof STORES)[number];
 const PEERS = [
@@ -309,6 +338,17 @@ interface Results {
   idemCorrectness: Correctness;
   /** Idem's new keys on a store that keeps nothing (bench/server.ts `null`): the layer's own cost. */
   nullStore?: Load;
+  /** The same route on other frameworks, each without Idem (no key) and with Idem on Redis (new keys, replays). */
+  frameworks?: Record<Framework, { plain: Load; new: Load; replay: Load }>;
+  /**
+   * BENCH_AB_ROOT: another checkout (built) whose Express servers run beside this one's, for a before/after of a
+   * change in the same run: its null-store new keys and Redis new keys and replays.
+   */
+  ab?: { label: string; null: Load; redisNew: Load; redisReplay: Load };
+  /** Sections a reduced run left out (BENCH_SKIP). */
+  skipped?: string[];
+  /** Instructions per request kind (bench/instructions.ts), with the baseline they are compared to. */
+  instructions?: { n1: number; n2: number; tolerance: number; counts: Record<string, number>; baseline: Record<string, number>; baselineLabel?: string };
   scale: Record<'sqlite' | 'postgres', { smallN: number; largeN: number; seedMs: number; settleMs: number; small: Load; large: Load; expiredN: number; expiredSeedMs: number; before: Load; during: Load; sweep: { deleted: number; ms: number } }>;
 }
 
@@ -425,7 +465,10 @@ async function main(): Promise<void> {
   };
 
   const only = (process.env.BENCH_ONLY ?? '').split(',').filter(Boolean);
-  const want = (section: string) => only.length === 0 || only.includes(section);
+  // BENCH_SKIP=scale,instructions: a reduced run that still writes the docs, saying what it left out.
+  const skip = (process.env.BENCH_SKIP ?? '').split(',').filter(Boolean);
+  if (skip.length > 0) results.skipped = skip;
+  const want = (section: string) => !skip.includes(section) && (only.length === 0 || only.includes(section));
   try {
     // Every server stays up (idle servers cost nothing); the measurements are then taken in rounds, each round
     // visiting every route once, so a drift of the machine's load hits all of them alike.
@@ -443,6 +486,22 @@ async function main(): Promise<void> {
     ]);
     const nullStore = rest.pop() as Server;
     servers.push(plain, ...rest, nullStore);
+    const abRoot = process.env.BENCH_AB_ROOT;
+    if (abRoot) {
+      const [abNull, abRedis] = await Promise.all([start('idem', 'null', 'express', abRoot), start('idem', 'redis', 'express', abRoot)]);
+      servers.push(abNull, abRedis);
+      slots.set('ab:null:new', await prepare(abNull, '/pay', 'new'));
+      slots.set('ab:redis:new', await prepare(abRedis, '/pay', 'new'));
+      slots.set('ab:redis:replay', await prepare(abRedis, '/pay', 'replay'));
+    }
+    const frameworks = want('frameworks') ? FRAMEWORKS : [];
+    const frameworkServers = await Promise.all(frameworks.map(async (fw) => [fw, await start('plain', 'memory', fw), await start('idem', 'redis', fw)] as const));
+    for (const [fw, bare, guarded] of frameworkServers) {
+      servers.push(bare, guarded);
+      slots.set(`${fw}:plain`, await prepare(bare, '/pay', 'none'));
+      slots.set(`${fw}:new`, await prepare(guarded, '/pay', 'new'));
+      slots.set(`${fw}:replay`, await prepare(guarded, '/pay', 'replay'));
+    }
     // Idem on a store that keeps nothing and answers at once: the layer's own CPU, without any store client's.
     slots.set('null:new', await prepare(nullStore, '/pay', 'new'));
     slots.set('plain', await prepare(plain, '/pay', 'none'));
@@ -478,6 +537,11 @@ async function main(): Promise<void> {
     results.plain = get('plain');
     results.plainRuns = (slots.get('plain') as Slot).slices;
     results.nullStore = get('null:new');
+    if (abRoot) results.ab = { label: process.env.BENCH_AB_LABEL ?? abRoot, null: get('ab:null:new'), redisNew: get('ab:redis:new'), redisReplay: get('ab:redis:replay') };
+    if (frameworks.length > 0) {
+      results.frameworks = {} as NonNullable<Results['frameworks']>;
+      for (const fw of frameworks) results.frameworks[fw] = { plain: get(`${fw}:plain`), new: get(`${fw}:new`), replay: get(`${fw}:replay`) };
+    }
     for (const store of idemServers.keys()) {
       results.idem[store] = { ...results.idem[store], new: get(`${store}:new`), replay: get(`${store}:replay`), cached: get(`${store}:cached`) };
       results.floor[store] = { write: get(`${store}:write`), write2: get(`${store}:write2`), read: get(`${store}:read`) };
@@ -493,8 +557,15 @@ async function main(): Promise<void> {
   } finally {
     await cleanRedis();
   }
+  if (want('instructions')) {
+    progress('counting instructions per request kind (valgrind)');
+    const counted = await instructions();
+    if (counted) results.instructions = counted;
+  }
   results.finished = new Date().toISOString();
   results.machine.loadEnd = loadavg().map((n) => n.toFixed(2)).join(' ');
+  // Kept before the report, so a report that fails can be redone from it (`--report` reads docs/bench/results.json).
+  writeFileSync(join(tmpdir(), `idem-bench-${RUN}.json`), JSON.stringify(results, null, 2) + '\n');
   if (only.length > 0) console.log(JSON.stringify(results, null, 2));
   else report(results);
 }
@@ -509,10 +580,37 @@ interface Target {
   name: string;
   measured: string;
   met: boolean;
+  /** Measured against required, where it is one number: 1 or more is met (the targets chart). */
+  ratio?: number;
 }
 
 function targets(r: Results): Target[] {
   const out: Target[] = [];
+  const addedCpu = (l: Load) => l.cpuUs - r.plain.cpuUs;
+  if (r.peers.length > 0) {
+    // Issue 15, item 1: new keys on Express + Redis against the peers, side by side.
+    const ours = addedCpu(r.idem.redis.new);
+    const peers = r.peers.map((p) => ({ name: p.mode, cpu: addedCpu(p.new), rps: p.new.rps }));
+    const leanest = peers.reduce((a, b) => (b.cpu < a.cpu ? b : a));
+    const fastest = peers.reduce((a, b) => (b.rps > a.rps ? b : a));
+    out.push({ name: 'Added CPU per new key ≤ the leanest peer (Express + Redis)', measured: `${r1(ours)} µs vs ${r1(leanest.cpu)} µs (${leanest.name}): ${(ours / leanest.cpu).toFixed(2)}×`, met: ours <= leanest.cpu, ratio: leanest.cpu / ours });
+    out.push({ name: 'New-key throughput ≥ the best peer (Express + Redis)', measured: `${r0(r.idem.redis.new.rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(r.idem.redis.new.rps, fastest.rps)}`, met: r.idem.redis.new.rps >= fastest.rps, ratio: r.idem.redis.new.rps / fastest.rps });
+  }
+  // Issue 15, item 3: on frameworks that do not cap the throughput, Idem's routes against the same framework's no-key route.
+  const rows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks ?? {})];
+  for (const [fw, f] of rows) {
+    const name = FRAMEWORK_NAMES[fw as Framework] ?? fw;
+    out.push({ name: `New keys ≥ 70 % of the no-key route (${name}, Redis)`, measured: `${pct(f.new.rps, f.plain.rps)} (${r0(f.new.rps)} / ${r0(f.plain.rps)} req/s)`, met: f.new.rps >= 0.7 * f.plain.rps, ratio: f.new.rps / f.plain.rps / 0.7 });
+    out.push({ name: `Replays ≥ 95 % of the no-key route (${name}, Redis, no cache)`, measured: `${pct(f.replay.rps, f.plain.rps)} (${r0(f.replay.rps)} / ${r0(f.plain.rps)} req/s)`, met: f.replay.rps >= 0.95 * f.plain.rps, ratio: f.replay.rps / f.plain.rps / 0.95 });
+  }
+  // Issue 15, item 5: the Web layer on node:http costs no more per request than Hono on node:http, same bridge.
+  const web = r.frameworks?.web;
+  const hono = r.frameworks?.hono;
+  if (web && hono) {
+    for (const kind of ['new', 'replay'] as const) {
+      out.push({ name: `idem/http on node:http: CPU per ${kind === 'new' ? 'new key' : 'replay'} ≤ Hono on node:http's`, measured: `${r1(web[kind].cpuUs)} vs ${r1(hono[kind].cpuUs)} µs/request (${((web[kind].cpuUs / hono[kind].cpuUs) * 100).toFixed(0)} %)`, met: web[kind].cpuUs <= hono[kind].cpuUs, ratio: hono[kind].cpuUs / web[kind].cpuUs });
+    }
+  }
   for (const store of ['redis', 'sqlite'] as const) {
     // Hot replays are what the engine's cache is for (issue 9 item 3): the target is read on the cached route;
     // the uncached route, one store read per replay, is shown beside it.
@@ -557,6 +655,7 @@ function targets(r: Results): Target[] {
   }
   for (const store of ['sqlite', 'postgres'] as const) {
     const s = r.scale[store];
+    if (!s) continue;
     const ratio = s.large.rps / s.small.rps;
     out.push({ name: `${r0(s.largeN)} records ≥ 90 % of ${r0(s.smallN)} (${store}, new keys)`, measured: `${(ratio * 100).toFixed(0)} % (${r0(s.large.rps)} / ${r0(s.small.rps)} req/s)`, met: ratio >= 0.9 });
     const p99 = s.during.p99 / s.before.p99;
@@ -579,6 +678,44 @@ function report(r: Results): void {
     lines.push(loadRow(`Idem ${store}, replays, cache on`, r.idem[store].cached, r.plain));
   }
   if (r.nullStore) lines.push(loadRow('Idem on a null store (keeps nothing), new keys', r.nullStore, r.plain));
+  lines.push('', '![Requests/s per route](bench/overhead.svg)', '', '![Added CPU per request](bench/cpu.svg)');
+  if (r.ab) {
+    lines.push('', `## Before and after, side by side: ${r.ab.label} vs this build (Express)`, '');
+    lines.push('| route | before req/s | after req/s | after / before | before added CPU µs/req | after added CPU µs/req | CPU saved µs/req |', '|---|---:|---:|---:|---:|---:|---:|');
+    const pairs: Array<[string, Load, Load]> = [
+      ['null store, new keys', r.ab.null, r.nullStore as Load],
+      ['Redis, new keys', r.ab.redisNew, r.idem.redis.new],
+      ['Redis, replays', r.ab.redisReplay, r.idem.redis.replay],
+    ];
+    for (const [label, before, after] of pairs) {
+      lines.push(`| ${label} | ${r0(before.rps)} | ${r0(after.rps)} | ${pct(after.rps, before.rps)} | ${r1(before.cpuUs - r.plain.cpuUs)} | ${r1(after.cpuUs - r.plain.cpuUs)} | ${r1(before.cpuUs - after.cpuUs)} |`);
+    }
+    lines.push('', '![Before and after](bench/before-after.svg)');
+  }
+  if (r.frameworks) {
+    lines.push('', '## Frameworks: the same route on each, without Idem (no key) and with Idem on Redis', '');
+    lines.push('Hono and idem/http are served from node:http through one bridge (bench/server.ts `bridge`: a Web `Request` over the message, the `Response` written back), as @hono/node-server and the demo\'s node adapter do; Fastify through its own server. Each framework\'s no-key route is its own baseline.', '');
+    lines.push('| framework | no key req/s | new keys req/s | new / no key | replays req/s | replays / no key | CPU µs/req no key | added CPU µs/req new | added CPU µs/req replay |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks)];
+    for (const [fw, f] of fwRows) {
+      lines.push(`| ${FRAMEWORK_NAMES[fw as Framework] ?? fw} | ${r0(f.plain.rps)} | ${r0(f.new.rps)} | ${pct(f.new.rps, f.plain.rps)} | ${r0(f.replay.rps)} | ${pct(f.replay.rps, f.plain.rps)} | ${r1(f.plain.cpuUs)} | ${r1(f.new.cpuUs - f.plain.cpuUs)} | ${r1(f.replay.cpuUs - f.plain.cpuUs)} |`);
+    }
+    lines.push('', '![Requests/s per framework](bench/frameworks.svg)');
+  }
+  if (r.instructions) {
+    const ins = r.instructions;
+    lines.push('', `## Instructions per request (valgrind callgrind, (count at ${ins.n2} − count at ${ins.n1}) / ${ins.n2 - ins.n1} requests)`, '');
+    lines.push(`Deterministic where the timings above are not: a change of more than ${ins.tolerance * 100} % against the baseline (${ins.baselineLabel ?? 'docs/bench/instructions.json'}) is marked **REGRESSION**. \`null\` and \`memory\` are the Web layer in process (bench/instructions-run.ts); \`express-plain\` is the Express route with no key, \`express-null\` the same route behind Idem's Express middleware on a store that keeps nothing, over node:http.`, '');
+    lines.push('| request | store | instructions / request | baseline | change |', '|---|---|---:|---:|---:|');
+    for (const [name, value] of Object.entries(ins.counts)) {
+      const [kind, store] = name.split('/') as [string, string];
+      const before = ins.baseline[name];
+      const change = before ? (value - before) / before : undefined;
+      const mark = change === undefined ? '' : `${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)} %${change > ins.tolerance ? ' **REGRESSION**' : ''}`;
+      lines.push(`| ${kind} | ${store} | ${r0(value)} | ${before === undefined ? '—' : r0(before)} | ${mark} |`);
+    }
+    lines.push('', '![Instructions per request](bench/instructions.svg)');
+  }
   lines.push('', '## Floor: the store\'s raw operations on the same route', '');
   lines.push('| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |', '|---|---:|---:|---:|---:|---:|---:|');
   for (const store of STORES) {
@@ -586,6 +723,7 @@ function report(r: Results): void {
     const i = r.idem[store];
     lines.push(`| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`);
   }
+  lines.push('', '![Idem against the raw floor](bench/floor.svg)');
   lines.push('', '## Round trips per request kind (counted by the store, one request at a time)', '');
   lines.push('| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |', '|---|---:|---:|---:|---:|---:|');
   for (const store of STORES) {
@@ -593,6 +731,7 @@ function report(r: Results): void {
     lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | ${t.cachedReplay} |`);
   }
   lines.push('| [DESIGN.md budget](DESIGN.md#round-trip-budget) | 2 | 1 | 1 | 1 | 0 |');
+  lines.push('', '![Round trips per request kind](bench/trips.svg)');
   lines.push('', '## Peers: same Express, same Redis, same handler, same TTL (1 h) and in-progress lease (10 s)', '');
   lines.push('| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |', '|---|---:|---:|---:|---:|---|---|---:|---|---|');
   const idemC = r.idemCorrectness;
@@ -604,14 +743,17 @@ function report(r: Results): void {
     const flag = c.executions > 1 ? ' **double-executes**' : '';
     lines.push(`| ${p.name} | ${r0(p.new.rps)} | ${r0(p.replay.rps)} | ${r1(p.new.cpuUs - r.plain.cpuUs)} | ${r1(p.replay.cpuUs - r.plain.cpuUs)} | ${p.trips} | ${c.concurrent} | ${c.executions}${flag} | ${c.location} | ${c.afterError} |`);
   }
-  lines.push('', '## Scale and sweep (Idem, new keys)', '');
-  lines.push('| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |', '|---|---:|---:|---:|---|---:|---:|---:|---|');
-  for (const store of ['sqlite', 'postgres'] as const) {
+  lines.push('', '![Idem vs peers, requests/s](bench/peers.svg)', '', '![Idem vs peers, added CPU](bench/peers-cpu.svg)');
+  const scaled = (['sqlite', 'postgres'] as const).filter((store) => r.scale[store]);
+  if (scaled.length > 0) lines.push('', '## Scale and sweep (Idem, new keys)', '');
+  if (scaled.length > 0) lines.push('| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |', '|---|---:|---:|---:|---|---:|---:|---:|---|');
+  for (const store of scaled) {
     const s = r.scale[store];
     lines.push(`| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)}; settling (vacuum, checkpoint) ${ms(s.settleMs ?? 0)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`);
   }
   const tgt = targets(r);
-  const targetLines = ['| target | measured | met |', '|---|---|---|', ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`)];
+  if (scaled.length > 0) lines.push('', '![Scale and sweep](bench/scale.svg)');
+  const targetLines = ['| target | measured | met |', '|---|---|---|', ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`), '', '![Targets: measured / required](bench/targets.svg)'];
 
   const met = tgt.filter((x) => x.met).length;
   const summary = `**${met} of ${tgt.length} targets met** in this run.`;
@@ -636,7 +778,10 @@ function report(r: Results): void {
     '',
     `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike; req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
     '',
-    '## Targets (issue 9)',
+    ...(r.skipped?.length || r.settings.rounds < 4 || r.settings.seconds < 3
+      ? [`**Reduced run:** ${r.settings.rounds} round(s) of ${r.settings.seconds} s (the full run: 4 of 3 s), warm-up ${r.settings.warmup} s (full: 3 s)${r.skipped?.length ? `; sections left out: ${r.skipped.join(', ')}${r.skipped.includes('scale') ? ' (the scale and sweep table and targets are absent)' : ''}` : ''}. Chosen for a machine at load ~15; see the notes below.`, '']
+      : []),
+    '## Targets (issue 15, then issue 9)',
     '',
     summary,
     '',
@@ -645,12 +790,6 @@ function report(r: Results): void {
     ...lines,
     '',
     notes,
-    '',
-    '![Overhead](bench/overhead.svg)',
-    '',
-    '![Peers](bench/peers.svg)',
-    '',
-    '![Added CPU per request](bench/cpu.svg)',
     '',
   ].join('\n');
   mkdirSync(join(ROOT, 'docs', 'bench'), { recursive: true });
@@ -680,7 +819,66 @@ function report(r: Results): void {
     cpuBars.push({ label: `${p.mode}: new keys`, value: p.new.cpuUs - r.plain.cpuUs }, { label: `${p.mode}: replays`, value: p.replay.cpuUs - r.plain.cpuUs });
   }
   writeFileSync(join(ROOT, 'docs', 'bench', 'peers.svg'), barChart('Requests/s on Express + Redis: Idem vs peers (higher is better)', peers, 'req/s'));
-  writeFileSync(join(ROOT, 'docs', 'bench', 'cpu.svg'), barChart('Added server CPU per request over the bare route, µs (lower is better)', cpuBars, 'µs'));
+  writeFileSync(join(ROOT, 'docs', 'bench', 'peers-cpu.svg'), barChart('Added server CPU per request over the bare route, Express + Redis, µs (lower is better)', cpuBars, 'µs'));
+  const overheadCpu = [{ label: 'Idem on a null store: new keys', value: (r.nullStore?.cpuUs ?? NaN) - r.plain.cpuUs }];
+  for (const store of STORES) {
+    overheadCpu.push({ label: `${store}: new keys`, value: r.idem[store].new.cpuUs - r.plain.cpuUs });
+    overheadCpu.push({ label: `${store}: replays`, value: r.idem[store].replay.cpuUs - r.plain.cpuUs });
+    overheadCpu.push({ label: `${store}: replays, cache on`, value: r.idem[store].cached.cpuUs - r.plain.cpuUs });
+  }
+  writeFileSync(join(ROOT, 'docs', 'bench', 'cpu.svg'), barChart('Added server CPU per request over the bare Express route, µs (lower is better)', overheadCpu, 'µs'));
+  const floor = STORES.flatMap((store) => [
+    { label: `${store}: Idem new keys`, value: r.idem[store].new.rps },
+    { label: `${store}: raw write floor`, value: r.floor[store].write.rps },
+    { label: `${store}: raw write+update floor`, value: r.floor[store].write2.rps },
+    { label: `${store}: Idem replays`, value: r.idem[store].replay.rps },
+    { label: `${store}: raw read floor`, value: r.floor[store].read.rps },
+  ]);
+  writeFileSync(join(ROOT, 'docs', 'bench', 'floor.svg'), barChart('Requests/s: Idem against the store\'s raw operations (higher is better)', floor, 'req/s'));
+  const trips = STORES.flatMap((store) => {
+    const t = r.idem[store].trips;
+    return [
+      { label: `${store}: new key`, value: t.new },
+      { label: `${store}: replay`, value: t.replay },
+      { label: `${store}: conflict`, value: t.conflict },
+      { label: `${store}: mismatch`, value: t.mismatch },
+      { label: `${store}: cached replay`, value: t.cachedReplay },
+    ];
+  });
+  writeFileSync(join(ROOT, 'docs', 'bench', 'trips.svg'), barChart('Store round trips per request (budget: new 2, others 1, cached 0)', trips, 'trips'));
+  if (r.frameworks) {
+    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks)];
+    const bars = fwRows.flatMap(([fw, f]) => [
+      { label: `${fw}: no key (no Idem)`, value: f.plain.rps },
+      { label: `${fw}: Idem new keys`, value: f.new.rps },
+      { label: `${fw}: Idem replays`, value: f.replay.rps },
+    ]);
+    writeFileSync(join(ROOT, 'docs', 'bench', 'frameworks.svg'), barChart('Requests/s per framework, Idem on Redis (higher is better)', bars, 'req/s'));
+  }
+  if (r.instructions) {
+    const bars = Object.entries(r.instructions.counts).map(([name, value]) => ({ label: `${name}: instructions`, value }));
+    writeFileSync(join(ROOT, 'docs', 'bench', 'instructions.svg'), barChart('Instructions per request, callgrind (lower is better)', bars, 'instr'));
+  }
+  if (scaled.length > 0) {
+    const bars = scaled.flatMap((store) => [
+      { label: `${store}: ${r0(r.scale[store].smallN)} records`, value: r.scale[store].small.rps },
+      { label: `${store}: ${r0(r.scale[store].largeN)} records`, value: r.scale[store].large.rps },
+    ]);
+    writeFileSync(join(ROOT, 'docs', 'bench', 'scale.svg'), barChart('New keys, requests/s at small and large N (higher is better)', bars, 'req/s'));
+  }
+  if (r.ab) {
+    const bars = [
+      { label: 'before: null store, new keys', value: r.ab.null.cpuUs - r.plain.cpuUs },
+      { label: 'after: null store, new keys', value: (r.nullStore as Load).cpuUs - r.plain.cpuUs },
+      { label: 'before: Redis, new keys', value: r.ab.redisNew.cpuUs - r.plain.cpuUs },
+      { label: 'after: Redis, new keys', value: r.idem.redis.new.cpuUs - r.plain.cpuUs },
+      { label: 'before: Redis, replays', value: r.ab.redisReplay.cpuUs - r.plain.cpuUs },
+      { label: 'after: Redis, replays', value: r.idem.redis.replay.cpuUs - r.plain.cpuUs },
+    ];
+    writeFileSync(join(ROOT, 'docs', 'bench', 'before-after.svg'), barChart('Added CPU per request over the bare Express route, µs: before vs after (lower is better)', bars, 'µs'));
+  }
+  const ratios = tgt.filter((x) => x.ratio !== undefined).map((x) => ({ label: `${x.met ? '' : 'MISSED: '}${x.name}`.slice(0, 60), value: (x.ratio as number) * 100 }));
+  writeFileSync(join(ROOT, 'docs', 'bench', 'targets.svg'), barChart('Targets: measured as % of required (100 % or more is met)', ratios, '%'));
   progress('wrote docs/BENCHMARKS.md, docs/bench/*.svg, docs/bench/results.json');
 }
 

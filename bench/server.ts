@@ -4,6 +4,9 @@
  * - `BENCH_MODE`: `plain` (the route alone, no key), `idem` (Idem's Express middleware), `floor` (routes doing only
  *   the store's raw conditional write / point read), `ei` (express-idempotency + Redis adapter), `pt` (Powertools
  *   idempotency, CachePersistenceLayer), `ni` (@node-idempotency/core wrapped in an Express middleware).
+ * - `BENCH_FRAMEWORK`: `express` (the default: every mode above), or `fastify`, `hono` (Hono on node:http) or
+ *   `web` (idem/http's `(Request) => Response` on node:http) for modes `plain` and `idem`: the same route on
+ *   another framework, so that Idem's overhead is measured where the framework does not cap the throughput.
  * - `BENCH_STORE`: `memory` | `sqlite` | `postgres` | `redis` (for `idem` and `floor`).
  * - `BENCH_RUN`: the run id; every Redis key and Postgres schema this process creates carries it.
  *
@@ -11,16 +14,19 @@
  * this process's CPU time (`process.cpuUsage()`), the store's round trips and the handler's executions per key.
  */
 import express, { type Request, type Response } from 'express';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { rmSync } from 'node:fs';
+import { Readable } from 'node:stream';
 import type { IIdempotencyDataAdapter } from 'express-idempotency';
 import type { ClaimRequest, IdempotencyStore } from 'idem';
 import { idempotency } from 'idem/express';
 
 const MODE = process.env.BENCH_MODE ?? 'plain';
+const FRAMEWORK = process.env.BENCH_FRAMEWORK ?? 'express';
 const STORE = process.env.BENCH_STORE ?? 'memory';
 const RUN = process.env.BENCH_RUN ?? 'local';
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
@@ -310,7 +316,14 @@ async function deleteByPattern(client: ScanDel, pattern: string): Promise<void> 
 }
 
 // ---- modes ---------------------------------------------------------------------------------------------------------
+/** For a framework other than Express: the server it answers `/pay` on; `/__` control requests go to Express. */
+let frameworkServer: (() => Promise<Server>) | undefined;
+
 async function mount(): Promise<void> {
+  if (FRAMEWORK !== 'express') {
+    frameworkServer = await mountFramework();
+    return;
+  }
   if (MODE === 'plain') {
     app.post('/pay', express.json(), handler);
     return;
@@ -457,10 +470,134 @@ app.post('/__close', async (_req, res) => {
   setTimeout(() => process.exit(0), 50);
 });
 
-const server = app.listen(0, '127.0.0.1', () => {
-  const { port } = server.address() as AddressInfo;
-  process.stdout.write(`READY ${port}\n`);
-});
+const server = frameworkServer ? await frameworkServer() : app.listen(0, '127.0.0.1');
+if (!server.listening) await new Promise((resolve) => server.once('listening', resolve));
+process.stdout.write(`READY ${(server.address() as AddressInfo).port}\n`);
 server.keepAliveTimeout = 60_000;
 
 export { deleteByPattern };
+
+// ---- other frameworks ----------------------------------------------------------------------------------------------
+/** The charge every framework answers: 201, a Location, a small JSON body. */
+async function charge(key: string): Promise<{ status: number; location: string; body: string }> {
+  const made = await work(key);
+  return { status: 201, location: `/v1/charges/${made.id}`, body: JSON.stringify(made) };
+}
+
+/** Counts a request as Express's counter does, and sends `/__` control requests to the Express app. */
+function control(req: IncomingMessage, res: ServerResponse): boolean {
+  if (!req.url?.startsWith('/__')) {
+    served++;
+    return false;
+  }
+  app(req as Request, res as Response);
+  return true;
+}
+
+async function mountFramework(): Promise<() => Promise<Server>> {
+  const idem = MODE === 'idem';
+  if (MODE !== 'plain' && !idem) throw new Error(`BENCH_FRAMEWORK=${FRAMEWORK} serves BENCH_MODE plain or idem`);
+  let store: IdempotencyStore<never> | undefined;
+  if (idem) {
+    const opened = await openStore();
+    store = opened.store;
+    roundTrips = () => (store as IdempotencyStore<never>).roundTrips;
+    cleanups.unshift(() => (store as IdempotencyStore<never>).close());
+  }
+  const options = { store: store as IdempotencyStore<never>, scope: 'single-tenant' as const, ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} };
+  if (FRAMEWORK === 'fastify') {
+    const { default: Fastify } = await import('fastify');
+    let handler: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
+    const fastify = Fastify({
+      serverFactory: (handle) => {
+        handler = handle;
+        return createServer((req, res) => {
+          if (!control(req, res)) handle(req, res);
+        });
+      },
+    });
+    if (idem) {
+      const { idempotency: fastifyIdempotency } = await import('idem/fastify');
+      await fastify.register(fastifyIdempotency(options));
+    }
+    fastify.post('/pay', async (request, reply) => {
+      const made = await charge(String(request.headers['idempotency-key'] ?? ''));
+      return reply.code(made.status).header('location', made.location).header('content-type', 'application/json; charset=utf-8').send(made.body);
+    });
+    return async () => {
+      await fastify.listen({ port: 0, host: '127.0.0.1' });
+      void handler;
+      return fastify.server;
+    };
+  }
+  let fetchHandler: (request: Request_) => Promise<Response_>;
+  if (FRAMEWORK === 'hono') {
+    const { Hono } = await import('hono');
+    const hono = new Hono();
+    if (idem) {
+      const { idempotency: honoIdempotency } = await import('idem/hono');
+      hono.post('/pay', honoIdempotency(options));
+    }
+    hono.post('/pay', async (c) => {
+      await c.req.json();
+      const made = await charge(c.req.header('idempotency-key') ?? '');
+      return c.body(made.body, 201, { location: made.location, 'content-type': 'application/json; charset=utf-8' });
+    });
+    fetchHandler = async (request) => hono.fetch(request);
+  } else if (FRAMEWORK === 'web') {
+    const handle = async (request: Request_): Promise<Response_> => {
+      await request.json();
+      const made = await charge(request.headers.get('idempotency-key') ?? '');
+      return new Response(made.body, { status: 201, headers: { location: made.location, 'content-type': 'application/json; charset=utf-8' } });
+    };
+    if (idem) {
+      const { idempotency: webIdempotency } = await import('idem/http');
+      fetchHandler = webIdempotency(options)(handle);
+    } else {
+      fetchHandler = handle;
+    }
+  } else {
+    throw new Error(`unknown BENCH_FRAMEWORK ${FRAMEWORK}`);
+  }
+  const http = createServer((req, res) => {
+    if (!control(req, res)) void bridge(fetchHandler, req, res);
+  });
+  return async () => {
+    http.listen(0, '127.0.0.1');
+    return http;
+  };
+}
+
+type Request_ = globalThis.Request;
+type Response_ = globalThis.Response;
+
+/**
+ * node:http to a fetch handler and back, the way @hono/node-server and the demo's node adapter do it: a Web
+ * `Request` over the IncomingMessage (its body a Web stream of the message), then the `Response`'s status, headers
+ * and body written to the ServerResponse. The same bridge serves Hono and the Web layer, so they differ only in
+ * what runs between.
+ */
+async function bridge(handle: (request: Request_) => Promise<Response_>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const headers = new Headers();
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i] as string, raw[i + 1] as string);
+  const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
+  const init: RequestInit & { duplex?: 'half' } = { method: req.method ?? 'GET', headers };
+  if (hasBody) {
+    init.body = Readable.toWeb(req) as unknown as ReadableStream<Uint8Array>;
+    init.duplex = 'half';
+  }
+  try {
+    const response = await handle(new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, init));
+    res.statusCode = response.status;
+    for (const [name, value] of response.headers) res.appendHeader(name, value);
+    res.end(response.body ? Buffer.from(await response.arrayBuffer()) : undefined);
+  } catch {
+    if (!res.headersSent) {
+      res.statusCode = 500;
+      res.end();
+    } else {
+      res.destroy();
+    }
+  }
+}

@@ -375,7 +375,9 @@ export function createEngine<Tx = never>({
     const { pk, token, scope, key } = record;
     const about: KeyEventFields = { scope, key, id: record.id, ...(route === undefined ? {} : { route }) };
     const startedAt = clock.now();
-    const controller = new AbortController();
+    // Made when the work first reads `signal` (or when the lease is lost): most work never reads it, and an
+    // AbortController is among the costliest objects a lease would make.
+    let controller: AbortController | undefined;
     let timer: unknown;
     let expiresAt = record.expiresAt;
     let settlement: Promise<Settlement> | undefined;
@@ -389,7 +391,7 @@ export function createEngine<Tx = never>({
         const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
         if (!renewed.ok && !settlement) {
           emit({ type: 'lease_lost', ...about });
-          controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
+          (controller ??= new AbortController()).abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
           return;
         }
       } catch {
@@ -399,12 +401,20 @@ export function createEngine<Tx = never>({
     };
     timer = clock.setTimeout(() => void renew(), renewEveryMs);
 
+    /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
+    const written = async (write: Promise<Settlement>): Promise<Settlement> => {
+      try {
+        return await write;
+      } catch (error) {
+        return { ok: false, error: error as IdempotencyError };
+      } finally {
+        activeLeases--;
+      }
+    };
     const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
       if (settlement) return settlement;
       clock.clearTimeout(timer);
-      settlement = write()
-        .catch((error: unknown): Settlement => ({ ok: false, error: error as IdempotencyError }))
-        .finally(() => activeLeases--);
+      settlement = written(write());
       return settlement;
     };
     const refusedWrite = (op: StoreOp): Settlement => {
@@ -469,7 +479,9 @@ export function createEngine<Tx = never>({
       key,
       id: record.id,
       reclaimed,
-      signal: controller.signal,
+      get signal() {
+        return (controller ??= new AbortController()).signal;
+      },
       get settled() {
         return settlement !== undefined;
       },

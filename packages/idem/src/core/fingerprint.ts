@@ -3,6 +3,24 @@
  */
 import { constantTimeEqual, sha256 } from './sha256.js';
 
+type OneShot = (algorithm: 'sha256', data: string, encoding: 'hex') => string;
+
+/**
+ * Node's one-shot `crypto.hash` (Node ≥ 20.12), found as src/core/sha256.ts finds `createHash`: no Hash object and no
+ * digest lookup by name per request, about twice as fast for the short text of a JSON request's fingerprint.
+ * The same SHA-256, the same hex. Elsewhere the running hash of src/core/sha256.ts.
+ */
+const oneShot: OneShot | undefined = (() => {
+  const get = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule;
+  if (typeof get !== 'function') return undefined;
+  try {
+    const crypto = get('node:crypto') as { hash?: OneShot } | undefined;
+    return typeof crypto?.hash === 'function' ? crypto.hash : undefined;
+  } catch {
+    return undefined;
+  }
+})();
+
 /** What a fingerprint is computed from. */
 export interface FingerprintInput {
   readonly method: string;
@@ -30,20 +48,31 @@ export function fingerprint(input: FingerprintInput): string {
   // the bytes hashed are the same as field-by-field updates would give.
   let text = field('idem-fingerprint-v1') + field(input.method.toUpperCase()) + field(input.path) + field(canonicalQuery(input.query ?? ''));
   const canonical = isJsonType(input.contentType) ? canonicalJson(input.body) : undefined;
-  const hash = sha256();
+  let hash: ReturnType<typeof sha256> | undefined;
   if (canonical === undefined) {
+    hash = sha256();
     hash.update(text + field('raw') + `${input.body.byteLength}:`);
     hash.update(input.body);
     text = '';
   } else {
     text += field('json') + field(canonical);
   }
-  const headers = input.headers?.length ? input.headers.map(([n, v]) => [n.toLowerCase(), v] as const).sort(compareTuple) : [];
-  text += field(String(headers.length));
-  for (const [name, value] of headers) text += field(name) + field(value);
+  if (input.headers === undefined || input.headers.length === 0) {
+    text += NO_HEADERS_FIELD;
+  } else {
+    const headers = input.headers.map(([n, v]) => [n.toLowerCase(), v] as const).sort(compareTuple);
+    text += field(String(headers.length));
+    for (const [name, value] of headers) text += field(name) + field(value);
+  }
+  // All text (a JSON body's usual case): one call. Bytes too (a raw body): the running hash.
+  if (hash === undefined && oneShot !== undefined) return oneShot('sha256', text, 'hex');
+  hash ??= sha256();
   hash.update(text);
   return hash.digest();
 }
+
+/** The header count field when no header takes part: `1:0`. */
+const NO_HEADERS_FIELD = '1:0';
 
 function field(value: string): string {
   return `${utf8Length(value)}:${value}`;
@@ -84,6 +113,7 @@ export function fingerprintsEqual(a: string, b: string): boolean {
 
 function isJsonType(contentType: string | null | undefined): boolean {
   if (!contentType) return false;
+  if (contentType === 'application/json') return true;
   const type = (contentType.split(';')[0] ?? '').trim().toLowerCase();
   return type === 'application/json' || type.endsWith('+json');
 }
@@ -191,7 +221,9 @@ class CanonicalParser {
       do {
         this.skipWhitespace();
         if (this.#text[this.#pos] !== '"') throw new SyntaxError('expected a key');
-        const key = this.#string();
+        // A key without escapes is its own source text between the quotes (what JSON.parse would give).
+        const start = this.#pos;
+        const key = this.#scanString() ? this.#text.slice(start + 1, this.#pos - 1) : (JSON.parse(this.#text.slice(start, this.#pos)) as string);
         this.#expect(':');
         members.delete(key); // last duplicate wins, as in JSON.parse
         members.set(key, this.value(depth + 1));
@@ -216,13 +248,6 @@ class CanonicalParser {
     while (this.#peek(',')) out += `,${this.value(depth + 1)}`;
     this.#expect(']');
     return `${out}]`;
-  }
-
-  /** The string's value (the key of an object member). */
-  #string(): string {
-    const start = this.#pos;
-    this.#scanString();
-    return JSON.parse(this.#text.slice(start, this.#pos)) as string;
   }
 
   /**

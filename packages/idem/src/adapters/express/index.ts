@@ -4,7 +4,7 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import type { Engine, OutcomeKind } from '../../core/engine.js';
-import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import { createGate, responseTooLarge, storedResponse, type Claim, type GateRequest, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
 import { BodyTooLargeError, joinBytes, replayParts, storableHeaders } from '../../http/replay.js';
 import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
 
@@ -32,13 +32,7 @@ const CONTEXT = 'idempotency';
 export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): RequestHandler & { readonly engine: Engine<Tx> } {
   const gate = createGate<Tx, Request>(options);
   const middleware = async function idempotencyMiddleware(req: Request, res: ExpressResponse, next: NextFunction): Promise<void> {
-    const admission = await gate.admit({
-      native: req,
-      method: req.method,
-      url: req.originalUrl,
-      header: (name) => headerValue(req.headers, name),
-      body: (limit) => readAndRestore(req, limit),
-    });
+    const admission = await gate.admit(new ExpressRequest(req));
     if (admission.kind === 'answer') {
       // A replay is written from the stored parts directly; other answers (problems) from their Response.
       const { status, headers, body } = admission.replay ? replayParts(admission.replay) : await responseParts(admission.response);
@@ -65,14 +59,64 @@ export function idempotencyContext<Tx = never>(res: ExpressResponse): HandlerCon
   return (res.locals as Record<string, unknown>)[CONTEXT] as HandlerContext<Tx> | undefined;
 }
 
+/** The gate's view of an Express request: one object, its methods shared (no closures made per request). */
+class ExpressRequest implements GateRequest<Request> {
+  readonly native: Request;
+  readonly method: string;
+  readonly url: string;
+  constructor(req: Request) {
+    this.native = req;
+    this.method = req.method;
+    this.url = req.originalUrl;
+  }
+  header(name: string): string | null {
+    return headerValue(this.native.headers, name);
+  }
+  body(limit: number): Promise<Uint8Array> {
+    return readAndRestore(this.native, limit);
+  }
+}
+
 const BODY_ALREADY_READ =
   'idem/express: the request body was already read. Mount idempotency() before express.json() and other body parsers.';
 
 /**
- * Reads the raw body without consuming it: chunks are read in paused mode and, once the message is complete and
- * before `end` is emitted, put back with `unshift`, so the next reader (a body parser) sees an untouched stream.
+ * Reads the raw body without consuming it. Usually the whole message is already in the request's buffer by the
+ * next microtask (node:http parses a small request's body in the same turn as its head): then its bytes are
+ * copied from the buffer, which is left as it is for the next reader. Otherwise chunks are read in paused mode
+ * and, once the message is complete and before `end` is emitted, put back with `unshift`, so the next reader (a
+ * body parser) sees an untouched stream.
  */
 function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array> {
+  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(BODY_ALREADY_READ));
+  return Promise.resolve(req).then((request) => buffered(request, limit) ?? readSlowly(request, limit));
+}
+
+/**
+ * The complete body, copied from the request's own buffer without reading it; undefined when that is not the
+ * whole story (the message is not complete yet, someone read from it, or its buffer is not plain bytes).
+ */
+function buffered(req: IncomingMessage, limit: number): Uint8Array | undefined {
+  if (req.readableEnded || req.readableFlowing === true || req.readableDidRead) return undefined;
+  const size = req.readableLength;
+  // Complete, or holding all the bytes its Content-Length declares (node:http marks it complete a moment later).
+  if (!req.complete && (req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== String(size))) return undefined;
+  if (size > limit) throw new BodyTooLargeError(limit);
+  if (size === 0) return NO_BYTES;
+  const chunks = (req as unknown as { readonly readableBuffer?: Iterable<unknown> }).readableBuffer;
+  if (!chunks || typeof chunks[Symbol.iterator] !== 'function') return undefined;
+  const body = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    if (chunk === null) continue; // an entry already consumed (Node keeps them as null in its buffer array)
+    if (!(chunk instanceof Uint8Array) || offset + chunk.byteLength > size) return undefined;
+    body.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return offset === size ? body : undefined;
+}
+
+function readSlowly(req: IncomingMessage, limit: number): Promise<Uint8Array> {
   if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(BODY_ALREADY_READ));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
@@ -114,13 +158,42 @@ function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array
   });
 }
 
+/** What {@link capture} keeps for one response: the methods it replaced, and what the handler sent so far. */
+interface Held<Tx> {
+  readonly claim: Claim<Tx>;
+  readonly limit: number;
+  readonly replayHeaders: readonly string[];
+  // Whoever wrapped these methods before us, every call below is theirs, called on this response with
+  // `.call`/`.apply` (cheaper than bound copies, and the same `this`).
+  readonly writeHead: (this: ServerResponse, ...args: unknown[]) => ServerResponse;
+  readonly write: (this: ServerResponse, ...args: unknown[]) => boolean;
+  readonly end: (this: ServerResponse, ...args: unknown[]) => ServerResponse;
+  readonly flushHeaders: (this: ServerResponse) => void;
+  readonly destroy: (this: ServerResponse, error?: Error) => ServerResponse;
+  chunks: Buffer[];
+  size: number;
+  tooLarge: BodyTooLargeError | undefined;
+  /** True until the recorded response (or its replacement) is written, or the response is destroyed. */
+  held: boolean;
+  ended: boolean;
+  /** The answer as it stood at the handler's `end()`: what is recorded is what is sent. */
+  status: number;
+  message: string;
+  headers: OutgoingHttpHeaders | undefined;
+}
+
+/** The response's {@link Held} state, on one symbol-keyed property (the wrappers below are shared, not per request). */
+const HELD = Symbol('idem.held');
+const SCRATCH = Symbol('idem.scratch');
+type Capturing = ServerResponse & { [HELD]: Held<unknown> };
+
 /**
- * Wraps `writeHead`/`write`/`end`/`flushHeaders` to hold what the handler sends — status, headers and body —
- * until the outcome is recorded. A client never receives a success that the record does not hold: if recording
- * fails (store down: 503) or is refused (lease lost: 409), the held response is dropped and the problem is sent
- * instead, on a connection that has not seen a byte of it. Holding is bounded by `maxResponseBytes` (a larger
- * response is answered as the stored `response-too-large` problem). Chunks are checked as Node checks them, so
- * `res.end(12345)` throws in the handler as it would without Idem (Express answers 500).
+ * Replaces `writeHead`/`write`/`end`/`flushHeaders`/`destroy` to hold what the handler sends — status, headers and
+ * body — until the outcome is recorded. A client never receives a success that the record does not hold: if
+ * recording fails (store down: 503) or is refused (lease lost: 409), the held response is dropped and the problem
+ * is sent instead, on a connection that has not seen a byte of it. Holding is bounded by `maxResponseBytes` (a
+ * larger response is answered as the stored `response-too-large` problem). Chunks are checked as Node checks them,
+ * so `res.end(12345)` throws in the handler as it would without Idem (Express answers 500).
  *
  * What is recorded and what is sent are one snapshot, taken at the handler's `end()`: status, headers and body.
  * Anything the handler (or an error handler) does to the response after its `end()` and before the record is
@@ -129,123 +202,181 @@ function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array
  * A client that disconnects does not release the key: the handler goes on, its outcome is recorded, and the
  * retry replays it. A response the server itself destroys before ending it (a failed `pipeline` into `res`)
  * settles the key `failed`, retryable: nothing was answered.
+ *
+ * The replacements are the same five functions for every response, and the state is one object on one property:
+ * no closure is made per request, and every response held gets the same hidden class (measured with
+ * `npm run bench:instructions`; see docs/BENCHMARKS.md).
  */
 function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, replayHeaders: readonly string[]): void {
-  // Whoever wrapped these methods before us, every call below is theirs, called on this response with
-  // `.call`/`.apply` (cheaper than bound copies, and the same `this`).
   /* eslint-disable @typescript-eslint/unbound-method */
-  const writeHead = res.writeHead as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
-  const write = res.write as (this: ServerResponse, ...args: unknown[]) => boolean;
-  const end = res.end as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
-  const flushHeaders = res.flushHeaders;
-  const destroy = res.destroy;
+  const held: Held<Tx> = {
+    claim,
+    limit,
+    replayHeaders,
+    writeHead: res.writeHead as Held<Tx>['writeHead'],
+    write: res.write as Held<Tx>['write'],
+    end: res.end as Held<Tx>['end'],
+    flushHeaders: res.flushHeaders,
+    destroy: res.destroy,
+    chunks: [],
+    size: 0,
+    tooLarge: undefined,
+    held: true,
+    ended: false,
+    status: 0,
+    message: '',
+    headers: undefined,
+  };
   /* eslint-enable @typescript-eslint/unbound-method */
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let tooLarge: BodyTooLargeError | undefined;
-  let held = true;
-  let ended = false;
-  let snapshot: { status: number; message: string; headers: OutgoingHttpHeaders } | undefined;
+  // Under Express every response has a hidden class of its own (its prototype is set per request), so each
+  // property added to it would make V8 build yet another one: about 4 µs apiece, most of what holding a response
+  // cost (measured: see docs/BENCHMARKS.md). A property deleted out of order turns the object into a dictionary
+  // first, where the six additions below are table inserts.
+  (res as unknown as Record<symbol, unknown>)[SCRATCH] = 0;
+  (res as Capturing)[HELD] = held;
+  delete (res as unknown as Record<symbol, unknown>)[SCRATCH];
+  res.writeHead = heldWriteHead;
+  res.flushHeaders = heldFlushHeaders;
+  res.write = heldWrite as ServerResponse['write'];
+  res.end = heldEnd as ServerResponse['end'];
+  res.destroy = heldDestroy;
+}
 
-  const keep = (chunk: unknown, encoding: unknown): void => {
-    if (tooLarge) return;
-    const bytes = toBuffer(chunk, encoding);
-    size += bytes.byteLength;
-    if (size > limit) {
-      tooLarge = new BodyTooLargeError(limit);
-      chunks.length = 0;
-    } else {
-      chunks.push(bytes);
-    }
-  };
-
-  res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
-    if (!held) return writeHead.call(res, statusCode, ...rest);
-    checkStatus(statusCode);
-    if (ended) return res;
-    const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
-    const headers = reason === undefined ? rest[0] : rest[1];
-    // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
-    if (headers) foldHeaders(res, headers);
-    res.statusCode = statusCode;
-    if (reason !== undefined) res.statusMessage = reason;
-    return res;
-  };
-
-  res.flushHeaders = function (): void {
-    if (!held) flushHeaders.call(res);
-  };
-
-  res.write = function (...args: unknown[]): boolean {
-    if (!held) return write.apply(res, args);
-    const [chunk, encoding, callback] = args;
-    if (chunk === null) throw nodeError('ERR_STREAM_NULL_VALUES', 'May not write null values to stream');
-    checkChunk(chunk);
-    if (ended) return false;
-    keep(chunk, typeof encoding === 'function' ? undefined : encoding);
-    const done = typeof encoding === 'function' ? encoding : callback;
-    if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
-    return true;
-  } as ServerResponse['write'];
-
-  res.end = function (...args: unknown[]): ServerResponse {
-    if (!held) return end.apply(res, args);
-    const chunk = typeof args[0] === 'function' ? undefined : args[0];
-    if (chunk !== undefined && chunk !== null) checkChunk(chunk);
-    if (ended) return res;
-    checkStatus(res.statusCode);
-    ended = true;
-    // The answer is fixed now: what is recorded is what is sent, whatever touches `res` before the record is written.
-    snapshot = { status: res.statusCode, message: res.statusMessage, headers: res.getHeaders() };
-    if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
-    const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
-    void finish(callback);
-    return res;
-  } as ServerResponse['end'];
-
-  // A response the server destroys before its end (a failed pipeline into `res`) answered nothing: the key is
-  // retryable. A client that goes away does not call this (Node closes the socket, not the response).
-  res.destroy = function (error?: Error): ServerResponse {
-    if (held && !ended) {
-      held = false;
-      void claim.fail();
-    }
-    return destroy.call(res, error);
-  };
-
-  async function finish(callback: (() => void) | undefined): Promise<void> {
-    const { status, message, headers: sent } = snapshot as NonNullable<typeof snapshot>;
-    let replacement: Response | undefined;
-    let body: Uint8Array = NO_BYTES;
-    if (tooLarge) {
-      const stored = await responseTooLarge(tooLarge);
-      replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
-    } else {
-      const empty = NULL_BODY_STATUSES.has(status) || res.req.method === 'HEAD';
-      body = empty ? NO_BYTES : joinBytes(chunks, size);
-      const headers = storableHeaders(headerPairs(sent), replayHeaders);
-      replacement = await claim.complete({ status, headers, body });
-    }
-    if (!held) return; // destroyed meanwhile: nothing to send
-    held = false;
-    for (const name of res.getHeaderNames()) res.removeHeader(name);
-    if (replacement) {
-      const parts = await responseParts(replacement);
-      res.statusCode = parts.status;
-      for (const [name, value] of parts.headers) res.setHeader(name, value);
-      body = parts.body;
-    } else {
-      res.statusCode = status;
-      res.statusMessage = message;
-      // Content-Length is left to Node, from the bytes actually sent: a header set before the last write is stale
-      // (a HEAD answer keeps the handler's own, which describes the body it did not send).
-      const head = res.req.method === 'HEAD';
-      for (const [name, value] of Object.entries(sent)) {
-        if (value !== undefined && (name !== 'content-length' || head)) res.setHeader(name, value);
-      }
-    }
-    end.apply(res, callback ? [body, callback] : [body]);
+function keep(state: Held<unknown>, chunk: unknown, encoding: unknown): void {
+  if (state.tooLarge) return;
+  const bytes = toBuffer(chunk, encoding);
+  state.size += bytes.byteLength;
+  if (state.size > state.limit) {
+    state.tooLarge = new BodyTooLargeError(state.limit);
+    state.chunks.length = 0;
+  } else {
+    state.chunks.push(bytes);
   }
+}
+
+function heldWriteHead(this: Capturing, statusCode: number, ...rest: unknown[]): ServerResponse {
+  const state = this[HELD];
+  if (!state.held) return state.writeHead.call(this, statusCode, ...rest);
+  checkStatus(statusCode);
+  if (state.ended) return this;
+  const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
+  const headers = reason === undefined ? rest[0] : rest[1];
+  // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
+  if (headers) foldHeaders(this, headers);
+  this.statusCode = statusCode;
+  if (reason !== undefined) this.statusMessage = reason;
+  return this;
+}
+
+function heldFlushHeaders(this: Capturing): void {
+  const state = this[HELD];
+  if (!state.held) state.flushHeaders.call(this);
+}
+
+function heldWrite(this: Capturing, chunk: unknown, encoding?: unknown, callback?: unknown): boolean {
+  const state = this[HELD];
+  // eslint-disable-next-line prefer-rest-params
+  if (!state.held) return state.write.apply(this, arguments as unknown as unknown[]);
+  if (chunk === null) throw nodeError('ERR_STREAM_NULL_VALUES', 'May not write null values to stream');
+  checkChunk(chunk);
+  if (state.ended) return false;
+  keep(state, chunk, typeof encoding === 'function' ? undefined : encoding);
+  const done = typeof encoding === 'function' ? encoding : callback;
+  if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
+  return true;
+}
+
+function heldEnd(this: Capturing, first?: unknown, second?: unknown, third?: unknown): ServerResponse {
+  const state = this[HELD];
+  // eslint-disable-next-line prefer-rest-params
+  if (!state.held) return state.end.apply(this, arguments as unknown as unknown[]);
+  const chunk = typeof first === 'function' ? undefined : first;
+  if (chunk !== undefined && chunk !== null) checkChunk(chunk);
+  if (state.ended) return this;
+  checkStatus(this.statusCode);
+  state.ended = true;
+  // The answer is fixed now: what is recorded is what is sent, whatever touches `res` before the record is written.
+  state.status = this.statusCode;
+  state.message = this.statusMessage;
+  state.headers = this.getHeaders();
+  if (chunk !== undefined && chunk !== null) keep(state, chunk, typeof second === 'function' ? undefined : second);
+  const callback = typeof first === 'function' ? first : typeof second === 'function' ? second : typeof third === 'function' ? third : undefined;
+  void finish(this, state, callback as (() => void) | undefined);
+  return this;
+}
+
+// A response the server destroys before its end (a failed pipeline into `res`) answered nothing: the key is
+// retryable. A client that goes away does not call this (Node closes the socket, not the response).
+function heldDestroy(this: Capturing, error?: Error): ServerResponse {
+  const state = this[HELD];
+  if (state.held && !state.ended) {
+    state.held = false;
+    void state.claim.fail();
+  }
+  return state.destroy.call(this, error);
+}
+
+async function finish(res: ServerResponse, state: Held<unknown>, callback: (() => void) | undefined): Promise<void> {
+  const { status, message, claim } = state;
+  const sent = state.headers as OutgoingHttpHeaders;
+  const head = res.req.method === 'HEAD';
+  let replacement: Response | undefined;
+  let body: Uint8Array = NO_BYTES;
+  if (state.tooLarge) {
+    const stored = await responseTooLarge(state.tooLarge);
+    replacement = (await claim.complete(stored, 'failed-final' satisfies OutcomeKind)) ?? storedResponse(stored);
+  } else {
+    const empty = head || NULL_BODY_STATUSES.has(status);
+    body = empty ? NO_BYTES : joinBytes(state.chunks, state.size);
+    const headers = storableHeaders(headerPairs(sent), state.replayHeaders);
+    replacement = await claim.complete({ status, headers, body });
+  }
+  if (!state.held) return; // destroyed meanwhile: nothing to send
+  state.held = false;
+  if (replacement) {
+    for (const name of res.getHeaderNames()) res.removeHeader(name);
+    const parts = await responseParts(replacement);
+    res.statusCode = parts.status;
+    for (const [name, value] of parts.headers) res.setHeader(name, value);
+    body = parts.body;
+  } else {
+    res.statusCode = status;
+    res.statusMessage = message;
+    restoreHeaders(res, sent, head ? undefined : body.byteLength);
+  }
+  if (callback) state.end.call(res, body, callback);
+  else state.end.call(res, body);
+}
+
+/**
+ * Puts the response's headers back to the snapshot taken at `end()`. Usually nothing touched them since, and they
+ * stay as they are; a `Content-Length` that does not match the bytes sent (one set before the last write) is
+ * removed, so Node frames the body itself. `bodyLength` is undefined for a HEAD answer, which keeps the handler's
+ * own Content-Length (it describes the body it did not send).
+ */
+function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLength: number | undefined): void {
+  const current = res.getHeaders();
+  let same = true;
+  let count = 0;
+  for (const name in sent) {
+    count++;
+    if (current[name] !== sent[name]) {
+      same = false;
+      break;
+    }
+  }
+  if (same) for (const _ in current) if (--count < 0) break;
+  if (!same || count !== 0) {
+    for (const name in current) res.removeHeader(name);
+    for (const name in sent) {
+      const value = sent[name];
+      if (value !== undefined && name !== 'content-length') res.setHeader(name, value);
+    }
+    if (bodyLength === undefined && sent['content-length'] !== undefined) res.setHeader('content-length', sent['content-length']);
+    return;
+  }
+  const length = sent['content-length'];
+  if (length !== undefined && bodyLength !== undefined && String(length) !== String(bodyLength)) res.removeHeader('content-length');
 }
 
 /** Node's own check on a status code (`writeHead` throws it): a three-digit integer from 100. */

@@ -7,7 +7,7 @@ import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
 import type { StoredResponse } from '../../core/record.js';
 import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError, bodyFor, readBytes, storableHeaders } from '../../http/replay.js';
+import { BodyTooLargeError, bodyFor, readBytes, replayParts, storableHeaders } from '../../http/replay.js';
 import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, readStream, responseParts, toBuffer, toBytes } from '../shared.js';
 
 /** Per-route settings: `config: { idempotency: { required: true } }`, or `idempotency: false` to leave a route alone. */
@@ -97,7 +97,15 @@ export function idempotency<Tx = never>({
       });
       if (admission.kind === 'answer') {
         states.set(request, { phase: 'done' });
-        await answer(reply, admission.response);
+        if (admission.replay) {
+          // A replay is written from the stored parts directly, without a Web Response read back.
+          const { status, headers, body } = replayParts(admission.replay);
+          reply.code(status);
+          for (const [name, value] of headers) reply.header(name, value);
+          void reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+        } else {
+          await answer(reply, admission.response);
+        }
         return reply;
       }
       request.idempotency = admission.context;

@@ -2,7 +2,7 @@
  * @module Holding a Node response until Idem has decided what it may say: what the Nest adapter wraps around
  * `res` (Express) or `reply.raw` (Fastify), below every interceptor, pipe, exception filter and serializer.
  */
-import type { ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BodyTooLargeError, joinBytes } from '../../http/replay.js';
 import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
 
@@ -17,6 +17,17 @@ export type HeldResponse =
  */
 export type Settle = (held: HeldResponse) => Promise<Response | undefined>;
 
+/** The interceptor's view of a held response. */
+export interface Holding {
+  /** True once the application has ended the response (what is recorded is fixed then). */
+  readonly ended: boolean;
+  /**
+   * The response will never be ended (its body's source was destroyed, its client gone): `abandoned` is called
+   * once, and nothing is held any more. Does nothing once the response has ended.
+   */
+  abandon(): void;
+}
+
 /**
  * Wraps `writeHead`/`write`/`end`/`flushHeaders` of a Node response so nothing reaches the socket until `settle`
  * has answered: the status, headers and body the platform (Express's `res.json`, Fastify's serializer, a
@@ -25,10 +36,15 @@ export type Settle = (held: HeldResponse) => Promise<Response | undefined>;
  * where the handler called it. `headersSent` stays false meanwhile, so a compression middleware below still
  * compresses what is let go.
  *
+ * What is recorded and what is sent are one snapshot, taken at the first `end()`: status, headers and body.
+ * Whatever touches the response after it (an exception filter writing again after a `@Res()` handler answered)
+ * is ignored, as on a response already sent. A response destroyed before its `end()` (Fastify destroys it when
+ * a streamed body fails) is abandoned: `abandoned` is called and nothing is recorded.
+ *
  * @example
- * hold(res, gate.maxResponseBytes, async (held) => claim.complete(storedFrom(held)))
+ * hold(res, gate.maxResponseBytes, async (held) => claim.complete(storedFrom(held)), () => void claim.fail())
  */
-export function hold(res: ServerResponse, limit: number, settle: Settle): void {
+export function hold(res: ServerResponse, limit: number, settle: Settle, abandoned: () => void = () => {}): Holding {
   // Whoever wrapped these methods before us (a compression middleware), every call below is theirs, called on
   // this response with `.call`/`.apply`.
   /* eslint-disable @typescript-eslint/unbound-method */
@@ -36,12 +52,17 @@ export function hold(res: ServerResponse, limit: number, settle: Settle): void {
   const write = res.write as (this: ServerResponse, ...args: unknown[]) => boolean;
   const end = res.end as (this: ServerResponse, ...args: unknown[]) => ServerResponse;
   const flushHeaders = res.flushHeaders;
+  const destroy = res.destroy;
   /* eslint-enable @typescript-eslint/unbound-method */
   const chunks: Buffer[] = [];
   let size = 0;
   let tooLarge: BodyTooLargeError | undefined;
   let held = true;
   let ended = false;
+  // The answer as it stood at the first end(): status, reason and headers.
+  let status = 0;
+  let message = '';
+  let sent: OutgoingHttpHeaders = {};
 
   const keep = (chunk: unknown, encoding: unknown): void => {
     if (tooLarge) return;
@@ -57,6 +78,7 @@ export function hold(res: ServerResponse, limit: number, settle: Settle): void {
 
   res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
     if (!held) return writeHead.call(res, statusCode, ...rest);
+    if (ended) return res;
     const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
     const headers = reason === undefined ? rest[0] : rest[1];
     // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
@@ -88,22 +110,36 @@ export function hold(res: ServerResponse, limit: number, settle: Settle): void {
     if (chunk !== undefined && chunk !== null) checkChunk(chunk);
     if (ended) return res;
     ended = true;
+    status = res.statusCode;
+    message = res.statusMessage;
+    sent = res.getHeaders();
     if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
     const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
     void release(callback);
     return res;
   } as ServerResponse['end'];
 
+  res.destroy = function (error?: Error): ServerResponse {
+    abandon();
+    return destroy.call(res, error);
+  };
+
+  function abandon(): void {
+    if (!held || ended) return;
+    held = false;
+    abandoned();
+  }
+
   async function release(callback: (() => void) | undefined): Promise<void> {
+    const head = res.req?.method === 'HEAD';
     let body: Uint8Array = NO_BYTES;
     let replacement: Response | undefined;
     if (tooLarge) {
       replacement = await settle({ kind: 'too-large', error: tooLarge });
     } else {
-      const status = res.statusCode;
-      const empty = NULL_BODY_STATUSES.has(status) || res.req?.method === 'HEAD';
+      const empty = NULL_BODY_STATUSES.has(status) || head;
       body = empty ? NO_BYTES : joinBytes(chunks, size);
-      replacement = await settle({ kind: 'response', status, headers: headerPairs(res.getHeaders()), body });
+      replacement = await settle({ kind: 'response', status, headers: headerPairs(sent), body });
     }
     held = false;
     if (replacement) {
@@ -113,8 +149,34 @@ export function hold(res: ServerResponse, limit: number, settle: Settle): void {
       res.statusMessage = '';
       for (const [name, value] of parts.headers) res.setHeader(name, value);
       body = parts.body;
+    } else {
+      // What was recorded is what is sent, whatever touched the response since its end().
+      res.statusCode = status;
+      res.statusMessage = message;
+      restoreHeaders(res, sent, head ? undefined : body.byteLength);
     }
     end.apply(res, callback ? [body, callback] : [body]);
+  }
+
+  return {
+    get ended() {
+      return ended;
+    },
+    abandon,
+  };
+}
+
+/**
+ * Puts the response's headers back to the snapshot taken at `end()`. A `Content-Length` that does not match the
+ * bytes sent is removed, so Node frames the body itself; `bodyLength` is undefined for a HEAD answer, which keeps
+ * the application's own Content-Length (it describes the body it did not send).
+ */
+function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLength: number | undefined): void {
+  for (const name of res.getHeaderNames()) if (!(name in sent)) res.removeHeader(name);
+  for (const [name, value] of Object.entries(sent)) {
+    if (value === undefined) continue;
+    if (name === 'content-length' && bodyLength !== undefined && String(value) !== String(bodyLength)) res.removeHeader(name);
+    else if (res.getHeader(name) !== value) res.setHeader(name, value);
   }
 }
 

@@ -10,6 +10,7 @@ import 'reflect-metadata';
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { Readable } from 'node:stream';
 import {
   Body,
   Controller,
@@ -17,7 +18,9 @@ import {
   Inject,
   Module,
   Post,
+  Req,
   Res,
+  StreamableFile,
   UnprocessableEntityException,
   UseGuards,
   type CanActivate,
@@ -29,7 +32,7 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import pg from 'pg';
-import { Observable } from 'rxjs';
+import { from, map, type Observable } from 'rxjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import type { IdempotencyRecord } from '../../core/record.js';
@@ -62,7 +65,7 @@ interface ChargeBody {
 /** What the handlers did, and the signals a case orders its requests by. */
 class Work {
   readonly runs = new Map<string, number>();
-  readonly #starts = new Map<string, Array<() => void>>();
+  readonly #signals = new Map<string, Array<() => void>>();
   readonly #holds: Array<() => void> = [];
   #held: Promise<void> = Promise.resolve();
 
@@ -70,13 +73,20 @@ class Work {
   async run(body: ChargeBody): Promise<number> {
     const n = (this.runs.get(body.ref) ?? 0) + 1;
     this.runs.set(body.ref, n);
-    for (const notify of this.#starts.get(body.ref)?.splice(0) ?? []) notify();
+    this.notify(`start ${body.ref}`);
     if (body.hold) await this.#held;
     return n;
   }
   /** Resolves when the handler next starts for `ref`. */
   started(ref: string): Promise<void> {
-    return new Promise((resolve) => this.#starts.set(ref, [...(this.#starts.get(ref) ?? []), resolve]));
+    return this.when(`start ${ref}`);
+  }
+  /** Resolves at the next `notify(signal)`. */
+  when(signal: string): Promise<void> {
+    return new Promise((resolve) => this.#signals.set(signal, [...(this.#signals.get(signal) ?? []), resolve]));
+  }
+  notify(signal: string): void {
+    for (const resolve of this.#signals.get(signal)?.splice(0) ?? []) resolve();
   }
   /** Holds every `hold: true` request until the returned function is called. */
   hold(): () => void {
@@ -127,11 +137,42 @@ class ChargesController {
     return { run: await this.work.run(body) };
   }
 
-  /** An Observable that never emits: Nest tears it down when its client goes away. */
-  watch(body: ChargeBody): Observable<object> {
-    return new Observable<object>(() => {
-      void this.work.run(body);
+  /**
+   * An Observable of work already started: Nest tears it down when its client goes away (announced once the
+   * server has seen the connection close), and a 402 is thrown from it.
+   */
+  watch(body: ChargeBody, req: { raw?: { socket?: NodeJS.EventEmitter }; socket?: NodeJS.EventEmitter }): Observable<object> {
+    (req.raw ?? req).socket?.once('close', () => this.work.notify(`closed ${body.ref}`));
+    return from(this.work.run(body)).pipe(
+      map((n) => {
+        if (body.amount === 402) throw new HttpException({ error: 'card_declined', ref: body.ref }, 402);
+        return { id: `obs_${n}` };
+      }),
+    );
+  }
+
+  /** A receipt streamed from a source that sends one line, then waits for good. */
+  receipt(body: ChargeBody): StreamableFile {
+    void this.work.run(body);
+    const work = this.work;
+    let sent = false;
+    const source = new Readable({
+      read() {
+        if (sent) return;
+        sent = true;
+        this.push('line 1\n');
+        work.notify(`streaming ${body.ref}`);
+      },
     });
+    return new StreamableFile(source, { type: 'text/plain' });
+  }
+
+  /** Answers through `@Res()`, then throws: the exception filter writes a second answer after the first. */
+  async rawThenThrow(body: ChargeBody, res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } }): Promise<void> {
+    const payload = { id: `raw_${await this.work.run(body)}` };
+    if (res.code) res.code(201).send(payload);
+    else res.status?.(201).json(payload);
+    throw new Error('the audit log failed after the answer');
   }
 
   /** Answers through the platform's own response (`@Res()` without passthrough): Nest sends nothing for it. */
@@ -153,7 +194,25 @@ route(
 );
 route(ChargesController, 'webhook', [Post('webhooks'), Idempotent(false)], [Body()]);
 route(ChargesController, 'raw', [Post('raw')], [Body(), Res()]);
-route(ChargesController, 'watch', [Post('watch')], [Body()]);
+route(ChargesController, 'watch', [Post('watch')], [Body(), Req()]);
+route(ChargesController, 'receipt', [Post('receipts')], [Body()]);
+route(ChargesController, 'rawThenThrow', [Post('raw-then-throw')], [Body(), Res()]);
+
+/** One handler, inherited by two controllers that decide differently about it. */
+class BaseCharges {
+  create(idem: HandlerContext<Tx> | undefined): object {
+    return { protected: idem?.protected ?? null };
+  }
+}
+route(BaseCharges, 'create', [Post('charges')], [IdempotencyContext()]);
+class SandboxCharges extends BaseCharges {}
+Controller('sandbox')(SandboxCharges);
+UseGuards(AuthGuard)(SandboxCharges);
+Idempotent(false)(SandboxCharges);
+class LiveCharges extends BaseCharges {}
+Controller('live')(LiveCharges);
+UseGuards(AuthGuard)(LiveCharges);
+Idempotent({ required: true })(LiveCharges);
 
 let schema = '';
 let ledgerTable = '';
@@ -213,10 +272,13 @@ describe.skipIf(!available)('idem/nest', () => {
     return AppModule;
   };
 
-  async function start(platform: Platform, { rawBody = true, sends }: { rawBody?: boolean; sends?: Map<string, number> } = {}) {
+  async function start(
+    platform: Platform,
+    { rawBody = true, sends, controllers }: { rawBody?: boolean; sends?: Map<string, number>; controllers?: Array<new (...args: never[]) => unknown> } = {},
+  ) {
     const work = new Work();
     const errors: unknown[] = [];
-    const AppModule = appModule(work, errors);
+    const AppModule = appModule(work, errors, controllers ? { controllers } : {});
     let app: INestApplication;
     if (platform === 'express') {
       app = await NestFactory.create<NestExpressApplication>(AppModule, { rawBody, logger: false });
@@ -362,17 +424,67 @@ describe.skipIf(!available)('idem/nest', () => {
       expect(served.work.runs.get(ref)).toBe(1);
     });
 
-    it('a handler Observable Nest tears down (its client went away) ends the key failed and retryable, not held', async () => {
+    it.each([
+      [1, 201, 'succeeded', '{"id":"obs_1"}'],
+      [402, 402, 'failed', '{"error":"card_declined","ref":"REF"}'],
+    ] as const)(
+      'a handler Observable Nest tears down (its client went away) still runs to its end: recorded (amount %i: %i), then replayed',
+      async (amount, status, outcome, text) => {
+        const ref = newRef();
+        const key = randomUUID();
+        const open = served.work.hold();
+        const gone = new AbortController();
+        const begun = served.work.started(ref);
+        const closed = served.work.when(`closed ${ref}`);
+        const attempt = served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
+        await begun;
+        gone.abort();
+        expect(await attempt).toBeInstanceOf(Error);
+        await closed; // Nest has torn the handler's Observable down
+        const probe = await served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key });
+        expect([probe.status, probe.problem]).toEqual([409, 'urn:idem:problem:idempotency-key-in-use']);
+        open();
+        await expect.poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 }).not.toBe('in_progress');
+        const record = await served.record(key);
+        const retry = await served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key });
+        expect([record?.status, record?.response?.status, retry.status, retry.text, retry.headers.get('idempotent-replayed'), served.work.runs.get(ref)]).toEqual([
+          outcome,
+          status,
+          status,
+          text.replace('REF', ref),
+          'true',
+          1,
+        ]);
+      },
+    );
+
+    it('a StreamableFile whose client goes away mid-body settles its key failed, retryable, with nothing recorded', async () => {
       const ref = newRef();
       const key = randomUUID();
       const gone = new AbortController();
-      const begun = served.work.started(ref);
-      const attempt = served.post('/v1/watch', { ref, amount: 1 }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
-      await begun;
+      const streaming = served.work.when(`streaming ${ref}`);
+      const attempt = served.post('/v1/receipts', { ref, amount: 1 }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
+      await streaming;
       gone.abort();
       expect(await attempt).toBeInstanceOf(Error);
       await expect.poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 }).toBe('failed');
-      expect([(await served.record(key))?.retryable, served.work.runs.get(ref)]).toEqual([true, 1]);
+      const record = await served.record(key);
+      expect([record?.retryable, record?.response, served.app.get(IdempotencyInterceptor).engine.activeLeases]).toEqual([true, null, 0]);
+    });
+
+    it('a second answer after the first end (an exception filter after @Res()) changes neither the answer nor its framing', async () => {
+      const ref = newRef();
+      const key = randomUUID();
+      const first = await served.post('/v1/raw-then-throw', { ref, amount: 1 }, { 'idempotency-key': key });
+      const retry = await served.post('/v1/raw-then-throw', { ref, amount: 1 }, { 'idempotency-key': key });
+      const record = await served.record(key);
+      expect([first.status, first.text, first.headers.get('content-length'), first.headers.get('content-type')]).toEqual([
+        201,
+        '{"id":"raw_1"}',
+        '14',
+        'application/json; charset=utf-8',
+      ]);
+      expect([record?.response?.status, retry.status, retry.text, served.work.runs.get(ref)]).toEqual([201, 201, '{"id":"raw_1"}', 1]);
     });
 
     it('a request the guard refuses claims nothing: 403, and no store round trip', async () => {
@@ -390,6 +502,30 @@ describe.skipIf(!available)('idem/nest', () => {
       const answer = await served.post('/v1/charges', { ref, amount: 500 }, { 'idempotency-key': randomUUID() });
       expect([answer.status, answer.problem, served.work.runs.get(ref)]).toEqual([500, 'urn:idem:problem:internal-error', undefined]);
       expect(served.errors.map((error) => (error as Error).message)).toEqual([expect.stringContaining('{ rawBody: true }')]);
+    } finally {
+      await served.close();
+    }
+  });
+
+  it.each([
+    ['express', [SandboxCharges, LiveCharges]],
+    ['express', [LiveCharges, SandboxCharges]],
+    ['fastify', [SandboxCharges, LiveCharges]],
+  ] as const)('controllers that inherit one handler keep their own @Idempotent decision (%s)', async (platform, controllers) => {
+    const served = await start(platform, { controllers: [...controllers] });
+    try {
+      const key = randomUUID();
+      const live = await served.post('/live/charges', { ref: newRef(), amount: 1 }, { 'idempotency-key': key });
+      const keyless = await served.post('/live/charges', { ref: newRef(), amount: 1 });
+      const sandbox = await served.post('/sandbox/charges', { ref: newRef(), amount: 1 }, { 'idempotency-key': randomUUID() });
+      expect([live.status, live.text, keyless.status, keyless.problem, sandbox.status, sandbox.text]).toEqual([
+        201,
+        '{"protected":true}',
+        400,
+        'urn:idem:problem:idempotency-key-missing',
+        201,
+        '{"protected":null}',
+      ]);
     } finally {
       await served.close();
     }

@@ -6,6 +6,7 @@ import { ServerResponse } from 'node:http';
 import {
   createParamDecorator,
   SetMetadata,
+  StreamableFile,
   type CallHandler,
   type CustomDecorator,
   type DynamicModule,
@@ -17,8 +18,8 @@ import {
   type OptionalFactoryDependency,
   type Provider,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR, DiscoveryModule, DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
-import { of, tap, type Observable } from 'rxjs';
+import { APP_INTERCEPTOR, BaseExceptionFilter, DiscoveryModule, DiscoveryService, HttpAdapterHost, MetadataScanner, Reflector } from '@nestjs/core';
+import { Observable, of } from 'rxjs';
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
 import type { StoredResponse } from '../../core/record.js';
@@ -33,7 +34,7 @@ import {
 } from '../../http/middleware.js';
 import { BodyTooLargeError, storableHeaders } from '../../http/replay.js';
 import { headerValue, NO_BYTES } from '../shared.js';
-import { hold, type HeldResponse } from './hold.js';
+import { hold, type HeldResponse, type Holding } from './hold.js';
 
 /**
  * The request as the interceptor reads it: Express's `Request` and Fastify's `FastifyRequest` both fit. `rawBody`
@@ -136,14 +137,23 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #reflector: Reflector;
   readonly #discovery: DiscoveryService | undefined;
   readonly #scanner: MetadataScanner | undefined;
+  readonly #adapter: HttpAdapterHost | undefined;
   readonly #gate: Gate<unknown, NestRequest>;
-  readonly #routes = new Map<object, RouteGate>();
+  /** By controller class, then handler: controllers that inherit one handler may decide differently. */
+  readonly #routes = new Map<object, Map<object, RouteGate>>();
 
-  constructor(options: NestIdempotencyOptions<unknown, NestRequest>, reflector: Reflector, discovery?: DiscoveryService, scanner?: MetadataScanner) {
+  constructor(
+    options: NestIdempotencyOptions<unknown, NestRequest>,
+    reflector: Reflector,
+    discovery?: DiscoveryService,
+    scanner?: MetadataScanner,
+    adapter?: HttpAdapterHost,
+  ) {
     this.#options = options;
     this.#reflector = reflector;
     this.#discovery = discovery;
     this.#scanner = scanner;
+    this.#adapter = adapter;
     this.#gate = createGate(options);
   }
 
@@ -195,15 +205,36 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     }
     contexts.set(request, admission.context);
     const claim = admission;
-    hold(res, gate.maxResponseBytes, (held) => record(claim, held, gate.replayHeaders));
-    // If Nest tears the handler's Observable down (its client went away) nothing is ever sent: the key is
-    // released as failed, retryable, rather than held until its lease lapses.
-    return next.handle().pipe(tap({ unsubscribe: () => void claim.fail() }));
+    const holding = hold(
+      res,
+      gate.maxResponseBytes,
+      (held) => record(claim, held, gate.replayHeaders),
+      () => void claim.fail(),
+    );
+    const replies = nestReplies(context);
+    const adapter = this.#adapter?.httpAdapter;
+    return owned(next.handle(), holding, (outcome) => {
+      // Nest tore the chain down (its client went away) before it ended: Nest sends nothing now, but the work
+      // went on. Its outcome is written as Nest's reply (or its default exception filter) would write it, so it
+      // is recorded and the retry replays it. An answer Nest is still writing for another reason lands first.
+      setImmediate(() => {
+        if (holding.ended || !replies) return;
+        if (!adapter) return void claim.fail();
+        try {
+          if ('error' in outcome) new BaseExceptionFilter(adapter).catch(outcome.error, context);
+          else void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() => holding.abandon());
+        } catch {
+          holding.abandon();
+        }
+      });
+    });
   }
 
   /** The gate of a route: the module's, one of the route's own options, or none. */
   #route(handler: object, type: object): RouteGate {
-    const known = this.#routes.get(handler);
+    let byHandler = this.#routes.get(type);
+    if (!byHandler) this.#routes.set(type, (byHandler = new Map<object, RouteGate>()));
+    const known = byHandler.get(handler);
     if (known !== undefined) return known;
     const onClass = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(ROUTE_OPTIONS, type as () => unknown);
     const onMethod = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(ROUTE_OPTIONS, handler as () => unknown);
@@ -211,7 +242,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     if (onMethod === false || (onMethod === undefined && onClass === false)) gate = null;
     else if (onMethod === undefined && onClass === undefined) gate = this.#gate;
     else gate = createGate({ ...this.#options, ...(onClass || {}), ...(onMethod || {}) });
-    this.#routes.set(handler, gate);
+    byHandler.set(handler, gate);
     return gate;
   }
 }
@@ -257,14 +288,62 @@ function dynamicModule(options: Provider[], imports: NonNullable<ModuleMetadata[
       ...options,
       {
         provide: IdempotencyInterceptor,
-        useFactory: (settings: NestIdempotencyOptions<unknown, NestRequest>, reflector: Reflector, discovery: DiscoveryService, scanner: MetadataScanner) =>
-          new IdempotencyInterceptor(settings, reflector, discovery, scanner),
-        inject: [IDEMPOTENCY_OPTIONS, Reflector, DiscoveryService, MetadataScanner],
+        useFactory: (
+          settings: NestIdempotencyOptions<unknown, NestRequest>,
+          reflector: Reflector,
+          discovery: DiscoveryService,
+          scanner: MetadataScanner,
+          adapter: HttpAdapterHost,
+        ) => new IdempotencyInterceptor(settings, reflector, discovery, scanner, adapter),
+        inject: [IDEMPOTENCY_OPTIONS, Reflector, DiscoveryService, MetadataScanner, HttpAdapterHost],
       },
       { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
     ],
     exports: [IdempotencyInterceptor, IDEMPOTENCY_OPTIONS],
   };
+}
+
+/** How the handler's chain ended after Nest stopped listening: its last value, or its error. */
+type Outcome = { readonly value: unknown } | { readonly error: unknown };
+
+/**
+ * The handler's chain, subscribed to by the interceptor itself: when Nest unsubscribes before it ends (Nest 11
+ * tears a handler's Observable down when its client goes away), the chain is not cancelled — the work it started
+ * goes on — and `orphaned` gets how it ended. A `StreamableFile` on its way to Nest is watched: if its stream is
+ * destroyed before its end (the platform destroys it when the client goes away mid-body), the response will never
+ * end, and it is abandoned (the key settles failed, retryable) rather than renewed for good.
+ */
+function owned(source: Observable<unknown>, holding: Holding, orphaned: (outcome: Outcome) => void): Observable<unknown> {
+  return new Observable<unknown>((subscriber) => {
+    let attached = true;
+    let last: Outcome = { value: undefined };
+    source.subscribe({
+      next: (value) => {
+        if (value instanceof StreamableFile) watch(value, holding);
+        last = { value };
+        if (attached) subscriber.next(value);
+      },
+      error: (error: unknown) => {
+        if (attached) subscriber.error(error);
+        else orphaned({ error });
+      },
+      complete: () => {
+        if (attached) subscriber.complete();
+        else orphaned(last);
+      },
+    });
+    return () => {
+      attached = false;
+    };
+  });
+}
+
+function watch(file: StreamableFile, holding: Holding): void {
+  const stream = file.getStream();
+  if (typeof stream.once !== 'function') return;
+  stream.once('close', () => {
+    if (!stream.readableEnded) holding.abandon();
+  });
 }
 
 /** Records what the platform would send; the replacement (problem) when it could not be. Never rejects. */
