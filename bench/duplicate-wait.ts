@@ -15,10 +15,14 @@ const DUPLICATE_AFTER_MS = 100;
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
 
 const app = express();
-app.post('/v1/charges', idempotency({ store: memoryStore(), scope: 'single-tenant', leaseMs: 10_000 }), async (_req, res) => {
-  await new Promise((resolve) => setTimeout(resolve, WORK_MS));
-  res.status(201).json({ id: 'ch_1' });
-});
+app.post(
+  '/v1/charges',
+  idempotency({ store: memoryStore(), scope: 'single-tenant', leaseMs: 10_000 }),
+  async (_req, res) => {
+    await new Promise((resolve) => setTimeout(resolve, WORK_MS));
+    res.status(201).json({ id: 'ch_1' });
+  },
+);
 const server = app.listen(0, '127.0.0.1');
 await new Promise((resolve) => server.once('listening', resolve));
 const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/charges`;
@@ -30,7 +34,11 @@ for (let round = 0; round < ROUNDS; round++) {
   const t0 = performance.now();
   const first = fetch(url, init).then(() => performance.now() - t0);
   await new Promise((resolve) => setTimeout(resolve, DUPLICATE_AFTER_MS));
-  const duplicate = idempotentFetch(url, init, { key }).then(({ attempts, replayed }) => ({ at: performance.now() - t0, attempts, replayed }));
+  const duplicate = idempotentFetch(url, init, { key }).then(({ attempts, replayed }) => ({
+    at: performance.now() - t0,
+    attempts,
+    replayed,
+  }));
   const [firstAt, dup] = await Promise.all([first, duplicate]);
   lags.push(dup.at - firstAt);
   console.log(
@@ -39,5 +47,7 @@ for (let round = 0; round < ROUNDS; round++) {
   );
 }
 lags.sort((a, b) => a - b);
-console.log(`duplicate's answer after the first's: median ${lags[Math.floor(lags.length / 2)]?.toFixed(0)} ms, max ${lags.at(-1)?.toFixed(0)} ms (before this change: the lease, 10 000 ms)`);
+console.log(
+  `duplicate's answer after the first's: median ${lags[Math.floor(lags.length / 2)]?.toFixed(0)} ms, max ${lags.at(-1)?.toFixed(0)} ms (before this change: the lease, 10 000 ms)`,
+);
 server.close();

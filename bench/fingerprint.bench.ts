@@ -11,12 +11,20 @@ import { SHAPES } from './fingerprint.js';
 
 type Fingerprint = (input: FingerprintInput) => string;
 const old = process.env.IDEM_FINGERPRINT
-  ? ((await import(pathToFileURL(resolve(process.env.IDEM_FINGERPRINT)).href)) as { fingerprint: Fingerprint }).fingerprint
+  ? ((await import(pathToFileURL(resolve(process.env.IDEM_FINGERPRINT)).href)) as { fingerprint: Fingerprint })
+      .fingerprint
   : undefined;
-const input = (body: Uint8Array): FingerprintInput => ({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body });
+const input = (body: Uint8Array): FingerprintInput => ({
+  method: 'POST',
+  path: '/v1/charges',
+  contentType: 'application/json',
+  body,
+});
 
 describe('a usual body', () => {
-  const body = new TextEncoder().encode('{"amount":500,"currency":"usd","source":"tok_visa","metadata":{"order":"1234"}}');
+  const body = new TextEncoder().encode(
+    '{"amount":500,"currency":"usd","source":"tok_visa","metadata":{"order":"1234"}}',
+  );
   bench('fingerprint', () => void fingerprint(input(body)));
   if (old) bench('fingerprint (old)', () => void old(input(body)));
   bench('JSON.parse', () => void JSON.parse(new TextDecoder().decode(body)));

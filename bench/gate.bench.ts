@@ -8,7 +8,13 @@ import { bench, describe } from 'vitest';
 import { createGate, type GateRequest } from '../packages/idem/src/http/middleware.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
 
-const gate = createGate<never, null>({ store: memoryStore(), scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 10_000, onError: () => {} });
+const gate = createGate<never, null>({
+  store: memoryStore(),
+  scope: 'single-tenant',
+  ttlMs: 3_600_000,
+  leaseMs: 10_000,
+  onError: () => {},
+});
 const body = new TextEncoder().encode('{"amount":500,"currency":"usd","source":"tok_visa"}');
 const stored = {
   status: 201,

@@ -31,9 +31,19 @@ function nullStore(): IdempotencyStore {
     claim: async (request) => {
       if (kept?.pk === request.pk) return { kind: 'existing', record: kept };
       kept = {
-        pk: request.pk, scope: request.scope, key: request.key, status: 'in_progress', fingerprint: request.fingerprint,
-        id: request.id, token: request.token, claimedAt: request.now, leaseExpiresAt: request.now + request.leaseMs,
-        expiresAt: request.now + request.ttlMs, retryable: false, resultId: null, response: null,
+        pk: request.pk,
+        scope: request.scope,
+        key: request.key,
+        status: 'in_progress',
+        fingerprint: request.fingerprint,
+        id: request.id,
+        token: request.token,
+        claimedAt: request.now,
+        leaseExpiresAt: request.now + request.leaseMs,
+        expiresAt: request.now + request.ttlMs,
+        retryable: false,
+        resultId: null,
+        response: null,
       };
       return { kind: 'claimed', record: kept };
     },
@@ -57,14 +67,28 @@ if (storeName.startsWith('express-')) {
 }
 const store = storeName === 'null' ? nullStore() : memoryStore();
 const handle = idempotency({
-  store, scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, generateId: () => `id-${++ids}`, onError: () => {},
+  store,
+  scope: 'single-tenant',
+  ttlMs: 3_600_000,
+  leaseMs: 60_000,
+  generateId: () => `id-${++ids}`,
+  onError: () => {},
 })(async (request) => {
   await request.arrayBuffer();
-  return new Response('{"id":"ch_0123456789ab","amount":500}', { status: 201, headers: { 'content-type': 'application/json', location: '/v1/charges/ch_0123456789ab' } });
+  return new Response('{"id":"ch_0123456789ab","amount":500}', {
+    status: 201,
+    headers: { 'content-type': 'application/json', location: '/v1/charges/ch_0123456789ab' },
+  });
 });
 const body = '{"amount":500,"currency":"usd","source":"tok_visa"}';
 const send = (key: string, payload = body) =>
-  handle(new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: payload }));
+  handle(
+    new Request('http://x/v1/charges', {
+      method: 'POST',
+      headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+      body: payload,
+    }),
+  );
 
 // Set up what the kind needs: a finished record to replay or mismatch, or one held in flight for the 409s.
 if (kind === 'replay' || kind === 'mismatch') await send('hot');
@@ -73,7 +97,13 @@ if (kind === 'conflict') {
   const held = idempotency({ store, scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, renewEveryMs: 59_000 })(
     () => new Promise<Response>((resolve) => (release = () => resolve(new Response('x', { status: 201 })))),
   );
-  void held(new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'busy', 'content-type': 'application/json' }, body }));
+  void held(
+    new Request('http://x/v1/charges', {
+      method: 'POST',
+      headers: { 'idempotency-key': 'busy', 'content-type': 'application/json' },
+      body,
+    }),
+  );
   await new Promise((resolve) => setImmediate(resolve));
 }
 const expected = { new: 201, replay: 201, mismatch: 400, conflict: 409 }[kind];
@@ -96,7 +126,14 @@ async function viaExpress(plain: boolean): Promise<void> {
   if (plain) {
     app.post('/pay', express.json(), route);
   } else {
-    const guard = expressIdempotency({ store: nullStore(), scope: 'single-tenant', ttlMs: 3_600_000, leaseMs: 60_000, generateId: () => `id-${++ids}`, onError: () => {} });
+    const guard = expressIdempotency({
+      store: nullStore(),
+      scope: 'single-tenant',
+      ttlMs: 3_600_000,
+      leaseMs: 60_000,
+      generateId: () => `id-${++ids}`,
+      onError: () => {},
+    });
     app.post('/pay', guard, express.json(), route);
   }
   const server = app.listen(0, '127.0.0.1');
@@ -106,7 +143,10 @@ async function viaExpress(plain: boolean): Promise<void> {
   const body = '{"amount":500,"currency":"usd","source":"tok_visa"}';
   const post = (key: string | undefined) =>
     new Promise<number>((resolve, reject) => {
-      const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(body.length) };
+      const headers: Record<string, string> = {
+        'content-type': 'application/json',
+        'content-length': String(body.length),
+      };
       if (key !== undefined) headers['idempotency-key'] = key;
       const req = httpRequest({ host: '127.0.0.1', port, method: 'POST', path: '/pay', agent, headers }, (res) => {
         res.resume();

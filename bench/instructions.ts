@@ -20,7 +20,9 @@ const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const BASELINE = join(ROOT, 'docs', 'bench', 'instructions.json');
 /** What is counted: each request kind through the Web layer on each store, then Express over node:http. */
 const CASES: ReadonlyArray<readonly [kind: string, store: string]> = [
-  ...['null', 'memory'].flatMap((store) => ['new', 'replay', 'mismatch', 'conflict'].map((kind) => [kind, store] as const)),
+  ...['null', 'memory'].flatMap((store) =>
+    ['new', 'replay', 'mismatch', 'conflict'].map((kind) => [kind, store] as const),
+  ),
   ['new', 'express-plain'],
   ['new', 'express-null'],
   ['replay', 'express-null'],
@@ -46,8 +48,17 @@ const work = mkdtempSync(join(tmpdir(), 'idem-instr-'));
 const bundle = join(work, 'run.mjs');
 const esbuild = join(ROOT, 'node_modules', '.bin', 'esbuild');
 // The banner gives the bundle a `require` for the CommonJS packages it holds (Express asks for Node's built-ins).
-const banner = "--banner:js=import { createRequire as __idemRequire } from 'node:module'; const require = __idemRequire(import.meta.url);";
-const built = spawnSync(esbuild, [join(ROOT, 'bench', 'instructions-run.ts'), '--bundle', '--platform=node', '--format=esm', `--outfile=${bundle}`, '--log-level=error', banner]);
+const banner =
+  "--banner:js=import { createRequire as __idemRequire } from 'node:module'; const require = __idemRequire(import.meta.url);";
+const built = spawnSync(esbuild, [
+  join(ROOT, 'bench', 'instructions-run.ts'),
+  '--bundle',
+  '--platform=node',
+  '--format=esm',
+  `--outfile=${bundle}`,
+  '--log-level=error',
+  banner,
+]);
 if (built.status !== 0) fail(`could not bundle bench/instructions-run.ts: ${built.stderr.toString().trim()}`);
 
 /**
@@ -63,11 +74,27 @@ function count(kind: string, store: string, requests: number): number {
   const out = join(work, `cg.${kind}.${store}.${requests}.out`);
   const run = spawnSync(
     'valgrind',
-    ['--tool=callgrind', `--callgrind-out-file=${out}`, process.execPath, ...NODE_FLAGS, bundle, kind, store, String(requests)],
+    [
+      '--tool=callgrind',
+      `--callgrind-out-file=${out}`,
+      process.execPath,
+      ...NODE_FLAGS,
+      bundle,
+      kind,
+      store,
+      String(requests),
+    ],
     { encoding: 'utf8' },
   );
   const match = /Collected : (\d+)/.exec(run.stderr);
-  if (run.status !== 0 || !match) fail(`${kind}/${store} x${requests} failed: ${run.stderr.split('\n').filter((l) => !l.startsWith('==')).join(' ').trim()}`);
+  if (run.status !== 0 || !match)
+    fail(
+      `${kind}/${store} x${requests} failed: ${run.stderr
+        .split('\n')
+        .filter((l) => !l.startsWith('=='))
+        .join(' ')
+        .trim()}`,
+    );
   rmSync(out, { force: true });
   return Number(match[1]);
 }
@@ -79,11 +106,15 @@ for (const [kind, store] of CASES) {
   const started = Date.now();
   const perRequest = Math.round((count(kind, store, N2) - count(kind, store, N1)) / (N2 - N1));
   counts[`${kind}/${store}`] = perRequest;
-  progress(`${kind.padEnd(8)} on ${store.padEnd(13)} ${perRequest.toLocaleString('en-US').padStart(12)} instructions/request (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  progress(
+    `${kind.padEnd(8)} on ${store.padEnd(13)} ${perRequest.toLocaleString('en-US').padStart(12)} instructions/request (${((Date.now() - started) / 1000).toFixed(0)} s)`,
+  );
 }
 rmSync(work, { recursive: true, force: true });
 
-const baseline: { counts: Counts } | undefined = existsSync(BASELINE) ? (JSON.parse(readFileSync(BASELINE, 'utf8')) as { counts: Counts }) : undefined;
+const baseline: { counts: Counts } | undefined = existsSync(BASELINE)
+  ? (JSON.parse(readFileSync(BASELINE, 'utf8')) as { counts: Counts })
+  : undefined;
 console.log('\n| request | store | instructions / request | baseline | change |');
 console.log('|---|---|---:|---:|---:|');
 let regressions = 0;
@@ -92,15 +123,29 @@ for (const [name, value] of Object.entries(counts)) {
   const before = baseline?.counts[name];
   const change = before ? (value - before) / before : undefined;
   if (change !== undefined && change > TOLERANCE) regressions++;
-  const mark = change === undefined ? '' : `${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)} %${change > TOLERANCE ? ' REGRESSION' : ''}`;
-  console.log(`| ${kind} | ${store} | ${value.toLocaleString('en-US')} | ${before?.toLocaleString('en-US') ?? '—'} | ${mark} |`);
+  const mark =
+    change === undefined
+      ? ''
+      : `${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)} %${change > TOLERANCE ? ' REGRESSION' : ''}`;
+  console.log(
+    `| ${kind} | ${store} | ${value.toLocaleString('en-US')} | ${before?.toLocaleString('en-US') ?? '—'} | ${mark} |`,
+  );
 }
 const idemOnExpress = (counts['new/express-null'] ?? NaN) - (counts['new/express-plain'] ?? NaN);
-if (Number.isFinite(idemOnExpress)) console.log(`\nIdem's Express middleware adds ${idemOnExpress.toLocaleString('en-US')} instructions to a new-key request.`);
+if (Number.isFinite(idemOnExpress))
+  console.log(
+    `\nIdem's Express middleware adds ${idemOnExpress.toLocaleString('en-US')} instructions to a new-key request.`,
+  );
 if (process.argv.includes('--update')) {
-  writeFileSync(BASELINE, `${JSON.stringify({ node: process.version, n1: N1, n2: N2, counts: { ...baseline?.counts, ...counts } }, null, 2)}\n`);
+  writeFileSync(
+    BASELINE,
+    `${JSON.stringify({ node: process.version, n1: N1, n2: N2, counts: { ...baseline?.counts, ...counts } }, null, 2)}\n`,
+  );
   progress(`baseline written to ${BASELINE}`);
 }
 if (regressions > 0) progress(`${regressions} figure(s) more than ${TOLERANCE * 100} % above the baseline`);
 // For bench/run.ts, which puts the counts in docs/BENCHMARKS.md: one line it parses.
-if (process.argv.includes('--json')) console.log(`JSON ${JSON.stringify({ n1: N1, n2: N2, tolerance: TOLERANCE, counts, baseline: baseline?.counts ?? {} })}`);
+if (process.argv.includes('--json'))
+  console.log(
+    `JSON ${JSON.stringify({ n1: N1, n2: N2, tolerance: TOLERANCE, counts, baseline: baseline?.counts ?? {} })}`,
+  );

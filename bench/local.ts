@@ -44,10 +44,15 @@ const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/t
 const TTL_MS = 24 * 3_600_000;
 const RUN = randomBytes(4).toString('hex');
 
-const body = new TextEncoder().encode(JSON.stringify({ id: 'ch_bench', object: 'charge', amount: 500, currency: 'usd' }));
+const body = new TextEncoder().encode(
+  JSON.stringify({ id: 'ch_bench', object: 'charge', amount: 500, currency: 'usd' }),
+);
 const response = (id: string): StoredResponse => ({
   status: 201,
-  headers: [['content-type', 'application/json'], ['location', `/v1/charges/${id}`]],
+  headers: [
+    ['content-type', 'application/json'],
+    ['location', `/v1/charges/${id}`],
+  ],
   body,
 });
 
@@ -171,11 +176,18 @@ const label: Record<Kind, string> = {
   lease: 'lease + effects',
 };
 for (const name of args.store) {
-  const open = { sqlite: () => sqliteLoops('NORMAL'), 'sqlite-full': () => sqliteLoops('FULL'), postgres: postgresLoops }[name];
+  const open = {
+    sqlite: () => sqliteLoops('NORMAL'),
+    'sqlite-full': () => sqliteLoops('FULL'),
+    postgres: postgresLoops,
+  }[name];
   if (!open) throw new Error(`--store must be sqlite, sqlite-full or postgres, got ${name}`);
   const loops = await open();
-  const kinds = (['raw', 'rawPrepared', 'local', 'localPipelined', 'lease'] as const).filter((kind) => loops[kind] !== undefined);
-  const run = (kind: Kind, prefix: string, n: number) => (loops[kind] as (prefix: string, n: number) => Promise<void>)(prefix, n);
+  const kinds = (['raw', 'rawPrepared', 'local', 'localPipelined', 'lease'] as const).filter(
+    (kind) => loops[kind] !== undefined,
+  );
+  const run = (kind: Kind, prefix: string, n: number) =>
+    (loops[kind] as (prefix: string, n: number) => Promise<void>)(prefix, n);
   try {
     // Warm-up: prepared statements, the pool's connection, the JIT.
     for (const kind of kinds) await run(kind, `warm-${kind}-`, Math.min(BATCH, 50));

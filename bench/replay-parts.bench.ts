@@ -18,7 +18,11 @@ const stored = {
 
 const a = await responseParts(replayResponse(stored));
 const b = replayParts(stored);
-if (a.status !== b.status || JSON.stringify(a.headers) !== JSON.stringify(b.headers) || Buffer.compare(a.body, Buffer.from(b.body)) !== 0) {
+if (
+  a.status !== b.status ||
+  JSON.stringify(a.headers) !== JSON.stringify(b.headers) ||
+  Buffer.compare(a.body, Buffer.from(b.body)) !== 0
+) {
   throw new Error('replayParts and responseParts(replayResponse) disagree');
 }
 

@@ -24,7 +24,15 @@ const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 const SETTINGS = QUICK
   ? { rounds: 1, seconds: 0.75, warmup: 0.4, connections: 16, small: 10_000, large: 50_000, expired: 20_000 }
-  : { rounds: Number(process.env.BENCH_ROUNDS ?? 4), seconds: Number(process.env.BENCH_SECONDS ?? 3), warmup: Number(process.env.BENCH_WARMUP ?? 3), connections: 16, small: 10_000, large: Number(process.env.BENCH_LARGE ?? 10_000_000), expired: Number(process.env.BENCH_EXPIRED ?? 1_000_000) };
+  : {
+      rounds: Number(process.env.BENCH_ROUNDS ?? 4),
+      seconds: Number(process.env.BENCH_SECONDS ?? 3),
+      warmup: Number(process.env.BENCH_WARMUP ?? 3),
+      connections: 16,
+      small: 10_000,
+      large: Number(process.env.BENCH_LARGE ?? 10_000_000),
+      expired: Number(process.env.BENCH_EXPIRED ?? 1_000_000),
+    };
 
 const BODY = JSON.stringify({ amount: 500, currency: 'usd', source: 'tok_visa' });
 type Kind = 'none' | 'new' | 'replay';
@@ -49,12 +57,22 @@ interface Server {
 
 async function start(mode: string, store = 'memory', framework = 'express', root = ROOT): Promise<Server> {
   const args = ['--import', 'tsx'];
-  if (PROFILE) args.push('--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'profiles', `${framework}-${mode}-${store}`)}`);
+  if (PROFILE)
+    args.push('--cpu-prof', `--cpu-prof-dir=${join(ROOT, 'bench', 'profiles', `${framework}-${mode}-${store}`)}`);
   args.push(join(root, 'bench', 'server.ts'));
   const child = spawn(process.execPath, args, {
     cwd: root,
     // bench/tsconfig.json has no source paths: `idem/*` resolves to the built dist, as in an application.
-    env: { ...process.env, TSX_TSCONFIG_PATH: join(root, 'bench', 'tsconfig.json'), BENCH_MODE: mode, BENCH_STORE: store, BENCH_FRAMEWORK: framework, BENCH_RUN: RUN, BENCH_PG_URL: PG_URL, BENCH_REDIS_URL: REDIS_URL },
+    env: {
+      ...process.env,
+      TSX_TSCONFIG_PATH: join(root, 'bench', 'tsconfig.json'),
+      BENCH_MODE: mode,
+      BENCH_STORE: store,
+      BENCH_FRAMEWORK: framework,
+      BENCH_RUN: RUN,
+      BENCH_PG_URL: PG_URL,
+      BENCH_REDIS_URL: REDIS_URL,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let errors = '';
@@ -98,12 +116,21 @@ async function control<T = unknown>(server: Server, path: string, method = 'GET'
 let keyCounter = 0;
 const newKey = (): string => `bench:${RUN}:${++keyCounter}`;
 
-function cannon(server: Server, path: string, kind: Kind, seconds: number, replayKey: string): Promise<autocannon.Result> {
+function cannon(
+  server: Server,
+  path: string,
+  kind: Kind,
+  seconds: number,
+  replayKey: string,
+): Promise<autocannon.Result> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (kind === 'replay') headers['idempotency-key'] = replayKey;
   const request: autocannon.Request = { method: 'POST', path, headers, body: BODY };
   if (kind === 'new') {
-    request.setupRequest = (req: autocannon.Request) => ({ ...req, headers: { ...headers, 'idempotency-key': newKey() } });
+    request.setupRequest = (req: autocannon.Request) => ({
+      ...req,
+      headers: { ...headers, 'idempotency-key': newKey() },
+    });
   }
   return autocannon({ url: server.url, connections: SETTINGS.connections, duration: seconds, requests: [request] });
 }
@@ -111,14 +138,20 @@ function cannon(server: Server, path: string, kind: Kind, seconds: number, repla
 async function load(server: Server, path: string, kind: Kind, seconds = SETTINGS.seconds): Promise<Load> {
   const replayKey = newKey();
   if (kind === 'replay') {
-    await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': replayKey }, body: BODY });
+    await fetch(`${server.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': replayKey },
+      body: BODY,
+    });
   }
   await cannon(server, path, kind, SETTINGS.warmup, replayKey);
   await control(server, '/__reset', 'POST');
   const result = await cannon(server, path, kind, seconds, replayKey);
   const cpu = await control<{ userUs: number; systemUs: number; requests: number }>(server, '/__cpu');
   if (result.non2xx + result.errors + result.timeouts > 0) {
-    progress(`WARNING ${path} (${kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`);
+    progress(
+      `WARNING ${path} (${kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`,
+    );
   }
   return {
     rps: result.requests.average,
@@ -143,7 +176,11 @@ interface Slot {
 async function prepare(server: Server, path: string, kind: Kind): Promise<Slot> {
   const replayKey = newKey();
   if (kind === 'replay') {
-    await fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': replayKey }, body: BODY });
+    await fetch(`${server.url}${path}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': replayKey },
+      body: BODY,
+    });
   }
   await cannon(server, path, kind, SETTINGS.warmup, replayKey);
   return { server, path, kind, replayKey, slices: [] };
@@ -154,7 +191,9 @@ async function slice(slot: Slot): Promise<void> {
   const result = await cannon(slot.server, slot.path, slot.kind, SETTINGS.seconds, slot.replayKey);
   const cpu = await control<{ userUs: number; systemUs: number; requests: number }>(slot.server, '/__cpu');
   if (result.non2xx + result.errors + result.timeouts > 0) {
-    progress(`WARNING ${slot.path} (${slot.kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`);
+    progress(
+      `WARNING ${slot.path} (${slot.kind}): ${result.non2xx} non-2xx, ${result.errors} errors, ${result.timeouts} timeouts`,
+    );
   }
   slot.slices.push({
     rps: result.requests.average,
@@ -170,7 +209,9 @@ async function slice(slot: Slot): Promise<void> {
 const median = (values: number[]): number => {
   const sorted = [...values].sort((a, b) => a - b);
   const mid = sorted.length >> 1;
-  return sorted.length % 2 === 1 ? (sorted[mid] as number) : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+  return sorted.length % 2 === 1
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 };
 
 /** Across slices: mean req/s, median p50/p99, total CPU over total requests. */
@@ -195,13 +236,19 @@ interface Stats {
 }
 const stats = (server: Server, key: string) => control<Stats>(server, `/__stats?key=${encodeURIComponent(key)}`);
 const post = (server: Server, key: string, body = BODY, path = '/pay') =>
-  fetch(`${server.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body });
+  fetch(`${server.url}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body,
+  });
 
 async function untilExecuted(server: Server, key: string, count: number): Promise<void> {
   for (let i = 0; i < 200 && (await stats(server, key)).executions < count; i++) await sleep(10);
 }
 
-async function roundTrips(server: Server): Promise<Record<'new' | 'replay' | 'conflict' | 'mismatch' | 'cachedReplay', number>> {
+async function roundTrips(
+  server: Server,
+): Promise<Record<'new' | 'replay' | 'conflict' | 'mismatch' | 'cachedReplay', number>> {
   const key = newKey();
   const trips = async () => (await stats(server, key)).roundTrips;
   const r0 = await trips();
@@ -250,13 +297,20 @@ async function correctness(server: Server): Promise<Correctness> {
   let executions = 0;
   for (let round = 0; round < ROUNDS; round++) {
     const key = newKey();
-    answers.push(...(await Promise.all(Array.from({ length: 20 }, () => post(server, key).then(async (r) => (await r.arrayBuffer(), r.status))))));
+    answers.push(
+      ...(await Promise.all(
+        Array.from({ length: 20 }, () => post(server, key).then(async (r) => (await r.arrayBuffer(), r.status))),
+      )),
+    );
     executions = Math.max(executions, (await stats(server, key)).executions);
   }
   await control(server, '/__delay?ms=0', 'POST');
   const byStatus = new Map<number, number>();
   for (const status of answers) byStatus.set(status, (byStatus.get(status) ?? 0) + 1);
-  const concurrent = [...byStatus].sort(([a], [b]) => a - b).map(([status, n]) => `${n}×${status}`).join(' ');
+  const concurrent = [...byStatus]
+    .sort(([a], [b]) => a - b)
+    .map(([status, n]) => `${n}×${status}`)
+    .join(' ');
   // A replay keeps the Location header?
   const located = newKey();
   const original = await post(server, located);
@@ -303,9 +357,14 @@ const FRAMEWORK_NAMES: Record<Framework | 'express', string> = {
  */
 function instructions(): Promise<Results['instructions']> {
   const env = { ...process.env };
-  if (QUICK && !env.BENCH_INSTR_ONLY) env.BENCH_INSTR_ONLY = 'new/null,new/express-plain,new/express-null,replay/express-null';
+  if (QUICK && !env.BENCH_INSTR_ONLY)
+    env.BENCH_INSTR_ONLY = 'new/null,new/express-plain,new/express-null,replay/express-null';
   return new Promise<Results['instructions']>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'instructions.ts'), '--json'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'instructions.ts'), '--json'], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     let out = '';
     child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
     child.once('exit', () => {
@@ -320,8 +379,16 @@ const STORES = ['memory', 'sqlite', 'postgres', 'redis'] as const;
 type StoreName = (typeof STORES)[number];
 const PEERS = [
   { mode: 'ei', name: 'express-idempotency 1.0.6 + Redis adapter', trips: 'new 3 (GET, SET, SET), replay 1 (GET)' },
-  { mode: 'pt', name: '@aws-lambda-powertools/idempotency 2.35 (CachePersistenceLayer)', trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)' },
-  { mode: 'ni', name: '@node-idempotency/core 1.0.11 + Redis adapter', trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)' },
+  {
+    mode: 'pt',
+    name: '@aws-lambda-powertools/idempotency 2.35 (CachePersistenceLayer)',
+    trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)',
+  },
+  {
+    mode: 'ni',
+    name: '@node-idempotency/core 1.0.11 + Redis adapter',
+    trips: 'new 2 (SET NX, SET), replay 2 (SET NX, GET)',
+  },
 ] as const;
 
 interface Results {
@@ -348,8 +415,30 @@ interface Results {
   /** Sections a reduced run left out (BENCH_SKIP). */
   skipped?: string[];
   /** Instructions per request kind (bench/instructions.ts), with the baseline they are compared to. */
-  instructions?: { n1: number; n2: number; tolerance: number; counts: Record<string, number>; baseline: Record<string, number>; baselineLabel?: string };
-  scale: Record<'sqlite' | 'postgres', { smallN: number; largeN: number; seedMs: number; settleMs: number; small: Load; large: Load; expiredN: number; expiredSeedMs: number; before: Load; during: Load; sweep: { deleted: number; ms: number } }>;
+  instructions?: {
+    n1: number;
+    n2: number;
+    tolerance: number;
+    counts: Record<string, number>;
+    baseline: Record<string, number>;
+    baselineLabel?: string;
+  };
+  scale: Record<
+    'sqlite' | 'postgres',
+    {
+      smallN: number;
+      largeN: number;
+      seedMs: number;
+      settleMs: number;
+      small: Load;
+      large: Load;
+      expiredN: number;
+      expiredSeedMs: number;
+      before: Load;
+      during: Load;
+      sweep: { deleted: number; ms: number };
+    }
+  >;
 }
 
 function progress(message: string): void {
@@ -453,7 +542,9 @@ async function main(): Promise<void> {
   const started = new Date();
   const load0 = loadavg();
   const cpu = cpus();
-  progress(`run ${RUN}${QUICK ? ' (quick)' : ''}: ${SETTINGS.rounds} round(s) of ${SETTINGS.seconds} s per measurement, ${SETTINGS.connections} connections`);
+  progress(
+    `run ${RUN}${QUICK ? ' (quick)' : ''}: ${SETTINGS.rounds} round(s) of ${SETTINGS.seconds} s per measurement, ${SETTINGS.connections} connections`,
+  );
   const results = { started: started.toISOString(), quick: QUICK, settings: SETTINGS } as Results;
   results.machine = {
     cpu: `${cpu.length} × ${cpu[0]?.model ?? '?'}`,
@@ -488,14 +579,19 @@ async function main(): Promise<void> {
     servers.push(plain, ...rest, nullStore);
     const abRoot = process.env.BENCH_AB_ROOT;
     if (abRoot) {
-      const [abNull, abRedis] = await Promise.all([start('idem', 'null', 'express', abRoot), start('idem', 'redis', 'express', abRoot)]);
+      const [abNull, abRedis] = await Promise.all([
+        start('idem', 'null', 'express', abRoot),
+        start('idem', 'redis', 'express', abRoot),
+      ]);
       servers.push(abNull, abRedis);
       slots.set('ab:null:new', await prepare(abNull, '/pay', 'new'));
       slots.set('ab:redis:new', await prepare(abRedis, '/pay', 'new'));
       slots.set('ab:redis:replay', await prepare(abRedis, '/pay', 'replay'));
     }
     const frameworks = want('frameworks') ? FRAMEWORKS : [];
-    const frameworkServers = await Promise.all(frameworks.map(async (fw) => [fw, await start('plain', 'memory', fw), await start('idem', 'redis', fw)] as const));
+    const frameworkServers = await Promise.all(
+      frameworks.map(async (fw) => [fw, await start('plain', 'memory', fw), await start('idem', 'redis', fw)] as const),
+    );
     for (const [fw, bare, guarded] of frameworkServers) {
       servers.push(bare, guarded);
       slots.set(`${fw}:plain`, await prepare(bare, '/pay', 'none'));
@@ -537,17 +633,38 @@ async function main(): Promise<void> {
     results.plain = get('plain');
     results.plainRuns = (slots.get('plain') as Slot).slices;
     results.nullStore = get('null:new');
-    if (abRoot) results.ab = { label: process.env.BENCH_AB_LABEL ?? abRoot, null: get('ab:null:new'), redisNew: get('ab:redis:new'), redisReplay: get('ab:redis:replay') };
+    if (abRoot)
+      results.ab = {
+        label: process.env.BENCH_AB_LABEL ?? abRoot,
+        null: get('ab:null:new'),
+        redisNew: get('ab:redis:new'),
+        redisReplay: get('ab:redis:replay'),
+      };
     if (frameworks.length > 0) {
       results.frameworks = {} as NonNullable<Results['frameworks']>;
-      for (const fw of frameworks) results.frameworks[fw] = { plain: get(`${fw}:plain`), new: get(`${fw}:new`), replay: get(`${fw}:replay`) };
+      for (const fw of frameworks)
+        results.frameworks[fw] = { plain: get(`${fw}:plain`), new: get(`${fw}:new`), replay: get(`${fw}:replay`) };
     }
     for (const store of idemServers.keys()) {
-      results.idem[store] = { ...results.idem[store], new: get(`${store}:new`), replay: get(`${store}:replay`), cached: get(`${store}:cached`) };
-      results.floor[store] = { write: get(`${store}:write`), write2: get(`${store}:write2`), read: get(`${store}:read`) };
+      results.idem[store] = {
+        ...results.idem[store],
+        new: get(`${store}:new`),
+        replay: get(`${store}:replay`),
+        cached: get(`${store}:cached`),
+      };
+      results.floor[store] = {
+        write: get(`${store}:write`),
+        write2: get(`${store}:write2`),
+        read: get(`${store}:read`),
+      };
     }
     for (const peer of peers) {
-      results.peers.push({ ...peer, new: get(`${peer.mode}:new`), replay: get(`${peer.mode}:replay`), correctness: peerCorrectness.get(peer.mode) as Correctness });
+      results.peers.push({
+        ...peer,
+        new: get(`${peer.mode}:new`),
+        replay: get(`${peer.mode}:replay`),
+        correctness: peerCorrectness.get(peer.mode) as Correctness,
+      });
     }
     for (const server of servers) if (![...idemServers.values()].includes(server)) await stop(server);
     for (const server of idemServers.values()) await stop(server);
@@ -563,7 +680,9 @@ async function main(): Promise<void> {
     if (counted) results.instructions = counted;
   }
   results.finished = new Date().toISOString();
-  results.machine.loadEnd = loadavg().map((n) => n.toFixed(2)).join(' ');
+  results.machine.loadEnd = loadavg()
+    .map((n) => n.toFixed(2))
+    .join(' ');
   // Kept before the report, so a report that fails can be redone from it (`--report` reads docs/bench/results.json).
   writeFileSync(join(tmpdir(), `idem-bench-${RUN}.json`), JSON.stringify(results, null, 2) + '\n');
   if (only.length > 0) console.log(JSON.stringify(results, null, 2));
@@ -593,22 +712,50 @@ function targets(r: Results): Target[] {
     const peers = r.peers.map((p) => ({ name: p.mode, cpu: addedCpu(p.new), rps: p.new.rps }));
     const leanest = peers.reduce((a, b) => (b.cpu < a.cpu ? b : a));
     const fastest = peers.reduce((a, b) => (b.rps > a.rps ? b : a));
-    out.push({ name: 'Added CPU per new key ≤ the leanest peer (Express + Redis)', measured: `${r1(ours)} µs vs ${r1(leanest.cpu)} µs (${leanest.name}): ${(ours / leanest.cpu).toFixed(2)}×`, met: ours <= leanest.cpu, ratio: leanest.cpu / ours });
-    out.push({ name: 'New-key throughput ≥ the best peer (Express + Redis)', measured: `${r0(r.idem.redis.new.rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(r.idem.redis.new.rps, fastest.rps)}`, met: r.idem.redis.new.rps >= fastest.rps, ratio: r.idem.redis.new.rps / fastest.rps });
+    out.push({
+      name: 'Added CPU per new key ≤ the leanest peer (Express + Redis)',
+      measured: `${r1(ours)} µs vs ${r1(leanest.cpu)} µs (${leanest.name}): ${(ours / leanest.cpu).toFixed(2)}×`,
+      met: ours <= leanest.cpu,
+      ratio: leanest.cpu / ours,
+    });
+    out.push({
+      name: 'New-key throughput ≥ the best peer (Express + Redis)',
+      measured: `${r0(r.idem.redis.new.rps)} vs ${r0(fastest.rps)} req/s (${fastest.name}): ${pct(r.idem.redis.new.rps, fastest.rps)}`,
+      met: r.idem.redis.new.rps >= fastest.rps,
+      ratio: r.idem.redis.new.rps / fastest.rps,
+    });
   }
   // Issue 15, item 3: on frameworks that do not cap the throughput, Idem's routes against the same framework's no-key route.
-  const rows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks ?? {})];
+  const rows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [
+    ['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }],
+    ...Object.entries(r.frameworks ?? {}),
+  ];
   for (const [fw, f] of rows) {
     const name = FRAMEWORK_NAMES[fw as Framework] ?? fw;
-    out.push({ name: `New keys ≥ 70 % of the no-key route (${name}, Redis)`, measured: `${pct(f.new.rps, f.plain.rps)} (${r0(f.new.rps)} / ${r0(f.plain.rps)} req/s)`, met: f.new.rps >= 0.7 * f.plain.rps, ratio: f.new.rps / f.plain.rps / 0.7 });
-    out.push({ name: `Replays ≥ 95 % of the no-key route (${name}, Redis, no cache)`, measured: `${pct(f.replay.rps, f.plain.rps)} (${r0(f.replay.rps)} / ${r0(f.plain.rps)} req/s)`, met: f.replay.rps >= 0.95 * f.plain.rps, ratio: f.replay.rps / f.plain.rps / 0.95 });
+    out.push({
+      name: `New keys ≥ 70 % of the no-key route (${name}, Redis)`,
+      measured: `${pct(f.new.rps, f.plain.rps)} (${r0(f.new.rps)} / ${r0(f.plain.rps)} req/s)`,
+      met: f.new.rps >= 0.7 * f.plain.rps,
+      ratio: f.new.rps / f.plain.rps / 0.7,
+    });
+    out.push({
+      name: `Replays ≥ 95 % of the no-key route (${name}, Redis, no cache)`,
+      measured: `${pct(f.replay.rps, f.plain.rps)} (${r0(f.replay.rps)} / ${r0(f.plain.rps)} req/s)`,
+      met: f.replay.rps >= 0.95 * f.plain.rps,
+      ratio: f.replay.rps / f.plain.rps / 0.95,
+    });
   }
   // Issue 15, item 5: the Web layer on node:http costs no more per request than Hono on node:http, same bridge.
   const web = r.frameworks?.web;
   const hono = r.frameworks?.hono;
   if (web && hono) {
     for (const kind of ['new', 'replay'] as const) {
-      out.push({ name: `idem/http on node:http: CPU per ${kind === 'new' ? 'new key' : 'replay'} ≤ Hono on node:http's`, measured: `${r1(web[kind].cpuUs)} vs ${r1(hono[kind].cpuUs)} µs/request (${((web[kind].cpuUs / hono[kind].cpuUs) * 100).toFixed(0)} %)`, met: web[kind].cpuUs <= hono[kind].cpuUs, ratio: hono[kind].cpuUs / web[kind].cpuUs });
+      out.push({
+        name: `idem/http on node:http: CPU per ${kind === 'new' ? 'new key' : 'replay'} ≤ Hono on node:http's`,
+        measured: `${r1(web[kind].cpuUs)} vs ${r1(hono[kind].cpuUs)} µs/request (${((web[kind].cpuUs / hono[kind].cpuUs) * 100).toFixed(0)} %)`,
+        met: web[kind].cpuUs <= hono[kind].cpuUs,
+        ratio: hono[kind].cpuUs / web[kind].cpuUs,
+      });
     }
   }
   for (const store of ['redis', 'sqlite'] as const) {
@@ -622,7 +769,11 @@ function targets(r: Results): Target[] {
     });
   }
   const redisNew = r.idem.redis.new.rps / r.plain.rps;
-  out.push({ name: 'New keys ≥ 80 % of the no-key route (Redis)', measured: `${(redisNew * 100).toFixed(0)} % (${r0(r.idem.redis.new.rps)} / ${r0(r.plain.rps)} req/s)`, met: redisNew >= 0.8 });
+  out.push({
+    name: 'New keys ≥ 80 % of the no-key route (Redis)',
+    measured: `${(redisNew * 100).toFixed(0)} % (${r0(r.idem.redis.new.rps)} / ${r0(r.plain.rps)} req/s)`,
+    met: redisNew >= 0.8,
+  });
   const pgFloor1 = r.idem.postgres.new.rps / r.floor.postgres.write.rps;
   const pgFloor2 = r.idem.postgres.new.rps / r.floor.postgres.write2.rps;
   out.push({
@@ -657,9 +808,17 @@ function targets(r: Results): Target[] {
     const s = r.scale[store];
     if (!s) continue;
     const ratio = s.large.rps / s.small.rps;
-    out.push({ name: `${r0(s.largeN)} records ≥ 90 % of ${r0(s.smallN)} (${store}, new keys)`, measured: `${(ratio * 100).toFixed(0)} % (${r0(s.large.rps)} / ${r0(s.small.rps)} req/s)`, met: ratio >= 0.9 });
+    out.push({
+      name: `${r0(s.largeN)} records ≥ 90 % of ${r0(s.smallN)} (${store}, new keys)`,
+      measured: `${(ratio * 100).toFixed(0)} % (${r0(s.large.rps)} / ${r0(s.small.rps)} req/s)`,
+      met: ratio >= 0.9,
+    });
     const p99 = s.during.p99 / s.before.p99;
-    out.push({ name: `p99 during a sweep ≤ 1.5× before (${store})`, measured: `${p99.toFixed(2)}× (${s.during.p99} ms vs ${s.before.p99} ms; swept ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)})`, met: p99 <= 1.5 });
+    out.push({
+      name: `p99 during a sweep ≤ 1.5× before (${store})`,
+      measured: `${p99.toFixed(2)}× (${s.during.p99} ms vs ${s.before.p99} ms; swept ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)})`,
+      met: p99 <= 1.5,
+    });
   }
   return out;
 }
@@ -670,8 +829,14 @@ function loadRow(label: string, l: Load, base: Load): string {
 
 function report(r: Results): void {
   const lines: string[] = [];
-  const head = '| route | req/s | vs no key | p50 ms | p99 ms | CPU µs/req | added CPU µs/req | non-2xx + errors |\n|---|---:|---:|---:|---:|---:|---:|---:|';
-  lines.push('## Overhead: the same Express route with Idem vs without (no key)', '', head, loadRow('no Idem, no key', r.plain, r.plain));
+  const head =
+    '| route | req/s | vs no key | p50 ms | p99 ms | CPU µs/req | added CPU µs/req | non-2xx + errors |\n|---|---:|---:|---:|---:|---:|---:|---:|';
+  lines.push(
+    '## Overhead: the same Express route with Idem vs without (no key)',
+    '',
+    head,
+    loadRow('no Idem, no key', r.plain, r.plain),
+  );
   for (const store of STORES) {
     lines.push(loadRow(`Idem ${store}, new keys`, r.idem[store].new, r.plain));
     lines.push(loadRow(`Idem ${store}, replays`, r.idem[store].replay, r.plain));
@@ -681,51 +846,85 @@ function report(r: Results): void {
   lines.push('', '![Requests/s per route](bench/overhead.svg)', '', '![Added CPU per request](bench/cpu.svg)');
   if (r.ab) {
     lines.push('', `## Before and after, side by side: ${r.ab.label} vs this build (Express)`, '');
-    lines.push('| route | before req/s | after req/s | after / before | before added CPU µs/req | after added CPU µs/req | CPU saved µs/req |', '|---|---:|---:|---:|---:|---:|---:|');
+    lines.push(
+      '| route | before req/s | after req/s | after / before | before added CPU µs/req | after added CPU µs/req | CPU saved µs/req |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+    );
     const pairs: Array<[string, Load, Load]> = [
       ['null store, new keys', r.ab.null, r.nullStore as Load],
       ['Redis, new keys', r.ab.redisNew, r.idem.redis.new],
       ['Redis, replays', r.ab.redisReplay, r.idem.redis.replay],
     ];
     for (const [label, before, after] of pairs) {
-      lines.push(`| ${label} | ${r0(before.rps)} | ${r0(after.rps)} | ${pct(after.rps, before.rps)} | ${r1(before.cpuUs - r.plain.cpuUs)} | ${r1(after.cpuUs - r.plain.cpuUs)} | ${r1(before.cpuUs - after.cpuUs)} |`);
+      lines.push(
+        `| ${label} | ${r0(before.rps)} | ${r0(after.rps)} | ${pct(after.rps, before.rps)} | ${r1(before.cpuUs - r.plain.cpuUs)} | ${r1(after.cpuUs - r.plain.cpuUs)} | ${r1(before.cpuUs - after.cpuUs)} |`,
+      );
     }
     lines.push('', '![Before and after](bench/before-after.svg)');
   }
   if (r.frameworks) {
     lines.push('', '## Frameworks: the same route on each, without Idem (no key) and with Idem on Redis', '');
-    lines.push('Hono and idem/http are served from node:http through one bridge (bench/server.ts `bridge`: a Web `Request` over the message, the `Response` written back), as @hono/node-server and the demo\'s node adapter do; Fastify through its own server. Each framework\'s no-key route is its own baseline.', '');
-    lines.push('| framework | no key req/s | new keys req/s | new / no key | replays req/s | replays / no key | CPU µs/req no key | added CPU µs/req new | added CPU µs/req replay |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|');
-    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks)];
+    lines.push(
+      "Hono and idem/http are served from node:http through one bridge (bench/server.ts `bridge`: a Web `Request` over the message, the `Response` written back), as @hono/node-server and the demo's node adapter do; Fastify through its own server. Each framework's no-key route is its own baseline.",
+      '',
+    );
+    lines.push(
+      '| framework | no key req/s | new keys req/s | new / no key | replays req/s | replays / no key | CPU µs/req no key | added CPU µs/req new | added CPU µs/req replay |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+    );
+    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [
+      ['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }],
+      ...Object.entries(r.frameworks),
+    ];
     for (const [fw, f] of fwRows) {
-      lines.push(`| ${FRAMEWORK_NAMES[fw as Framework] ?? fw} | ${r0(f.plain.rps)} | ${r0(f.new.rps)} | ${pct(f.new.rps, f.plain.rps)} | ${r0(f.replay.rps)} | ${pct(f.replay.rps, f.plain.rps)} | ${r1(f.plain.cpuUs)} | ${r1(f.new.cpuUs - f.plain.cpuUs)} | ${r1(f.replay.cpuUs - f.plain.cpuUs)} |`);
+      lines.push(
+        `| ${FRAMEWORK_NAMES[fw as Framework] ?? fw} | ${r0(f.plain.rps)} | ${r0(f.new.rps)} | ${pct(f.new.rps, f.plain.rps)} | ${r0(f.replay.rps)} | ${pct(f.replay.rps, f.plain.rps)} | ${r1(f.plain.cpuUs)} | ${r1(f.new.cpuUs - f.plain.cpuUs)} | ${r1(f.replay.cpuUs - f.plain.cpuUs)} |`,
+      );
     }
     lines.push('', '![Requests/s per framework](bench/frameworks.svg)');
   }
   if (r.instructions) {
     const ins = r.instructions;
-    lines.push('', `## Instructions per request (valgrind callgrind, (count at ${ins.n2} − count at ${ins.n1}) / ${ins.n2 - ins.n1} requests)`, '');
-    lines.push(`Deterministic where the timings above are not: a change of more than ${ins.tolerance * 100} % against the baseline (${ins.baselineLabel ?? 'docs/bench/instructions.json'}) is marked **REGRESSION**. \`null\` and \`memory\` are the Web layer in process (bench/instructions-run.ts); \`express-plain\` is the Express route with no key, \`express-null\` the same route behind Idem's Express middleware on a store that keeps nothing, over node:http.`, '');
+    lines.push(
+      '',
+      `## Instructions per request (valgrind callgrind, (count at ${ins.n2} − count at ${ins.n1}) / ${ins.n2 - ins.n1} requests)`,
+      '',
+    );
+    lines.push(
+      `Deterministic where the timings above are not: a change of more than ${ins.tolerance * 100} % against the baseline (${ins.baselineLabel ?? 'docs/bench/instructions.json'}) is marked **REGRESSION**. \`null\` and \`memory\` are the Web layer in process (bench/instructions-run.ts); \`express-plain\` is the Express route with no key, \`express-null\` the same route behind Idem's Express middleware on a store that keeps nothing, over node:http.`,
+      '',
+    );
     lines.push('| request | store | instructions / request | baseline | change |', '|---|---|---:|---:|---:|');
     for (const [name, value] of Object.entries(ins.counts)) {
       const [kind, store] = name.split('/') as [string, string];
       const before = ins.baseline[name];
       const change = before ? (value - before) / before : undefined;
-      const mark = change === undefined ? '' : `${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)} %${change > ins.tolerance ? ' **REGRESSION**' : ''}`;
+      const mark =
+        change === undefined
+          ? ''
+          : `${change >= 0 ? '+' : ''}${(change * 100).toFixed(1)} %${change > ins.tolerance ? ' **REGRESSION**' : ''}`;
       lines.push(`| ${kind} | ${store} | ${r0(value)} | ${before === undefined ? '—' : r0(before)} | ${mark} |`);
     }
     lines.push('', '![Instructions per request](bench/instructions.svg)');
   }
-  lines.push('', '## Floor: the store\'s raw operations on the same route', '');
-  lines.push('| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |', '|---|---:|---:|---:|---:|---:|---:|');
+  lines.push('', "## Floor: the store's raw operations on the same route", '');
+  lines.push(
+    '| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+  );
   for (const store of STORES) {
     const f = r.floor[store];
     const i = r.idem[store];
-    lines.push(`| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`);
+    lines.push(
+      `| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`,
+    );
   }
   lines.push('', '![Idem against the raw floor](bench/floor.svg)');
   lines.push('', '## Round trips per request kind (counted by the store, one request at a time)', '');
-  lines.push('| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |', '|---|---:|---:|---:|---:|---:|');
+  lines.push(
+    '| store | new key | replay | conflict (409 while in progress) | mismatch | cached replay |',
+    '|---|---:|---:|---:|---:|---:|',
+  );
   for (const store of STORES) {
     const t = r.idem[store].trips;
     lines.push(`| ${store} | ${t.new} | ${t.replay} | ${t.conflict} | ${t.mismatch} | ${t.cachedReplay} |`);
@@ -733,27 +932,51 @@ function report(r: Results): void {
   lines.push('| [DESIGN.md budget](DESIGN.md#round-trip-budget) | 2 | 1 | 1 | 1 | 0 |');
   lines.push('', '![Round trips per request kind](bench/trips.svg)');
   lines.push('', '## Peers: same Express, same Redis, same handler, same TTL (1 h) and in-progress lease (10 s)', '');
-  lines.push('| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |', '|---|---:|---:|---:|---:|---|---|---:|---|---|');
+  lines.push(
+    '| layer | new req/s | replay req/s | added CPU µs/req new | added CPU µs/req replay | Redis commands (from source) | 20 concurrent same-key | handler runs | Location on replay | after a thrown error |',
+    '|---|---:|---:|---:|---:|---|---|---:|---|---|',
+  );
   const idemC = r.idemCorrectness;
   const t = r.idem.redis.trips;
   const c = r.idem.redis.cached;
-  lines.push(`| **Idem** (redisStore, ioredis) | ${r0(r.idem.redis.new.rps)} | ${r0(r.idem.redis.replay.rps)} (cache on: ${r0(c.rps)}) | ${r1(r.idem.redis.new.cpuUs - r.plain.cpuUs)} | ${r1(r.idem.redis.replay.cpuUs - r.plain.cpuUs)} (cache on: ${r1(c.cpuUs - r.plain.cpuUs)}) | new ${t.new} (EVALSHA claim, complete), replay ${t.replay} (measured) | ${idemC.concurrent} | ${idemC.executions} | ${idemC.location} | ${idemC.afterError} |`);
+  lines.push(
+    `| **Idem** (redisStore, ioredis) | ${r0(r.idem.redis.new.rps)} | ${r0(r.idem.redis.replay.rps)} (cache on: ${r0(c.rps)}) | ${r1(r.idem.redis.new.cpuUs - r.plain.cpuUs)} | ${r1(r.idem.redis.replay.cpuUs - r.plain.cpuUs)} (cache on: ${r1(c.cpuUs - r.plain.cpuUs)}) | new ${t.new} (EVALSHA claim, complete), replay ${t.replay} (measured) | ${idemC.concurrent} | ${idemC.executions} | ${idemC.location} | ${idemC.afterError} |`,
+  );
   for (const p of r.peers) {
     const c = p.correctness;
     const flag = c.executions > 1 ? ' **double-executes**' : '';
-    lines.push(`| ${p.name} | ${r0(p.new.rps)} | ${r0(p.replay.rps)} | ${r1(p.new.cpuUs - r.plain.cpuUs)} | ${r1(p.replay.cpuUs - r.plain.cpuUs)} | ${p.trips} | ${c.concurrent} | ${c.executions}${flag} | ${c.location} | ${c.afterError} |`);
+    lines.push(
+      `| ${p.name} | ${r0(p.new.rps)} | ${r0(p.replay.rps)} | ${r1(p.new.cpuUs - r.plain.cpuUs)} | ${r1(p.replay.cpuUs - r.plain.cpuUs)} | ${p.trips} | ${c.concurrent} | ${c.executions}${flag} | ${c.location} | ${c.afterError} |`,
+    );
   }
-  lines.push('', '![Idem vs peers, requests/s](bench/peers.svg)', '', '![Idem vs peers, added CPU](bench/peers-cpu.svg)');
+  lines.push(
+    '',
+    '![Idem vs peers, requests/s](bench/peers.svg)',
+    '',
+    '![Idem vs peers, added CPU](bench/peers-cpu.svg)',
+  );
   const scaled = (['sqlite', 'postgres'] as const).filter((store) => r.scale[store]);
   if (scaled.length > 0) lines.push('', '## Scale and sweep (Idem, new keys)', '');
-  if (scaled.length > 0) lines.push('| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |', '|---|---:|---:|---:|---|---:|---:|---:|---|');
+  if (scaled.length > 0)
+    lines.push(
+      '| store | req/s at small N | req/s at large N | large / small | seeding | p99 before sweep | p99 during sweep | during / before | sweep |',
+      '|---|---:|---:|---:|---|---:|---:|---:|---|',
+    );
   for (const store of scaled) {
     const s = r.scale[store];
-    lines.push(`| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)}; settling (vacuum, checkpoint) ${ms(s.settleMs ?? 0)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`);
+    lines.push(
+      `| ${store} | ${r0(s.small.rps)} (${r0(s.smallN)}) | ${r0(s.large.rps)} (${r0(s.largeN)}) | ${pct(s.large.rps, s.small.rps)} | ${r0(s.largeN)} rows in ${ms(s.seedMs)}, ${r0(s.expiredN)} expired in ${ms(s.expiredSeedMs)}; settling (vacuum, checkpoint) ${ms(s.settleMs ?? 0)} | ${s.before.p99} ms | ${s.during.p99} ms | ${(s.during.p99 / s.before.p99).toFixed(2)}× | ${r0(s.sweep.deleted)} rows in ${ms(s.sweep.ms)} |`,
+    );
   }
   const tgt = targets(r);
   if (scaled.length > 0) lines.push('', '![Scale and sweep](bench/scale.svg)');
-  const targetLines = ['| target | measured | met |', '|---|---|---|', ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`), '', '![Targets: measured / required](bench/targets.svg)'];
+  const targetLines = [
+    '| target | measured | met |',
+    '|---|---|---|',
+    ...tgt.map((x) => `| ${x.name} | ${x.measured} | ${x.met ? 'yes' : '**no**'} |`),
+    '',
+    '![Targets: measured / required](bench/targets.svg)',
+  ];
 
   const met = tgt.filter((x) => x.met).length;
   const summary = `**${met} of ${tgt.length} targets met** in this run.`;
@@ -779,7 +1002,10 @@ function report(r: Results): void {
     `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike; req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
     '',
     ...(r.skipped?.length || r.settings.rounds < 4 || r.settings.seconds < 3
-      ? [`**Reduced run:** ${r.settings.rounds} round(s) of ${r.settings.seconds} s (the full run: 4 of 3 s), warm-up ${r.settings.warmup} s (full: 3 s)${r.skipped?.length ? `; sections left out: ${r.skipped.join(', ')}${r.skipped.includes('scale') ? ' (the scale and sweep table and targets are absent)' : ''}` : ''}. Chosen for a machine at load ~15; see the notes below.`, '']
+      ? [
+          `**Reduced run:** ${r.settings.rounds} round(s) of ${r.settings.seconds} s (the full run: 4 of 3 s), warm-up ${r.settings.warmup} s (full: 3 s)${r.skipped?.length ? `; sections left out: ${r.skipped.join(', ')}${r.skipped.includes('scale') ? ' (the scale and sweep table and targets are absent)' : ''}` : ''}. Chosen for a machine at load ~15; see the notes below.`,
+          '',
+        ]
       : []),
     '## Targets (issue 15, then issue 9)',
     '',
@@ -803,7 +1029,10 @@ function report(r: Results): void {
     overhead.push({ label: `${store}: replays, cache on`, value: r.idem[store].cached.rps });
     overhead.push({ label: `${store}: raw write+update floor`, value: r.floor[store].write2.rps });
   }
-  writeFileSync(join(ROOT, 'docs', 'bench', 'overhead.svg'), barChart('Requests/s, same Express route (higher is better)', overhead, 'req/s'));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'overhead.svg'),
+    barChart('Requests/s, same Express route (higher is better)', overhead, 'req/s'),
+  );
   const peers = [
     { label: 'Idem: new keys', value: r.idem.redis.new.rps },
     { label: 'Idem: replays', value: r.idem.redis.replay.rps },
@@ -815,18 +1044,33 @@ function report(r: Results): void {
     { label: 'Idem: replays, cache on', value: r.idem.redis.cached.cpuUs - r.plain.cpuUs },
   ];
   for (const p of r.peers) {
-    peers.push({ label: `${p.mode}: new keys`, value: p.new.rps }, { label: `${p.mode}: replays`, value: p.replay.rps });
-    cpuBars.push({ label: `${p.mode}: new keys`, value: p.new.cpuUs - r.plain.cpuUs }, { label: `${p.mode}: replays`, value: p.replay.cpuUs - r.plain.cpuUs });
+    peers.push(
+      { label: `${p.mode}: new keys`, value: p.new.rps },
+      { label: `${p.mode}: replays`, value: p.replay.rps },
+    );
+    cpuBars.push(
+      { label: `${p.mode}: new keys`, value: p.new.cpuUs - r.plain.cpuUs },
+      { label: `${p.mode}: replays`, value: p.replay.cpuUs - r.plain.cpuUs },
+    );
   }
-  writeFileSync(join(ROOT, 'docs', 'bench', 'peers.svg'), barChart('Requests/s on Express + Redis: Idem vs peers (higher is better)', peers, 'req/s'));
-  writeFileSync(join(ROOT, 'docs', 'bench', 'peers-cpu.svg'), barChart('Added server CPU per request over the bare route, Express + Redis, µs (lower is better)', cpuBars, 'µs'));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'peers.svg'),
+    barChart('Requests/s on Express + Redis: Idem vs peers (higher is better)', peers, 'req/s'),
+  );
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'peers-cpu.svg'),
+    barChart('Added server CPU per request over the bare route, Express + Redis, µs (lower is better)', cpuBars, 'µs'),
+  );
   const overheadCpu = [{ label: 'Idem on a null store: new keys', value: (r.nullStore?.cpuUs ?? NaN) - r.plain.cpuUs }];
   for (const store of STORES) {
     overheadCpu.push({ label: `${store}: new keys`, value: r.idem[store].new.cpuUs - r.plain.cpuUs });
     overheadCpu.push({ label: `${store}: replays`, value: r.idem[store].replay.cpuUs - r.plain.cpuUs });
     overheadCpu.push({ label: `${store}: replays, cache on`, value: r.idem[store].cached.cpuUs - r.plain.cpuUs });
   }
-  writeFileSync(join(ROOT, 'docs', 'bench', 'cpu.svg'), barChart('Added server CPU per request over the bare Express route, µs (lower is better)', overheadCpu, 'µs'));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'cpu.svg'),
+    barChart('Added server CPU per request over the bare Express route, µs (lower is better)', overheadCpu, 'µs'),
+  );
   const floor = STORES.flatMap((store) => [
     { label: `${store}: Idem new keys`, value: r.idem[store].new.rps },
     { label: `${store}: raw write floor`, value: r.floor[store].write.rps },
@@ -834,7 +1078,10 @@ function report(r: Results): void {
     { label: `${store}: Idem replays`, value: r.idem[store].replay.rps },
     { label: `${store}: raw read floor`, value: r.floor[store].read.rps },
   ]);
-  writeFileSync(join(ROOT, 'docs', 'bench', 'floor.svg'), barChart('Requests/s: Idem against the store\'s raw operations (higher is better)', floor, 'req/s'));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'floor.svg'),
+    barChart("Requests/s: Idem against the store's raw operations (higher is better)", floor, 'req/s'),
+  );
   const trips = STORES.flatMap((store) => {
     const t = r.idem[store].trips;
     return [
@@ -845,26 +1092,44 @@ function report(r: Results): void {
       { label: `${store}: cached replay`, value: t.cachedReplay },
     ];
   });
-  writeFileSync(join(ROOT, 'docs', 'bench', 'trips.svg'), barChart('Store round trips per request (budget: new 2, others 1, cached 0)', trips, 'trips'));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'trips.svg'),
+    barChart('Store round trips per request (budget: new 2, others 1, cached 0)', trips, 'trips'),
+  );
   if (r.frameworks) {
-    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }], ...Object.entries(r.frameworks)];
+    const fwRows: Array<[string, { plain: Load; new: Load; replay: Load }]> = [
+      ['express', { plain: r.plain, new: r.idem.redis.new, replay: r.idem.redis.replay }],
+      ...Object.entries(r.frameworks),
+    ];
     const bars = fwRows.flatMap(([fw, f]) => [
       { label: `${fw}: no key (no Idem)`, value: f.plain.rps },
       { label: `${fw}: Idem new keys`, value: f.new.rps },
       { label: `${fw}: Idem replays`, value: f.replay.rps },
     ]);
-    writeFileSync(join(ROOT, 'docs', 'bench', 'frameworks.svg'), barChart('Requests/s per framework, Idem on Redis (higher is better)', bars, 'req/s'));
+    writeFileSync(
+      join(ROOT, 'docs', 'bench', 'frameworks.svg'),
+      barChart('Requests/s per framework, Idem on Redis (higher is better)', bars, 'req/s'),
+    );
   }
   if (r.instructions) {
-    const bars = Object.entries(r.instructions.counts).map(([name, value]) => ({ label: `${name}: instructions`, value }));
-    writeFileSync(join(ROOT, 'docs', 'bench', 'instructions.svg'), barChart('Instructions per request, callgrind (lower is better)', bars, 'instr'));
+    const bars = Object.entries(r.instructions.counts).map(([name, value]) => ({
+      label: `${name}: instructions`,
+      value,
+    }));
+    writeFileSync(
+      join(ROOT, 'docs', 'bench', 'instructions.svg'),
+      barChart('Instructions per request, callgrind (lower is better)', bars, 'instr'),
+    );
   }
   if (scaled.length > 0) {
     const bars = scaled.flatMap((store) => [
       { label: `${store}: ${r0(r.scale[store].smallN)} records`, value: r.scale[store].small.rps },
       { label: `${store}: ${r0(r.scale[store].largeN)} records`, value: r.scale[store].large.rps },
     ]);
-    writeFileSync(join(ROOT, 'docs', 'bench', 'scale.svg'), barChart('New keys, requests/s at small and large N (higher is better)', bars, 'req/s'));
+    writeFileSync(
+      join(ROOT, 'docs', 'bench', 'scale.svg'),
+      barChart('New keys, requests/s at small and large N (higher is better)', bars, 'req/s'),
+    );
   }
   if (r.ab) {
     const bars = [
@@ -875,10 +1140,18 @@ function report(r: Results): void {
       { label: 'before: Redis, replays', value: r.ab.redisReplay.cpuUs - r.plain.cpuUs },
       { label: 'after: Redis, replays', value: r.idem.redis.replay.cpuUs - r.plain.cpuUs },
     ];
-    writeFileSync(join(ROOT, 'docs', 'bench', 'before-after.svg'), barChart('Added CPU per request over the bare Express route, µs: before vs after (lower is better)', bars, 'µs'));
+    writeFileSync(
+      join(ROOT, 'docs', 'bench', 'before-after.svg'),
+      barChart('Added CPU per request over the bare Express route, µs: before vs after (lower is better)', bars, 'µs'),
+    );
   }
-  const ratios = tgt.filter((x) => x.ratio !== undefined).map((x) => ({ label: `${x.met ? '' : 'MISSED: '}${x.name}`.slice(0, 60), value: (x.ratio as number) * 100 }));
-  writeFileSync(join(ROOT, 'docs', 'bench', 'targets.svg'), barChart('Targets: measured as % of required (100 % or more is met)', ratios, '%'));
+  const ratios = tgt
+    .filter((x) => x.ratio !== undefined)
+    .map((x) => ({ label: `${x.met ? '' : 'MISSED: '}${x.name}`.slice(0, 60), value: (x.ratio as number) * 100 }));
+  writeFileSync(
+    join(ROOT, 'docs', 'bench', 'targets.svg'),
+    barChart('Targets: measured as % of required (100 % or more is met)', ratios, '%'),
+  );
   progress('wrote docs/BENCHMARKS.md, docs/bench/*.svg, docs/bench/results.json');
 }
 

@@ -172,8 +172,19 @@ async function openStore(): Promise<Opened> {
       async claim(r: ClaimRequest) {
         trips++;
         const lease = { claimedAt: r.now, leaseExpiresAt: r.now + r.leaseMs, expiresAt: r.now + r.ttlMs };
-        const record = { pk: r.pk, scope: r.scope, key: r.key, fingerprint: r.fingerprint, id: r.id, token: r.token, ...lease };
-        return { kind: 'claimed', record: { ...record, status: 'in_progress', retryable: false, resultId: null, response: null } };
+        const record = {
+          pk: r.pk,
+          scope: r.scope,
+          key: r.key,
+          fingerprint: r.fingerprint,
+          id: r.id,
+          token: r.token,
+          ...lease,
+        };
+        return {
+          kind: 'claimed',
+          record: { ...record, status: 'in_progress', retryable: false, resultId: null, response: null },
+        };
       },
       complete: ok,
       renew: ok,
@@ -183,7 +194,12 @@ async function openStore(): Promise<Opened> {
       list: async () => [],
       close: async () => {},
     };
-    return { store: store as unknown as IdempotencyStore<never>, claim: async () => true, update: async () => true, read: async () => undefined };
+    return {
+      store: store as unknown as IdempotencyStore<never>,
+      claim: async () => true,
+      update: async () => true,
+      read: async () => undefined,
+    };
   }
   if (STORE === 'sqlite') {
     const { default: Database } = await import('better-sqlite3');
@@ -196,12 +212,15 @@ async function openStore(): Promise<Opened> {
     });
     const store = sqliteStore({ database });
     await store.migrate();
-    database.exec('CREATE TABLE IF NOT EXISTS floor (k TEXT PRIMARY KEY, v TEXT NOT NULL, expires_at INTEGER NOT NULL)');
+    database.exec(
+      'CREATE TABLE IF NOT EXISTS floor (k TEXT PRIMARY KEY, v TEXT NOT NULL, expires_at INTEGER NOT NULL)',
+    );
     const insert = database.prepare('INSERT OR IGNORE INTO floor (k, v, expires_at) VALUES (?, ?, ?)');
     const update = database.prepare("UPDATE floor SET v = 'done' WHERE k = ? AND v = 'in_progress'");
     const select = database.prepare('SELECT v FROM floor WHERE k = ?');
     sweep = (now) => store.sweep({ now });
-    countRecords = async () => Number((database.prepare('SELECT count(*) AS n FROM idem_records').get() as { n: number }).n);
+    countRecords = async () =>
+      Number((database.prepare('SELECT count(*) AS n FROM idem_records').get() as { n: number }).n);
     settle = async () => {
       const started = performance.now();
       database.pragma('wal_checkpoint(TRUNCATE)');
@@ -219,7 +238,14 @@ async function openStore(): Promise<Opened> {
            SELECT 'IDEMPOTENCY#seed#' || ? || '-' || i, 'seed', ? || '-' || i, 'succeeded', 'f', 'id' || i, 't', ?, ?, ?, 0,
              NULL, 201, '[["content-type","application/json"]]', X'7B7D' FROM n`,
         )
-        .run(count, `${expired ? 'x' : 'l'}${Date.now()}`, `${expired ? 'x' : 'l'}${Date.now()}`, base, base, base + TTL_MS);
+        .run(
+          count,
+          `${expired ? 'x' : 'l'}${Date.now()}`,
+          `${expired ? 'x' : 'l'}${Date.now()}`,
+          base,
+          base,
+          base + TTL_MS,
+        );
       return count;
     };
     return {
@@ -237,7 +263,9 @@ async function openStore(): Promise<Opened> {
     const store = postgresStore({ pool, schema });
     await store.migrate();
     const floor = `"${schema}".floor`;
-    await pool.query(`CREATE TABLE IF NOT EXISTS ${floor} (k text PRIMARY KEY, v text NOT NULL, expires_at bigint NOT NULL)`);
+    await pool.query(
+      `CREATE TABLE IF NOT EXISTS ${floor} (k text PRIMARY KEY, v text NOT NULL, expires_at bigint NOT NULL)`,
+    );
     cleanups.push(async () => {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
@@ -334,9 +362,21 @@ async function mount(): Promise<void> {
     roundTrips = () => store.roundTrips;
     cleanups.unshift(() => store.close());
     if (MODE === 'idem') {
-      app.post('/pay', idempotency({ store, scope: 'single-tenant', ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }), express.json(), handler);
+      app.post(
+        '/pay',
+        idempotency({ store, scope: 'single-tenant', ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} }),
+        express.json(),
+        handler,
+      );
       // The same route with the engine's cache of terminal records: a hot replay costs no store round trip.
-      const cached = idempotency({ store, scope: 'single-tenant', ttlMs: TTL_MS, leaseMs: LEASE_MS, cacheSize: CACHE_SIZE, onError: () => {} });
+      const cached = idempotency({
+        store,
+        scope: 'single-tenant',
+        ttlMs: TTL_MS,
+        leaseMs: LEASE_MS,
+        cacheSize: CACHE_SIZE,
+        onError: () => {},
+      });
       app.post('/pay-cached', cached, express.json(), handler);
     }
     // The floor, on the same backend and the same Express app. A new key: the raw conditional write only
@@ -366,7 +406,9 @@ async function mount(): Promise<void> {
       disconnect(): Promise<void>;
     };
     // A CommonJS module with `exports.default`: Node and tsx differ on how many `default`s wrap it.
-    const loaded = (await import('express-idempotency-redis-adapter')) as unknown as { default: AdapterClass | { default: AdapterClass } };
+    const loaded = (await import('express-idempotency-redis-adapter')) as unknown as {
+      default: AdapterClass | { default: AdapterClass };
+    };
     const Adapter = typeof loaded.default === 'function' ? loaded.default : loaded.default.default;
     const dataAdapter = new Adapter({ connectionConfig: { url: REDIS_URL }, ttl: TTL_MS / 1000 });
     await dataAdapter.connect();
@@ -425,7 +467,12 @@ async function mount(): Promise<void> {
     const idem = new Idempotency(storage, { cacheKeyPrefix: `bench:${RUN}:ni`, cacheTTLMS: TTL_MS });
     // Wrapped as its NestJS interceptor does: onRequest before, onResponse with the body or the error after.
     app.post('/pay', express.json(), async (req, res) => {
-      const params = { headers: req.headers as Record<string, unknown>, path: req.path, method: req.method, body: req.body as Record<string, unknown> };
+      const params = {
+        headers: req.headers as Record<string, unknown>,
+        path: req.path,
+        method: req.method,
+        body: req.body as Record<string, unknown>,
+      };
       let cached: { body?: unknown; additional?: Record<string, unknown>; error?: unknown } | undefined;
       try {
         cached = await idem.onRequest(params);
@@ -462,7 +509,10 @@ await mount();
 app.use((error: unknown, _req: Request, res: Response, _next: unknown) => {
   void _next;
   // Like Express's final handler: a status already set to 4xx/5xx by a middleware stands, anything else is a 500.
-  if (!res.headersSent) res.status(res.statusCode >= 400 ? res.statusCode : 500).json({ error: error instanceof Error ? error.message : String(error) });
+  if (!res.headersSent)
+    res
+      .status(res.statusCode >= 400 ? res.statusCode : 500)
+      .json({ error: error instanceof Error ? error.message : String(error) });
 });
 app.post('/__close', async (_req, res) => {
   for (const cleanup of cleanups) await cleanup().catch((error: unknown) => console.error(error));
@@ -504,7 +554,13 @@ async function mountFramework(): Promise<() => Promise<Server>> {
     roundTrips = () => (store as IdempotencyStore<never>).roundTrips;
     cleanups.unshift(() => (store as IdempotencyStore<never>).close());
   }
-  const options = { store: store as IdempotencyStore<never>, scope: 'single-tenant' as const, ttlMs: TTL_MS, leaseMs: LEASE_MS, onError: () => {} };
+  const options = {
+    store: store as IdempotencyStore<never>,
+    scope: 'single-tenant' as const,
+    ttlMs: TTL_MS,
+    leaseMs: LEASE_MS,
+    onError: () => {},
+  };
   if (FRAMEWORK === 'fastify') {
     const { default: Fastify } = await import('fastify');
     let handler: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
@@ -522,7 +578,11 @@ async function mountFramework(): Promise<() => Promise<Server>> {
     }
     fastify.post('/pay', async (request, reply) => {
       const made = await charge(String(request.headers['idempotency-key'] ?? ''));
-      return reply.code(made.status).header('location', made.location).header('content-type', 'application/json; charset=utf-8').send(made.body);
+      return reply
+        .code(made.status)
+        .header('location', made.location)
+        .header('content-type', 'application/json; charset=utf-8')
+        .send(made.body);
     });
     return async () => {
       await fastify.listen({ port: 0, host: '127.0.0.1' });
@@ -548,7 +608,10 @@ async function mountFramework(): Promise<() => Promise<Server>> {
     const handle = async (request: Request_): Promise<Response_> => {
       await request.json();
       const made = await charge(request.headers.get('idempotency-key') ?? '');
-      return new Response(made.body, { status: 201, headers: { location: made.location, 'content-type': 'application/json; charset=utf-8' } });
+      return new Response(made.body, {
+        status: 201,
+        headers: { location: made.location, 'content-type': 'application/json; charset=utf-8' },
+      });
     };
     if (idem) {
       const { idempotency: webIdempotency } = await import('idem/http');
@@ -577,7 +640,11 @@ type Response_ = globalThis.Response;
  * and body written to the ServerResponse. The same bridge serves Hono and the Web layer, so they differ only in
  * what runs between.
  */
-async function bridge(handle: (request: Request_) => Promise<Response_>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function bridge(
+  handle: (request: Request_) => Promise<Response_>,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const headers = new Headers();
   const raw = req.rawHeaders;
   for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i] as string, raw[i + 1] as string);

@@ -28,7 +28,12 @@ export function barChart(title: string, bars: readonly Bar[], unit: string): str
     const value = finite[i] ?? 0;
     const y = top + i * row;
     const w = Math.max(1, Math.round((Math.abs(value) / max) * barWidth));
-    const fill = bar.label.startsWith('Idem') || bar.label.includes(': ') ? (bar.label.startsWith('no Idem') ? '#888' : '#3b6ea5') : '#888';
+    const fill =
+      bar.label.startsWith('Idem') || bar.label.includes(': ')
+        ? bar.label.startsWith('no Idem')
+          ? '#888'
+          : '#3b6ea5'
+        : '#888';
     const shown = Math.abs(value) >= 100 ? Math.round(value).toLocaleString('en-US') : value.toFixed(1);
     return [
       `<text x="${labelWidth - 8}" y="${y + 15}" text-anchor="end">${escape(bar.label)}</text>`,

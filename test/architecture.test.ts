@@ -21,7 +21,9 @@ function files(dir: string): string[] {
 /** Every relative import of a file, resolved to a path under the repo. */
 function relativeImports(file: string): string[] {
   const text = readFileSync(file, 'utf8');
-  const specifiers = [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'"]*?from\s+['"]([^'"]+)['"]/g)].map((m) => m[1] as string);
+  const specifiers = [...text.matchAll(/(?:^|\n)\s*(?:import|export)[^'"]*?from\s+['"]([^'"]+)['"]/g)].map(
+    (m) => m[1] as string,
+  );
   return specifiers.filter((s) => s.startsWith('.')).map((s) => relative(ROOT, resolve(dirname(file), s)));
 }
 
@@ -40,7 +42,10 @@ describe('architecture', () => {
   it('stores import only core, the contract, and their own folder', () => {
     const ownFolder = (target: string, file: string) => target.startsWith(dirname(file) + '/');
     expect(
-      violations(`${LIB}/stores`, (t, f) => t.startsWith(`${LIB}/core/`) || t === `${LIB}/stores/contract.js` || ownFolder(t, f)),
+      violations(
+        `${LIB}/stores`,
+        (t, f) => t.startsWith(`${LIB}/core/`) || t === `${LIB}/stores/contract.js` || ownFolder(t, f),
+      ),
     ).toEqual([]);
   });
 
@@ -50,7 +55,10 @@ describe('architecture', () => {
 
   it('adapters import only core, http and their own code', () => {
     expect(
-      violations(`${LIB}/adapters`, (t) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`) || t.startsWith(`${LIB}/adapters/`)),
+      violations(
+        `${LIB}/adapters`,
+        (t) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`) || t.startsWith(`${LIB}/adapters/`),
+      ),
     ).toEqual([]);
   });
 

@@ -41,7 +41,11 @@ export function startDemo(env: Record<string, string>, args: string[] = []): Pro
  * @example
  * const server = await spawnServer([cli, 'serve'], { IDEM_STORE: 'memory:' }, 'idem serve')
  */
-export async function spawnServer(argv: readonly string[], env: Record<string, string>, label: string): Promise<DemoProcess> {
+export async function spawnServer(
+  argv: readonly string[],
+  env: Record<string, string>,
+  label: string,
+): Promise<DemoProcess> {
   const child = spawn(process.execPath, [...argv], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_LAB: '1', ...env },
@@ -50,7 +54,9 @@ export async function spawnServer(argv: readonly string[], env: Record<string, s
   let output = '';
   child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exited = new Promise<number | string>((resolve) => child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)));
+  const exited = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? -1)),
+  );
   const url = await new Promise<string>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${label} did not start in 20 s:\n${output}`)), 20_000);
     child.stdout.on('data', () => {
@@ -86,9 +92,12 @@ export function api(url: string, apiKey = 'sk_test_alice') {
         headers: { ...auth, 'content-type': 'application/json', ...headers },
         body: typeof body === 'string' ? body : JSON.stringify(body),
       }),
-    balance: async () => (await (await fetch(`${url}/v1/balance`, { headers: auth })).json()) as { charged: number; count: number },
+    balance: async () =>
+      (await (await fetch(`${url}/v1/balance`, { headers: auth })).json()) as { charged: number; count: number },
     charges: async () =>
-      (await (await fetch(`${url}/v1/charges?limit=100`, { headers: auth })).json()) as { data: Array<{ id: string; amount: number }> },
+      (await (await fetch(`${url}/v1/charges?limit=100`, { headers: auth })).json()) as {
+        data: Array<{ id: string; amount: number }>;
+      },
     get: (path: string) => fetch(`${url}${path}`, { headers: auth }),
   };
 }

@@ -65,7 +65,9 @@ export interface ClusterOptions {
 
 /** True when `redis-server` and `redis-cli` are on the PATH. With `CI=true`, their absence throws. */
 export function redisClusterAvailable(): boolean {
-  const found = ['redis-server', 'redis-cli'].every((bin) => spawnSync(bin, ['--version'], { stdio: 'ignore' }).status === 0);
+  const found = ['redis-server', 'redis-cli'].every(
+    (bin) => spawnSync(bin, ['--version'], { stdio: 'ignore' }).status === 0,
+  );
   if (found) return true;
   const message = 'redis-server or redis-cli is not installed';
   if (process.env.CI === 'true') throw new Error(`${message}; CI requires them for the Redis Cluster tests.`);
@@ -74,7 +76,12 @@ export function redisClusterAvailable(): boolean {
 }
 
 /** Polls `check` every `everyMs` until it returns a value other than `undefined`/`false`, or throws after `timeoutMs`. */
-export async function poll<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 20_000, everyMs = 50): Promise<T> {
+export async function poll<T>(
+  what: string,
+  check: () => Promise<T | undefined | false>,
+  timeoutMs = 20_000,
+  everyMs = 50,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -84,7 +91,10 @@ export async function poll<T>(what: string, check: () => Promise<T | undefined |
     } catch (error) {
       last = error;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`,
+      );
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
@@ -133,11 +143,16 @@ function parseNodes(text: string): ClusterNodeInfo[] {
  * const client = new Cluster(cluster.startupNodes)
  * await cluster.stop()
  */
-export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: ClusterOptions): Promise<LocalRedisCluster> {
+export async function startRedisCluster({
+  basePort,
+  nodeTimeoutMs = 1_000,
+}: ClusterOptions): Promise<LocalRedisCluster> {
   const ports = Array.from({ length: 6 }, (_, i) => basePort + i);
   for (const port of ports) {
     if (!(await portFree(port)) || !(await portFree(port + 10_000))) {
-      throw new Error(`port ${port} or ${port + 10_000} is taken: the Redis Cluster tests need ${basePort}–${basePort + 5} and their bus ports`);
+      throw new Error(
+        `port ${port} or ${port + 10_000} is taken: the Redis Cluster tests need ${basePort}–${basePort + 5} and their bus ports`,
+      );
     }
   }
   const dir = mkdtempSync(join(tmpdir(), 'idem-redis-cluster-'));
@@ -148,17 +163,28 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
     const child = spawn(
       'redis-server',
       [
-        '--port', String(port),
-        '--bind', '127.0.0.1',
-        '--dir', dir,
-        '--logfile', join(dir, `${port}.log`),
-        '--cluster-enabled', 'yes',
-        '--cluster-config-file', `nodes-${port}.conf`,
-        '--cluster-node-timeout', String(nodeTimeoutMs),
-        '--appendonly', 'no',
-        '--save', '',
-        '--enable-debug-command', 'local',
-        '--repl-diskless-sync-delay', '0',
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dir,
+        '--logfile',
+        join(dir, `${port}.log`),
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        `nodes-${port}.conf`,
+        '--cluster-node-timeout',
+        String(nodeTimeoutMs),
+        '--appendonly',
+        'no',
+        '--save',
+        '',
+        '--enable-debug-command',
+        'local',
+        '--repl-diskless-sync-delay',
+        '0',
       ],
       { stdio: 'ignore' },
     );
@@ -167,12 +193,20 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
   };
   const killAll = (): void => {
     // SIGKILL ends a stopped (SIGSTOP) process too.
-    for (const child of processes.values()) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    for (const child of processes.values())
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   };
   process.once('exit', killAll);
 
   const withNode = async <T>(port: number, fn: (node: Redis) => Promise<T>): Promise<T> => {
-    const node = new Redis({ host: '127.0.0.1', port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1_000 });
+    const node = new Redis({
+      host: '127.0.0.1',
+      port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      connectTimeout: 1_000,
+    });
     node.on('error', () => {});
     try {
       await node.connect();
@@ -181,7 +215,8 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
       node.disconnect();
     }
   };
-  const live = () => ports.filter((port) => processes.get(port)?.exitCode === null && processes.get(port)?.signalCode === null);
+  const live = () =>
+    ports.filter((port) => processes.get(port)?.exitCode === null && processes.get(port)?.signalCode === null);
   const info = (port: number, section: string) => withNode(port, (node) => node.info(section));
   const field = (text: string, name: string) => new RegExp(`^${name}:(.*)\\r?$`, 'm').exec(text)?.[1]?.trim();
 
@@ -192,13 +227,18 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
   };
   const allOk = async (): Promise<boolean> => {
     for (const port of live()) {
-      if (field(String(await withNode(port, (node) => node.call('CLUSTER', 'INFO'))), 'cluster_state') !== 'ok') return false;
+      if (field(String(await withNode(port, (node) => node.call('CLUSTER', 'INFO'))), 'cluster_state') !== 'ok')
+        return false;
     }
     return true;
   };
   const syncedReplica = async (port: number): Promise<boolean> => {
     const text = await info(port, 'replication');
-    return field(text, 'role') === 'slave' && field(text, 'master_link_status') === 'up' && field(text, 'master_sync_in_progress') === '0';
+    return (
+      field(text, 'role') === 'slave' &&
+      field(text, 'master_link_status') === 'up' &&
+      field(text, 'master_sync_in_progress') === '0'
+    );
   };
 
   const cluster: LocalRedisCluster = {
@@ -211,7 +251,8 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
     async primaryFor(key) {
       const slot = Number(await withNode(live()[0] as number, (node) => node.call('CLUSTER', 'KEYSLOT', key)));
       const primary = (await topology()).find(
-        (node) => node.role === 'master' && !node.flags.includes('fail') && node.slots.some(([a, b]) => slot >= a && slot <= b),
+        (node) =>
+          node.role === 'master' && !node.flags.includes('fail') && node.slots.some(([a, b]) => slot >= a && slot <= b),
       );
       if (!primary) throw new Error(`no primary serves slot ${slot}`);
       return primary;
@@ -262,8 +303,10 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
           if (live().length !== 6 || !(await allOk())) return false;
           const nodes = await topology();
           const primaries = nodes.filter((node) => node.role === 'master' && node.slots.length > 0);
-          if (primaries.length !== 3 || nodes.some((node) => node.flags.some((flag) => flag.startsWith('fail')))) return false;
-          for (const replica of nodes.filter((node) => node.role === 'slave')) if (!(await syncedReplica(replica.port))) return false;
+          if (primaries.length !== 3 || nodes.some((node) => node.flags.some((flag) => flag.startsWith('fail'))))
+            return false;
+          for (const replica of nodes.filter((node) => node.role === 'slave'))
+            if (!(await syncedReplica(replica.port))) return false;
           return nodes.filter((node) => node.role === 'slave').length === 3;
         },
         timeoutMs,
@@ -280,13 +323,22 @@ export async function startRedisCluster({ basePort, nodeTimeoutMs = 1_000 }: Clu
 
   try {
     for (const port of ports) start(port);
-    for (const port of ports) await poll(`node ${port} to answer PING`, () => withNode(port, async (node) => (await node.ping()) === 'PONG'));
+    for (const port of ports)
+      await poll(`node ${port} to answer PING`, () => withNode(port, async (node) => (await node.ping()) === 'PONG'));
     await new Promise<void>((resolve, reject) =>
       execFile(
         'redis-cli',
-        ['--cluster', 'create', ...ports.map((port) => `127.0.0.1:${port}`), '--cluster-replicas', '1', '--cluster-yes'],
+        [
+          '--cluster',
+          'create',
+          ...ports.map((port) => `127.0.0.1:${port}`),
+          '--cluster-replicas',
+          '1',
+          '--cluster-yes',
+        ],
         { timeout: 60_000 },
-        (error, stdout, stderr) => (error ? reject(new Error(`redis-cli --cluster create failed: ${stderr || stdout}`)) : resolve()),
+        (error, stdout, stderr) =>
+          error ? reject(new Error(`redis-cli --cluster create failed: ${stderr || stdout}`)) : resolve(),
       ),
     );
     await cluster.waitForHealthy(60_000);

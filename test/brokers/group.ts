@@ -32,7 +32,9 @@ export class ConsumerGroup {
         env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', ...this.env, CONSUMER: name },
         stdio: ['pipe', 'pipe', 'pipe'],
       });
-      const exited = new Promise<string>((resolve) => child.once('exit', (code, signal) => resolve(String(signal ?? code))));
+      const exited = new Promise<string>((resolve) =>
+        child.once('exit', (code, signal) => resolve(String(signal ?? code))),
+      );
       this.#children.set(name, { child, exited });
       createInterface({ input: child.stdout }).on('line', (line) => {
         this.#output += `${name}> ${line}\n`;
@@ -50,13 +52,30 @@ export class ConsumerGroup {
   }
 
   /** The first event of kind `event` that satisfies `match` (already seen or still to come), within `timeoutMs`. */
-  next<K extends ConsumerEvent['event']>(event: K, match: (e: EventOf<K>) => boolean = () => true, timeoutMs = 20_000): Promise<EventOf<K>> {
-    return this.until(() => this.events.find((e): e is EventOf<K> => e.event === event && match(e as EventOf<K>)), `a ${event} event`, timeoutMs);
+  next<K extends ConsumerEvent['event']>(
+    event: K,
+    match: (e: EventOf<K>) => boolean = () => true,
+    timeoutMs = 20_000,
+  ): Promise<EventOf<K>> {
+    return this.until(
+      () => this.events.find((e): e is EventOf<K> => e.event === event && match(e as EventOf<K>)),
+      `a ${event} event`,
+      timeoutMs,
+    );
   }
 
   /** Resolves once `n` events of kind `event` about `paymentId` have arrived, with all of them. */
-  count<K extends ConsumerEvent['event']>(event: K, paymentId: string, n: number, timeoutMs = 20_000): Promise<Array<EventOf<K>>> {
-    return this.until(() => (this.of(event, paymentId).length >= n ? this.of(event, paymentId) : undefined), `${n} ${event} events`, timeoutMs);
+  count<K extends ConsumerEvent['event']>(
+    event: K,
+    paymentId: string,
+    n: number,
+    timeoutMs = 20_000,
+  ): Promise<Array<EventOf<K>>> {
+    return this.until(
+      () => (this.of(event, paymentId).length >= n ? this.of(event, paymentId) : undefined),
+      `${n} ${event} events`,
+      timeoutMs,
+    );
   }
 
   /** Re-evaluates `probe` on every event until it returns a value; fails at once if a consumer crashed. */
@@ -82,7 +101,9 @@ export class ConsumerGroup {
 
   /** Events about one payment, of one kind. */
   of<K extends ConsumerEvent['event']>(event: K, paymentId: string): Array<EventOf<K>> {
-    return this.events.filter((e): e is EventOf<K> => e.event === event && 'paymentId' in e && e.paymentId === paymentId);
+    return this.events.filter(
+      (e): e is EventOf<K> => e.event === event && 'paymentId' in e && e.paymentId === paymentId,
+    );
   }
 
   /** Lets a process held at a hold point for `paymentId` go on. */
@@ -124,7 +145,12 @@ export class ConsumerGroup {
 }
 
 /** Polls `read` (a broker's or the ledger's state) every 50 ms until `done(value)`, then returns the value. */
-export async function poll<T>(read: () => Promise<T>, done: (value: T) => boolean, what: string, timeoutMs = 15_000): Promise<T> {
+export async function poll<T>(
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  what: string,
+  timeoutMs = 15_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await read();

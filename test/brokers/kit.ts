@@ -19,12 +19,23 @@ export class Declined extends Error {
 
 export type ConsumerEvent = { readonly consumer: string } & (
   | { readonly event: 'ready' }
-  | { readonly event: 'received'; readonly paymentId: string; readonly redelivered: boolean; readonly deliveries: number | null }
+  | {
+      readonly event: 'received';
+      readonly paymentId: string;
+      readonly redelivered: boolean;
+      readonly deliveries: number | null;
+    }
   /** The work ran and wrote (or, on a takeover, found) its ledger row. */
   | { readonly event: 'worked'; readonly paymentId: string; readonly recordId: string; readonly reclaimed: boolean }
   | { readonly event: 'holding'; readonly paymentId: string; readonly at: Hold }
   /** The idempotent call returned; the ack comes next. `ran` is false for a replay. */
-  | { readonly event: 'about-to-ack'; readonly paymentId: string; readonly ran: boolean; readonly reclaimed: boolean; readonly result: LedgerEntry }
+  | {
+      readonly event: 'about-to-ack';
+      readonly paymentId: string;
+      readonly ran: boolean;
+      readonly reclaimed: boolean;
+      readonly result: LedgerEntry;
+    }
   | { readonly event: 'acked'; readonly paymentId: string; readonly ran: boolean }
   | { readonly event: 'deferred'; readonly paymentId: string; readonly code: string; readonly delayMs: number }
   | { readonly event: 'dead-lettered'; readonly paymentId: string; readonly ran: boolean; readonly error: string }
@@ -119,7 +130,8 @@ export async function paymentWork(): Promise<{ ledger: Ledger; decide: (payment:
       const result = await post({ payment, trace });
       return { action: 'ack', result, ...trace };
     } catch (error) {
-      if (error instanceof IdempotentFailure) return { action: 'dead-letter', error: `${error.originalName}: ${error.message}`, ran: trace.ran };
+      if (error instanceof IdempotentFailure)
+        return { action: 'dead-letter', error: `${error.originalName}: ${error.message}`, ran: trace.ran };
       if (isIdempotencyError(error)) {
         if (error.code === 'IN_FLIGHT' || error.code === 'STORE_UNAVAILABLE' || error.code === 'LEASE_LOST') {
           const delayMs = Math.min(Math.max(error.retryAfterMs ?? DEFER_MAX_MS, 100), DEFER_MAX_MS);

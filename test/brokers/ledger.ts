@@ -72,8 +72,18 @@ interface RunRow {
   readonly consumer: string;
   readonly reclaimed: number;
 }
-const entry = (row: Row): LedgerEntry => ({ entryId: row.record_id, paymentId: row.payment_id, amount: row.amount, postedBy: row.posted_by });
-const run = (row: RunRow): Run => ({ paymentId: row.payment_id, recordId: row.record_id, consumer: row.consumer, reclaimed: row.reclaimed === 1 });
+const entry = (row: Row): LedgerEntry => ({
+  entryId: row.record_id,
+  paymentId: row.payment_id,
+  amount: row.amount,
+  postedBy: row.posted_by,
+});
+const run = (row: RunRow): Run => ({
+  paymentId: row.payment_id,
+  recordId: row.record_id,
+  consumer: row.consumer,
+  reclaimed: row.reclaimed === 1,
+});
 
 /**
  * Opens the store and the ledger named by `spec`; with `create`, migrates the store and creates the tables first
@@ -90,10 +100,14 @@ async function openSqlite(file: string, create: boolean): Promise<Ledger> {
     await store.migrate();
     for (const statement of TABLES('', 'INTEGER PRIMARY KEY AUTOINCREMENT')) database.exec(statement);
   }
-  const insert = database.prepare('INSERT INTO ledger (record_id, payment_id, amount, posted_by) VALUES (?, ?, ?, ?) ON CONFLICT (record_id) DO NOTHING');
+  const insert = database.prepare(
+    'INSERT INTO ledger (record_id, payment_id, amount, posted_by) VALUES (?, ?, ?, ?) ON CONFLICT (record_id) DO NOTHING',
+  );
   const byRecord = database.prepare('SELECT * FROM ledger WHERE record_id = ?');
   const byPayment = database.prepare('SELECT * FROM ledger WHERE payment_id = ? ORDER BY rowid');
-  const insertRun = database.prepare('INSERT INTO runs (payment_id, record_id, consumer, reclaimed) VALUES (?, ?, ?, ?)');
+  const insertRun = database.prepare(
+    'INSERT INTO runs (payment_id, record_id, consumer, reclaimed) VALUES (?, ?, ?, ?)',
+  );
   const runsOf = database.prepare('SELECT * FROM runs WHERE payment_id = ? ORDER BY n');
   const counts = database.prepare('SELECT payment_id, count(*) AS n FROM ledger GROUP BY payment_id');
   return {
@@ -105,7 +119,8 @@ async function openSqlite(file: string, create: boolean): Promise<Ledger> {
     noteRun: async (r) => void insertRun.run(r.paymentId, r.recordId, r.consumer, r.reclaimed ? 1 : 0),
     entries: async (paymentId) => (byPayment.all(paymentId) as Row[]).map(entry),
     runs: async (paymentId) => (runsOf.all(paymentId) as RunRow[]).map(run),
-    entryCounts: async () => Object.fromEntries((counts.all() as Array<{ payment_id: string; n: number }>).map((r) => [r.payment_id, r.n])),
+    entryCounts: async () =>
+      Object.fromEntries((counts.all() as Array<{ payment_id: string; n: number }>).map((r) => [r.payment_id, r.n])),
     close: async () => {
       await store.close();
       database.close();
@@ -116,7 +131,8 @@ async function openSqlite(file: string, create: boolean): Promise<Ledger> {
 async function openPostgres(spec: string, create: boolean): Promise<Ledger> {
   const url = new URL(spec);
   const schema = url.searchParams.get('schema');
-  if (!schema || !/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`ledger: ${spec} needs ?schema=<plain identifier>`);
+  if (!schema || !/^[a-z_][a-z0-9_]*$/.test(schema))
+    throw new Error(`ledger: ${spec} needs ?schema=<plain identifier>`);
   url.searchParams.delete('schema');
   const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
   const store = postgresStore({ pool, schema });
@@ -129,12 +145,10 @@ async function openPostgres(spec: string, create: boolean): Promise<Ledger> {
   return {
     store,
     post: async (recordId, payment, consumer) => {
-      await pool.query(`INSERT INTO ${s}ledger (record_id, payment_id, amount, posted_by) VALUES ($1, $2, $3, $4) ON CONFLICT (record_id) DO NOTHING`, [
-        recordId,
-        payment.paymentId,
-        payment.amount,
-        consumer,
-      ]);
+      await pool.query(
+        `INSERT INTO ${s}ledger (record_id, payment_id, amount, posted_by) VALUES ($1, $2, $3, $4) ON CONFLICT (record_id) DO NOTHING`,
+        [recordId, payment.paymentId, payment.amount, consumer],
+      );
       const [row] = await rows<Row>(`SELECT * FROM ${s}ledger WHERE record_id = $1`, [recordId]);
       return entry(row!);
     },
@@ -146,14 +160,18 @@ async function openPostgres(spec: string, create: boolean): Promise<Ledger> {
         r.reclaimed ? 1 : 0,
       ]);
     },
-    entries: async (paymentId) => (await rows<Row>(`SELECT * FROM ${s}ledger WHERE payment_id = $1 ORDER BY record_id`, [paymentId])).map(entry),
-    runs: async (paymentId) => (await rows<RunRow>(`SELECT * FROM ${s}runs WHERE payment_id = $1 ORDER BY n`, [paymentId])).map(run),
+    entries: async (paymentId) =>
+      (await rows<Row>(`SELECT * FROM ${s}ledger WHERE payment_id = $1 ORDER BY record_id`, [paymentId])).map(entry),
+    runs: async (paymentId) =>
+      (await rows<RunRow>(`SELECT * FROM ${s}runs WHERE payment_id = $1 ORDER BY n`, [paymentId])).map(run),
     entryCounts: async () =>
       Object.fromEntries(
-        (await rows<{ payment_id: string; n: string }>(`SELECT payment_id, count(*) AS n FROM ${s}ledger GROUP BY payment_id`, [])).map((r) => [
-          r.payment_id,
-          Number(r.n),
-        ]),
+        (
+          await rows<{ payment_id: string; n: string }>(
+            `SELECT payment_id, count(*) AS n FROM ${s}ledger GROUP BY payment_id`,
+            [],
+          )
+        ).map((r) => [r.payment_id, Number(r.n)]),
       ),
     close: async () => {
       await pool.end();

@@ -54,7 +54,11 @@ async function handle(message: JsMsg): Promise<void> {
       return;
     case 'retry':
       if (message.info.deliveryCount >= maxDeliver) {
-        await deadLetter(message, paymentId, `gave up after ${message.info.deliveryCount} deliveries: ${verdict.error}`);
+        await deadLetter(
+          message,
+          paymentId,
+          `gave up after ${message.info.deliveryCount} deliveries: ${verdict.error}`,
+        );
         say({ event: 'dead-lettered', paymentId, ran: true, error: verdict.error });
       } else {
         message.nak(1_000);

@@ -9,7 +9,16 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AckPolicy, connect, JSONCodec, nanos, StorageType, type JetStreamManager, type NatsConnection, type Subscription } from 'nats';
+import {
+  AckPolicy,
+  connect,
+  JSONCodec,
+  nanos,
+  StorageType,
+  type JetStreamManager,
+  type NatsConnection,
+  type Subscription,
+} from 'nats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { NATS_URL, serviceAvailable } from '../services.js';
 import { ConsumerGroup, poll } from './group.js';
@@ -54,11 +63,14 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
   });
 
   const publish = async (payment: Payment, msgID: string) => {
-    const ack = await nc.jetstream().publish(`${SUBJECTS}.payments.${payment.paymentId}`, JSON.stringify(payment), { msgID });
+    const ack = await nc
+      .jetstream()
+      .publish(`${SUBJECTS}.payments.${payment.paymentId}`, JSON.stringify(payment), { msgID });
     published++;
     return ack;
   };
-  const messagesOn = async (subject: string) => (await jsm.streams.info(STREAM, { subjects_filter: subject })).state.subjects?.[subject] ?? 0;
+  const messagesOn = async (subject: string) =>
+    (await jsm.streams.info(STREAM, { subjects_filter: subject })).state.subjects?.[subject] ?? 0;
   const consumerState = async () => {
     const info = await jsm.consumers.info(STREAM, DURABLE);
     return { pending: info.num_pending, ackPending: info.num_ack_pending };
@@ -69,7 +81,12 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
     ledger = await openLedger(LEDGER, { create: true });
     nc = await connect({ servers: NATS_URL });
     jsm = await nc.jetstreamManager();
-    await jsm.streams.add({ name: STREAM, subjects: [`${SUBJECTS}.>`], storage: StorageType.Memory, duplicate_window: nanos(120_000) });
+    await jsm.streams.add({
+      name: STREAM,
+      subjects: [`${SUBJECTS}.>`],
+      storage: StorageType.Memory,
+      duplicate_window: nanos(120_000),
+    });
     await jsm.consumers.add(STREAM, {
       durable_name: DURABLE,
       filter_subject: `${SUBJECTS}.payments.>`,
@@ -98,8 +115,17 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
   }, 30_000);
 
   it('the same payment published twice: JetStream drops the same msgID; a new msgID for the same payment replays; one effect', async () => {
-    const [first, duplicate, retried] = [await publish(twice, 'twice-1'), await publish(twice, 'twice-1'), await publish(twice, 'twice-2')];
-    expect([first.duplicate, duplicate.duplicate, duplicate.seq === first.seq, retried.duplicate]).toEqual([false, true, true, false]);
+    const [first, duplicate, retried] = [
+      await publish(twice, 'twice-1'),
+      await publish(twice, 'twice-1'),
+      await publish(twice, 'twice-2'),
+    ];
+    expect([first.duplicate, duplicate.duplicate, duplicate.seq === first.seq, retried.duplicate]).toEqual([
+      false,
+      true,
+      true,
+      false,
+    ]);
     const acked = await group.count('acked', twice.paymentId, 2);
     expect(acked.map((e) => e.ran).sort()).toEqual([false, true]);
     const [ran, replay] = [true, false].map((r) => group.of('about-to-ack', twice.paymentId).find((e) => e.ran === r)!);
@@ -119,11 +145,20 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
     const redelivery = group.of('received', concurrent.paymentId).find((e) => e.consumer === deferred.consumer)!;
     expect([redelivery.redelivered, redelivery.deliveries! >= 2]).toEqual([true, true]);
     group.release(holding.consumer, concurrent.paymentId);
-    const acked = await group.next('acked', (e) => e.paymentId === concurrent.paymentId && e.consumer === holding.consumer);
+    const acked = await group.next(
+      'acked',
+      (e) => e.paymentId === concurrent.paymentId && e.consumer === holding.consumer,
+    );
     expect(acked.ran).toBe(true);
     await poll(consumerState, (s) => s.ackPending === 0, 'ack pending');
-    for (const e of group.of('deferred', concurrent.paymentId)) expect([e.code, e.consumer === holding.consumer]).toEqual(['IN_FLIGHT', false]);
-    expect(group.of('acked', concurrent.paymentId).filter((e) => e.ran).map((e) => e.consumer)).toEqual([holding.consumer]);
+    for (const e of group.of('deferred', concurrent.paymentId))
+      expect([e.code, e.consumer === holding.consumer]).toEqual(['IN_FLIGHT', false]);
+    expect(
+      group
+        .of('acked', concurrent.paymentId)
+        .filter((e) => e.ran)
+        .map((e) => e.consumer),
+    ).toEqual([holding.consumer]);
     expect((await ledger.runs(concurrent.paymentId)).map((r) => r.consumer)).toEqual([holding.consumer]);
     expect((await ledger.entries(concurrent.paymentId)).map((e) => e.postedBy)).toEqual([holding.consumer]);
   });
@@ -132,15 +167,26 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
     const first = await publish(declined, 'declined-1');
     const dead = await group.next('dead-lettered', (e) => e.paymentId === declined.paymentId);
     expect([dead.ran, dead.error]).toEqual([true, `Declined: amount ${LIMIT + 1} is over the limit`]);
-    await poll(async () => terminations, (t) => t.includes(first.seq), 'the term() advisory');
+    await poll(
+      async () => terminations,
+      (t) => t.includes(first.seq),
+      'the term() advisory',
+    );
     const retry = await publish(declined, 'declined-2');
     const both = await group.count('dead-lettered', declined.paymentId, 2);
     expect(both.map((e) => e.ran)).toEqual([true, false]);
-    await poll(async () => terminations, (t) => t.includes(retry.seq), 'the term() advisory');
+    await poll(
+      async () => terminations,
+      (t) => t.includes(retry.seq),
+      'the term() advisory',
+    );
     // One dead letter: the second publish carried the same Nats-Msg-Id (dlq:<paymentId>) and was dropped.
     expect(await messagesOn(DLQ_SUBJECT)).toBe(1);
     const letter = await jsm.streams.getMessage(STREAM, { last_by_subj: DLQ_SUBJECT });
-    expect([letter.json<Payment>(), letter.header.get('Idem-Dead-Letter-Reason')]).toEqual([declined, `Declined: amount ${LIMIT + 1} is over the limit`]);
+    expect([letter.json<Payment>(), letter.header.get('Idem-Dead-Letter-Reason')]).toEqual([
+      declined,
+      `Declined: amount ${LIMIT + 1} is over the limit`,
+    ]);
     expect(group.of('received', declined.paymentId).map((e) => e.deliveries)).toEqual([1, 1]);
     expect(group.of('requeued', declined.paymentId)).toEqual([]);
     expect((await ledger.runs(declined.paymentId)).length).toBe(1);
@@ -149,13 +195,20 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
 
   it('kill -9 after the work, before the ack: redelivered after ack_wait to another consumer, which replays and acks', async () => {
     await publish(killedBeforeAck, 'kill-before-ack');
-    const holding = await group.next('holding', (e) => e.paymentId === killedBeforeAck.paymentId && e.at === 'before-ack');
+    const holding = await group.next(
+      'holding',
+      (e) => e.paymentId === killedBeforeAck.paymentId && e.at === 'before-ack',
+    );
     const [done] = group.of('about-to-ack', killedBeforeAck.paymentId);
     expect(await group.kill(holding.consumer)).toBe('SIGKILL');
     const acked = await group.next('acked', (e) => e.paymentId === killedBeforeAck.paymentId);
     expect([acked.consumer === holding.consumer, acked.ran]).toEqual([false, false]);
-    expect(group.of('about-to-ack', killedBeforeAck.paymentId).find((e) => e.consumer === acked.consumer)!.result).toEqual(done!.result);
-    expect(group.of('received', killedBeforeAck.paymentId).map((e) => [e.consumer === holding.consumer, e.deliveries])).toEqual([
+    expect(
+      group.of('about-to-ack', killedBeforeAck.paymentId).find((e) => e.consumer === acked.consumer)!.result,
+    ).toEqual(done!.result);
+    expect(
+      group.of('received', killedBeforeAck.paymentId).map((e) => [e.consumer === holding.consumer, e.deliveries]),
+    ).toEqual([
       [true, 1],
       [false, 2],
     ]);
@@ -172,7 +225,10 @@ describe.skipIf(!available)('NATS JetStream consumers with idempotent() on an SQ
     const taker = acked.consumer;
     expect([taker === holding.consumer, acked.ran]).toEqual([false, true]);
     const done = group.of('about-to-ack', killedInWork.paymentId).find((e) => e.consumer === taker)!;
-    expect([done.reclaimed, done.result]).toEqual([true, { entryId: worked!.recordId, paymentId: killedInWork.paymentId, amount: 500, postedBy: holding.consumer }]);
+    expect([done.reclaimed, done.result]).toEqual([
+      true,
+      { entryId: worked!.recordId, paymentId: killedInWork.paymentId, amount: 500, postedBy: holding.consumer },
+    ]);
     for (const e of group.of('deferred', killedInWork.paymentId)) expect(e.code).toBe('IN_FLIGHT');
     expect(await ledger.runs(killedInWork.paymentId)).toEqual([
       { paymentId: killedInWork.paymentId, recordId: worked!.recordId, consumer: holding.consumer, reclaimed: false },

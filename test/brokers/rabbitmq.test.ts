@@ -12,7 +12,8 @@ import { AMQP_URL, POSTGRES_URL, serviceAvailable } from '../services.js';
 import { ConsumerGroup, poll } from './group.js';
 import { LIMIT, openLedger, type Ledger, type Payment } from './ledger.js';
 
-const available = (await serviceAvailable('RabbitMQ', AMQP_URL)) && (await serviceAvailable('PostgreSQL', POSTGRES_URL));
+const available =
+  (await serviceAvailable('RabbitMQ', AMQP_URL)) && (await serviceAvailable('PostgreSQL', POSTGRES_URL));
 
 const suffix = randomBytes(5).toString('hex');
 const QUEUE = `idem.payments.${suffix}`;
@@ -48,7 +49,11 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
   });
 
   const publish = async (payment: Payment, messageId: string) => {
-    channel.sendToQueue(QUEUE, Buffer.from(JSON.stringify(payment)), { messageId, persistent: true, contentType: 'application/json' });
+    channel.sendToQueue(QUEUE, Buffer.from(JSON.stringify(payment)), {
+      messageId,
+      persistent: true,
+      contentType: 'application/json',
+    });
     await channel.waitForConfirms();
     published++;
   };
@@ -82,13 +87,21 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
     await publish(twice, 'msg-twice');
     const acked = await group.count('acked', twice.paymentId, 2);
     expect(acked.map((e) => e.ran).sort()).toEqual([false, true]);
-    const [first, replay] = [true, false].map((ran) => group.of('about-to-ack', twice.paymentId).find((e) => e.ran === ran)!);
+    const [first, replay] = [true, false].map((ran) =>
+      group.of('about-to-ack', twice.paymentId).find((e) => e.ran === ran)!,
+    );
     expect(replay!.result).toEqual(first!.result);
     // Both copies may be in two consumers at once: the later one then waited, never ran.
-    expect(group.of('deferred', twice.paymentId).map((e) => e.code)).toEqual(group.of('deferred', twice.paymentId).map(() => 'IN_FLIGHT'));
+    expect(group.of('deferred', twice.paymentId).map((e) => e.code)).toEqual(
+      group.of('deferred', twice.paymentId).map(() => 'IN_FLIGHT'),
+    );
     const [run] = await ledger.runs(twice.paymentId);
-    expect(await ledger.runs(twice.paymentId)).toEqual([{ paymentId: twice.paymentId, recordId: run!.recordId, consumer: first!.consumer, reclaimed: false }]);
-    expect(await ledger.entries(twice.paymentId)).toEqual([{ entryId: run!.recordId, paymentId: twice.paymentId, amount: 500, postedBy: first!.consumer }]);
+    expect(await ledger.runs(twice.paymentId)).toEqual([
+      { paymentId: twice.paymentId, recordId: run!.recordId, consumer: first!.consumer, reclaimed: false },
+    ]);
+    expect(await ledger.entries(twice.paymentId)).toEqual([
+      { entryId: run!.recordId, paymentId: twice.paymentId, amount: 500, postedBy: first!.consumer },
+    ]);
   });
 
   it('two deliveries of one payment at once: one runs, the other defers (nack, requeue after a delay) until it replays', async () => {
@@ -104,7 +117,8 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
       [false, false],
       [true, true],
     ]);
-    for (const e of group.of('deferred', concurrent.paymentId)) expect([e.code, e.consumer === holding.consumer]).toEqual(['IN_FLIGHT', false]);
+    for (const e of group.of('deferred', concurrent.paymentId))
+      expect([e.code, e.consumer === holding.consumer]).toEqual(['IN_FLIGHT', false]);
     expect((await ledger.runs(concurrent.paymentId)).map((r) => r.consumer)).toEqual([holding.consumer]);
     expect((await ledger.entries(concurrent.paymentId)).map((e) => e.postedBy)).toEqual([holding.consumer]);
   });
@@ -119,14 +133,24 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
       [true, `Declined: amount ${LIMIT + 1} is over the limit`],
       [false, `Declined: amount ${LIMIT + 1} is over the limit`],
     ]);
-    await poll(() => messagesIn(DLQ), (n) => n === 2, 'dead-letter queue');
+    await poll(
+      () => messagesIn(DLQ),
+      (n) => n === 2,
+      'dead-letter queue',
+    );
     const dead: GetMessage[] = [];
     for (let m = await channel.get(DLQ); m; m = await channel.get(DLQ)) dead.push(m);
     for (const m of dead) channel.ack(m);
     expect(
       dead.map((m) => {
         const [death] = m.properties.headers?.['x-death'] as Array<{ queue: string; reason: string; count: number }>;
-        return [m.properties.messageId as unknown, JSON.parse(m.content.toString()) as unknown, death!.queue, death!.reason, death!.count];
+        return [
+          m.properties.messageId as unknown,
+          JSON.parse(m.content.toString()) as unknown,
+          death!.queue,
+          death!.reason,
+          death!.count,
+        ];
       }),
     ).toEqual([
       ['msg-declined-1', declined, QUEUE, 'rejected', 1],
@@ -140,14 +164,19 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
 
   it('kill -9 after the work, before the ack: redelivered to another consumer, which replays and acks; the work ran once', async () => {
     await publish(killedBeforeAck, 'msg-kill-before-ack');
-    const holding = await group.next('holding', (e) => e.paymentId === killedBeforeAck.paymentId && e.at === 'before-ack');
+    const holding = await group.next(
+      'holding',
+      (e) => e.paymentId === killedBeforeAck.paymentId && e.at === 'before-ack',
+    );
     const [done] = group.of('about-to-ack', killedBeforeAck.paymentId);
     expect(await group.kill(holding.consumer)).toBe('SIGKILL');
     const acked = await group.next('acked', (e) => e.paymentId === killedBeforeAck.paymentId);
     expect([acked.consumer === holding.consumer, acked.ran]).toEqual([false, false]);
     const replay = group.of('about-to-ack', killedBeforeAck.paymentId).find((e) => e.consumer === acked.consumer)!;
     expect(replay.result).toEqual(done!.result);
-    expect(group.of('received', killedBeforeAck.paymentId).map((e) => [e.consumer === holding.consumer, e.redelivered])).toEqual([
+    expect(
+      group.of('received', killedBeforeAck.paymentId).map((e) => [e.consumer === holding.consumer, e.redelivered]),
+    ).toEqual([
       [true, false],
       [false, true],
     ]);
@@ -164,7 +193,10 @@ describe.skipIf(!available)('RabbitMQ consumers with idempotent() on PostgreSQL 
     const taker = acked.consumer;
     expect([taker === holding.consumer, acked.ran]).toEqual([false, true]);
     const done = group.of('about-to-ack', killedInWork.paymentId).find((e) => e.consumer === taker)!;
-    expect([done.reclaimed, done.result]).toEqual([true, { entryId: worked!.recordId, paymentId: killedInWork.paymentId, amount: 500, postedBy: holding.consumer }]);
+    expect([done.reclaimed, done.result]).toEqual([
+      true,
+      { entryId: worked!.recordId, paymentId: killedInWork.paymentId, amount: 500, postedBy: holding.consumer },
+    ]);
     for (const e of group.of('deferred', killedInWork.paymentId)) expect(e.code).toBe('IN_FLIGHT');
     // The work ran twice (the first attempt died in it), under one record id; the effect exists once.
     expect(await ledger.runs(killedInWork.paymentId)).toEqual([

@@ -62,10 +62,14 @@ export async function ensureBuilt(): Promise<void> {
   }
   try {
     if (!fresh()) {
-      execFileSync(process.execPath, [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--config', join(WEB, 'vite.config.ts')], {
-        cwd: ROOT,
-        stdio: 'pipe',
-      });
+      execFileSync(
+        process.execPath,
+        [join(ROOT, 'node_modules/vite/bin/vite.js'), 'build', '--config', join(WEB, 'vite.config.ts')],
+        {
+          cwd: ROOT,
+          stdio: 'pipe',
+        },
+      );
     }
   } finally {
     rmSync(lock, { recursive: true, force: true });
@@ -113,7 +117,8 @@ export async function launch(): Promise<Browser> {
       const errors: string[] = [];
       page.on('console', (message) => {
         // Chromium logs every non-2xx answer and every dropped request; the lab provokes those on purpose.
-        if (message.type() === 'error' && !message.text().startsWith('Failed to load resource:')) errors.push(message.text());
+        if (message.type() === 'error' && !message.text().startsWith('Failed to load resource:'))
+          errors.push(message.text());
       });
       page.on('pageerror', (error) => errors.push(String(error)));
       return Object.assign(page, { errors });
@@ -149,7 +154,8 @@ export async function until<T>(read: () => Promise<T>, expected: T, timeoutMs = 
   const deadline = Date.now() + timeoutMs;
   let last: T = await read();
   while (JSON.stringify(last) !== JSON.stringify(expected)) {
-    if (Date.now() > deadline) throw new Error(`expected ${JSON.stringify(expected)}, still ${JSON.stringify(last)} after ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(`expected ${JSON.stringify(expected)}, still ${JSON.stringify(last)} after ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));
     last = await read();
   }
@@ -173,9 +179,24 @@ export interface AxeViolation {
 export async function seriousViolations(page: Page): Promise<AxeViolation[]> {
   await page.evaluate(readFileSync(join(ROOT, 'node_modules/axe-core/axe.min.js'), 'utf8'));
   const violations = await page.evaluate(async () => {
-    const axe = (window as unknown as { axe: { run(context: Document): Promise<{ violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }> }> } }).axe;
+    const axe = (
+      window as unknown as {
+        axe: {
+          run(
+            context: Document,
+          ): Promise<{
+            violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>;
+          }>;
+        };
+      }
+    ).axe;
     const result = await axe.run(document);
-    return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, targets: v.nodes.map((n) => n.target.map(String).join(' ')) }));
+    return result.violations.map((v) => ({
+      id: v.id,
+      impact: v.impact,
+      help: v.help,
+      targets: v.nodes.map((n) => n.target.map(String).join(' ')),
+    }));
   });
   return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
 }

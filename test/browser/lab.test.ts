@@ -5,7 +5,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, seriousViolations, until, type Browser } from './harness.js';
+import {
+  VIEWPORTS,
+  chromiumAvailable,
+  ensureBuilt,
+  launch,
+  screenshot,
+  seriousViolations,
+  until,
+  type Browser,
+} from './harness.js';
 
 /** Waits until every control's requests have finished, the figures were read back and the narration is final. */
 const settled = (page: Page) => page.waitForSelector('body[data-pending="0"]', { state: 'attached' });
@@ -14,20 +23,27 @@ const intended = (page: Page) => page.getByTestId('intended-total').textContent(
 const rows = (page: Page) => page.getByTestId('rows-count').textContent();
 const narration = async (page: Page) => ((await page.getByTestId('narration').textContent()) ?? '').trim();
 /** The request log's outcomes, in order (`data-outcome` on each row). */
-const outcomes = (page: Page) => page.locator('[data-testid="request-log"] tbody tr').evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-outcome')));
+const outcomes = (page: Page) =>
+  page
+    .locator('[data-testid="request-log"] tbody tr')
+    .evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-outcome')));
 const logTexts = (page: Page) => page.locator('[data-testid="request-log"] tbody tr').allInnerTexts();
 /** The Intended and Actually charged boxes: whether each is marked as differing, and the callout (null when hidden). */
 const mismatch = async (page: Page) => [
   await page.locator('#intended-stat').evaluate((el) => el.classList.contains('differs')),
   await page.locator('#charged-stat').evaluate((el) => el.classList.contains('differs')),
-  (await page.getByTestId('charge-callout').isVisible()) ? await page.getByTestId('charge-callout').textContent() : null,
+  (await page.getByTestId('charge-callout').isVisible())
+    ? await page.getByTestId('charge-callout').textContent()
+    : null,
 ];
 /** The timeline's payments: for each, the outcomes of its attempts in order. */
 const threads = (page: Page) =>
   page
     .getByTestId('timeline')
     .locator('.thread')
-    .evaluateAll((els) => els.map((el) => [...el.querySelectorAll('.attempt')].map((a) => a.getAttribute('data-outcome'))));
+    .evaluateAll((els) =>
+      els.map((el) => [...el.querySelectorAll('.attempt')].map((a) => a.getAttribute('data-outcome'))),
+    );
 /** The balance as the server reports it for the page's sandbox account. */
 const serverBalance = async (page: Page, url: string) => {
   const key = await page.evaluate('sessionStorage.getItem("idem-lab-api-key")');
@@ -42,11 +58,16 @@ const layout = (page: Page) =>
     const clipped = [...timeline.querySelectorAll<HTMLElement>('.attempt, .group-label, .thread-head, .step-text')]
       .filter((el) => el.scrollWidth > el.clientWidth + 1)
       .map((el) => el.textContent);
-    const texts = [...document.querySelectorAll<HTMLElement>('[data-testid="timeline"] *, #race-strip text')].filter((el) =>
-      [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && (n.textContent ?? '').trim() !== ''),
+    const texts = [...document.querySelectorAll<HTMLElement>('[data-testid="timeline"] *, #race-strip text')].filter(
+      (el) => [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && (n.textContent ?? '').trim() !== ''),
     );
     const smallest = Math.min(...texts.map((el) => parseFloat(getComputedStyle(el).fontSize)));
-    return { pageWidth: document.documentElement.scrollWidth, timelineOverflow: timeline.scrollWidth - timeline.clientWidth, clipped, smallest };
+    return {
+      pageWidth: document.documentElement.scrollWidth,
+      timelineOverflow: timeline.scrollWidth - timeline.clientWidth,
+      clipped,
+      smallest,
+    };
   });
 
 const SHOW_ME = [
@@ -84,8 +105,12 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       expect(await page.title()).toBe('Idempotency-Key Retry Safety Lab · Idem');
       expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Idempotency-Key Retry Safety Lab');
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$0.00', '$0.00', '0']);
-      expect(await narration(page)).toBe('Nothing sent yet. Press one of the “Show me” buttons above, or Charge $500 below.');
-      expect(await page.locator('#records-empty').textContent()).toBe('empty — the first POST will atomically insert (key, hash, in_progress)');
+      expect(await narration(page)).toBe(
+        'Nothing sent yet. Press one of the “Show me” buttons above, or Charge $500 below.',
+      );
+      expect(await page.locator('#records-empty').textContent()).toBe(
+        'empty — the first POST will atomically insert (key, hash, in_progress)',
+      );
       expect(await page.getByRole('button', { name: /^Show me/ }).allTextContents()).toEqual([...SHOW_ME]);
       for (const name of ['Charge $500', 'Retry', 'Race', 'Tamper', 'New key', 'Reset']) {
         expect(await page.getByRole('button', { name, exact: true }).count()).toBe(1);
@@ -95,9 +120,14 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       }
       expect(await page.getByRole('combobox', { name: 'Slow processor' }).inputValue()).toBe('300');
       expect(await page.getByRole('combobox', { name: 'Race size' }).inputValue()).toBe('5');
-      for (const name of ['How it works', 'Trade-offs']) expect(await page.getByRole('heading', { name, exact: true }).count()).toBe(1);
+      for (const name of ['How it works', 'Trade-offs'])
+        expect(await page.getByRole('heading', { name, exact: true }).count()).toBe(1);
       // The states a retry meets include failed, both kinds.
-      expect(await page.locator('#how-h ~ ul li strong').allTextContents()).toEqual(['Succeeded', 'Failed', 'In progress']);
+      expect(await page.locator('#how-h ~ ul li strong').allTextContents()).toEqual([
+        'Succeeded',
+        'Failed',
+        'In progress',
+      ]);
       expect(await page.evaluate('document.documentElement.scrollWidth')).toBe(viewport.width);
       expect(await seriousViolations(page)).toEqual([]);
       await screenshot(page, 'lab-empty', viewport);
@@ -117,7 +147,9 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       expect(await mismatch(page)).toEqual([false, false, null]);
       // The dropped charge and its retry are one payment in the timeline, and the read-back shows what the server did.
       expect(await threads(page)).toEqual([['dropped', 'replayed']]);
-      expect(await page.getByTestId('timeline').getByTestId('read-back').locator('.step-text').textContent()).toBe('read back: succeeded 201');
+      expect(await page.getByTestId('timeline').getByTestId('read-back').locator('.step-text').textContent()).toBe(
+        'read back: succeeded 201',
+      );
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
       await screenshot(page, 'lab-show-replay', viewport);
       expect(page.errors).toEqual([]);
@@ -147,8 +179,10 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       // A hostile review clicked Reset mid-flight: the old demo's sentence then contradicted the fresh $0.00 figures.
       const disabled = await page.evaluate(() => ({
         busy: document.body.getAttribute('aria-busy'),
-        reset: (document.querySelector('[data-testid="reset"], #reset') as HTMLButtonElement | null)?.disabled ?? null,
-        guides: [...document.querySelectorAll('button')].filter((b) => b.textContent?.startsWith('Show me')).map((b) => b.disabled),
+        reset: document.querySelector<HTMLButtonElement>('#reset')?.disabled ?? null,
+        guides: [...document.querySelectorAll('button')]
+          .filter((b) => b.textContent?.startsWith('Show me'))
+          .map((b) => b.disabled),
       }));
       expect(disabled).toEqual({ busy: 'true', reset: true, guides: [true, true, true, true] });
       await settled(page);
@@ -167,8 +201,12 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
         'The processor failed, so the server answered 503 and marked the key failed but retryable. Your retry with the same key reclaimed it and charged $500.00: once.',
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
-      expect(await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')).toBe('succeeded');
-      expect(await page.getByTestId('timeline').locator('.o-executed .step-text').allTextContents()).toContain('claim: reclaimed the failed key');
+      expect(await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')).toBe(
+        'succeeded',
+      );
+      expect(await page.getByTestId('timeline').locator('.o-executed .step-text').allTextContents()).toContain(
+        'claim: reclaimed the failed key',
+      );
       await screenshot(page, 'lab-show-failed', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
@@ -183,7 +221,11 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
         'Without a key, the server could not tell your retry from a new payment: the dropped charge had already gone through, so the retry charged $500.00 a second time.',
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$1,000.00', '0']);
-      expect(await mismatch(page)).toEqual([true, true, 'Charged $500.00 more than you meant to pay: without a key, a repeated request ran the charge again.']);
+      expect(await mismatch(page)).toEqual([
+        true,
+        true,
+        'Charged $500.00 more than you meant to pay: without a key, a repeated request ran the charge again.',
+      ]);
       expect(await page.locator('#charged').evaluate((el) => getComputedStyle(el).color)).toBe('rgb(179, 38, 30)');
       expect(await threads(page)).toEqual([['dropped', 'executed']]);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
@@ -198,21 +240,31 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.getByRole('checkbox', { name: 'Flaky connection' }).check();
       await page.getByRole('button', { name: 'Charge $500' }).click();
       await settled(page);
-      expect(await narration(page)).toBe('The server charged $500.00 and committed; the connection died before the answer reached you. Retry with the same key.');
+      expect(await narration(page)).toBe(
+        'The server charged $500.00 and committed; the connection died before the answer reached you. Retry with the same key.',
+      );
       expect([await intended(page), await total(page)]).toEqual(['$500.00', '$500.00']);
       await page.getByRole('button', { name: 'Retry' }).click();
       await settled(page);
-      expect(await narration(page)).toBe('The key was already completed, so the server sent the stored 201 again, marked as a replay, and charged nothing. Still charged once.');
+      expect(await narration(page)).toBe(
+        'The key was already completed, so the server sent the stored 201 again, marked as a replay, and charged nothing. Still charged once.',
+      );
       await page.getByRole('button', { name: 'Tamper' }).click();
       await settled(page);
-      expect(await narration(page)).toBe('Same key, different body ($5,000.00): the server refused with 400 and ran nothing. A key belongs to one request.');
+      expect(await narration(page)).toBe(
+        'Same key, different body ($5,000.00): the server refused with 400 and ran nothing. A key belongs to one request.',
+      );
       expect(await outcomes(page)).toEqual(['dropped', 'replayed', 'mismatch']);
       // Outcome first, then its count: never "1 400 mismatch".
-      expect(await page.getByTestId('attempts-detail').textContent()).toBe('connection dropped: 1 · replayed: 1 · 400 mismatch: 1');
+      expect(await page.getByTestId('attempts-detail').textContent()).toBe(
+        'connection dropped: 1 · replayed: 1 · 400 mismatch: 1',
+      );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
       expect(await mismatch(page)).toEqual([false, false, null]);
       await page.getByRole('button', { name: 'New key' }).click();
-      expect(await narration(page)).toMatch(/^New Idempotency-Key [0-9a-f]{8}…[0-9a-f]{4}: the next Charge \$500 is a new payment, and a Race on it shows 409s\.$/);
+      expect(await narration(page)).toMatch(
+        /^New Idempotency-Key [0-9a-f]{8}…[0-9a-f]{4}: the next Charge \$500 is a new payment, and a Race on it shows 409s\.$/,
+      );
       await screenshot(page, 'lab-narration', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
@@ -248,7 +300,9 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await settled(page);
       expect(await page.evaluate('window.sent')).toEqual(Array.from({ length: 5 }, () => ({ run: 0, drawn: 0 })));
       expect(await outcomes(page)).toEqual(['executed', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
-      expect(await narration(page)).toBe('5 identical requests with one key left together: 1 ran the charge, 4 got 409 because the first still held the key. $500.00 charged once.');
+      expect(await narration(page)).toBe(
+        '5 identical requests with one key left together: 1 ran the charge, 4 got 409 because the first still held the key. $500.00 charged once.',
+      );
       expect(await page.getByTestId('attempts-detail').textContent()).toBe('executed: 1 · 409 in flight: 4');
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
       expect(await page.getByTestId('timeline').locator('.race-group .attempt').count()).toBe(5);
@@ -313,12 +367,18 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       'The processor failed, so the server answered 503 and marked the key failed but retryable. Retry with the same key to run the charge again.',
     );
     expect([await intended(page), await total(page)]).toEqual(['$500.00', '$0.00']);
-    expect(await mismatch(page)).toEqual([true, true, '$500.00 you meant to pay has not been charged yet: its attempt failed. Press Retry.']);
+    expect(await mismatch(page)).toEqual([
+      true,
+      true,
+      '$500.00 you meant to pay has not been charged yet: its attempt failed. Press Retry.',
+    ]);
     await page.getByRole('checkbox', { name: 'Processor fails' }).uncheck();
     await page.getByRole('button', { name: 'Retry' }).click();
     await settled(page);
     expect(await outcomes(page)).toEqual(['processor-failed', 'executed']);
-    expect(await narration(page)).toBe("The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged $500.00: once.");
+    expect(await narration(page)).toBe(
+      "The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged $500.00: once.",
+    );
     expect(await mismatch(page)).toEqual([false, false, null]);
     await page.close();
   });
@@ -341,7 +401,9 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     await settled(page);
     await until(() => total(page), '$0.00');
     expect([await intended(page), await rows(page), await outcomes(page)]).toEqual(['$0.00', '0', []]);
-    expect(await narration(page)).toMatch(/^Reset: deleted 1 charge and moved to a fresh sandbox account, acct_lab_[a-z0-9]{16}\. Nothing is charged and no key is stored\.$/);
+    expect(await narration(page)).toMatch(
+      /^Reset: deleted 1 charge and moved to a fresh sandbox account, acct_lab_[a-z0-9]{16}\. Nothing is charged and no key is stored\.$/,
+    );
     expect(await page.locator('#account').textContent()).not.toBe(before);
     expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 0, count: 0 });
     await screenshot(page, 'lab-keyboard-reset', viewport);

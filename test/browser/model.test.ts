@@ -7,7 +7,16 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, seriousViolations, until, type Browser } from './harness.js';
+import {
+  VIEWPORTS,
+  chromiumAvailable,
+  ensureBuilt,
+  launch,
+  screenshot,
+  seriousViolations,
+  until,
+  type Browser,
+} from './harness.js';
 
 const ATTRIBUTES = [
   'pk',
@@ -31,7 +40,23 @@ const STORES = [
   {
     name: 'sqlite',
     env: (dir: string) => ({ IDEM_STORE: `sqlite:${dir}/idem.db` }),
-    types: ['TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'TEXT', 'INTEGER', 'INTEGER', 'INTEGER', 'INTEGER', 'TEXT', 'INTEGER', 'TEXT', 'BLOB'],
+    types: [
+      'TEXT',
+      'TEXT',
+      'TEXT',
+      'TEXT',
+      'TEXT',
+      'TEXT',
+      'TEXT',
+      'INTEGER',
+      'INTEGER',
+      'INTEGER',
+      'INTEGER',
+      'TEXT',
+      'INTEGER',
+      'TEXT',
+      'BLOB',
+    ],
     raceTrips: ['2', '2'],
     lost: "refused by the write's own condition",
     refusedBy:
@@ -41,19 +66,39 @@ const STORES = [
   {
     name: 'memory',
     env: (dir: string) => ({ IDEM_STORE: 'memory:', IDEM_LEDGER: `${dir}/ledger.db` }),
-    types: ['string', 'string', 'string', 'string', 'string', 'string', 'string', 'number', 'number', 'number', 'boolean', 'string', 'number', 'array', 'Uint8Array'],
+    types: [
+      'string',
+      'string',
+      'string',
+      'string',
+      'string',
+      'string',
+      'string',
+      'number',
+      'number',
+      'number',
+      'boolean',
+      'string',
+      'number',
+      'array',
+      'Uint8Array',
+    ],
     raceTrips: ['1', '1'],
     // Memory has no conditional write: its claim decides in one in-process step, and the page says so.
     lost: "refused inside the claim's one synchronous step",
-    refusedBy: "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.",
+    refusedBy:
+      "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.",
     both: '',
   },
 ] as const;
 
 /** Texts of the cells of each row of a table body. */
 const cells = (page: Page, selector: string) =>
-  page.locator(`${selector} tbody tr`).evaluateAll((trs) => trs.map((tr) => [...tr.children].map((td) => (td.textContent ?? '').trim())));
-const verdict = async (page: Page, testid: string) => ((await page.getByTestId(testid).locator('.verdict').first().textContent()) ?? '').trim();
+  page
+    .locator(`${selector} tbody tr`)
+    .evaluateAll((trs) => trs.map((tr) => [...tr.children].map((td) => (td.textContent ?? '').trim())));
+const verdict = async (page: Page, testid: string) =>
+  ((await page.getByTestId(testid).locator('.verdict').first().textContent()) ?? '').trim();
 
 describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
   let browser: Browser;
@@ -93,7 +138,13 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         const attributes = await cells(page, '[data-testid="attributes"]');
         expect(attributes.map((row) => row[0])).toEqual(ATTRIBUTES);
         expect(attributes.map((row) => row[1])).toEqual([...store.types]);
-        expect(await page.locator('.glossary dt').allTextContents()).toEqual(['scope', 'fingerprint', 'token', 'lease', 'TTL']);
+        expect(await page.locator('.glossary dt').allTextContents()).toEqual([
+          'scope',
+          'fingerprint',
+          'token',
+          'lease',
+          'TTL',
+        ]);
         const seeded = await cells(page, '[data-testid="seeded-rows"]');
         expect(seeded.map((row) => [row[0], row[1], row[2]])).toEqual([
           ['seed-succeeded', 'succeeded', 'no: a retry gets the result replayed'],
@@ -111,7 +162,12 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
           'expires',
           'action',
         ]);
-        expect(await page.locator('[data-testid="seeded-rows"] thead th').first().evaluate((el) => getComputedStyle(el).textTransform)).toBe('none');
+        expect(
+          await page
+            .locator('[data-testid="seeded-rows"] thead th')
+            .first()
+            .evaluate((el) => getComputedStyle(el).textTransform),
+        ).toBe('none');
         for (const name of ['Claim a request key', 'Record the outcome', 'Read a previous outcome']) {
           expect(await page.getByRole('heading', { name, exact: true }).count()).toBe(1);
           expect(await page.getByRole('button', { name: `Run ${name}` }).textContent()).toBe('Run');
@@ -134,12 +190,20 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         await page.getByRole('button', { name: 'Race two claims' }).click();
         const result = page.getByTestId('race-result');
         await until(() => result.locator('[data-verdict]').count(), 2);
-        const verdicts = await result.locator('[data-verdict]').evaluateAll((els) => els.map((el) => el.getAttribute('data-verdict')).sort());
+        const verdicts = await result
+          .locator('[data-verdict]')
+          .evaluateAll((els) => els.map((el) => el.getAttribute('data-verdict')).sort());
         expect(verdicts).toEqual(['lost', 'won']);
-        expect(await result.locator('[data-verdict="won"] .op-result .verdict').textContent()).toMatch(/^claimed: this caller holds the key/);
-        expect(await result.locator('[data-verdict="lost"] .race-label').textContent()).toMatch(new RegExp(`^Claim [AB]: lost: ${store.lost}$`));
+        expect(await result.locator('[data-verdict="won"] .op-result .verdict').textContent()).toMatch(
+          /^claimed: this caller holds the key/,
+        );
+        expect(await result.locator('[data-verdict="lost"] .race-label').textContent()).toMatch(
+          new RegExp(`^Claim [AB]: lost: ${store.lost}$`),
+        );
         expect(await result.getByTestId('race-summary').textContent()).toMatch(
-          new RegExp(`^Key race-[0-9a-f]{12}: 1 winner; the other claim was ${store.lost}\\.${store.both.replace(/\./g, '\\.')}$`),
+          new RegExp(
+            `^Key race-[0-9a-f]{12}: 1 winner; the other claim was ${store.lost}\\.${store.both.replace(/\./g, '\\.')}$`,
+          ),
         );
         const loser = ((await result.locator('[data-verdict="lost"] .race-label').textContent()) ?? '').slice(6, 7);
         expect(await result.getByTestId('refused-by').textContent()).toBe(`Claim ${loser}: ${store.refusedBy}`);
@@ -147,13 +211,17 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         if (store.name === 'sqlite') {
           // The refusing trip is marked, its request is open, and the upsert's condition is highlighted in it.
           const refused = result.locator('[data-verdict="lost"] .trip[data-refused="write"]');
-          expect(await refused.locator('.trip-head').textContent()).toBe('round trip 2: claim · the write refused here');
+          expect(await refused.locator('.trip-head').textContent()).toBe(
+            'round trip 2: claim · the write refused here',
+          );
           const condition = (await refused.getByTestId('condition').textContent()) ?? '';
           expect(condition.startsWith('WHERE "idem_records"."expires_at" <= @now')).toBe(true);
           expect(await refused.getByTestId('condition').isVisible()).toBe(true);
           expect(await result.locator('.refused-condition mark').textContent()).toBe(condition);
         } else {
-          expect(await result.locator('[data-verdict="lost"] [data-testid="raw-response"]').textContent()).toContain('kind: "existing"');
+          expect(await result.locator('[data-verdict="lost"] [data-testid="raw-response"]').textContent()).toContain(
+            'kind: "existing"',
+          );
         }
         expect(await seriousViolations(page)).toEqual([]);
         await page.getByRole('heading', { name: 'Race two claims' }).scrollIntoViewIfNeeded();
@@ -171,21 +239,34 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         const widths = await page.getByTestId('claim-output').evaluate((el) => {
           const box = el.parentElement as HTMLElement;
           const style = getComputedStyle(box);
-          return [el.getBoundingClientRect().width, box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)];
+          return [
+            el.getBoundingClientRect().width,
+            box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight),
+          ];
         });
         expect(widths[0]).toBe(widths[1]);
         // Every epoch-ms time in the raw reply has a clock time beside it.
-        const rawText = (await page.getByTestId('claim-output').getByTestId('raw-response').first().textContent()) ?? '';
-        const times = rawText.match(/(claimed_at|claimedAt|expires_at|expiresAt): \d{13}( {2}# \d\d:\d\d:\d\d\.\d{3}, (in [\d.]+ (s|min|h)|[\d.]+ (ms|s) ago))?/g) ?? [];
+        const rawText =
+          (await page.getByTestId('claim-output').getByTestId('raw-response').first().textContent()) ?? '';
+        const times =
+          rawText.match(
+            /(claimed_at|claimedAt|expires_at|expiresAt): \d{13}( {2}# \d\d:\d\d:\d\d\.\d{3}, (in [\d.]+ (s|min|h)|[\d.]+ (ms|s) ago))?/g,
+          ) ?? [];
         expect(times.length).toBeGreaterThan(0);
         expect(times.filter((t) => !t.includes('#'))).toEqual([]);
         expect(await page.locator('#complete-key').inputValue()).toBe(key);
         expect(await page.locator('#complete-token').inputValue()).toMatch(/^[0-9a-f-]{36}$/);
 
         await page.getByRole('button', { name: 'Run Record the outcome' }).click();
-        await until(() => verdict(page, 'complete-output'), 'ok: the outcome is written (the token held and the row was in_progress)');
+        await until(
+          () => verdict(page, 'complete-output'),
+          'ok: the outcome is written (the token held and the row was in_progress)',
+        );
         await page.getByRole('button', { name: 'Run Record the outcome' }).click();
-        await until(() => verdict(page, 'complete-output'), 'condition failed: no in_progress row held with this token; nothing changed');
+        await until(
+          () => verdict(page, 'complete-output'),
+          'condition failed: no in_progress row held with this token; nothing changed',
+        );
 
         expect(await page.locator('#read-key').inputValue()).toBe(key);
         await page.getByRole('button', { name: 'Run Read a previous outcome' }).click();
@@ -212,24 +293,42 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
         expect(key).toMatch(/^expiring-[0-9a-f]{12}$/);
         expect(await page.getByTestId('expiry-clock').textContent()).toMatch(/^live: expires in \d+\.\d s$/);
         // Beside the button: on the same line.
-        const [button, clock] = await Promise.all([page.getByRole('button', { name: 'Claim its key' }).boundingBox(), page.getByTestId('expiry-clock').boundingBox()]);
-        expect(Math.abs((button?.y ?? 0) + (button?.height ?? 0) / 2 - ((clock?.y ?? 0) + (clock?.height ?? 0) / 2))).toBeLessThan(4);
+        const [button, clock] = await Promise.all([
+          page.getByRole('button', { name: 'Claim its key' }).boundingBox(),
+          page.getByTestId('expiry-clock').boundingBox(),
+        ]);
+        expect(
+          Math.abs((button?.y ?? 0) + (button?.height ?? 0) / 2 - ((clock?.y ?? 0) + (clock?.height ?? 0) / 2)),
+        ).toBeLessThan(4);
         expect((clock?.x ?? 0) > (button?.x ?? 0) + (button?.width ?? 0)).toBe(true);
 
         await page.getByRole('button', { name: 'Claim its key' }).click();
-        await until(() => page.getByTestId('expiry-note').textContent(), 'Refused: the row is still live, so its key is still taken.');
+        await until(
+          () => page.getByTestId('expiry-note').textContent(),
+          'Refused: the row is still live, so its key is still taken.',
+        );
         // Wait for the row's own expiresAt to pass (the page counts down to it), then claim again.
         await until(() => page.getByTestId('expiry-clock').getAttribute('data-state'), 'expired', 20_000);
         await page.getByRole('button', { name: 'Read it' }).click();
-        await until(async () => (await verdict(page, 'expiry-output')).endsWith('(expired: a claim would treat it as absent)'), true);
+        await until(
+          async () => (await verdict(page, 'expiry-output')).endsWith('(expired: a claim would treat it as absent)'),
+          true,
+        );
         await page.getByRole('button', { name: 'Claim its key' }).click();
-        await until(async () => ((await page.getByTestId('expiry-note').textContent()) ?? '').slice(0, 37), 'The expired row counted as absent: cl');
-        expect(await page.getByTestId('expiry-clock').textContent()).toBe('claimed again: a new lease and TTL from now');
+        await until(
+          async () => ((await page.getByTestId('expiry-note').textContent()) ?? '').slice(0, 37),
+          'The expired row counted as absent: cl',
+        );
+        expect(await page.getByTestId('expiry-clock').textContent()).toBe(
+          'claimed again: a new lease and TTL from now',
+        );
         // After the reclaim, Read it still reads this row (its new in_progress claim), not the key in the read form.
         await page.getByRole('button', { name: 'Read it' }).click();
         await until(() => verdict(page, 'expiry-output'), 'found: status in_progress');
         expect(await page.locator('#read-key').inputValue()).toBe('seed-succeeded');
-        expect(await page.getByTestId('expiry-output').locator('details').last().textContent()).toContain(`key: "${key}"`);
+        expect(await page.getByTestId('expiry-output').locator('details').last().textContent()).toContain(
+          `key: "${key}"`,
+        );
         await screenshot(page, `model-${store.name}-expiry`, viewport);
         expect(page.errors).toEqual([]);
         await page.close();
@@ -239,7 +338,11 @@ describe.skipIf(!chromiumAvailable())('model page in Chromium', () => {
 
   it('refuses the model API outside lab mode', async () => {
     const dir = tempDir();
-    const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0', IDEM_API_KEYS: 'sk_model_test:acct_model_test' });
+    const server = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      IDEM_LAB: '0',
+      IDEM_API_KEYS: 'sk_model_test:acct_model_test',
+    });
     try {
       const page = await browser.page(VIEWPORTS[0]);
       await page.goto(`${server.url}/model`);

@@ -29,12 +29,31 @@ import { startFaultProxy, type FaultProxy } from '../fault-proxy.js';
 import { tempDir } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 import { deleteRedisPrefix, dropSchema } from '../stores/cleanup.js';
-import { check, formatViolation, isAccepted, type Attempt, type HeaderFault, type LedgerRow, type Operation, type RecordRow, type Role } from './checker.js';
-import { clusterOutput, random, startCluster, startNemesis, stopCluster, type FaultKind, type Slot } from './cluster.js';
+import {
+  check,
+  formatViolation,
+  isAccepted,
+  type Attempt,
+  type HeaderFault,
+  type LedgerRow,
+  type Operation,
+  type RecordRow,
+  type Role,
+} from './checker.js';
+import {
+  clusterOutput,
+  random,
+  startCluster,
+  startNemesis,
+  stopCluster,
+  type FaultKind,
+  type Slot,
+} from './cluster.js';
 
 const SEED = Number(process.env.IDEM_CHAOS_SEED ?? Math.floor(Math.random() * 2 ** 31));
 const RESULTS = fileURLToPath(new URL('../../test-results/chaos/', import.meta.url));
-const replayCommand = (store: string) => `IDEM_CHAOS_SEED=${SEED} npx vitest run test/chaos/chaos.test.ts -t ${JSON.stringify(store)}`;
+const replayCommand = (store: string) =>
+  `IDEM_CHAOS_SEED=${SEED} npx vitest run test/chaos/chaos.test.ts -t ${JSON.stringify(store)}`;
 console.log(`chaos seed ${SEED} (replay its fault plan: ${replayCommand('SQLite')}, or PostgreSQL, or Redis)`);
 const PROCESSES = 3;
 const LEASE_MS = 3_000;
@@ -77,55 +96,73 @@ describe(`chaos: 3 processes per store, clients retrying, faults from seed ${SEE
     });
   }, 90_000);
 
-  it.skipIf(!postgresUp)('PostgreSQL (one schema, ledger in the same transaction): every invariant holds', async () => {
-    const schema = `idem_chaos_${randomBytes(5).toString('hex')}`;
-    await chaos('postgres', 'PostgreSQL', 2, {
-      url: (_, proxy) => {
-        const url = new URL(proxy ? proxy.via(POSTGRES_URL) : POSTGRES_URL);
-        url.searchParams.set('schema', schema);
-        return url.toString();
-      },
-      env: {},
-      proxied: true,
-      kinds: ['kill', 'pause', 'cut', 'stall'],
-      ledger: async (accounts) => {
-        const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-        try {
-          const { rows } = await pool.query(`SELECT id, account, amount, status FROM "${schema}".charges WHERE account = ANY($1)`, [accounts]);
-          return (rows as Array<{ id: string; account: string; amount: number; status: string }>).map((r) => ({ ...r, amount: Number(r.amount) }));
-        } finally {
-          await pool.end();
-        }
-      },
-      cleanup: () => dropSchema(schema),
-    });
-  }, 90_000);
+  it.skipIf(!postgresUp)(
+    'PostgreSQL (one schema, ledger in the same transaction): every invariant holds',
+    async () => {
+      const schema = `idem_chaos_${randomBytes(5).toString('hex')}`;
+      await chaos('postgres', 'PostgreSQL', 2, {
+        url: (_, proxy) => {
+          const url = new URL(proxy ? proxy.via(POSTGRES_URL) : POSTGRES_URL);
+          url.searchParams.set('schema', schema);
+          return url.toString();
+        },
+        env: {},
+        proxied: true,
+        kinds: ['kill', 'pause', 'cut', 'stall'],
+        ledger: async (accounts) => {
+          const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+          try {
+            const { rows } = await pool.query(
+              `SELECT id, account, amount, status FROM "${schema}".charges WHERE account = ANY($1)`,
+              [accounts],
+            );
+            return (rows as Array<{ id: string; account: string; amount: number; status: string }>).map((r) => ({
+              ...r,
+              amount: Number(r.amount),
+            }));
+          } finally {
+            await pool.end();
+          }
+        },
+        cleanup: () => dropSchema(schema),
+      });
+    },
+    90_000,
+  );
 
-  it.skipIf(!redisUp)('Redis (one prefix, ledger keyed on the record id): every invariant holds', async () => {
-    const prefix = `idem-chaos-${randomBytes(5).toString('hex')}:`;
-    const dir = tempDir('idem-chaos-redis-');
-    await chaos('redis', 'Redis', 3, {
-      url: (_, proxy) => {
-        const url = new URL(proxy ? proxy.via(REDIS_URL) : REDIS_URL);
-        url.searchParams.set('prefix', prefix);
-        return url.toString();
-      },
-      env: { IDEM_LEDGER: join(dir.path, 'ledger.db') },
-      proxied: true,
-      kinds: ['kill', 'pause', 'cut', 'stall'],
-      ledger: async (accounts) => readSqliteLedger(join(dir.path, 'ledger.db'), accounts),
-      cleanup: async () => {
-        await deleteRedisPrefix(prefix);
-        dir.remove();
-      },
-    });
-  }, 90_000);
+  it.skipIf(!redisUp)(
+    'Redis (one prefix, ledger keyed on the record id): every invariant holds',
+    async () => {
+      const prefix = `idem-chaos-${randomBytes(5).toString('hex')}:`;
+      const dir = tempDir('idem-chaos-redis-');
+      await chaos('redis', 'Redis', 3, {
+        url: (_, proxy) => {
+          const url = new URL(proxy ? proxy.via(REDIS_URL) : REDIS_URL);
+          url.searchParams.set('prefix', prefix);
+          return url.toString();
+        },
+        env: { IDEM_LEDGER: join(dir.path, 'ledger.db') },
+        proxied: true,
+        kinds: ['kill', 'pause', 'cut', 'stall'],
+        ledger: async (accounts) => readSqliteLedger(join(dir.path, 'ledger.db'), accounts),
+        cleanup: async () => {
+          await deleteRedisPrefix(prefix);
+          dir.remove();
+        },
+      });
+    },
+    90_000,
+  );
 });
 
 function readSqliteLedger(path: string, accounts: readonly string[]): LedgerRow[] {
   const db = new Database(path, { readonly: true, fileMustExist: true });
   try {
-    return db.prepare(`SELECT id, account, amount, status FROM charges WHERE account IN (${accounts.map(() => '?').join(', ')})`).all(...accounts) as LedgerRow[];
+    return db
+      .prepare(
+        `SELECT id, account, amount, status FROM charges WHERE account IN (${accounts.map(() => '?').join(', ')})`,
+      )
+      .all(...accounts) as LedgerRow[];
   } finally {
     db.close();
   }
@@ -158,7 +195,12 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
   try {
     slots = await startCluster(
       PROCESSES,
-      (i) => ({ ...setup.env, IDEM_STORE: setup.url(i, proxies[i]), IDEM_LEASE_MS: String(LEASE_MS), IDEM_CLOCK_SKEW_MS: String(skews[i]) }),
+      (i) => ({
+        ...setup.env,
+        IDEM_STORE: setup.url(i, proxies[i]),
+        IDEM_LEASE_MS: String(LEASE_MS),
+        IDEM_CLOCK_SKEW_MS: String(skews[i]),
+      }),
       skews,
       proxies,
     );
@@ -179,7 +221,9 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
       // A freeze hunts slow work that has held its claim a while (frozen past the lease, it becomes a zombie);
       // a kill, any request in flight.
       prey: (slot, kind) =>
-        kind === 'kill' ? slot.inFlight > 0 : [...(slowOnSlot.get(slot.index)?.values() ?? [])].some((since) => Date.now() - since > 300),
+        kind === 'kill'
+          ? slot.inFlight > 0
+          : [...(slowOnSlot.get(slot.index)?.values() ?? [])].some((since) => Date.now() - since > 300),
     });
     const started = Date.now();
     // Faults start while operations do; the tail (retries after the last faults) runs in calm.
@@ -206,7 +250,18 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
       return logLines.filter((line) => line.includes(hash));
     };
     const verdict = check({ ops, attempts, ledger, records, faults: nemesis.faults, readAt, skews, logsFor });
-    const dump = () => ({ seed: SEED, store: name, replay: replayCommand(title), ops, attempts, faults: nemesis.faults, ledger, records: [...records], verdict, logs });
+    const dump = () => ({
+      seed: SEED,
+      store: name,
+      replay: replayCommand(title),
+      ops,
+      attempts,
+      faults: nemesis.faults,
+      ledger,
+      records: [...records],
+      verdict,
+      logs,
+    });
     if (process.env.IDEM_CHAOS_DUMP) {
       writeFileSync(join(process.env.IDEM_CHAOS_DUMP, `chaos-${name}.json`), JSON.stringify(dump(), null, 1));
     }
@@ -231,7 +286,9 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
         Object.entries(verdict.figures)
           .map(([k, v]) => `  ${k.padEnd(66)} ${v}`)
           .join('\n') +
-        (verdict.violations.length > 0 ? `\n  VIOLATIONS (in full above):\n    ${verdict.violations.join('\n    ')}` : ''),
+        (verdict.violations.length > 0
+          ? `\n  VIOLATIONS (in full above):\n    ${verdict.violations.join('\n    ')}`
+          : ''),
     );
     expect(verdict.violations).toEqual([]);
     expect(verdict.figures['charges in the ledger']).toBe(OPERATIONS);
@@ -244,7 +301,8 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
   /** One logical operation: its client (and maybe a racing duplicate) retry until an answer is accepted. */
   async function operation(op: Operation, raced: boolean): Promise<void> {
     const roll = rng();
-    const firstFault: HeaderFault | undefined = roll < 0.15 ? 'drop-after-commit' : roll < 0.28 ? 'slow' : roll < 0.36 ? 'processor-fail' : undefined;
+    const firstFault: HeaderFault | undefined =
+      roll < 0.15 ? 'drop-after-commit' : roll < 0.28 ? 'slow' : roll < 0.36 ? 'processor-fail' : undefined;
     const clients = [client(op, 'client', firstFault)];
     if (raced) clients.push(sleep(rng.int(0, 150)).then(() => client(op, 'racer', undefined)));
     const answers = await Promise.all(clients);
@@ -254,10 +312,16 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
     if (rng.chance(0.1)) await attempt(op, 'tamper', [], op.amount + 50_000_000);
   }
 
-  async function client(op: Operation, role: Role, firstFault: HeaderFault | undefined, avoid?: number): Promise<Attempt | undefined> {
+  async function client(
+    op: Operation,
+    role: Role,
+    firstFault: HeaderFault | undefined,
+    avoid?: number,
+  ): Promise<Attempt | undefined> {
     const deadline = Date.now() + OP_DEADLINE_MS;
     for (let n = 0; n < MAX_ATTEMPTS && Date.now() < deadline; n++) {
-      const faults: HeaderFault[] = n === 0 && firstFault ? [firstFault] : rng.chance(0.04) ? ['drop-after-commit'] : [];
+      const faults: HeaderFault[] =
+        n === 0 && firstFault ? [firstFault] : rng.chance(0.04) ? ['drop-after-commit'] : [];
       const probe = faults.includes('slow')
         ? (slot: number) => {
             const probing = sleep(LEASE_MS + 700).then(() => attempt(op, 'probe', [], op.amount, slot));
@@ -305,7 +369,8 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
     const start = Date.now();
     const slow = faults.includes('slow');
     slot.inFlight++;
-    if (slow) slowOnSlot.set(slot.index, (slowOnSlot.get(slot.index) ?? new Map<number, number>()).set(op.index, start));
+    if (slow)
+      slowOnSlot.set(slot.index, (slowOnSlot.get(slot.index) ?? new Map<number, number>()).set(op.index, start));
     onSlot?.(slot.index);
     let outcome: Attempt['outcome'] = 'network';
     let replayed = false;
@@ -331,7 +396,18 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
       if (slot.process === process) slot.inFlight = Math.max(0, slot.inFlight - 1);
       if (slow) slowOnSlot.get(slot.index)?.delete(op.index);
     }
-    const a: Attempt = { op: op.index, role, slot: slot.index, faults, start, end: Date.now(), outcome, replayed, problem, body };
+    const a: Attempt = {
+      op: op.index,
+      role,
+      slot: slot.index,
+      faults,
+      start,
+      end: Date.now(),
+      outcome,
+      replayed,
+      problem,
+      body,
+    };
     attempts.push(a);
     return a;
   }
@@ -352,7 +428,10 @@ async function readRecords(slots: readonly Slot[], apiKey: string): Promise<Reco
     for (const slot of slots) {
       if (!slot.process || slot.state === 'down') continue;
       try {
-        const response = await fetch(`${slot.process.url}/v1/idempotency_records`, { headers: { authorization: `Bearer ${apiKey}` }, signal: AbortSignal.timeout(5_000) });
+        const response = await fetch(`${slot.process.url}/v1/idempotency_records`, {
+          headers: { authorization: `Bearer ${apiKey}` },
+          signal: AbortSignal.timeout(5_000),
+        });
         if (response.status === 200) return ((await response.json()) as { data: RecordRow[] }).data;
       } catch {
         // try the next process

@@ -2,7 +2,15 @@
  * The chaos checker catches what it claims to: each invariant broken on purpose in a small synthetic history.
  */
 import { describe, expect, it } from 'vitest';
-import { check, formatViolation, type Attempt, type History, type LedgerRow, type Operation, type RecordRow } from './checker.js';
+import {
+  check,
+  formatViolation,
+  type Attempt,
+  type History,
+  type LedgerRow,
+  type Operation,
+  type RecordRow,
+} from './checker.js';
 
 const op: Operation = { index: 0, account: 'acct_a', key: 'k0', amount: 10_000, declined: false };
 const charge = (id: string) => JSON.stringify({ id, object: 'charge', amount: 10_000 });
@@ -20,10 +28,20 @@ const attempt = (overrides: Partial<Attempt>): Attempt => ({
   ...overrides,
 });
 const row: LedgerRow = { id: 'ch_1', account: 'acct_a', amount: 10_000, status: 'succeeded' };
-const record: RecordRow = { key: 'k0', status: 'succeeded', resultId: 'ch_1', responseStatus: 201, retryable: null, leaseExpiresAt: 4_000 };
+const record: RecordRow = {
+  key: 'k0',
+  status: 'succeeded',
+  resultId: 'ch_1',
+  responseStatus: 201,
+  retryable: null,
+  leaseExpiresAt: 4_000,
+};
 const history = (overrides: Partial<History> = {}): History => ({
   ops: [op],
-  attempts: [attempt({ outcome: 'network', faults: ['drop-after-commit'] }), attempt({ start: 1_100, end: 1_110, replayed: true })],
+  attempts: [
+    attempt({ outcome: 'network', faults: ['drop-after-commit'] }),
+    attempt({ start: 1_100, end: 1_110, replayed: true }),
+  ],
   ledger: [row],
   records: new Map([['acct_a', [record]]]),
   faults: [],
@@ -36,11 +54,16 @@ describe('chaos checker', () => {
   it('a clean history: no violation, and the figures count what happened', () => {
     const { violations, figures } = check(history());
     expect(violations).toEqual([]);
-    expect([figures['fault: drop-after-commit (answers dropped)'], figures['operations with a 5xx or dropped answer, resolved to the one charge']]).toEqual([1, 1]);
+    expect([
+      figures['fault: drop-after-commit (answers dropped)'],
+      figures['operations with a 5xx or dropped answer, resolved to the one charge'],
+    ]).toEqual([1, 1]);
   });
 
   it('a second charge for one operation', () => {
-    expect(check(history({ ledger: [row, { ...row, id: 'ch_2' }] })).violations).toEqual(['op 0 (acct_a k0): 2 charges in the ledger (expected exactly 1): ch_1, ch_2']);
+    expect(check(history({ ledger: [row, { ...row, id: 'ch_2' }] })).violations).toEqual([
+      'op 0 (acct_a k0): 2 charges in the ledger (expected exactly 1): ch_1, ch_2',
+    ]);
   });
 
   it('a lost charge, and a stray one', () => {
@@ -56,13 +79,27 @@ describe('chaos checker', () => {
   });
 
   it('an answer hiding the committed charge behind another one (the client was told ch_9)', () => {
-    const attempts = [attempt({ outcome: 503, problem: 'idempotency-store-unavailable' }), attempt({ start: 1_100, end: 1_110, body: charge('ch_9') })];
+    const attempts = [
+      attempt({ outcome: 503, problem: 'idempotency-store-unavailable' }),
+      attempt({ start: 1_100, end: 1_110, body: charge('ch_9') }),
+    ];
     const records = new Map([['acct_a', [{ ...record, resultId: 'ch_9' }]]]);
-    expect(check(history({ attempts, records })).violations).toEqual(['op 0 (acct_a k0): the client was told ch_9, the ledger holds ch_1']);
+    expect(check(history({ attempts, records })).violations).toEqual([
+      'op 0 (acct_a k0): the client was told ch_9, the ledger holds ch_1',
+    ]);
   });
 
   it('a record left in progress, past its lease and live', () => {
-    const records = new Map([['acct_a', [record, { ...record, key: 'x', status: 'in_progress', leaseExpiresAt: 9_000 }, { ...record, key: 'y', status: 'in_progress', leaseExpiresAt: 20_000 }]]]);
+    const records = new Map([
+      [
+        'acct_a',
+        [
+          record,
+          { ...record, key: 'x', status: 'in_progress', leaseExpiresAt: 9_000 },
+          { ...record, key: 'y', status: 'in_progress', leaseExpiresAt: 20_000 },
+        ],
+      ],
+    ]);
     expect(check(history({ records })).violations).toEqual([
       'acct_a x: in_progress past its lease after the run quiesced',
       'acct_a y: in_progress with a live lease after the run quiesced',
@@ -70,22 +107,46 @@ describe('chaos checker', () => {
   });
 
   it('an operation never accepted, and a tampered retry accepted', () => {
-    expect(check(history({ attempts: [attempt({ outcome: 409, problem: 'idempotency-key-in-use' })] })).violations[0]).toBe('op 0 (acct_a k0): no answer accepted (409)');
-    const tampered = [...history().attempts, attempt({ role: 'tamper', start: 2_000, end: 2_010, outcome: 201, body: charge('ch_5') })];
-    expect(check(history({ attempts: tampered })).violations).toEqual(['op 0 (acct_a k0): a tampered body (another amount) was accepted with 201']);
+    expect(
+      check(history({ attempts: [attempt({ outcome: 409, problem: 'idempotency-key-in-use' })] })).violations[0],
+    ).toBe('op 0 (acct_a k0): no answer accepted (409)');
+    const tampered = [
+      ...history().attempts,
+      attempt({ role: 'tamper', start: 2_000, end: 2_010, outcome: 201, body: charge('ch_5') }),
+    ];
+    expect(check(history({ attempts: tampered })).violations).toEqual([
+      'op 0 (acct_a k0): a tampered body (another amount) was accepted with 201',
+    ]);
   });
 
   it('undisturbed slow work that lost its lease, and the probe that took it over; a fault on its process excuses it', () => {
-    const slow = attempt({ faults: ['slow'], start: 1_000, end: 6_000, outcome: 409, problem: 'idempotency-lease-lost' });
+    const slow = attempt({
+      faults: ['slow'],
+      start: 1_000,
+      end: 6_000,
+      outcome: 409,
+      problem: 'idempotency-lease-lost',
+    });
     const probe = attempt({ role: 'probe', slot: 2, start: 4_700, end: 4_710 });
-    const lost = check(history({ attempts: [slow, probe, attempt({ start: 6_100, end: 6_110, replayed: true })] })).violations;
-    expect(lost).toEqual(['op 0: undisturbed slow work lost its lease (answered 409 idempotency-lease-lost)', 'op 0: a probe took over undisturbed slow work (201)']);
+    const lost = check(
+      history({ attempts: [slow, probe, attempt({ start: 6_100, end: 6_110, replayed: true })] }),
+    ).violations;
+    expect(lost).toEqual([
+      'op 0: undisturbed slow work lost its lease (answered 409 idempotency-lease-lost)',
+      'op 0: a probe took over undisturbed slow work (201)',
+    ]);
     const faults = [{ kind: 'pause', slots: [1], start: 2_000, end: 7_000 }];
-    expect(check(history({ attempts: [slow, probe, attempt({ start: 6_100, end: 6_110, replayed: true })], faults })).violations).toEqual([]);
+    expect(
+      check(history({ attempts: [slow, probe, attempt({ start: 6_100, end: 6_110, replayed: true })], faults }))
+        .violations,
+    ).toEqual([]);
   });
 
   it('an unexpected 500 is a violation', () => {
-    const attempts = [attempt({ outcome: 500, problem: 'internal-error', body: '{}' }), attempt({ start: 1_100, end: 1_110 })];
+    const attempts = [
+      attempt({ outcome: 500, problem: 'internal-error', body: '{}' }),
+      attempt({ start: 1_100, end: 1_110 }),
+    ];
     expect(check(history({ attempts })).violations).toEqual(['op 0 (acct_a k0): 500 internal-error: {}']);
   });
 
@@ -94,7 +155,10 @@ describe('chaos checker', () => {
       attempt({ outcome: 'network', faults: ['drop-after-commit'] }),
       attempt({ start: 1_100, end: 1_110, replayed: true }),
     ];
-    const faults = [{ kind: 'kill', slots: [1], start: 1_050, end: 1_400, inFlight: 1 }, { kind: 'pause', slots: [2], start: 9_000, end: 9_500 }];
+    const faults = [
+      { kind: 'kill', slots: [1], start: 1_050, end: 1_400, inFlight: 1 },
+      { kind: 'pause', slots: [2], start: 9_000, end: 9_500 },
+    ];
     const logsFor = (key: string) => (key === 'k0' ? ['{"event":"executed","keyHash":"abc"}'] : []);
     const { details } = check(history({ attempts, faults, ledger: [row, { ...row, id: 'ch_2' }], logsFor }));
     expect(details.map((d) => [d.invariant, d.op])).toEqual([['one-charge', 0]]);
@@ -115,19 +179,32 @@ describe('chaos checker', () => {
     const slow = attempt({ faults: ['slow'], slot: 0, start: 1_000, end: 1_200, outcome: 201, replayed: true });
     const racer = attempt({ role: 'racer', slot: 2, start: 1_020, end: 1_050 });
     const raced = check(history({ attempts: [slow, racer] }));
-    expect([raced.violations, raced.figures['slow work that lost the claim to a racer / stalled by a freeze elsewhere']]).toEqual([[], '1 / 0']);
+    expect([
+      raced.violations,
+      raced.figures['slow work that lost the claim to a racer / stalled by a freeze elsewhere'],
+    ]).toEqual([[], '1 / 0']);
     expect(check(history({ attempts: [slow] })).violations).toEqual([
       'op 0: undisturbed slow work was answered 201  replayed with no other attempt under way',
     ]);
   });
 
   it('a freeze during which no other process answered (SQLite: frozen holding the write lock) excuses slow work anywhere', () => {
-    const slow = attempt({ faults: ['slow'], slot: 0, start: 1_000, end: 9_000, outcome: 409, problem: 'idempotency-lease-lost' });
+    const slow = attempt({
+      faults: ['slow'],
+      slot: 0,
+      start: 1_000,
+      end: 9_000,
+      outcome: 409,
+      problem: 'idempotency-lease-lost',
+    });
     const held = attempt({ op: 0, role: 'replay', slot: 2, start: 3_000, end: 8_100, replayed: true }); // answered only after the freeze
     const after = attempt({ start: 9_100, end: 9_110, replayed: true, slot: 2 });
     const pause = { kind: 'pause', slots: [1], start: 2_500, end: 8_000 };
     const stalled = check(history({ attempts: [slow, held, after], faults: [pause] }));
-    expect([stalled.violations, stalled.figures['freezes that stalled every process (SQLite write lock)']]).toEqual([[], 1]);
+    expect([stalled.violations, stalled.figures['freezes that stalled every process (SQLite write lock)']]).toEqual([
+      [],
+      1,
+    ]);
     // The same freeze while another process kept answering: the slow work was undisturbed, and lost its lease.
     const answering = attempt({ role: 'replay', slot: 2, start: 4_000, end: 4_010, replayed: true });
     expect(check(history({ attempts: [slow, held, answering, after], faults: [pause] })).violations).toEqual([

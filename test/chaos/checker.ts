@@ -120,7 +120,8 @@ export interface Verdict {
 /** How long after a fault ends its process may still feel it (a store client reconnecting with backoff). */
 const RECOVERY_MS = 2_000;
 
-export const isAccepted = (a: Pick<Attempt, 'outcome'>): boolean => typeof a.outcome === 'number' && ((a.outcome >= 200 && a.outcome < 300) || a.outcome === 402);
+export const isAccepted = (a: Pick<Attempt, 'outcome'>): boolean =>
+  typeof a.outcome === 'number' && ((a.outcome >= 200 && a.outcome < 300) || a.outcome === 402);
 const isFailure = (a: Attempt): boolean => typeof a.outcome !== 'number' || a.outcome >= 500;
 
 /** The charge id an accepted answer names: `id` of a 201 charge, `charge` of a 402 card-declined problem. */
@@ -150,7 +151,11 @@ export function check(history: History): Verdict {
   const byOp = new Map<number, Attempt[]>();
   for (const a of attempts) byOp.set(a.op, [...(byOp.get(a.op) ?? []), a]);
   const rowsByAmount = new Map<string, LedgerRow[]>();
-  for (const row of ledger) rowsByAmount.set(`${row.account}/${row.amount}`, [...(rowsByAmount.get(`${row.account}/${row.amount}`) ?? []), row]);
+  for (const row of ledger)
+    rowsByAmount.set(`${row.account}/${row.amount}`, [
+      ...(rowsByAmount.get(`${row.account}/${row.amount}`) ?? []),
+      row,
+    ]);
 
   let failedThenResolved = 0;
   let divergent = 0;
@@ -165,16 +170,28 @@ export function check(history: History): Verdict {
     const distinct = new Set(accepted.map((a) => `${a.outcome} ${a.body}`));
     if (distinct.size > 1) {
       divergent++;
-      violate('identical-answers', `${tag}: ${distinct.size} different accepted answers: ${[...distinct].map((d) => d.slice(0, 120)).join(' | ')}`, op);
+      violate(
+        'identical-answers',
+        `${tag}: ${distinct.size} different accepted answers: ${[...distinct].map((d) => d.slice(0, 120)).join(' | ')}`,
+        op,
+      );
     }
     const first = accepted[0] as Attempt;
     const wantStatus = op.declined ? 402 : 201;
-    if (first.outcome !== wantStatus) violate('right-answer', `${tag}: accepted ${first.outcome}, expected ${wantStatus}`, op);
+    if (first.outcome !== wantStatus)
+      violate('right-answer', `${tag}: accepted ${first.outcome}, expected ${wantStatus}`, op);
     const chargeId = chargeIdOf(first.body);
     const rows = rowsByAmount.get(`${op.account}/${op.amount}`) ?? [];
-    if (rows.length !== 1) violate('one-charge', `${tag}: ${rows.length} charges in the ledger (expected exactly 1): ${rows.map((r) => r.id).join(', ')}`, op);
-    else if (rows[0]?.id !== chargeId) violate('told-the-charge', `${tag}: the client was told ${chargeId}, the ledger holds ${rows[0]?.id}`, op);
-    else if (rows[0]?.status !== (op.declined ? 'failed' : 'succeeded')) violate('told-the-charge', `${tag}: ledger status ${rows[0]?.status}`, op);
+    if (rows.length !== 1)
+      violate(
+        'one-charge',
+        `${tag}: ${rows.length} charges in the ledger (expected exactly 1): ${rows.map((r) => r.id).join(', ')}`,
+        op,
+      );
+    else if (rows[0]?.id !== chargeId)
+      violate('told-the-charge', `${tag}: the client was told ${chargeId}, the ledger holds ${rows[0]?.id}`, op);
+    else if (rows[0]?.status !== (op.declined ? 'failed' : 'succeeded'))
+      violate('told-the-charge', `${tag}: ledger status ${rows[0]?.status}`, op);
     // A 5xx or a dropped answer before acceptance: the charge it may have committed is the one later answered.
     if (mine.some((a) => isFailure(a) && a.start < first.end)) failedThenResolved++;
 
@@ -183,16 +200,26 @@ export function check(history: History): Verdict {
     else {
       const want = op.declined ? ['failed', 402, false] : ['succeeded', 201, null];
       const got = [record.status, record.responseStatus, record.retryable];
-      if (JSON.stringify(got) !== JSON.stringify(want)) violate('record-outcome', `${tag}: record ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`, op);
-      if (record.resultId !== chargeId) violate('record-outcome', `${tag}: record resultId ${record.resultId}, answered ${chargeId}`, op);
+      if (JSON.stringify(got) !== JSON.stringify(want))
+        violate('record-outcome', `${tag}: record ${JSON.stringify(got)}, expected ${JSON.stringify(want)}`, op);
+      if (record.resultId !== chargeId)
+        violate('record-outcome', `${tag}: record resultId ${record.resultId}, answered ${chargeId}`, op);
     }
 
     for (const t of mine.filter((a) => a.role === 'tamper')) {
-      if (isAccepted(t)) violate('tamper-refused', `${tag}: a tampered body (another amount) was accepted with ${t.outcome}`, op);
-      else if (t.outcome === 400 && t.problem !== 'idempotency-key-reused') violate('tamper-refused', `${tag}: tamper answered 400 ${t.problem}`, op);
+      if (isAccepted(t))
+        violate('tamper-refused', `${tag}: a tampered body (another amount) was accepted with ${t.outcome}`, op);
+      else if (t.outcome === 400 && t.problem !== 'idempotency-key-reused')
+        violate('tamper-refused', `${tag}: tamper answered 400 ${t.problem}`, op);
     }
     for (const a of mine) {
-      if (typeof a.outcome === 'number' && a.outcome >= 400 && a.outcome < 500 && ![402, 409].includes(a.outcome) && a.role !== 'tamper') {
+      if (
+        typeof a.outcome === 'number' &&
+        a.outcome >= 400 &&
+        a.outcome < 500 &&
+        ![402, 409].includes(a.outcome) &&
+        a.role !== 'tamper'
+      ) {
         violate('unexpected-answer', `${tag}: unexpected ${a.outcome} ${a.problem}`, op);
       }
       if (a.outcome === 500) violate('unexpected-answer', `${tag}: 500 ${a.problem}: ${a.body.slice(0, 200)}`, op);
@@ -224,16 +251,27 @@ export function check(history: History): Verdict {
         preempted++;
         continue;
       }
-      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work was answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''} with no other attempt under way`, op);
+      violate(
+        'lease-kept-by-renewal',
+        `op ${op.index}: undisturbed slow work was answered ${slow.outcome} ${slow.problem ?? ''}${slow.replayed ? ' replayed' : ''} with no other attempt under way`,
+        op,
+      );
       continue;
     }
     slowJudged++;
     if (slow.problem === 'idempotency-lease-lost') {
-      violate('lease-kept-by-renewal', `op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem})`, op);
+      violate(
+        'lease-kept-by-renewal',
+        `op ${op.index}: undisturbed slow work lost its lease (answered ${slow.outcome} ${slow.problem})`,
+        op,
+      );
     }
-    for (const probe of (byOp.get(slow.op) ?? []).filter((a) => a.role === 'probe' && a.start > slow.start && a.end < slow.end)) {
+    for (const probe of (byOp.get(slow.op) ?? []).filter(
+      (a) => a.role === 'probe' && a.start > slow.start && a.end < slow.end,
+    )) {
       if (probe.outcome === 409 && probe.problem === 'idempotency-key-in-use') probesRefused++;
-      else if (isAccepted(probe)) violate('probe-refused', `op ${op.index}: a probe took over undisturbed slow work (${probe.outcome})`, op);
+      else if (isAccepted(probe))
+        violate('probe-refused', `op ${op.index}: a probe took over undisturbed slow work (${probe.outcome})`, op);
     }
   }
 
@@ -242,11 +280,17 @@ export function check(history: History): Verdict {
   for (const [account, rows] of records) {
     for (const row of rows.filter((r) => r.status === 'in_progress')) {
       inProgress++;
-      violate('in-progress-after-quiesce', `${account} ${row.key}: in_progress ${row.leaseExpiresAt <= readAt ? 'past its lease' : 'with a live lease'} after the run quiesced`, ops.find((o) => o.account === account && o.key === row.key));
+      violate(
+        'in-progress-after-quiesce',
+        `${account} ${row.key}: in_progress ${row.leaseExpiresAt <= readAt ? 'past its lease' : 'with a live lease'} after the run quiesced`,
+        ops.find((o) => o.account === account && o.key === row.key),
+      );
     }
   }
   const known = new Set(ops.map((op) => `${op.account}/${op.amount}`));
-  for (const row of ledger) if (!known.has(`${row.account}/${row.amount}`)) violate('stray-charge', `stray charge ${row.id} (${row.account}, ${row.amount})`);
+  for (const row of ledger)
+    if (!known.has(`${row.account}/${row.amount}`))
+      violate('stray-charge', `stray charge ${row.id} (${row.account}, ${row.amount})`);
 
   const count = (predicate: (a: Attempt) => boolean) => attempts.filter(predicate).length;
   const statuses = new Map<string, number>();
@@ -258,8 +302,13 @@ export function check(history: History): Verdict {
     'operations raced by a second client': new Set(attempts.filter((a) => a.role === 'racer').map((a) => a.op)).size,
     requests: attempts.length,
     'answers accepted': count((a) => a.role !== 'tamper' && isAccepted(a)),
-    statuses: [...statuses].sort().map(([s, n]) => `${s}×${n}`).join(' '),
-    'fault: drop-after-commit (answers dropped)': count((a) => a.faults.includes('drop-after-commit') && a.outcome === 'network'),
+    statuses: [...statuses]
+      .sort()
+      .map(([s, n]) => `${s}×${n}`)
+      .join(' '),
+    'fault: drop-after-commit (answers dropped)': count(
+      (a) => a.faults.includes('drop-after-commit') && a.outcome === 'network',
+    ),
     'fault: slow work past the lease': count((a) => a.faults.includes('slow')),
     'fault: processor failure (503, retryable)': count((a) => a.faults.includes('processor-fail')),
     'fault: kill -9 (restarted)': kinds('kill').length,
@@ -336,7 +385,10 @@ export function excerpt(history: History, origin: number, op?: Operation): strin
   lines.push(`op ${op.index}: ${op.account} key ${op.key} amount ${op.amount}${op.declined ? ' (declined card)' : ''}`);
   const mine = history.attempts.filter((a) => a.op === op.index).sort((a, b) => a.start - b.start);
   for (const a of mine) {
-    const what = typeof a.outcome === 'number' ? `${a.outcome}${a.replayed ? ' replayed' : ''}${a.problem ? ` ${a.problem}` : ''}` : a.outcome;
+    const what =
+      typeof a.outcome === 'number'
+        ? `${a.outcome}${a.replayed ? ' replayed' : ''}${a.problem ? ` ${a.problem}` : ''}`
+        : a.outcome;
     lines.push(
       `attempt ${a.role.padEnd(6)} slot ${a.slot} ${at(a.start)} … ${at(a.end)} ${a.faults.length ? `[${a.faults.join(',')}] ` : ''}→ ${what}` +
         (a.body ? `  ${a.body.slice(0, 240)}` : ''),

@@ -64,8 +64,13 @@ async function sqliteShared(path: string): Promise<Shared<SqliteDatabase>> {
   database.exec('CREATE TABLE zombie_ledger (record_id TEXT NOT NULL, writer TEXT NOT NULL)');
   return {
     store,
-    insert: (tx, recordId, writer) => tx.prepare('INSERT INTO zombie_ledger (record_id, writer) VALUES (?, ?)').run(recordId, writer),
-    ledger: async () => database.prepare('SELECT record_id, writer FROM zombie_ledger ORDER BY rowid').all() as Array<{ record_id: string; writer: string }>,
+    insert: (tx, recordId, writer) =>
+      tx.prepare('INSERT INTO zombie_ledger (record_id, writer) VALUES (?, ?)').run(recordId, writer),
+    ledger: async () =>
+      database.prepare('SELECT record_id, writer FROM zombie_ledger ORDER BY rowid').all() as Array<{
+        record_id: string;
+        writer: string;
+      }>,
     close: async () => {
       await store.close();
       database.close();
@@ -79,11 +84,18 @@ async function postgresShared(schema: string, unique = false): Promise<Shared<Po
   const store = postgresStore<pg.PoolClient>({ pool, schema });
   await store.migrate();
   // Without the unique constraint, a failed fence would show as a second row.
-  await pool.query(`CREATE TABLE "${schema}".zombie_ledger (seq serial PRIMARY KEY, record_id text NOT NULL ${unique ? 'UNIQUE' : ''}, writer text NOT NULL)`);
+  await pool.query(
+    `CREATE TABLE "${schema}".zombie_ledger (seq serial PRIMARY KEY, record_id text NOT NULL ${unique ? 'UNIQUE' : ''}, writer text NOT NULL)`,
+  );
   return {
     store,
-    insert: (tx, recordId, writer) => tx.query(`INSERT INTO "${schema}".zombie_ledger (record_id, writer) VALUES ($1, $2)`, [recordId, writer]),
-    ledger: async () => (await pool.query(`SELECT record_id, writer FROM "${schema}".zombie_ledger ORDER BY seq`)).rows as Array<{ record_id: string; writer: string }>,
+    insert: (tx, recordId, writer) =>
+      tx.query(`INSERT INTO "${schema}".zombie_ledger (record_id, writer) VALUES ($1, $2)`, [recordId, writer]),
+    ledger: async () =>
+      (await pool.query(`SELECT record_id, writer FROM "${schema}".zombie_ledger ORDER BY seq`)).rows as Array<{
+        record_id: string;
+        writer: string;
+      }>,
     close: async () => {
       await store.close();
       await pool.end();
@@ -100,7 +112,13 @@ async function zombie<Tx>(shared: Shared<Tx>, renewAfterTakeover: boolean) {
   const zombieClock = manualClock(T0);
   const ownerClock = manualClock(T0 + LEASE_MS + 1);
   const events: IdempotencyEvent[] = [];
-  const zombieEngine = createEngine({ store: shared.store, clock: zombieClock, leaseMs: LEASE_MS, ttlMs: 600_000, onEvent: (e) => events.push(e) });
+  const zombieEngine = createEngine({
+    store: shared.store,
+    clock: zombieClock,
+    leaseMs: LEASE_MS,
+    ttlMs: 600_000,
+    onEvent: (e) => events.push(e),
+  });
   const ownerEngine = createEngine({ store: shared.store, clock: ownerClock, leaseMs: LEASE_MS, ttlMs: 600_000 });
   const request = { scope: 'acct_zombie', key: randomUUID(), fingerprint: 'f'.repeat(64) };
 
@@ -131,7 +149,11 @@ async function zombie<Tx>(shared: Shared<Tx>, renewAfterTakeover: boolean) {
   let ownerContext!: WorkContext;
   const second = await ownerEngine.run(request, async (context) => {
     ownerContext = context;
-    return { response: response('owner'), resultId: 'ch_owner', effects: (tx: Tx) => shared.insert(tx, context.id, 'owner') };
+    return {
+      response: response('owner'),
+      resultId: 'ch_owner',
+      effects: (tx: Tx) => shared.insert(tx, context.id, 'owner'),
+    };
   });
   const owned = await shared.store.get(`IDEMPOTENCY#${request.scope}#${request.key}`);
 
@@ -146,10 +168,26 @@ async function zombie<Tx>(shared: Shared<Tx>, renewAfterTakeover: boolean) {
   const retry = await zombieEngine.run(request, async () => {
     throw new Error('a retry after the owner completed must replay, not run');
   });
-  return { request, second, owned, zombieContext, ownerContext, zombieError, after, retry, events, zombieEffectsRan, abortedBeforeComplete, ledger: await shared.ledger() };
+  return {
+    request,
+    second,
+    owned,
+    zombieContext,
+    ownerContext,
+    zombieError,
+    after,
+    retry,
+    events,
+    zombieEffectsRan,
+    abortedBeforeComplete,
+    ledger: await shared.ledger(),
+  };
 }
 
-function expectFenced(result: Awaited<ReturnType<typeof zombie>>, { effectsRan, renewed }: { effectsRan: boolean; renewed: boolean }) {
+function expectFenced(
+  result: Awaited<ReturnType<typeof zombie>>,
+  { effectsRan, renewed }: { effectsRan: boolean; renewed: boolean },
+) {
   const { second, owned, zombieContext, ownerContext, zombieError, after, retry, events, ledger } = result;
   // The takeover: same stable id, a new token, and the owner ran as a reclaim.
   expect([ownerContext.reclaimed, ownerContext.id]).toEqual([true, zombieContext.id]);
@@ -161,13 +199,13 @@ function expectFenced(result: Awaited<ReturnType<typeof zombie>>, { effectsRan, 
   );
   expect(result.abortedBeforeComplete).toBe(renewed);
   // ... the record keeps the owner's outcome, token and all ...
-  expect([after?.status, after?.resultId, after?.token, after?.id, Buffer.from(after?.response?.body ?? []).toString()]).toEqual([
-    'succeeded',
-    'ch_owner',
-    owned?.token,
-    zombieContext.id,
-    '{"charge":"owner"}',
-  ]);
+  expect([
+    after?.status,
+    after?.resultId,
+    after?.token,
+    after?.id,
+    Buffer.from(after?.response?.body ?? []).toString(),
+  ]).toEqual(['succeeded', 'ch_owner', owned?.token, zombieContext.id, '{"charge":"owner"}']);
   // ... its ledger write is rolled back (or, on SQLite, never runs: the fenced UPDATE comes first) ...
   expect(result.zombieEffectsRan).toBe(effectsRan);
   expect(ledger).toEqual([{ record_id: zombieContext.id, writer: 'owner' }]);
@@ -191,120 +229,159 @@ describe('zombie fencing, engine on real SQLite (one file, records and ledger)',
   }
 });
 
-describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))('zombie fencing, engine on real PostgreSQL (records and ledger in one schema)', () => {
-  for (const renewed of [false, true]) {
-    it(`a stalled first attempt ${renewed ? 'whose renewal is refused after the takeover' : 'that never renews'}: its INSERT runs, then rolls back with the refused UPDATE`, async () => {
-      const shared = await postgresShared(`idem_zombie_${suffix()}`);
+describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
+  'zombie fencing, engine on real PostgreSQL (records and ledger in one schema)',
+  () => {
+    for (const renewed of [false, true]) {
+      it(`a stalled first attempt ${renewed ? 'whose renewal is refused after the takeover' : 'that never renews'}: its INSERT runs, then rolls back with the refused UPDATE`, async () => {
+        const shared = await postgresShared(`idem_zombie_${suffix()}`);
+        try {
+          expectFenced(await zombie(shared, renewed), { effectsRan: true, renewed });
+        } finally {
+          await shared.close();
+        }
+      });
+    }
+
+    it("with the ledger unique on the record id (as the demo's): the zombie's INSERT fails on the owner's row first — still a lost lease (409), not a store failure (503)", async () => {
+      const shared = await postgresShared(`idem_zombie_${suffix()}`, true);
       try {
-        expectFenced(await zombie(shared, renewed), { effectsRan: true, renewed });
+        expectFenced(await zombie(shared, false), { effectsRan: true, renewed: false });
       } finally {
         await shared.close();
       }
     });
-  }
-
-  it("with the ledger unique on the record id (as the demo's): the zombie's INSERT fails on the owner's row first — still a lost lease (409), not a store failure (503)", async () => {
-    const shared = await postgresShared(`idem_zombie_${suffix()}`, true);
-    try {
-      expectFenced(await zombie(shared, false), { effectsRan: true, renewed: false });
-    } finally {
-      await shared.close();
-    }
-  });
-});
+  },
+);
 
 describe('zombie fencing in the Web layer (in-process, memory store)', () => {
   it('a handler that honours its signal and throws when the lease is lost is answered 409 lease-lost, not 500', async () => {
     const store = memoryStore();
     const zombieClock = manualClock(T0);
     const errors: unknown[] = [];
-    const zombieHandle = idempotency({ store, scope: () => 'global', clock: zombieClock, leaseMs: LEASE_MS, ttlMs: 600_000, onError: (e) => errors.push(e) })(
-      async (_request, { signal }) => {
-        await sleep(60_000, undefined, { signal }); // a slow downstream call that gives up when told to
-        return new Response('{"charge":"zombie"}', { status: 201 });
-      },
-    );
-    const ownerHandle = idempotency({ store, scope: () => 'global', clock: manualClock(T0 + LEASE_MS + 1), leaseMs: LEASE_MS, ttlMs: 600_000 })(
-      async () => new Response('{"charge":"owner"}', { status: 201 }),
-    );
-    const request = () => new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'k' }, body: '{}' });
+    const zombieHandle = idempotency({
+      store,
+      scope: () => 'global',
+      clock: zombieClock,
+      leaseMs: LEASE_MS,
+      ttlMs: 600_000,
+      onError: (e) => errors.push(e),
+    })(async (_request, { signal }) => {
+      await sleep(60_000, undefined, { signal }); // a slow downstream call that gives up when told to
+      return new Response('{"charge":"zombie"}', { status: 201 });
+    });
+    const ownerHandle = idempotency({
+      store,
+      scope: () => 'global',
+      clock: manualClock(T0 + LEASE_MS + 1),
+      leaseMs: LEASE_MS,
+      ttlMs: 600_000,
+    })(async () => new Response('{"charge":"owner"}', { status: 201 }));
+    const request = () =>
+      new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'k' }, body: '{}' });
     const zombieAnswer = zombieHandle(request());
-    for (let i = 0; i < 100 && !(await store.get('IDEMPOTENCY#global#k')); i++) await new Promise((r) => setTimeout(r, 5));
+    for (let i = 0; i < 100 && !(await store.get('IDEMPOTENCY#global#k')); i++)
+      await new Promise((r) => setTimeout(r, 5));
     const owner = await ownerHandle(request());
     zombieClock.advance(LEASE_MS); // the zombie's renewal fires, is refused, and aborts its handler
     const answer = await zombieAnswer;
     expect([owner.status, await owner.text()]).toEqual([201, '{"charge":"owner"}']);
-    expect([answer.status, ((await answer.json()) as { type: string }).type]).toEqual([409, 'urn:idem:problem:idempotency-lease-lost']);
+    expect([answer.status, ((await answer.json()) as { type: string }).type]).toEqual([
+      409,
+      'urn:idem:problem:idempotency-lease-lost',
+    ]);
     expect(errors).toEqual([]);
     const retry = await zombieHandle(request());
     expect([retry.headers.get('idempotent-replayed'), await retry.text()]).toEqual(['true', '{"charge":"owner"}']);
   });
 });
 
-describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))('zombie fencing across two server processes on PostgreSQL (renewals stalled by the fault proxy)', () => {
-  it('the stalled server loses the key; its charge transaction rolls back; one charge; every retry gets the new owner\'s bytes', async () => {
-    const schema = `idem_zombie_srv_${suffix()}`;
-    const proxy = await startFaultProxy('127.0.0.1', Number(new URL(POSTGRES_URL).port || 5432));
-    const url = (via: string) => `${via}${via.includes('?') ? '&' : '?'}schema=${schema}`;
-    const env = { IDEM_LEASE_MS: '2000' };
-    let zombieServer: DemoProcess | undefined;
-    let owner: DemoProcess | undefined;
-    try {
-      // Start one, then the other: both migrate the same schema (advisory-locked), so the order does not matter.
-      zombieServer = await startDemo({ ...env, IDEM_STORE: url(proxy.via(POSTGRES_URL)) });
-      owner = await startDemo({ ...env, IDEM_STORE: url(POSTGRES_URL) });
-      const key = randomUUID();
-      const amount = 4_000 + Math.floor(Math.random() * 999);
-      const charge = (server: DemoProcess, headers: Record<string, string> = {}) =>
-        fetch(`${server.url}/v1/charges`, {
-          method: 'POST',
-          headers: { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json', 'idempotency-key': key, ...headers },
-          body: JSON.stringify({ amount }),
-          signal: AbortSignal.timeout(30_000),
-        }).then(async (r) => ({ status: r.status, replayed: r.headers.get('idempotent-replayed'), body: await r.text() }));
-      const records = async () =>
-        ((await (await fetch(`${owner?.url}/v1/idempotency_records`, { headers: { authorization: 'Bearer sk_test_alice' } })).json()) as {
-          data: Array<{ key: string; status: string }>;
-        }).data.find((r) => r.key === key);
-
-      // The slow first attempt, on the proxied server; stall its database link once the claim is visible.
-      const slow = charge(zombieServer, { 'idem-lab-delay-ms': '6000' });
-      for (let i = 0; i < 100 && (await records())?.status !== 'in_progress'; i++) await new Promise((r) => setTimeout(r, 50));
-      expect((await records())?.status).toBe('in_progress');
-      proxy.stall();
-
-      // The other server: 409 while the lease lives, then (no renewal got through) a takeover that charges.
-      const seen: number[] = [];
-      let taken: Awaited<ReturnType<typeof charge>> | undefined;
-      for (let i = 0; i < 60 && !taken; i++) {
-        const attempt = await charge(owner);
-        seen.push(attempt.status);
-        if (attempt.status === 201) taken = attempt;
-        else await new Promise((r) => setTimeout(r, 150));
-      }
-      expect(taken?.replayed).toBeNull();
-      expect(new Set(seen)).toEqual(new Set([409, 201]));
-      proxy.restore();
-
-      // The zombie wakes: its completion (INSERT charge + fenced UPDATE) is refused and rolled back.
-      const zombieAnswer = await slow;
-      expect([zombieAnswer.status, (JSON.parse(zombieAnswer.body) as { type: string }).type]).toEqual([409, 'urn:idem:problem:idempotency-lease-lost']);
-      const retries = [await charge(zombieServer), await charge(owner)];
-      expect(retries.map((r) => [r.status, r.replayed, r.body])).toEqual([
-        [201, 'true', taken?.body],
-        [201, 'true', taken?.body],
-      ]);
-      const ledger = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
+  'zombie fencing across two server processes on PostgreSQL (renewals stalled by the fault proxy)',
+  () => {
+    it("the stalled server loses the key; its charge transaction rolls back; one charge; every retry gets the new owner's bytes", async () => {
+      const schema = `idem_zombie_srv_${suffix()}`;
+      const proxy = await startFaultProxy('127.0.0.1', Number(new URL(POSTGRES_URL).port || 5432));
+      const url = (via: string) => `${via}${via.includes('?') ? '&' : '?'}schema=${schema}`;
+      const env = { IDEM_LEASE_MS: '2000' };
+      let zombieServer: DemoProcess | undefined;
+      let owner: DemoProcess | undefined;
       try {
-        const { rows } = await ledger.query(`SELECT id FROM "${schema}".charges WHERE amount = $1`, [amount]);
-        expect(rows).toEqual([{ id: (JSON.parse(taken?.body ?? '{}') as { id: string }).id }]);
+        // Start one, then the other: both migrate the same schema (advisory-locked), so the order does not matter.
+        zombieServer = await startDemo({ ...env, IDEM_STORE: url(proxy.via(POSTGRES_URL)) });
+        owner = await startDemo({ ...env, IDEM_STORE: url(POSTGRES_URL) });
+        const key = randomUUID();
+        const amount = 4_000 + Math.floor(Math.random() * 999);
+        const charge = (server: DemoProcess, headers: Record<string, string> = {}) =>
+          fetch(`${server.url}/v1/charges`, {
+            method: 'POST',
+            headers: {
+              authorization: 'Bearer sk_test_alice',
+              'content-type': 'application/json',
+              'idempotency-key': key,
+              ...headers,
+            },
+            body: JSON.stringify({ amount }),
+            signal: AbortSignal.timeout(30_000),
+          }).then(async (r) => ({
+            status: r.status,
+            replayed: r.headers.get('idempotent-replayed'),
+            body: await r.text(),
+          }));
+        const records = async () =>
+          (
+            (await (
+              await fetch(`${owner?.url}/v1/idempotency_records`, {
+                headers: { authorization: 'Bearer sk_test_alice' },
+              })
+            ).json()) as {
+              data: Array<{ key: string; status: string }>;
+            }
+          ).data.find((r) => r.key === key);
+
+        // The slow first attempt, on the proxied server; stall its database link once the claim is visible.
+        const slow = charge(zombieServer, { 'idem-lab-delay-ms': '6000' });
+        for (let i = 0; i < 100 && (await records())?.status !== 'in_progress'; i++)
+          await new Promise((r) => setTimeout(r, 50));
+        expect((await records())?.status).toBe('in_progress');
+        proxy.stall();
+
+        // The other server: 409 while the lease lives, then (no renewal got through) a takeover that charges.
+        const seen: number[] = [];
+        let taken: Awaited<ReturnType<typeof charge>> | undefined;
+        for (let i = 0; i < 60 && !taken; i++) {
+          const attempt = await charge(owner);
+          seen.push(attempt.status);
+          if (attempt.status === 201) taken = attempt;
+          else await new Promise((r) => setTimeout(r, 150));
+        }
+        expect(taken?.replayed).toBeNull();
+        expect(new Set(seen)).toEqual(new Set([409, 201]));
+        proxy.restore();
+
+        // The zombie wakes: its completion (INSERT charge + fenced UPDATE) is refused and rolled back.
+        const zombieAnswer = await slow;
+        expect([zombieAnswer.status, (JSON.parse(zombieAnswer.body) as { type: string }).type]).toEqual([
+          409,
+          'urn:idem:problem:idempotency-lease-lost',
+        ]);
+        const retries = [await charge(zombieServer), await charge(owner)];
+        expect(retries.map((r) => [r.status, r.replayed, r.body])).toEqual([
+          [201, 'true', taken?.body],
+          [201, 'true', taken?.body],
+        ]);
+        const ledger = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+        try {
+          const { rows } = await ledger.query(`SELECT id FROM "${schema}".charges WHERE amount = $1`, [amount]);
+          expect(rows).toEqual([{ id: (JSON.parse(taken?.body ?? '{}') as { id: string }).id }]);
+        } finally {
+          await ledger.end();
+        }
       } finally {
-        await ledger.end();
+        await Promise.all([zombieServer?.stop(), owner?.stop()]);
+        await proxy.close();
+        await dropSchema(schema);
       }
-    } finally {
-      await Promise.all([zombieServer?.stop(), owner?.stop()]);
-      await proxy.close();
-      await dropSchema(schema);
-    }
-  }, 60_000);
-});
+    }, 60_000);
+  },
+);

@@ -41,7 +41,9 @@ describe.concurrent('idem: help', () => {
   });
 
   it('--version prints the package version', async () => {
-    const { version } = JSON.parse(readFileSync(new URL('../../packages/idem/package.json', import.meta.url), 'utf8')) as { version: string };
+    const { version } = JSON.parse(
+      readFileSync(new URL('../../packages/idem/package.json', import.meta.url), 'utf8'),
+    ) as { version: string };
     expect(await inProcess(['--version'])).toEqual({ code: 0, stdout: `${version}\n`, stderr: '' });
   });
 });
@@ -49,28 +51,58 @@ describe.concurrent('idem: help', () => {
 describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
   const cases: Array<[string[], string]> = [
     [[], 'Usage: idem <command> [options]'],
-    [['bogus'], 'idem: unknown command "bogus". Commands: migrate, records, probe, help.\nRun "idem --help" for usage.\n'],
-    [['serve'], "idem: serve is the payments demo's command, not the library's: in the Idem repository run `npm start`."],
+    [
+      ['bogus'],
+      'idem: unknown command "bogus". Commands: migrate, records, probe, help.\nRun "idem --help" for usage.\n',
+    ],
+    [
+      ['serve'],
+      "idem: serve is the payments demo's command, not the library's: in the Idem repository run `npm start`.",
+    ],
     [['help', 'bogus'], 'idem: no help for "bogus".'],
     [['migrate'], 'idem migrate: --store URL is required (or set IDEM_STORE)'],
-    [['migrate', '--store', 'ftp://nowhere'], 'idem migrate: --store must be one of sqlite:<path>, memory:, postgres://'],
-    [['migrate', '--store', 'dynamodb:local'], 'idem migrate: DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "dynamodb:local".'],
+    [
+      ['migrate', '--store', 'ftp://nowhere'],
+      'idem migrate: --store must be one of sqlite:<path>, memory:, postgres://',
+    ],
+    [
+      ['migrate', '--store', 'dynamodb:local'],
+      'idem migrate: DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "dynamodb:local".',
+    ],
     [['migrate', '--store'], "idem migrate: Option '--store <value>' argument missing"],
     [['records'], 'idem records: give a records command: list, show or sweep.\nRun "idem records --help" for usage.\n'],
     [['records', 'purge'], 'idem records: unknown records command "purge": use list, show or sweep.'],
     [['records', 'list', '--store', 'memory:'], 'idem records list: --scope is required'],
-    [['records', 'list', '--store', 'memory:', '--scope', 'a', '--limit', '0'], 'idem records list: --limit must be an integer from 1 to 1000, got "0".'],
-    [['records', 'list', '--store', 'memory:', '--scope', 'a', '--colour'], "idem records list: Unknown option '--colour'"],
+    [
+      ['records', 'list', '--store', 'memory:', '--scope', 'a', '--limit', '0'],
+      'idem records list: --limit must be an integer from 1 to 1000, got "0".',
+    ],
+    [
+      ['records', 'list', '--store', 'memory:', '--scope', 'a', '--colour'],
+      "idem records list: Unknown option '--colour'",
+    ],
     [['records', 'show', '--store', 'memory:', '--scope', 'a'], 'idem records show: give exactly one KEY'],
-    [['records', 'sweep', '--store', 'memory:', '--batch-size', 'lots'], 'idem records sweep: --batch-size must be an integer from 1 to 100000, got "lots".'],
+    [
+      ['records', 'sweep', '--store', 'memory:', '--batch-size', 'lots'],
+      'idem records sweep: --batch-size must be an integer from 1 to 100000, got "lots".',
+    ],
     [['probe'], 'idem probe: give exactly one URL, got 0.'],
     [['probe', 'ftp://example.test/x'], 'idem probe: URL must be an http(s) URL, got "ftp://example.test/x".'],
     [['probe', 'http://127.0.0.1:9/x', '--body', 'not json'], 'idem probe: --body must be JSON, got "not json".'],
-    [['probe', 'http://127.0.0.1:9/x', '--body', '[true]'], 'idem probe: --body has no number or string to change: pass --tampered-body.'],
+    [
+      ['probe', 'http://127.0.0.1:9/x', '--body', '[true]'],
+      'idem probe: --body has no number or string to change: pass --tampered-body.',
+    ],
     [['probe', 'http://127.0.0.1:9/x', '--count-path', 'count'], 'idem probe: --count-path needs --count-url.'],
-    [['probe', 'http://127.0.0.1:9/x', '-H', 'no colon'], 'idem probe: --header must look like "Name: value", got "no colon".'],
+    [
+      ['probe', 'http://127.0.0.1:9/x', '-H', 'no colon'],
+      'idem probe: --header must look like "Name: value", got "no colon".',
+    ],
     [['probe', 'http://127.0.0.1:9/x', '--skip', 'first'], 'idem probe: --skip takes one of replay, replay-marker,'],
-    [['probe', 'http://127.0.0.1:9/x', '--concurrency', '0'], 'idem probe: --concurrency must be an integer from 1 to 200, got "0".'],
+    [
+      ['probe', 'http://127.0.0.1:9/x', '--concurrency', '0'],
+      'idem probe: --concurrency must be an integer from 1 to 200, got "0".',
+    ],
     [['probe', 'http://127.0.0.1:9/x', '--method', 'GET'], 'idem probe: --method must be a method with a body'],
   ];
   it.each(cases)('idem %j', async (args, message) => {
@@ -82,8 +114,16 @@ describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
 
   it('as a process too: the exit status is 2 and the message is on stderr', async () => {
     const [none, bogus] = await Promise.all([idem([]), idem(['bogus'])]);
-    expect([none.code, none.stdout, none.stderr.startsWith('Usage: idem <command> [options]\n')]).toEqual([2, '', true]);
-    expect([bogus.code, bogus.stdout, bogus.stderr.split('\n')[0]]).toEqual([2, '', 'idem: unknown command "bogus". Commands: migrate, records, probe, help.']);
+    expect([none.code, none.stdout, none.stderr.startsWith('Usage: idem <command> [options]\n')]).toEqual([
+      2,
+      '',
+      true,
+    ]);
+    expect([bogus.code, bogus.stdout, bogus.stderr.split('\n')[0]]).toEqual([
+      2,
+      '',
+      'idem: unknown command "bogus". Commands: migrate, records, probe, help.',
+    ]);
   });
 });
 
@@ -116,11 +156,18 @@ describe('idem serve', () => {
   it('starts the demo with flags over env, answers, and drains on SIGTERM (exit 0)', async () => {
     const dir = tempDir();
     try {
-      const server = await serveIdem({ IDEM_STORE: 'memory:', IDEM_LEDGER: `${dir.path}/ledger.db`, PORT: '1' }, ['--port', '0', '--store', `sqlite:${dir.path}/idem.db`]);
+      const server = await serveIdem({ IDEM_STORE: 'memory:', IDEM_LEDGER: `${dir.path}/ledger.db`, PORT: '1' }, [
+        '--port',
+        '0',
+        '--store',
+        `sqlite:${dir.path}/idem.db`,
+      ]);
       const health = await fetch(`${server.url}/healthz`);
       expect(await health.json()).toEqual({ status: 'ok', store: 'sqlite' });
       expect(await server.stop('SIGTERM')).toBe(0);
-      expect(server.output()).toMatch(new RegExp(`^idem demo listening on ${server.url} — store: SQLite ${dir.path}/idem.db`, 'm'));
+      expect(server.output()).toMatch(
+        new RegExp(`^idem demo listening on ${server.url} — store: SQLite ${dir.path}/idem.db`, 'm'),
+      );
       expect(server.output()).toContain('idem demo: SIGTERM, draining\n');
     } finally {
       dir.remove();
@@ -128,7 +175,11 @@ describe('idem serve', () => {
   });
 
   it('LOG_LEVEL that is not a level: exit 2 naming the variable', async () => {
-    const result = await demoServe(['--store', 'memory:', '--ledger', ':memory:'], { LOG_LEVEL: 'loud', PORT: '0', IDEM_LAB: '1' });
+    const result = await demoServe(['--store', 'memory:', '--ledger', ':memory:'], {
+      LOG_LEVEL: 'loud',
+      PORT: '0',
+      IDEM_LAB: '1',
+    });
     expect(result.code).toBe(2);
     expect(result.stderr).toBe(
       'idem serve: LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud".\nRun "idem serve --help" for usage.\n',
@@ -144,11 +195,16 @@ describe.skipIf(!existsSync(CLI_BUILT))('idem from the build (dist/, as the pack
       const store = `sqlite:${dir.path}/idem.db`;
       const migrated = await idem(['migrate', '--store', store], {}, { built: true });
       expect(migrated).toEqual({ code: 0, stdout: `Migrated: SQLite ${dir.path}/idem.db\n`, stderr: '' });
-      const listed = await idem(['records', 'list', '--store', store, '--scope', 'acct_alice', '--json'], {}, { built: true });
+      const listed = await idem(
+        ['records', 'list', '--store', store, '--scope', 'acct_alice', '--json'],
+        {},
+        { built: true },
+      );
       expect(listed).toEqual({ code: 0, stdout: '[]\n', stderr: '' });
     } finally {
       dir.remove();
     }
   });
 });
-if (!existsSync(CLI_BUILT)) console.warn(`\n*** SKIPPING the built-CLI test: ${CLI_BUILT} is missing (npm test builds first). ***\n`);
+if (!existsSync(CLI_BUILT))
+  console.warn(`\n*** SKIPPING the built-CLI test: ${CLI_BUILT} is missing (npm test builds first). ***\n`);

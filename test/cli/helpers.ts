@@ -35,7 +35,11 @@ function command(built: boolean): string[] {
  * @example
  * const { code, stderr } = await idem(['records', 'list'])
  */
-export function idem(args: readonly string[], env: Record<string, string> = {}, { built = false } = {}): Promise<CliResult> {
+export function idem(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  { built = false } = {},
+): Promise<CliResult> {
   return run([...command(built), ...args], env);
 }
 
@@ -46,7 +50,11 @@ export function idem(args: readonly string[], env: Record<string, string> = {}, 
  * @example
  * const { code, stderr } = await demoServe(['--ttl-ms', '5'])
  */
-export function demoServe(args: readonly string[], env: Record<string, string> = {}, { preload }: { preload?: string } = {}): Promise<CliResult> {
+export function demoServe(
+  args: readonly string[],
+  env: Record<string, string> = {},
+  { preload }: { preload?: string } = {},
+): Promise<CliResult> {
   return run([...(preload ? ['--require', preload] : []), '--import', 'tsx', SERVE_SOURCE, ...args], env);
 }
 

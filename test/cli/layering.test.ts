@@ -23,7 +23,8 @@ function imports(file: string): Array<{ kind: 'static' | 'type' | 'dynamic'; tar
   for (const m of text.matchAll(/(?:^|\n)\s*(import|export)(\s+type)?[^'"]*?from\s+['"](\.[^'"]+)['"]/g)) {
     found.push({ kind: m[2] ? 'type' : 'static', target: at(m[3] as string) });
   }
-  for (const m of text.matchAll(/\bimport\(\s*['"](\.[^'"]+)['"]\s*\)/g)) found.push({ kind: 'dynamic', target: at(m[1] as string) });
+  for (const m of text.matchAll(/\bimport\(\s*['"](\.[^'"]+)['"]\s*\)/g))
+    found.push({ kind: 'dynamic', target: at(m[1] as string) });
   return found;
 }
 

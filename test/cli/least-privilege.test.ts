@@ -25,9 +25,12 @@ describe.skipIf(!available)('idem records as a role with only DML on Idem’s ta
   const asRole = `${url.toString()}?schema=${schema}`;
   const key = `lp-${randomUUID()}`;
   const tables = async () =>
-    (await admin.query<{ table_name: string }>('SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1', [schema])).rows.map(
-      (row) => row.table_name,
-    );
+    (
+      await admin.query<{ table_name: string }>(
+        'SELECT table_name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1',
+        [schema],
+      )
+    ).rows.map((row) => row.table_name);
 
   beforeAll(async () => {
     const migrated = await inProcess(['migrate', '--store', asAdmin]);
@@ -66,7 +69,11 @@ describe.skipIf(!available)('idem records as a role with only DML on Idem’s ta
     expect([list.code, list.stderr]).toEqual([0, '']);
     expect((JSON.parse(list.stdout) as Array<{ key: string }>).map((record) => record.key)).toEqual([key]);
     const show = await inProcess(['records', 'show', key, '--store', asRole, '--scope', 'acct_lp', '--json']);
-    expect([show.code, show.stderr, (JSON.parse(show.stdout) as { status: string }).status]).toEqual([0, '', 'in_progress']);
+    expect([show.code, show.stderr, (JSON.parse(show.stdout) as { status: string }).status]).toEqual([
+      0,
+      '',
+      'in_progress',
+    ]);
     const sweep = await inProcess(['records', 'sweep', '--store', asRole, '--json']);
     expect([sweep.code, sweep.stderr, (JSON.parse(sweep.stdout) as { deleted: number }).deleted]).toEqual([0, '', 0]);
     expect(await tables()).toEqual(['idempotency_records']);

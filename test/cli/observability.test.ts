@@ -31,7 +31,12 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
   let held: Promise<unknown>;
 
   beforeAll(async () => {
-    server = await serveIdem({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, LOG_LEVEL: 'info', IDEM_LEASE_MS: '60000', IDEM_METRICS_PORT: '0' });
+    server = await serveIdem({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      LOG_LEVEL: 'info',
+      IDEM_LEASE_MS: '60000',
+      IDEM_METRICS_PORT: '0',
+    });
     const alice = api(server.url);
     expect((await alice.charge($5, { 'idempotency-key': k1 })).status).toBe(201); // 1 execution
     expect((await alice.charge($5, { 'idempotency-key': k1 })).headers.get('idempotent-replayed')).toBe('true'); // 1 replay
@@ -39,7 +44,9 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
     // 1 conflict: k2's first attempt holds its claim for 30 s; once the record shows it in progress, a duplicate gets 409.
     held = alice.charge($5, { 'idempotency-key': k2, 'idem-lab-delay-ms': '30000' }).catch(() => undefined);
     for (;;) {
-      const records = (await (await alice.get('/v1/idempotency_records')).json()) as { data: Array<{ key: string; status: string }> };
+      const records = (await (await alice.get('/v1/idempotency_records')).json()) as {
+        data: Array<{ key: string; status: string }>;
+      };
       if (records.data.some((r) => r.key === k2 && r.status === 'in_progress')) break;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
@@ -102,7 +109,13 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
       .filter((line) => line.startsWith('{'))
       .map((line) => JSON.parse(line) as Record<string, unknown>)
       .filter((line) => typeof line.event === 'string')
-      .map(({ level, event, scope, keyHash, outcome }) => ({ level, event, scope, keyHash, ...(outcome ? { outcome } : {}) }));
+      .map(({ level, event, scope, keyHash, outcome }) => ({
+        level,
+        event,
+        scope,
+        keyHash,
+        ...(outcome ? { outcome } : {}),
+      }));
     const h1 = keyHash(k1);
     const h2 = keyHash(k2);
     expect(events).toEqual([
@@ -111,6 +124,7 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
       { level: 'info', event: 'mismatch', scope: 'acct_alice', keyHash: h1 },
       { level: 'info', event: 'in_flight', scope: 'acct_alice', keyHash: h2 },
     ]);
-    for (const secret of [k1, k2, 'sk_test_alice', 'Bearer', '"amount"', 'tok_visa']) expect(output).not.toContain(secret);
+    for (const secret of [k1, k2, 'sk_test_alice', 'Bearer', '"amount"', 'tok_visa'])
+      expect(output).not.toContain(secret);
   });
 });

@@ -57,11 +57,18 @@ describe('idem probe against the demo server', () => {
       'malformed-key': 'pass',
     });
     expect(code).toBe(0);
-    expect([report.ok, report.sideEffects, report.concurrency, report.tamperedBody]).toEqual([true, 'counted', 8, '{"amount":501,"currency":"usd"}']);
+    expect([report.ok, report.sideEffects, report.concurrency, report.tamperedBody]).toEqual([
+      true,
+      'counted',
+      8,
+      '{"amount":501,"currency":"usd"}',
+    ]);
     const byId = new Map(report.checks.map((c) => [c.id, c]));
     expect(byId.get('first')?.observed).toBe('201, 146 bytes; 1 side effect');
     expect(byId.get('replay')?.observed).toBe('201, 146 bytes, byte-identical; 0 side effects');
-    expect(byId.get('replay-marker')?.observed).toBe('Idempotent-Replayed: true on the replay, absent on the first answer');
+    expect(byId.get('replay-marker')?.observed).toBe(
+      'Idempotent-Replayed: true on the replay, absent on the first answer',
+    );
     expect(byId.get('mismatch')?.observed).toBe(
       '400 urn:idem:problem:idempotency-key-reused; 0 side effects; control: the same payload with a fresh key → 201',
     );
@@ -69,10 +76,16 @@ describe('idem probe against the demo server', () => {
       { ok: false, note: 'wants 422' },
       { ok: true, note: '400' },
     ]);
-    expect(byId.get('concurrent')?.observed).toBe('8 at once: 1 × 201, 7 × 409; 1 side effect; a later retry replays the winner');
+    expect(byId.get('concurrent')?.observed).toBe(
+      '8 at once: 1 × 201, 7 × 409; 1 side effect; a later retry replays the winner',
+    );
     // An in-flight duplicate is told to come back in 1 s (soon, not when the lease ends).
-    expect(byId.get('conflict')?.observed).toBe('7 × 409 with Retry-After: 1 (urn:idem:problem:idempotency-key-in-use)');
-    expect(byId.get('missing-key')?.observed).toBe('201: ran without protection (keys are optional here); 1 side effect');
+    expect(byId.get('conflict')?.observed).toBe(
+      '7 × 409 with Retry-After: 1 (urn:idem:problem:idempotency-key-in-use)',
+    );
+    expect(byId.get('missing-key')?.observed).toBe(
+      '201: ran without protection (keys are optional here); 1 side effect',
+    );
     expect(byId.get('malformed-key')?.observed).toBe(
       'empty → 400 urn:idem:problem:idempotency-key-invalid; 300 chars → 400 urn:idem:problem:idempotency-key-invalid; 0 side effects',
     );
@@ -87,13 +100,19 @@ describe('idem probe against the demo server', () => {
     expect(lines[0]).toBe(`idem probe: POST ${demo.url}/v1/charges`);
     expect(lines[3]).toMatch(/^CHECK\s+RESULT\s+IETF DRAFT\s+STRIPE\s+OBSERVED$/);
     expect(lines[5]).toMatch(/^first request runs once\s+PASS\s+·\s+·\s+201, 146 bytes; 1 side effect$/);
-    expect(lines.find((l) => l.startsWith('reused key, other payload: refused'))).toMatch(/\sPASS\s+✗ wants 422\s+✓ 400\s+400 urn:idem/);
+    expect(lines.find((l) => l.startsWith('reused key, other payload: refused'))).toMatch(
+      /\sPASS\s+✗ wants 422\s+✓ 400\s+400 urn:idem/,
+    );
     expect(lines.find((l) => l.startsWith('missing key'))).toMatch(/\sSKIP\s+·\s+·\s+skipped \(--skip\)$/);
     expect(stdout).toContain('\n9 checks: 8 pass, 0 warn, 0 fail, 1 skip — OK\n');
   });
 
   it('with IDEM_MISMATCH_STATUS=422 the draft column turns ✓ and Stripe’s ✗ — still a pass', async () => {
-    const strict = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem422.db`, IDEM_MISMATCH_STATUS: '422', LOG_LEVEL: 'warn' });
+    const strict = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem422.db`,
+      IDEM_MISMATCH_STATUS: '422',
+      LOG_LEVEL: 'warn',
+    });
     try {
       const { code, stdout } = await idem([
         'probe',
@@ -105,7 +124,11 @@ describe('idem probe against the demo server', () => {
       ]);
       const mismatch = (JSON.parse(stdout) as ProbeReport).checks.find((c) => c.id === 'mismatch');
       expect(code).toBe(0);
-      expect(mismatch).toMatchObject({ result: 'pass', ietf: { ok: true, note: '422' }, stripe: { ok: false, note: 'wants 400' } });
+      expect(mismatch).toMatchObject({
+        result: 'pass',
+        ietf: { ok: true, note: '422' },
+        stripe: { ok: false, note: 'wants 400' },
+      });
     } finally {
       await strict.stop();
     }
@@ -205,9 +228,13 @@ describe('idem probe against a broken server', () => {
     expect(byId.get('mismatch')?.stripe).toEqual({ ok: false, note: 'wants 400' });
     // Five duplicates read "nothing there" within the same 200 ms gap, so all five ran.
     // (The later retry replays whichever duplicate wrote last.)
-    expect(byId.get('concurrent')?.observed).toMatch(/^5 at once: 5 × 201; 5 side effects; a later retry.* — executed 5 times$/);
+    expect(byId.get('concurrent')?.observed).toMatch(
+      /^5 at once: 5 × 201; 5 side effects; a later retry.* — executed 5 times$/,
+    );
     expect(byId.get('conflict')?.observed).toBe('no 409: the duplicates ran (5 executions)');
-    expect(byId.get('malformed-key')?.observed).toBe('empty → 201; 300 chars → 201; 2 side effects — accepted a malformed key');
+    expect(byId.get('malformed-key')?.observed).toBe(
+      'empty → 201; 300 chars → 201; 2 side effects — accepted a malformed key',
+    );
     // 1 first + 5 concurrent + 1 missing key + 2 malformed; the control for the mismatch never ran (no refusal).
     expect(broken.executions()).toBe(9);
   });
@@ -272,7 +299,8 @@ async function hostileServer(): Promise<{ url: string; close: () => Promise<void
         res.end(JSON.stringify({ type, title: '\x1b[2J\x1bc', status }));
       };
       // V8's Date.parse skips a parenthesised comment, so the probe takes this for a valid HTTP date and prints it.
-      if (req.headers['x-hold'] !== undefined) return problem(409, `${HOSTILE_TYPE}409`, { 'retry-after': HOSTILE_RETRY_AFTER });
+      if (req.headers['x-hold'] !== undefined)
+        return problem(409, `${HOSTILE_TYPE}409`, { 'retry-after': HOSTILE_RETRY_AFTER });
       if (typeof key !== 'string' || key === '' || key.length > 255) return problem(400, `${HOSTILE_TYPE}400`);
       const stored = seen.get(key);
       if (stored === undefined) {
@@ -327,9 +355,9 @@ describe('idem probe against a hostile server', () => {
       `missing key | PASS | ✓ 400: key required | · | 400 ${TYPE}400: refused — this route requires a key`,
       `malformed key | PASS | · | ✓ ≤ 255 chars | empty → 400 ${TYPE}400; 300 chars → 400 ${TYPE}400`,
     ]);
-    expect(stdout.split('\n').filter((line) => line.startsWith('ALL CHECKS PASSED') || line.startsWith('9 checks'))).toEqual([
-      '9 checks: 6 pass, 1 warn, 2 fail, 0 skip — FAILED',
-    ]);
+    expect(
+      stdout.split('\n').filter((line) => line.startsWith('ALL CHECKS PASSED') || line.startsWith('9 checks')),
+    ).toEqual(['9 checks: 6 pass, 1 warn, 2 fail, 0 skip — FAILED']);
   });
 
   it('--json stays valid JSON with the same visible text, and DEL and C1 written as \\u escapes', async () => {
@@ -348,11 +376,15 @@ describe('idem probe against a hostile server', () => {
   });
 
   it('visible also escapes bidi overrides and isolates, zero-width characters, separators and the backslash', () => {
-    expect(visible('a\u202eb\u2066c\u2069d\u200be\u2028f\ufeffg\\x1b')).toBe('a\\u202eb\\u2066c\\u2069d\\u200be\\u2028f\\ufeffg\\\\x1b');
+    expect(visible('a\u202eb\u2066c\u2069d\u200be\u2028f\ufeffg\\x1b')).toBe(
+      'a\\u202eb\\u2066c\\u2069d\\u200be\\u2028f\\ufeffg\\\\x1b',
+    );
   });
 
   it('visible writes C0, DEL and C1 as \\xHH and leaves other text alone', () => {
-    expect(visible('\x00\x1b[2J\x07\t\r\n\x7f\x80\x9b\x9f\xa0é—✓')).toBe('\\x00\\x1b[2J\\x07\\x09\\x0d\\x0a\\x7f\\x80\\x9b\\x9f\xa0é—✓');
+    expect(visible('\x00\x1b[2J\x07\t\r\n\x7f\x80\x9b\x9f\xa0é—✓')).toBe(
+      '\\x00\\x1b[2J\\x07\\x09\\x0d\\x0a\\x7f\\x80\\x9b\\x9f\xa0é—✓',
+    );
     expect(visible('urn:idem:problem:idempotency-key-in-use')).toBe('urn:idem:problem:idempotency-key-in-use');
   });
 });

@@ -41,28 +41,49 @@ async function seed(store: IdempotencyStore<never>, expired: number): Promise<Se
     expect(result.kind).toBe('claimed');
     return result.record;
   };
-  const respond = (status: number, text: string): StoredResponse => ({ status, headers: [['content-type', 'application/json']], body: body(text) });
+  const respond = (status: number, text: string): StoredResponse => ({
+    status,
+    headers: [['content-type', 'application/json']],
+    body: body(text),
+  });
   const keys = { succeeded: `ok-${randomUUID()}`, declined: `no-${randomUUID()}`, running: `run-${randomUUID()}` };
   const ok = await claim(keys.succeeded, now - 3000, 24 * HOUR);
   await store.complete({
     pk: ok.pk,
     token: ok.token,
     now: now - 2900,
-    outcome: { status: 'succeeded', retryable: false, resultId: 'ch_1', response: respond(201, '{"id":"ch_1","amount":500}') },
+    outcome: {
+      status: 'succeeded',
+      retryable: false,
+      resultId: 'ch_1',
+      response: respond(201, '{"id":"ch_1","amount":500}'),
+    },
   });
   const no = await claim(keys.declined, now - 2000, 24 * HOUR);
   await store.complete({
     pk: no.pk,
     token: no.token,
     now: now - 1900,
-    outcome: { status: 'failed', retryable: false, resultId: 'ch_2', response: respond(402, '{"type":"urn:idem:problem:card-declined"}') },
+    outcome: {
+      status: 'failed',
+      retryable: false,
+      resultId: 'ch_2',
+      response: respond(402, '{"type":"urn:idem:problem:card-declined"}'),
+    },
   });
   await claim(keys.running, now - 1000, 24 * HOUR);
   for (let i = 0; i < expired; i++) await claim(`old-${i}`, now - 3 * HOUR, HOUR);
   return keys;
 }
 
-function suite(name: string, setup: () => Promise<{ url: string; open: () => Promise<{ store: IdempotencyStore<never>; close: () => Promise<void> }>; cleanup: () => Promise<void> }>) {
+function suite(
+  name: string,
+  setup: () => Promise<{
+    url: string;
+    open: () => Promise<{ store: IdempotencyStore<never>; close: () => Promise<void> }>;
+    cleanup: () => Promise<void>;
+  }>,
+) {
   // The cases are independent (the sweep deletes only expired records, which no other case looks at): run them at once.
   describe.concurrent(name, () => {
     let url: string;
@@ -92,10 +113,29 @@ function suite(name: string, setup: () => Promise<{ url: string; open: () => Pro
     });
 
     it('records list --json: the scope’s records, newest claim first, with the key hash and no body', async () => {
-      const { code, stdout, stderr } = await inProcess(['records', 'list', '--store', url, '--scope', SCOPE, '--limit', '3', '--json']);
+      const { code, stdout, stderr } = await inProcess([
+        'records',
+        'list',
+        '--store',
+        url,
+        '--scope',
+        SCOPE,
+        '--limit',
+        '3',
+        '--json',
+      ]);
       expect([code, stderr]).toEqual([0, '']);
       const records = JSON.parse(stdout) as Array<Record<string, unknown>>;
-      expect(records.map((r) => [r.key, r.keyHash, r.status, r.retryable, r.resultId, (r.response as { status: number } | null)?.status ?? null])).toEqual([
+      expect(
+        records.map((r) => [
+          r.key,
+          r.keyHash,
+          r.status,
+          r.retryable,
+          r.resultId,
+          (r.response as { status: number } | null)?.status ?? null,
+        ]),
+      ).toEqual([
         [keys.running, keyHash(keys.running), 'in_progress', null, null, null],
         [keys.declined, keyHash(keys.declined), 'failed', false, 'ch_2', 402],
         [keys.succeeded, keyHash(keys.succeeded), 'succeeded', null, 'ch_1', 201],
@@ -108,9 +148,15 @@ function suite(name: string, setup: () => Promise<{ url: string; open: () => Pro
       expect(code).toBe(0);
       const lines = stdout.trimEnd().split('\n');
       expect(lines[0]).toMatch(/^KEY\s+KEY HASH\s+STATUS\s+HTTP\s+RESULT\s+CLAIMED \(UTC\)\s+EXPIRES \(UTC\)$/);
-      expect(lines[2]).toMatch(new RegExp(`^${keys.running}\\s+${keyHash(keys.running)}\\s+in_progress\\s+-\\s+-\\s+\\d{4}-`));
-      expect(lines[3]).toMatch(new RegExp(`^${keys.declined}\\s+${keyHash(keys.declined)}\\s+failed \\(final\\)\\s+402\\s+ch_2\\s`));
-      expect(lines[4]).toMatch(new RegExp(`^${keys.succeeded}\\s+${keyHash(keys.succeeded)}\\s+succeeded\\s+201\\s+ch_1\\s`));
+      expect(lines[2]).toMatch(
+        new RegExp(`^${keys.running}\\s+${keyHash(keys.running)}\\s+in_progress\\s+-\\s+-\\s+\\d{4}-`),
+      );
+      expect(lines[3]).toMatch(
+        new RegExp(`^${keys.declined}\\s+${keyHash(keys.declined)}\\s+failed \\(final\\)\\s+402\\s+ch_2\\s`),
+      );
+      expect(lines[4]).toMatch(
+        new RegExp(`^${keys.succeeded}\\s+${keyHash(keys.succeeded)}\\s+succeeded\\s+201\\s+ch_1\\s`),
+      );
       expect(lines[5]).toBe('3 records (the newest 3; --limit for more)');
     });
 
@@ -139,7 +185,11 @@ function suite(name: string, setup: () => Promise<{ url: string; open: () => Pro
 
     it('records show of a key that is not there: exit 1', async () => {
       const { code, stdout, stderr } = await inProcess(['records', 'show', 'nope', '--store', url, '--scope', SCOPE]);
-      expect({ code, stdout, stderr }).toEqual({ code: 1, stdout: '', stderr: `idem records show: no record for key "nope" in scope ${SCOPE}.\n` });
+      expect({ code, stdout, stderr }).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: `idem records show: no record for key "nope" in scope ${SCOPE}.\n`,
+      });
     });
 
     it('records sweep deletes the 25 expired records in batches of 10 with a progress line each, then nothing', async () => {

@@ -20,7 +20,11 @@ function oneLine(stderr: string): string {
 
 describe.concurrent('idem serve: a bad configuration is one line and exit 2', () => {
   it('IDEM_TTL_MS shorter than the lease', async () => {
-    const { code, stdout, stderr } = await demoServe(['--store', 'memory:'], { ...LAB, IDEM_TTL_MS: '5000', IDEM_LEASE_MS: '10000' });
+    const { code, stdout, stderr } = await demoServe(['--store', 'memory:'], {
+      ...LAB,
+      IDEM_TTL_MS: '5000',
+      IDEM_LEASE_MS: '10000',
+    });
     expect([code, stdout]).toEqual([2, '']);
     expect(oneLine(stderr)).toBe(
       'idem serve: IDEM_TTL_MS (--ttl-ms) must be greater than IDEM_LEASE_MS (--lease-ms, 10000), got 5000: a record cannot expire while its claim holds it.',
@@ -30,7 +34,9 @@ describe.concurrent('idem serve: a bad configuration is one line and exit 2', ()
   it('IDEM_LEDGER with a URL scheme other than sqlite:', async () => {
     const { code, stderr } = await demoServe(['--store', 'memory:'], { ...LAB, IDEM_LEDGER: 'postgres://db/ledger' });
     expect(code).toBe(2);
-    expect(oneLine(stderr)).toBe('idem serve: IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "postgres://db/ledger".');
+    expect(oneLine(stderr)).toBe(
+      'idem serve: IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "postgres://db/ledger".',
+    );
   });
 
   it('--store dynamodb:local without the dev-only dynalite package', async () => {

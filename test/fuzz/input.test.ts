@@ -28,8 +28,14 @@ const nextPrefix = (): string => `f${SEED.toString(36)}.${(unique++).toString(36
 // ---- keys: shapes that take the unique prefix -------------------------------------------------------------
 
 type KeyShape = (prefix: string) => string;
-const visible = fc.string({ unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 40 });
-const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 30 });
+const visible = fc.string({
+  unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  maxLength: 40,
+});
+const printable = fc.string({
+  unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  maxLength: 30,
+});
 const escapeSf = (s: string): string => s.replace(/["\\]/g, '\\$&');
 
 /** Key header values `fetch` can send (it refuses NUL, CR, LF and code points above 0xFF). */
@@ -73,26 +79,57 @@ const amount = fc.oneof(
   { weight: 6, arbitrary: fc.integer({ min: 1, max: 99_999_999 }) },
   {
     weight: 3,
-    arbitrary: fc.constantFrom<unknown>(0, -1, 1, 99_999_999, 100_000_000, 1.5, 2 ** 53, -0, 1e21, '500', true, null, [500], { v: 500 }),
+    arbitrary: fc.constantFrom<unknown>(
+      0,
+      -1,
+      1,
+      99_999_999,
+      100_000_000,
+      1.5,
+      2 ** 53,
+      -0,
+      1e21,
+      '500',
+      true,
+      null,
+      [500],
+      { v: 500 },
+    ),
   },
 );
-const currency = fc.option(fc.oneof({ weight: 4, arbitrary: fc.constantFrom('usd', 'eur', 'gbp') }, fc.constantFrom<unknown>('USD', 'xyz', '', 5, null)), {
-  nil: undefined,
-});
+const currency = fc.option(
+  fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom('usd', 'eur', 'gbp') },
+    fc.constantFrom<unknown>('USD', 'xyz', '', 5, null),
+  ),
+  {
+    nil: undefined,
+  },
+);
 const source = fc.option(
-  fc.oneof({ weight: 4, arbitrary: fc.constantFrom('tok_visa', 'tok_mastercard', 'tok_chargeDeclined') }, fc.constantFrom<unknown>('tok_nope', 1, null)),
+  fc.oneof(
+    { weight: 4, arbitrary: fc.constantFrom('tok_visa', 'tok_mastercard', 'tok_chargeDeclined') },
+    fc.constantFrom<unknown>('tok_nope', 1, null),
+  ),
   { nil: undefined },
 );
-const extra = fc.dictionary(fc.constantFrom('metadata', 'description', '__proto__', 'constructor', 'x', 'amount_decimal'), fc.jsonValue({ maxDepth: 3 }), {
-  maxKeys: 2,
-});
-const validish = fc.record({ amount, currency, source, extra, pretty: fc.boolean() }).map(({ amount: a, currency: c, source: s, extra: x, pretty }) => {
-  const object: Record<string, unknown> = { ...x, amount: a };
-  if (c !== undefined) object.currency = c;
-  if (s !== undefined) object.source = s;
-  return Buffer.from(JSON.stringify(object, null, pretty ? 2 : undefined));
-});
-const nest = (depth: number, open: string, close: string, inner: string): string => open.repeat(depth) + inner + close.repeat(depth);
+const extra = fc.dictionary(
+  fc.constantFrom('metadata', 'description', '__proto__', 'constructor', 'x', 'amount_decimal'),
+  fc.jsonValue({ maxDepth: 3 }),
+  {
+    maxKeys: 2,
+  },
+);
+const validish = fc
+  .record({ amount, currency, source, extra, pretty: fc.boolean() })
+  .map(({ amount: a, currency: c, source: s, extra: x, pretty }) => {
+    const object: Record<string, unknown> = { ...x, amount: a };
+    if (c !== undefined) object.currency = c;
+    if (s !== undefined) object.source = s;
+    return Buffer.from(JSON.stringify(object, null, pretty ? 2 : undefined));
+  });
+const nest = (depth: number, open: string, close: string, inner: string): string =>
+  open.repeat(depth) + inner + close.repeat(depth);
 const body: fc.Arbitrary<Buffer> = fc.oneof(
   { weight: 10, arbitrary: validish },
   // Malformed JSON: a valid body cut short, or with a byte changed.
@@ -106,47 +143,58 @@ const body: fc.Arbitrary<Buffer> = fc.oneof(
   ),
   fc.string({ maxLength: 60 }).map((s) => Buffer.from(s)),
   fc.jsonValue({ maxDepth: 3 }).map((v) => Buffer.from(JSON.stringify(v) ?? 'null')),
+  fc
+    .constantFrom(
+      // Huge and odd numbers.
+      '{"amount":1e400}',
+      '{"amount":123456789012345678901234567890}',
+      '{"amount":9007199254740993}',
+      '{"amount":5e2}',
+      '{"amount":500.0}',
+      '{"amount":-0}',
+      '{"amount":0x1F4}',
+      '{"amount":NaN}',
+      '{"amount":Infinity}',
+      '{"amount":500,}',
+      "{'amount':500}",
+      '{"amount":500} {"amount":600}',
+      // Duplicate keys: the last one wins, in the handler and in the fingerprint alike.
+      '{"amount":500,"amount":"500"}',
+      '{"amount":"500","amount":500}',
+      '{"amount":500,"currency":"usd","currency":"xyz"}',
+      // Not UTF-8, BOM, NUL.
+      '\uFEFF{"amount":500}',
+      '{"amount":500,"x":"\u0000"}',
+      '',
+      'null',
+      '[]',
+      'amount=500&currency=usd',
+    )
+    .map((s) => Buffer.from(s)),
   fc.constantFrom(
-    // Huge and odd numbers.
-    '{"amount":1e400}',
-    '{"amount":123456789012345678901234567890}',
-    '{"amount":9007199254740993}',
-    '{"amount":5e2}',
-    '{"amount":500.0}',
-    '{"amount":-0}',
-    '{"amount":0x1F4}',
-    '{"amount":NaN}',
-    '{"amount":Infinity}',
-    '{"amount":500,}',
-    "{'amount':500}",
-    '{"amount":500} {"amount":600}',
-    // Duplicate keys: the last one wins, in the handler and in the fingerprint alike.
-    '{"amount":500,"amount":"500"}',
-    '{"amount":"500","amount":500}',
-    '{"amount":500,"currency":"usd","currency":"xyz"}',
-    // Not UTF-8, BOM, NUL.
-    '\uFEFF{"amount":500}',
-    '{"amount":500,"x":"\u0000"}',
-    '',
-    'null',
-    '[]',
-    'amount=500&currency=usd',
-  ).map((s) => Buffer.from(s)),
-  fc.constantFrom(Buffer.from([0x7b, 0xff, 0x7d]), Buffer.from([0xef, 0xbb, 0xbf, 0x7b, 0x7d]), Buffer.from('{"amount":500,"d":"\xc3\x28"}', 'latin1')),
-  // Deep nesting, inside a valid charge and on its own.
-  fc.constantFrom(10, 255, 300, 5_000, 100_000).chain((depth) =>
-    fc.constantFrom(
-      Buffer.from(`{"amount":700,"deep":${nest(depth, '[', ']', '1')}}`),
-      Buffer.from(`{"amount":700,"deep":${nest(depth, '{"a":', '}', '1')}}`),
-      Buffer.from(nest(depth, '[', ']', '')),
-      Buffer.from(nest(depth, '{"amount":', '}', '1')),
-    ),
+    Buffer.from([0x7b, 0xff, 0x7d]),
+    Buffer.from([0xef, 0xbb, 0xbf, 0x7b, 0x7d]),
+    Buffer.from('{"amount":500,"d":"\xc3\x28"}', 'latin1'),
   ),
+  // Deep nesting, inside a valid charge and on its own.
+  fc
+    .constantFrom(10, 255, 300, 5_000, 100_000)
+    .chain((depth) =>
+      fc.constantFrom(
+        Buffer.from(`{"amount":700,"deep":${nest(depth, '[', ']', '1')}}`),
+        Buffer.from(`{"amount":700,"deep":${nest(depth, '{"a":', '}', '1')}}`),
+        Buffer.from(nest(depth, '[', ']', '')),
+        Buffer.from(nest(depth, '{"amount":', '}', '1')),
+      ),
+    ),
 );
 
 // ---- the rest of the request -----------------------------------------------------------------------------
 
-const method = fc.oneof({ weight: 12, arbitrary: fc.constant('POST') }, fc.constantFrom('GET', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'));
+const method = fc.oneof(
+  { weight: 12, arbitrary: fc.constant('POST') },
+  fc.constantFrom('GET', 'PUT', 'PATCH', 'DELETE', 'HEAD', 'OPTIONS'),
+);
 const target = fc.oneof(
   { weight: 12, arbitrary: fc.constant('/v1/charges') },
   fc.constantFrom(
@@ -164,7 +212,16 @@ const target = fc.oneof(
 );
 const authorization = fc.oneof(
   { weight: 12, arbitrary: fc.constant<string | null>(AUTH) },
-  fc.constantFrom<string | null>(null, '', 'Bearer', 'bearer sk_test_alice', 'Bearer  sk_test_alice', 'Bearer sk_test_bobby', 'Basic c2tfdGVzdF9hbGljZTo=', `${AUTH} x`),
+  fc.constantFrom<string | null>(
+    null,
+    '',
+    'Bearer',
+    'bearer sk_test_alice',
+    'Bearer  sk_test_alice',
+    'Bearer sk_test_bobby',
+    'Basic c2tfdGVzdF9hbGljZTo=',
+    `${AUTH} x`,
+  ),
 );
 const contentType = fc.constantFrom<string | null>(
   'application/json',
@@ -180,7 +237,17 @@ const contentType = fc.constantFrom<string | null>(
 /** Headers that must change nothing — lab fault headers included, since lab mode is off. */
 const extraHeaders = fc.array(
   fc.tuple(
-    fc.constantFrom('x-request-id', 'idem-lab-fault', 'idem-lab-delay-ms', 'idem-lab-fail', 'accept', 'x-forwarded-for', 'cookie', 'user-agent', 'x-idempotency-key'),
+    fc.constantFrom(
+      'x-request-id',
+      'idem-lab-fault',
+      'idem-lab-delay-ms',
+      'idem-lab-fail',
+      'accept',
+      'x-forwarded-for',
+      'cookie',
+      'user-agent',
+      'x-idempotency-key',
+    ),
     fc.oneof(fc.constantFrom('drop-after-commit', '60000', '503', '*/*', 'session=secret'), printable),
   ),
   { maxLength: 3 },
@@ -223,7 +290,11 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
   beforeAll(async () => {
     console.log(`fuzz seed ${SEED} (IDEM_FUZZ_SEED=${SEED} replays it)`);
     // Outside lab mode the test keys must be configured (HEAD ignores the variable; the incoming config requires it).
-    server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0', IDEM_API_KEYS: `${API_KEY}:acct_alice` });
+    server = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      IDEM_LAB: '0',
+      IDEM_API_KEYS: `${API_KEY}:acct_alice`,
+    });
     db = new Database(`${dir.path}/idem.db`, { readonly: true, fileMustExist: true });
   });
   afterAll(async () => {
@@ -234,7 +305,12 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
   });
 
   /** Checks one exchange against what the oracle owes: the answer, then the ledger and records deltas. */
-  async function check(want: Expected, seen: SeenRequest, answer: Answer, before: { charges: number; records: number }) {
+  async function check(
+    want: Expected,
+    seen: SeenRequest,
+    answer: Answer,
+    before: { charges: number; records: number },
+  ) {
     count(`status ${answer.status}`);
     expect(answer.status, 'never a hung socket, never a silent close').not.toBe(0);
     expect(answer.status, 'never a 5xx').toBeLessThan(500);
@@ -246,21 +322,34 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     if (want.charges && want.params) {
       const parsed = JSON.parse(answer.body) as Record<string, unknown>;
       if (want.status === 201) {
-        expect([parsed.object, parsed.amount, parsed.currency, parsed.status]).toEqual(['charge', want.params.amount, want.params.currency, 'succeeded']);
+        expect([parsed.object, parsed.amount, parsed.currency, parsed.status]).toEqual([
+          'charge',
+          want.params.amount,
+          want.params.currency,
+          'succeeded',
+        ]);
       } else {
         expect([parsed.type, parsed.code]).toEqual(['urn:idem:problem:card-declined', 'card_declined']);
       }
     }
     const after = counts();
     expect(after.charges - before.charges, 'the ledger changes only for a valid charge').toBe(want.charges ? 1 : 0);
-    expect(after.records - before.records, 'a record is stored only for a valid keyed charge').toBe(want.records ? 1 : 0);
+    expect(after.records - before.records, 'a record is stored only for a valid keyed charge').toBe(
+      want.records ? 1 : 0,
+    );
   }
 
   it('fetch: every answer is the owed 4xx problem or a correct success, and only valid charges reach the ledger', async () => {
     await fc.assert(
       fc.asyncProperty(fetchCase, async (c) => {
         const keys = c.keys.map((shape) => shape(nextPrefix()));
-        const seen: SeenRequest = { method: c.method, target: c.target, authorization: c.authorization, keys, body: c.body };
+        const seen: SeenRequest = {
+          method: c.method,
+          target: c.target,
+          authorization: c.authorization,
+          keys,
+          body: c.body,
+        };
         // A control character in a header value is refused by the HTTP parser, before any route or credential.
         const values = [...keys, ...c.extra.map(([, v]) => v)];
         const broken = values.some(hasControl);
@@ -273,7 +362,20 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
         const before = counts();
         // fetch refuses to send a control character (undici: "invalid header"): those go over raw TCP.
         const answer = broken
-          ? fromRaw(await rawExchange(server.url, rawRequest(c.method, c.target, [...headers, ['content-length', String(c.method === 'GET' || c.method === 'HEAD' ? 0 : c.body.length)]], c.method === 'GET' || c.method === 'HEAD' ? '' : c.body)))
+          ? fromRaw(
+              await rawExchange(
+                server.url,
+                rawRequest(
+                  c.method,
+                  c.target,
+                  [
+                    ...headers,
+                    ['content-length', String(c.method === 'GET' || c.method === 'HEAD' ? 0 : c.body.length)],
+                  ],
+                  c.method === 'GET' || c.method === 'HEAD' ? '' : c.body,
+                ),
+              ),
+            )
           : await viaFetch(server.url, c.method, c.target, headers, c.body);
         await check(want, seen, answer, before);
       }),
@@ -284,12 +386,28 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
   it('raw TCP: invalid methods, CR/LF and control bytes, duplicate keys, UTF-8 header bytes and lying lengths', async () => {
     const rawKey: fc.Arbitrary<(prefix: string) => Buffer> = fc.oneof(
       fetchKeyShape.map((k) => (p: string) => Buffer.from(k(p), 'latin1')),
-      fc.constantFrom('\r', '\n', '\r\n', '\u0000', '\u0001', '\u007f').map((c) => (p: string) => Buffer.from(`${p}${c}x`, 'latin1')),
-      fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }).map((s) => (p: string) => Buffer.from(`${p}${s}`, 'utf8')),
+      fc
+        .constantFrom('\r', '\n', '\r\n', '\u0000', '\u0001', '\u007f')
+        .map((c) => (p: string) => Buffer.from(`${p}${c}x`, 'latin1')),
+      fc
+        .string({ unit: 'grapheme', minLength: 1, maxLength: 8 })
+        .map((s) => (p: string) => Buffer.from(`${p}${s}`, 'utf8')),
     );
     const rawCase = fc.record({
-      method: fc.oneof({ weight: 6, arbitrary: fc.constant('POST') }, fc.constantFrom('FOO', 'post', 'P@ST', 'PO ST', 'GET', '')),
-      target: fc.oneof({ weight: 6, arbitrary: fc.constant('/v1/charges') }, fc.constantFrom('/v1/charges/%E0%A4%A', '/v1/./charges', '*', 'http://evil.example/v1/charges', '/v1/charges#frag')),
+      method: fc.oneof(
+        { weight: 6, arbitrary: fc.constant('POST') },
+        fc.constantFrom('FOO', 'post', 'P@ST', 'PO ST', 'GET', ''),
+      ),
+      target: fc.oneof(
+        { weight: 6, arbitrary: fc.constant('/v1/charges') },
+        fc.constantFrom(
+          '/v1/charges/%E0%A4%A',
+          '/v1/./charges',
+          '*',
+          'http://evil.example/v1/charges',
+          '/v1/charges#frag',
+        ),
+      ),
       authorization,
       keys: fc.oneof(
         { weight: 3, arbitrary: rawKey.map((k) => [k]) },
@@ -316,7 +434,11 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
             break;
           case 'chunked':
             headers.push(['Transfer-Encoding', 'chunked']);
-            payload = Buffer.concat([Buffer.from(`${c.body.length.toString(16)}\r\n`), c.body, Buffer.from('\r\n0\r\n\r\n')]);
+            payload = Buffer.concat([
+              Buffer.from(`${c.body.length.toString(16)}\r\n`),
+              c.body,
+              Buffer.from('\r\n0\r\n\r\n'),
+            ]);
             if (c.body.length === 0) payload = Buffer.from('0\r\n\r\n');
             break;
           case 'short':
@@ -345,9 +467,16 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
           keys.some((k) => hasControl(k.toString('latin1'))) ||
           c.target === '*';
         const seenKeys = keys.map((k) => k.toString('latin1'));
-        const seen: SeenRequest = { method: c.method, target: normalise(c.target), authorization: c.authorization, keys: seenKeys, body: visible ?? Buffer.alloc(0) };
+        const seen: SeenRequest = {
+          method: c.method,
+          target: normalise(c.target),
+          authorization: c.authorization,
+          keys: seenKeys,
+          body: visible ?? Buffer.alloc(0),
+        };
         // Then the Host (or an absolute-form target's authority) against the loopback allow-list: 421 otherwise.
-        const foreignAuthority = /^https?:\/\//.test(c.target) && !/^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?\//.test(c.target);
+        const foreignAuthority =
+          /^https?:\/\//.test(c.target) && !/^https?:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?\//.test(c.target);
         const refused = (status: number): Expected => ({ status, charges: false, records: false });
         const want: Expected = parserRefuses ? refused(400) : foreignAuthority ? refused(421) : expected(seen);
         const before = counts();
@@ -358,7 +487,10 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
           count(`truncated body: ${outcome.kind === 'response' ? outcome.status : outcome.kind}`);
           const headFirst = expected({ ...seen, body: Buffer.alloc(0) });
           const answers = outcome.kind === 'response' ? [400, headFirst.status] : [];
-          if (outcome.kind !== 'closed') expect(answers, `answered ${outcome.kind === 'response' ? outcome.status : outcome.kind}`).toContain(fromRaw(outcome).status);
+          if (outcome.kind !== 'closed')
+            expect(answers, `answered ${outcome.kind === 'response' ? outcome.status : outcome.kind}`).toContain(
+              fromRaw(outcome).status,
+            );
           expect(counts()).toEqual(before);
           return;
         }
@@ -384,31 +516,106 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     ];
     for (const [name, bytes, headers, status, charges] of cases) {
       const before = counts();
-      const answer = await viaFetch(server.url, 'POST', '/v1/charges', new Headers({ authorization: AUTH, 'content-type': 'application/json', ...headers }), bytes);
-      expect([name, answer.status, answer.contentType]).toEqual([name, status, status === 201 ? 'application/json' : 'application/problem+json']);
+      const answer = await viaFetch(
+        server.url,
+        'POST',
+        '/v1/charges',
+        new Headers({ authorization: AUTH, 'content-type': 'application/json', ...headers }),
+        bytes,
+      );
+      expect([name, answer.status, answer.contentType]).toEqual([
+        name,
+        status,
+        status === 201 ? 'application/json' : 'application/problem+json',
+      ]);
       expect(counts().charges - before.charges).toBe(charges);
     }
     // Chunked, so no Content-Length announces the size: the limit is counted as bytes arrive.
     const before = counts();
     const big = pad(MiB + 1);
     const chunked = Buffer.concat([Buffer.from(`${big.length.toString(16)}\r\n`), big, Buffer.from('\r\n0\r\n\r\n')]);
-    const outcome = await rawExchange(server.url, rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Transfer-Encoding', 'chunked']], chunked));
-    expect(outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind).toEqual([413, 'application/problem+json']);
-    const header = await rawExchange(server.url, rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['X-Big', 'a'.repeat(20_000)], ['Content-Length', '2']], '{}'));
-    expect(header.kind === 'response' ? [header.status, header.headers.get('content-type')] : header.kind).toEqual([431, 'application/problem+json']);
+    const outcome = await rawExchange(
+      server.url,
+      rawRequest(
+        'POST',
+        '/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['Transfer-Encoding', 'chunked'],
+        ],
+        chunked,
+      ),
+    );
+    expect(outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind).toEqual([
+      413,
+      'application/problem+json',
+    ]);
+    const header = await rawExchange(
+      server.url,
+      rawRequest(
+        'POST',
+        '/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['X-Big', 'a'.repeat(20_000)],
+          ['Content-Length', '2'],
+        ],
+        '{}',
+      ),
+    );
+    expect(header.kind === 'response' ? [header.status, header.headers.get('content-type')] : header.kind).toEqual([
+      431,
+      'application/problem+json',
+    ]);
     expect(counts()).toEqual(before);
   });
 
   it('odd but valid HTTP is served: HTTP/1.0, Expect: 100-continue, absolute-form targets; a missing or invalid Host is a 400 problem', async () => {
     const body = '{"amount":4343}';
     const valid = [
-      Buffer.from(`POST /v1/charges HTTP/1.0\r\nAuthorization: ${AUTH}\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Expect', '100-continue'], ['Content-Length', String(body.length)]], body),
-      rawRequest('POST', 'http://127.0.0.1/v1/charges', [['Authorization', AUTH], ['Content-Length', String(body.length)]], body),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.0\r\nAuthorization: ${AUTH}\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      rawRequest(
+        'POST',
+        '/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['Expect', '100-continue'],
+          ['Content-Length', String(body.length)],
+        ],
+        body,
+      ),
+      rawRequest(
+        'POST',
+        'http://127.0.0.1/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['Content-Length', String(body.length)],
+        ],
+        body,
+      ),
       // Garbage after a complete request: the charge's own answer comes back, never a 400 for the garbage
       // written over it (which would hide a committed charge from a client that then charges again).
-      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Content-Length', String(body.length)]], `${body}GARBAGE\r\n\r\n`),
-      rawRequest('POST', '/v1/charges', [['Authorization', AUTH], ['Idempotency-Key', randomUUID()], ['Content-Length', String(body.length)]], `${body}\u0000\u0001`),
+      rawRequest(
+        'POST',
+        '/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['Content-Length', String(body.length)],
+        ],
+        `${body}GARBAGE\r\n\r\n`,
+      ),
+      rawRequest(
+        'POST',
+        '/v1/charges',
+        [
+          ['Authorization', AUTH],
+          ['Idempotency-Key', randomUUID()],
+          ['Content-Length', String(body.length)],
+        ],
+        `${body}\u0000\u0001`,
+      ),
     ];
     for (const request of valid) {
       const before = counts();
@@ -417,29 +624,64 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
       expect(counts().charges - before.charges).toBe(1);
     }
     const invalid = [
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: a b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: [\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1/v1/balance#\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: a\r\nHost: b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      Buffer.from(`POST /v1/charges HTTP/1.1\r\nHost: x\r\nAuthorization: ${AUTH}\r\nIdempotency-Key: abc\r\n def\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: a b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: [\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1/v1/balance#\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: a\r\nHost: b\r\nAuthorization: ${AUTH}\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
+      Buffer.from(
+        `POST /v1/charges HTTP/1.1\r\nHost: x\r\nAuthorization: ${AUTH}\r\nIdempotency-Key: abc\r\n def\r\nConnection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+      ),
       Buffer.from('\u0000\u0001\u0002hello\r\n\r\n', 'latin1'),
     ];
     for (const request of invalid) {
       const before = counts();
       const outcome = await rawExchange(server.url, request);
-      expect(outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind).toEqual([400, 'application/problem+json']);
+      expect(
+        outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind,
+      ).toEqual([400, 'application/problem+json']);
       expect(counts()).toEqual(before);
     }
     // The Host header never routes a request: an unlisted one is refused (421) before any route is looked at, and a
     // listed one with a path in it is not a Host.
-    const routed = await rawExchange(server.url, Buffer.from(`GET /v1/charges HTTP/1.1\r\nHost: balance.example\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`));
-    expect(routed.kind === 'response' ? [routed.status, routed.headers.get('content-type')] : routed.kind).toEqual([421, 'application/problem+json']);
-    const listed = await rawExchange(server.url, Buffer.from(`GET /v1/charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`));
-    expect(listed.kind === 'response' ? [listed.status, (JSON.parse(listed.body.toString()) as { object: string }).object] : listed.kind).toEqual([200, 'list']);
+    const routed = await rawExchange(
+      server.url,
+      Buffer.from(
+        `GET /v1/charges HTTP/1.1\r\nHost: balance.example\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`,
+      ),
+    );
+    expect(routed.kind === 'response' ? [routed.status, routed.headers.get('content-type')] : routed.kind).toEqual([
+      421,
+      'application/problem+json',
+    ]);
+    const listed = await rawExchange(
+      server.url,
+      Buffer.from(`GET /v1/charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`),
+    );
+    expect(
+      listed.kind === 'response'
+        ? [listed.status, (JSON.parse(listed.body.toString()) as { object: string }).object]
+        : listed.kind,
+    ).toEqual([200, 'list']);
     // A charge id that is not valid percent-encoding is a charge that does not exist.
     for (const id of ['%E0%A4%A', '%', '%zz', '%C0%AF']) {
-      const answer = await viaFetch(server.url, 'GET', `/v1/charges/${id}`, new Headers({ authorization: AUTH }), Buffer.alloc(0));
+      const answer = await viaFetch(
+        server.url,
+        'GET',
+        `/v1/charges/${id}`,
+        new Headers({ authorization: AUTH }),
+        Buffer.alloc(0),
+      );
       expect([id, answer.status, answer.contentType]).toEqual([id, 404, 'application/problem+json']);
     }
     expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
@@ -481,7 +723,11 @@ function hasControl(value: string): boolean {
 
 function fromRaw(outcome: RawOutcome): Answer {
   if (outcome.kind !== 'response') return { status: 0, contentType: null, body: outcome.kind };
-  return { status: outcome.status, contentType: outcome.headers.get('content-type') ?? null, body: outcome.body.toString('utf8') };
+  return {
+    status: outcome.status,
+    contentType: outcome.headers.get('content-type') ?? null,
+    body: outcome.body.toString('utf8'),
+  };
 }
 
 /** The path the server routes on: the target's path, dot segments resolved, as WHATWG URL parsing leaves it. */

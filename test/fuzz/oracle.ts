@@ -80,7 +80,8 @@ export function chargeOf(body: Uint8Array): ChargeParams | undefined {
   const amount = fields.amount;
   const currency = fields.currency === undefined ? 'usd' : fields.currency;
   const source = fields.source === undefined ? 'tok_visa' : fields.source;
-  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount < 1 || amount > 99_999_999) return undefined;
+  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount < 1 || amount > 99_999_999)
+    return undefined;
   if (typeof currency !== 'string' || !CURRENCIES.has(currency)) return undefined;
   if (typeof source !== 'string' || !SOURCES.has(source)) return undefined;
   return { amount, currency, source };
@@ -98,7 +99,8 @@ export function expected(request: SeenRequest): Expected {
   // The HTTP bridge counts body bytes before any route or credential is looked at.
   if (request.body.byteLength > MiB) return refused(413);
   if (!path.startsWith('/v1/')) return refused(404);
-  const authorized = request.authorization !== null && /^Bearer (\S+)$/.exec(trimOws(request.authorization))?.[1] === API_KEY;
+  const authorized =
+    request.authorization !== null && /^Bearer (\S+)$/.exec(trimOws(request.authorization))?.[1] === API_KEY;
   if (!authorized) return refused(401);
   if (path === '/v1/charges') {
     if (request.method === 'GET') return { status: 200, charges: false, records: false };

@@ -7,7 +7,12 @@ import { connect } from 'node:net';
 
 /** What came back on the socket. */
 export type RawOutcome =
-  | { readonly kind: 'response'; readonly status: number; readonly headers: ReadonlyMap<string, string>; readonly body: Buffer }
+  | {
+      readonly kind: 'response';
+      readonly status: number;
+      readonly headers: ReadonlyMap<string, string>;
+      readonly body: Buffer;
+    }
   /** The server closed the connection without answering a byte. */
   | { readonly kind: 'closed' }
   /** Neither an answer nor a close within the time limit. */
@@ -27,7 +32,11 @@ export interface RawOptions {
  * @example
  * const outcome = await rawExchange(url, 'FOO /v1/charges HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
  */
-export function rawExchange(url: string, bytes: string | Buffer, { timeoutMs = 10_000, end = true }: RawOptions = {}): Promise<RawOutcome> {
+export function rawExchange(
+  url: string,
+  bytes: string | Buffer,
+  { timeoutMs = 10_000, end = true }: RawOptions = {},
+): Promise<RawOutcome> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve) => {
     const socket = connect({ host: hostname, port: Number(port) });
@@ -59,7 +68,8 @@ export function rawExchange(url: string, bytes: string | Buffer, { timeoutMs = 1
 /** The first response in `data`, once complete (or, at `eof`, whatever body arrived); undefined if not yet. */
 function parse(data: Buffer, eof: boolean): RawOutcome | undefined {
   const head = data.indexOf('\r\n\r\n');
-  if (head < 0) return eof && data.length > 0 ? { kind: 'response', status: 0, headers: new Map(), body: data } : undefined;
+  if (head < 0)
+    return eof && data.length > 0 ? { kind: 'response', status: 0, headers: new Map(), body: data } : undefined;
   const lines = data.subarray(0, head).toString('latin1').split('\r\n');
   const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(lines[0] ?? '')?.[1] ?? 0);
   // An interim answer (100 Continue) comes before the real one.
@@ -72,7 +82,8 @@ function parse(data: Buffer, eof: boolean): RawOutcome | undefined {
   const rest = data.subarray(head + 4);
   const length = headers.get('content-length');
   if (length !== undefined) {
-    if (rest.length >= Number(length)) return { kind: 'response', status, headers, body: rest.subarray(0, Number(length)) };
+    if (rest.length >= Number(length))
+      return { kind: 'response', status, headers, body: rest.subarray(0, Number(length)) };
     return eof ? { kind: 'response', status, headers, body: rest } : undefined;
   }
   if (headers.get('transfer-encoding') === 'chunked') {
@@ -116,7 +127,11 @@ export function rawRequest(
   const parts: Buffer[] = [Buffer.from(`${method} ${target} HTTP/1.1\r\n`, 'latin1')];
   if (!bare) parts.push(Buffer.from('Host: 127.0.0.1\r\nConnection: close\r\n', 'latin1'));
   for (const [name, value] of headers) {
-    parts.push(Buffer.from(`${name}: `, 'latin1'), typeof value === 'string' ? Buffer.from(value, 'latin1') : value, Buffer.from('\r\n'));
+    parts.push(
+      Buffer.from(`${name}: `, 'latin1'),
+      typeof value === 'string' ? Buffer.from(value, 'latin1') : value,
+      Buffer.from('\r\n'),
+    );
   }
   parts.push(Buffer.from('\r\n'), typeof body === 'string' ? Buffer.from(body, 'utf8') : body);
   return Buffer.concat(parts);

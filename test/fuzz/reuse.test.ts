@@ -51,7 +51,10 @@ type Step = readonly Send[];
 
 const charge: fc.Arbitrary<Charge> = fc.record(
   {
-    amount: fc.oneof({ weight: 9, arbitrary: fc.constantFrom(500, 501, 777) }, fc.constantFrom<number | string>(0, '500')),
+    amount: fc.oneof(
+      { weight: 9, arbitrary: fc.constantFrom(500, 501, 777) },
+      fc.constantFrom<number | string>(0, '500'),
+    ),
     currency: fc.constantFrom('usd', 'eur'),
     source: fc.constantFrom('tok_visa', 'tok_visa', 'tok_mastercard', 'tok_chargeDeclined'),
     metadata: fc.constantFrom({ order: 'a' }, { order: 'b' }),
@@ -63,7 +66,9 @@ const format = fc.constantFrom<Format>('compact', 'pretty', 'reordered');
 const step: fc.Arbitrary<Step> = fc.oneof(
   {
     weight: 3,
-    arbitrary: fc.record({ key: fc.integer({ min: 0, max: KEYS - 1 }), charge, format, again: fc.boolean() }).map((s): Step => [s]),
+    arbitrary: fc
+      .record({ key: fc.integer({ min: 0, max: KEYS - 1 }), charge, format, again: fc.boolean() })
+      .map((s): Step => [s]),
   },
   {
     weight: 1,
@@ -137,7 +142,11 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
   });
 
   async function post(key: string, body: string, delayMs = 0): Promise<Answer> {
-    const headers: Record<string, string> = { authorization: `Bearer ${API_KEY}`, 'content-type': 'application/json', 'idempotency-key': key };
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${API_KEY}`,
+      'content-type': 'application/json',
+      'idempotency-key': key,
+    };
     if (delayMs > 0) headers['idem-lab-delay-ms'] = String(delayMs);
     const response = await fetch(`${server.url}/v1/charges`, {
       method: 'POST',
@@ -149,7 +158,13 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
     const contentType = response.headers.get('content-type');
     const type = contentType === 'application/problem+json' ? (JSON.parse(text) as { type?: unknown }).type : undefined;
     const problem = typeof type === 'string' ? type.replace('urn:idem:problem:', '') : null;
-    return { status: response.status, contentType, replayed: response.headers.get('idempotent-replayed') === 'true', problem, body: text };
+    return {
+      status: response.status,
+      contentType,
+      replayed: response.headers.get('idempotent-replayed') === 'true',
+      problem,
+      body: text,
+    };
   }
 
   /** The answer's bytes that a replay must repeat. */
@@ -179,7 +194,10 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
           expect(charges() - before).toBe(fresh.length);
           const winner = fresh[0];
           const holder: Held | undefined =
-            prior ?? (winner === undefined ? undefined : { canonical: canonical((sends[winner] as Send).charge), answer: answers[winner] as Answer });
+            prior ??
+            (winner === undefined
+              ? undefined
+              : { canonical: canonical((sends[winner] as Send).charge), answer: answers[winner] as Answer });
           for (const [i, s] of sends.entries()) {
             const a = answers[i] as Answer;
             const c = canonical(s.charge);
@@ -198,7 +216,11 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
               expect([prior, sends.length > 1, a.problem]).toEqual([undefined, true, 'idempotency-key-in-use']);
             } else {
               count(sends.length > 1 ? 'mismatch 400 (sent at once)' : 'mismatch 400');
-              expect([a.status, a.problem, holder !== undefined && holder.canonical !== c]).toEqual([400, 'idempotency-key-reused', true]);
+              expect([a.status, a.problem, holder !== undefined && holder.canonical !== c]).toEqual([
+                400,
+                'idempotency-key-reused',
+                true,
+              ]);
             }
           }
           if (holder && !prior) held.set(key, holder);
@@ -207,7 +229,12 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
       { seed: SEED, numRuns: RUNS, interruptAfterTimeLimit: 90_000 },
     );
     // The runs met the paths that matter (40 runs of up to 12 steps over 3 keys: each is drawn many times over).
-    expect([tally.has('replay'), tally.has('mismatch 400'), tally.has('fresh 201'), tally.has('fresh 402')]).toEqual([true, true, true, true]);
+    expect([tally.has('replay'), tally.has('mismatch 400'), tally.has('fresh 201'), tally.has('fresh 402')]).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
   }, 150_000);
 
   it('duplicates of work in flight: 409 while it runs (another charge: 400 at once), its bytes replayed once it is done', async () => {
@@ -216,12 +243,18 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
     const before = charges();
     const slow = post(key, body, 1_500);
     // Ordered by a signal, not a sleep: poll until the record is in progress.
-    for (let seen = false; !seen; ) {
-      const response = await fetch(`${server.url}/v1/idempotency_records`, { headers: { authorization: `Bearer ${API_KEY}` } });
+    for (let seen = false; !seen;) {
+      const response = await fetch(`${server.url}/v1/idempotency_records`, {
+        headers: { authorization: `Bearer ${API_KEY}` },
+      });
       const { data } = (await response.json()) as { data: Array<{ key: string; status: string }> };
       seen = data.some((r) => r.key === key && r.status === 'in_progress');
     }
-    const during = await Promise.all([post(key, body), post(key, JSON.stringify({ currency: 'usd', amount: 4242 })), post(key, JSON.stringify({ amount: 4243 }))]);
+    const during = await Promise.all([
+      post(key, body),
+      post(key, JSON.stringify({ currency: 'usd', amount: 4242 })),
+      post(key, JSON.stringify({ amount: 4243 })),
+    ]);
     expect(during.map((a) => [a.status, a.problem, a.replayed])).toEqual([
       [409, 'idempotency-key-in-use', false],
       [409, 'idempotency-key-in-use', false], // the same JSON, keys reordered: the same fingerprint

@@ -44,7 +44,8 @@ const MUTANTS: readonly Mutant[] = [
     file: 'packages/idem/src/core/engine.ts',
     what: '503 classified as final',
     find: "if (status >= 400 && status < 500 && ![408, 409, 425, 429].includes(status)) return 'failed-final';",
-    replace: "if ((status >= 400 && status < 500 && ![408, 409, 425, 429].includes(status)) || status === 503) return 'failed-final';",
+    replace:
+      "if ((status >= 400 && status < 500 && ![408, 409, 425, 429].includes(status)) || status === 503) return 'failed-final';",
   },
   {
     id: 'E2',
@@ -79,7 +80,8 @@ const MUTANTS: readonly Mutant[] = [
     file: 'packages/idem/src/core/engine.ts',
     what: 'a refused completion answered as a success (no record)',
     find: "if (!written.ok) return refusedWrite('complete');\n      emit({ type: 'executed', ...about, outcome: kind,",
-    replace: "if (!written.ok && false) return refusedWrite('complete');\n      emit({ type: 'executed', ...about, outcome: kind,",
+    replace:
+      "if (!written.ok && false) return refusedWrite('complete');\n      emit({ type: 'executed', ...about, outcome: kind,",
   },
   {
     id: 'E7',
@@ -145,7 +147,8 @@ const MUTANTS: readonly Mutant[] = [
     file: 'packages/idem/src/stores/memory/index.ts',
     what: 'claim reads, yields once (await), then writes',
     find: '      const record = claimedRecord(existing, request);\n      records.set(request.pk, record);',
-    replace: '      await Promise.resolve();\n      const record = claimedRecord(existing, request);\n      records.set(request.pk, record);',
+    replace:
+      '      await Promise.resolve();\n      const record = claimedRecord(existing, request);\n      records.set(request.pk, record);',
   },
   {
     id: 'M2',
@@ -254,7 +257,9 @@ const applies = (m: Mutant, text: string): number => text.split(m.find).length -
 if (values.list) {
   for (const m of MUTANTS) {
     const n = applies(m, readFileSync(join(ROOT, m.file), 'utf8'));
-    console.log(`${m.id.padEnd(3)} ${m.file.padEnd(28)} ${n === 1 ? '' : n === 0 ? '(stale: text not found) ' : `(ambiguous: ${n} matches) `}${m.what}`);
+    console.log(
+      `${m.id.padEnd(3)} ${m.file.padEnd(28)} ${n === 1 ? '' : n === 0 ? '(stale: text not found) ' : `(ambiguous: ${n} matches) `}${m.what}`,
+    );
   }
   process.exit(0);
 }
@@ -262,7 +267,8 @@ if (values.list) {
 const only = values.only ? new Set(values.only.split(',')) : undefined;
 const wanted = values.stages ? new Set(values.stages.split(',')) : undefined;
 const stages = STAGES.filter((stage) => !wanted || wanted.has(stage.name));
-if (stages.length === 0) throw new Error(`--stages: none of ${values.stages} is one of ${STAGES.map((s) => s.name).join(', ')}`);
+if (stages.length === 0)
+  throw new Error(`--stages: none of ${values.stages} is one of ${STAGES.map((s) => s.name).join(', ')}`);
 const chosen = MUTANTS.filter((m) => !only || only.has(m.id));
 
 /** The scratch copy: the working tree (or HEAD) without node_modules, .git, build output and test results. */
@@ -351,7 +357,9 @@ for (const mutant of chosen) {
   const n = applies(mutant, original);
   if (n !== 1) {
     verdicts.push({ mutant, status: 'stale', by: [], detail: n === 0 ? 'text not found' : `${n} matches`, ms: 0 });
-    console.log(`${mutant.id.padEnd(3)} stale     ${mutant.what} (${n === 0 ? 'text not found' : `${n} matches`} in ${mutant.file})`);
+    console.log(
+      `${mutant.id.padEnd(3)} stale     ${mutant.what} (${n === 0 ? 'text not found' : `${n} matches`} in ${mutant.file})`,
+    );
     continue;
   }
   writeFileSync(path, original.replace(mutant.find, mutant.replace));

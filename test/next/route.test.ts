@@ -44,7 +44,13 @@ function chargesRoute(store: IdempotencyStore<Database.Database>) {
       announce();
       await hold;
     }
-    const charge = { id: `ch_${runs.length}`, amount: body.amount, currency: body.currency, record: id, expand: req.nextUrl.searchParams.get('expand') };
+    const charge = {
+      id: `ch_${runs.length}`,
+      amount: body.amount,
+      currency: body.currency,
+      record: id,
+      expand: req.nextUrl.searchParams.get('expand'),
+    };
     const response = NextResponse.json(charge, { status: 201, headers: { location: `/api/charges/${charge.id}` } });
     response.cookies.set('last_charge', charge.id);
     return response;
@@ -66,7 +72,11 @@ function chargesRoute(store: IdempotencyStore<Database.Database>) {
 const charge = (key: string | undefined, body: ChargeBody, session = 'alice', query = '') =>
   new NextRequest(`http://localhost:3000/api/charges${query}`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', cookie: `session=${session}`, ...(key === undefined ? {} : { 'idempotency-key': key }) },
+    headers: {
+      'content-type': 'application/json',
+      cookie: `session=${session}`,
+      ...(key === undefined ? {} : { 'idempotency-key': key }),
+    },
     body: JSON.stringify(body),
   });
 
@@ -95,13 +105,16 @@ describe('Next.js App Router: a route handler behind idempotency()', () => {
     const answer = await read(await route.POST(request));
     const seen = route.seen.at(-1);
     expect(seen).toBe(request);
-    expect([seen instanceof NextRequest, seen?.nextUrl.pathname, seen?.nextUrl.searchParams.get('expand'), seen?.cookies.get('session')?.value]).toEqual([
-      true,
-      '/api/charges',
-      'customer',
-      'alice',
+    expect([
+      seen instanceof NextRequest,
+      seen?.nextUrl.pathname,
+      seen?.nextUrl.searchParams.get('expand'),
+      seen?.cookies.get('session')?.value,
+    ]).toEqual([true, '/api/charges', 'customer', 'alice']);
+    expect([answer.status, JSON.parse(answer.text) as unknown]).toEqual([
+      201,
+      expect.objectContaining({ amount: 500, expand: 'customer' }),
     ]);
-    expect([answer.status, JSON.parse(answer.text) as unknown]).toEqual([201, expect.objectContaining({ amount: 500, expand: 'customer' })]);
   });
 
   it('scopes by the account read from the NextRequest cookie; the retry replays the NextResponse byte for byte, without its Set-Cookie', async () => {
@@ -138,7 +151,15 @@ describe('Next.js App Router: a route handler behind idempotency()', () => {
     open();
     const done = await read(await first);
     const type = (answer: { text: string }) => (JSON.parse(answer.text) as { type: string }).type;
-    expect([missing.status, type(missing), reused.status, type(reused), duplicate.status, type(duplicate), done.status]).toEqual([
+    expect([
+      missing.status,
+      type(missing),
+      reused.status,
+      type(reused),
+      duplicate.status,
+      type(duplicate),
+      done.status,
+    ]).toEqual([
       400,
       'urn:idem:problem:idempotency-key-missing',
       400,

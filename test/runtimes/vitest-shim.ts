@@ -5,14 +5,24 @@
  * with Vitest's own matchers (`@vitest/expect` on chai), not a rewrite of them.
  */
 import * as chai from 'chai';
-import { GLOBAL_EXPECT, JestAsymmetricMatchers, JestChaiExpect, JestExtend, setState, type ExpectStatic } from '@vitest/expect';
+import {
+  GLOBAL_EXPECT,
+  JestAsymmetricMatchers,
+  JestChaiExpect,
+  JestExtend,
+  setState,
+  type ExpectStatic,
+} from '@vitest/expect';
 
 chai.use(JestExtend);
 chai.use(JestChaiExpect);
 chai.use(JestAsymmetricMatchers);
 
 /** `expect` as Vitest builds it: chai's, with the Jest matchers and a state object they read. */
-export const expect = Object.assign((value: unknown, message?: string) => chai.expect(value, message), chai.expect) as unknown as ExpectStatic;
+export const expect = Object.assign(
+  (value: unknown, message?: string) => chai.expect(value, message),
+  chai.expect,
+) as unknown as ExpectStatic;
 setState(
   {
     assertionCalls: 0,

@@ -10,7 +10,10 @@ import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 
 let executions = 0;
 
-const charges = idempotency({ store: memoryStore(), scope: 'single-tenant', required: true })(async (request, { id }) => {
+const charges = idempotency({ store: memoryStore(), scope: 'single-tenant', required: true })(async (
+  request,
+  { id },
+) => {
   executions += 1;
   const n = executions;
   const { amount, currency } = (await request.json()) as { amount: number; currency: string };
@@ -27,14 +30,16 @@ const charges = idempotency({ store: memoryStore(), scope: 'single-tenant', requ
 let renewed = () => {};
 const renewal = new Promise<void>((resolve) => (renewed = resolve));
 const renewingStore = memoryStore({ onRoundTrip: (trip) => void (trip.op === 'renew' && renewed()) });
-const renewing = idempotency({ store: renewingStore, scope: 'single-tenant', leaseMs: 1_000, renewEveryMs: 20 })(async () => {
-  executions += 1;
-  const outcome = await Promise.race([
-    renewal.then(() => 'renewed'),
-    new Promise<string>((resolve) => setTimeout(() => resolve('no renewal within 5 s'), 5_000)),
-  ]);
-  return Response.json({ lease: outcome }, { status: 201 });
-});
+const renewing = idempotency({ store: renewingStore, scope: 'single-tenant', leaseMs: 1_000, renewEveryMs: 20 })(
+  async () => {
+    executions += 1;
+    const outcome = await Promise.race([
+      renewal.then(() => 'renewed'),
+      new Promise<string>((resolve) => setTimeout(() => resolve('no renewal within 5 s'), 5_000)),
+    ]);
+    return Response.json({ lease: outcome }, { status: 201 });
+  },
+);
 
 export default {
   async fetch(request: Request): Promise<Response> {

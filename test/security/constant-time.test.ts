@@ -32,7 +32,9 @@ describe('fingerprint comparison is constant-time by construction', () => {
     const request = { scope: 's', key: 'k' };
     await engine.run({ ...request, fingerprint: A }, async () => ({ response }));
     vi.clearAllMocks();
-    const mismatch = await engine.run({ ...request, fingerprint: B }, async () => ({ response })).catch((error: unknown) => error);
+    const mismatch = await engine
+      .run({ ...request, fingerprint: B }, async () => ({ response }))
+      .catch((error: unknown) => error);
     expect(isIdempotencyError(mismatch) && mismatch.code).toBe('FINGERPRINT_MISMATCH');
     expect(vi.mocked(fingerprintsEqual).mock.calls).toEqual([[A, B]]);
     vi.clearAllMocks();
@@ -43,7 +45,12 @@ describe('fingerprint comparison is constant-time by construction', () => {
 
   it('no ===/!== on a fingerprint anywhere in the engine or the HTTP layer', () => {
     const src = fileURLToPath(new URL('../../packages/idem/src/', import.meta.url));
-    const files = ['core/engine.ts', ...readdirSync(`${src}http`).filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts')).map((f) => `http/${f}`)];
+    const files = [
+      'core/engine.ts',
+      ...readdirSync(`${src}http`)
+        .filter((f) => f.endsWith('.ts') && !f.endsWith('.test.ts'))
+        .map((f) => `http/${f}`),
+    ];
     const offending = files.flatMap((file) =>
       readFileSync(`${src}${file}`, 'utf8')
         .split('\n')

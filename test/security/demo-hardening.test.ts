@@ -31,7 +31,10 @@ const bare = (method: string, target: string, headers: ReadonlyArray<readonly [s
 /** Status, content type and problem type of a raw outcome; the outcome's kind when nothing was answered. */
 function summary(outcome: RawOutcome): unknown {
   if (outcome.kind !== 'response') return outcome.kind;
-  const type = outcome.headers.get('content-type') === 'application/problem+json' ? (JSON.parse(outcome.body.toString()) as { type: string }).type : null;
+  const type =
+    outcome.headers.get('content-type') === 'application/problem+json'
+      ? (JSON.parse(outcome.body.toString()) as { type: string }).type
+      : null;
   return [outcome.status, type];
 }
 
@@ -75,7 +78,9 @@ function statusLine(held: Held, ms = 5_000): Promise<string> {
     };
     const timer = setTimeout(() => finish('no answer'), ms);
     held.socket.on('data', check);
-    void held.closed.then(() => finish(held.received().length === 0 ? 'closed' : held.received().slice(0, held.received().indexOf('\r\n'))));
+    void held.closed.then(() =>
+      finish(held.received().length === 0 ? 'closed' : held.received().slice(0, held.received().indexOf('\r\n'))),
+    );
     check();
   });
 }
@@ -104,14 +109,19 @@ describe('the Host allow-list and the metrics listener', () => {
     const rebound = (host: string, target = '/v1/charges') =>
       rawExchange(
         server.url,
-        bare('POST', target, [
-          ['Host', host],
-          ['Authorization', ALICE],
-          ['Idempotency-Key', randomUUID()],
-          ['Content-Type', 'application/json'],
-          ['Content-Length', String(CHARGE.length)],
-          ['Connection', 'close'],
-        ], CHARGE),
+        bare(
+          'POST',
+          target,
+          [
+            ['Host', host],
+            ['Authorization', ALICE],
+            ['Idempotency-Key', randomUUID()],
+            ['Content-Type', 'application/json'],
+            ['Content-Length', String(CHARGE.length)],
+            ['Connection', 'close'],
+          ],
+          CHARGE,
+        ),
       );
     const refused = [
       summary(await rebound(`evil.example:${port}`)),
@@ -126,7 +136,17 @@ describe('the Host allow-list and the metrics listener', () => {
     // The loopback names, with any port or none, in any case, are served.
     const served = [];
     for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `[::1]:${port}`, 'LOCALHOST', '127.0.0.1']) {
-      served.push(summary(await rawExchange(server.url, bare('GET', '/healthz', [['Host', host], ['Connection', 'close']]))));
+      served.push(
+        summary(
+          await rawExchange(
+            server.url,
+            bare('GET', '/healthz', [
+              ['Host', host],
+              ['Connection', 'close'],
+            ]),
+          ),
+        ),
+      );
     }
     expect(served).toEqual([
       [200, null],
@@ -138,17 +158,35 @@ describe('the Host allow-list and the metrics listener', () => {
   });
 
   it('IDEM_ALLOWED_HOSTS replaces the loopback names: a listed name is served (any port, or the one listed); localhost is 421', async () => {
-    const named = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_ALLOWED_HOSTS: 'pay.example.test,Admin.example.test:8443' });
+    const named = await startDemo({
+      IDEM_STORE: 'memory:',
+      IDEM_LEDGER: ':memory:',
+      IDEM_ALLOWED_HOSTS: 'pay.example.test,Admin.example.test:8443',
+    });
     try {
       const status = async (host: string) =>
-        summary(await rawExchange(named.url, bare('GET', '/healthz', [['Host', host], ['Connection', 'close']])));
+        summary(
+          await rawExchange(
+            named.url,
+            bare('GET', '/healthz', [
+              ['Host', host],
+              ['Connection', 'close'],
+            ]),
+          ),
+        );
       expect([
         await status('pay.example.test'),
         await status('pay.example.test:443'),
         await status('admin.example.test:8443'),
         await status('admin.example.test:443'),
         await status(`localhost:${portOf(named.url)}`),
-      ]).toEqual([[200, null], [200, null], [200, null], [421, 'urn:idem:problem:host-not-allowed'], [421, 'urn:idem:problem:host-not-allowed']]);
+      ]).toEqual([
+        [200, null],
+        [200, null],
+        [200, null],
+        [421, 'urn:idem:problem:host-not-allowed'],
+        [421, 'urn:idem:problem:host-not-allowed'],
+      ]);
     } finally {
       await named.stop();
     }
@@ -158,16 +196,24 @@ describe('the Host allow-list and the metrics listener', () => {
     expect((await fetch(`${server.url}/metrics`)).status).toBe(404);
     const scrape = await fetch(metricsUrl);
     const text = await scrape.text();
-    expect([scrape.status, scrape.headers.get('content-type'), /^idem_http_connections_dropped_total 0$/m.test(text)]).toEqual([
-      200,
-      'text/plain; version=0.0.4; charset=utf-8',
-      true,
-    ]);
+    expect([
+      scrape.status,
+      scrape.headers.get('content-type'),
+      /^idem_http_connections_dropped_total 0$/m.test(text),
+    ]).toEqual([200, 'text/plain; version=0.0.4; charset=utf-8', true]);
     const base = metricsUrl.slice(0, -'/metrics'.length);
     expect([
       (await fetch(`${base}/v1/balance`, { headers: { authorization: ALICE } })).status,
       (await fetch(metricsUrl, { method: 'POST' })).status,
-      summary(await rawExchange(base, bare('GET', '/metrics', [['Host', 'evil.example'], ['Connection', 'close']]))),
+      summary(
+        await rawExchange(
+          base,
+          bare('GET', '/metrics', [
+            ['Host', 'evil.example'],
+            ['Connection', 'close'],
+          ]),
+        ),
+      ),
     ]).toEqual([404, 405, [421, 'urn:idem:problem:host-not-allowed']]);
   });
 });
@@ -181,7 +227,11 @@ describe('the body is read only after authentication', () => {
     await server?.stop();
   });
 
-  const head = (authorization: string | null, extra: ReadonlyArray<readonly [string, string]> = [], target = '/v1/charges') =>
+  const head = (
+    authorization: string | null,
+    extra: ReadonlyArray<readonly [string, string]> = [],
+    target = '/v1/charges',
+  ) =>
     bare('POST', target, [
       ['Host', '127.0.0.1'],
       ...(authorization === null ? [] : [['Authorization', authorization] as const]),
@@ -246,7 +296,16 @@ describe('the body is read only after authentication', () => {
       ],
       CHARGE,
     );
-    const refused = bare('POST', '/v1/charges', [['Host', '127.0.0.1'], ['Content-Type', 'application/json'], ['Content-Length', '10']], '{"a":1234}');
+    const refused = bare(
+      'POST',
+      '/v1/charges',
+      [
+        ['Host', '127.0.0.1'],
+        ['Content-Type', 'application/json'],
+        ['Content-Length', '10'],
+      ],
+      '{"a":1234}',
+    );
     // Both requests in one write, as a pipelining client sends them.
     const both = await hold(server.url, Buffer.concat([Buffer.from(charge), Buffer.from(refused)]));
     await both.closed;
@@ -265,7 +324,12 @@ describe('the body is read only after authentication', () => {
 
 describe('the connection cap and the timeouts', () => {
   it('connections beyond IDEM_MAX_CONNECTIONS are closed unanswered; the held ones stay; once they go, a new one is served', async () => {
-    const server = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_MAX_CONNECTIONS: '8', IDEM_METRICS_PORT: '0' });
+    const server = await startDemo({
+      IDEM_STORE: 'memory:',
+      IDEM_LEDGER: ':memory:',
+      IDEM_MAX_CONNECTIONS: '8',
+      IDEM_METRICS_PORT: '0',
+    });
     const metricsUrl = /metrics: (http:\/\/\S+\/metrics)/.exec(server.output())?.[1] ?? 'metrics URL not printed';
     const held: Held[] = [];
     try {
@@ -273,7 +337,11 @@ describe('the connection cap and the timeouts', () => {
       // the eight it holds.
       for (let i = 0; i < 8; i++) held.push(await hold(server.url, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n'));
       const extra = await Promise.all(
-        Array.from({ length: 4 }, () => rawExchange(server.url, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n', { timeoutMs: 5_000 })),
+        Array.from({ length: 4 }, () =>
+          rawExchange(server.url, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n', {
+            timeoutMs: 5_000,
+          }),
+        ),
       );
       expect(extra.map((outcome) => outcome.kind)).toEqual(['closed', 'closed', 'closed', 'closed']);
       expect(held.map((h) => [h.socket.destroyed, h.received()])).toEqual(Array.from({ length: 8 }, () => [false, '']));
@@ -288,7 +356,11 @@ describe('the connection cap and the timeouts', () => {
       // The server notices the closes on its own time: poll until a new connection is served.
       let status: unknown = 'closed';
       for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
-        const outcome = await rawExchange(server.url, 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n', { timeoutMs: 5_000 });
+        const outcome = await rawExchange(
+          server.url,
+          'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+          { timeoutMs: 5_000 },
+        );
         status = outcome.kind === 'response' ? outcome.status : outcome.kind;
         if (status !== 200) await new Promise((r) => setTimeout(r, 20));
       }
@@ -300,17 +372,31 @@ describe('the connection cap and the timeouts', () => {
   });
 
   it('headers, or a whole request, that do not arrive in time get a 408 problem and the connection is closed', async () => {
-    const server = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_HEADERS_TIMEOUT_MS: '500', IDEM_REQUEST_TIMEOUT_MS: '1000' });
+    const server = await startDemo({
+      IDEM_STORE: 'memory:',
+      IDEM_LEDGER: ':memory:',
+      IDEM_HEADERS_TIMEOUT_MS: '500',
+      IDEM_REQUEST_TIMEOUT_MS: '1000',
+    });
     try {
-      const slowHeaders = await rawExchange(server.url, 'POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bea', { end: false, timeoutMs: 8_000 });
+      const slowHeaders = await rawExchange(
+        server.url,
+        'POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bea',
+        { end: false, timeoutMs: 8_000 },
+      );
       const slowBody = await rawExchange(
         server.url,
-        bare('POST', '/v1/charges', [
-          ['Host', '127.0.0.1'],
-          ['Authorization', ALICE],
-          ['Content-Type', 'application/json'],
-          ['Content-Length', String(CHARGE.length)],
-        ], CHARGE.slice(0, 5)),
+        bare(
+          'POST',
+          '/v1/charges',
+          [
+            ['Host', '127.0.0.1'],
+            ['Authorization', ALICE],
+            ['Content-Type', 'application/json'],
+            ['Content-Length', String(CHARGE.length)],
+          ],
+          CHARGE.slice(0, 5),
+        ),
         { end: false, timeoutMs: 8_000 },
       );
       const timedOut = [408, 'urn:idem:problem:request-timeout'];
@@ -342,10 +428,13 @@ describe.skipIf(process.platform !== 'linux')('memory under slow anonymous sende
         ['Content-Type', 'application/json'],
         ['Content-Length', String(MiB)],
       ]);
-      for (let i = 0; i < 64; i++) senders.push(await hold(server.url, Buffer.concat([headers, Buffer.alloc(MiB - 1, 0x61)])));
+      for (let i = 0; i < 64; i++)
+        senders.push(await hold(server.url, Buffer.concat([headers, Buffer.alloc(MiB - 1, 0x61)])));
       const lines = await Promise.all(senders.map((sender) => statusLine(sender, 10_000)));
       const after = rssMiB(pid);
-      console.log(`RSS with 64 slow anonymous 1 MiB senders: ${before} MiB before, ${after} MiB after (+${Math.round((after - before) * 10) / 10} MiB)`);
+      console.log(
+        `RSS with 64 slow anonymous 1 MiB senders: ${before} MiB before, ${after} MiB after (+${Math.round((after - before) * 10) / 10} MiB)`,
+      );
       expect(new Set(lines)).toEqual(new Set(['HTTP/1.1 401 Unauthorized']));
       expect(after - before).toBeLessThan(16);
     } finally {

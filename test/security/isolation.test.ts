@@ -31,7 +31,12 @@ function client(url: string, apiKey: string) {
       answer(
         await fetch(`${url}/v1/charges`, {
           method: 'POST',
-          headers: { ...auth, 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+          headers: {
+            ...auth,
+            'content-type': 'application/json',
+            ...(key === undefined ? {} : { 'idempotency-key': key }),
+            ...headers,
+          },
           body: JSON.stringify(body),
         }),
       ),
@@ -45,9 +50,19 @@ function client(url: string, apiKey: string) {
         }),
       ),
     records: async () =>
-      ((await (await fetch(`${url}/v1/idempotency_records`, { headers: auth })).json()) as { data: Array<{ key: string; resultId: string | null; status: string }> }).data,
-    chargeIds: async () => ((await (await fetch(`${url}/v1/charges?limit=100`, { headers: auth })).json()) as { data: Array<{ id: string }> }).data.map((c) => c.id),
-    balance: async () => (await (await fetch(`${url}/v1/balance`, { headers: auth })).json()) as { charged: number; count: number },
+      (
+        (await (await fetch(`${url}/v1/idempotency_records`, { headers: auth })).json()) as {
+          data: Array<{ key: string; resultId: string | null; status: string }>;
+        }
+      ).data,
+    chargeIds: async () =>
+      (
+        (await (await fetch(`${url}/v1/charges?limit=100`, { headers: auth })).json()) as {
+          data: Array<{ id: string }>;
+        }
+      ).data.map((c) => c.id),
+    balance: async () =>
+      (await (await fetch(`${url}/v1/balance`, { headers: auth })).json()) as { charged: number; count: number },
   };
 }
 
@@ -79,11 +94,18 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
     expect([first.status, first.replayed]).toEqual([201, null]);
     // Bob's other body is not a mismatch against Alice's record: he has none.
     const bobs = await bob.charge($7, key);
-    expect([bobs.status, bobs.replayed, (JSON.parse(bobs.body) as { amount: number }).amount]).toEqual([201, null, 700]);
+    expect([bobs.status, bobs.replayed, (JSON.parse(bobs.body) as { amount: number }).amount]).toEqual([
+      201,
+      null,
+      700,
+    ]);
     expect(idOf(bobs)).not.toBe(idOf(first));
     // Bob's own record now decides for Bob: Alice's body is a mismatch against *his* record.
     const bobAgain = await bob.charge($5, key);
-    expect([bobAgain.status, (JSON.parse(bobAgain.body) as { type: string }).type]).toEqual([400, 'urn:idem:problem:idempotency-key-reused']);
+    expect([bobAgain.status, (JSON.parse(bobAgain.body) as { type: string }).type]).toEqual([
+      400,
+      'urn:idem:problem:idempotency-key-reused',
+    ]);
     // And Alice still gets exactly her first answer back.
     const replay = await alice.charge($5, key);
     expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', first.body]);
@@ -119,14 +141,18 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
     const made = await alice.charge($5, randomUUID());
     const id = idOf(made);
     expect((await alice.get(`/v1/charges/${id}`)).body).toBe(made.body);
-    for (const path of [`/v1/charges/${id}`, `/v1/charges/${encodeURIComponent(id)}`, `/v1/charges/${id.replace('ch_', 'ch%5F')}`]) {
+    for (const path of [
+      `/v1/charges/${id}`,
+      `/v1/charges/${encodeURIComponent(id)}`,
+      `/v1/charges/${id.replace('ch_', 'ch%5F')}`,
+    ]) {
       const read = await bob.get(path);
-      expect([path, read.status, (JSON.parse(read.body) as { type: string }).type, read.body.includes('"object":"charge"')]).toEqual([
+      expect([
         path,
-        404,
-        'urn:idem:problem:not-found',
-        false,
-      ]);
+        read.status,
+        (JSON.parse(read.body) as { type: string }).type,
+        read.body.includes('"object":"charge"'),
+      ]).toEqual([path, 404, 'urn:idem:problem:not-found', false]);
     }
     expect(await bob.chargeIds()).not.toContain(id);
     expect(await alice.chargeIds()).toContain(id);
@@ -184,20 +210,30 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
     const mine = JSON.parse(claimed.body) as { result: { kind: string; record: { token: string; status: string } } };
     expect([mine.result.kind, mine.result.record.status]).toEqual(['claimed', 'in_progress']);
     // Two reads the same key: its own (absent) record, not One's.
-    const read = JSON.parse((await two.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as { result: unknown };
+    const read = JSON.parse((await two.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
+      result: unknown;
+    };
     expect(read.result).toBeNull();
     // Two completes the key with One's token: nothing of One's changes.
-    const forged = JSON.parse((await two.post('/v1/model/complete', { key, token: mine.result.record.token, outcome: 'succeeded' })).body) as { result: unknown };
+    const forged = JSON.parse(
+      (await two.post('/v1/model/complete', { key, token: mine.result.record.token, outcome: 'succeeded' })).body,
+    ) as { result: unknown };
     expect(forged.result).toEqual({ ok: false });
     // Two claims the key with the shortest TTL, and it lapses: One's record neither expires nor changes.
-    const short = JSON.parse((await two.post('/v1/model/claim', { key, ttlMs: 1000 })).body) as { result: { kind: string } };
+    const short = JSON.parse((await two.post('/v1/model/claim', { key, ttlMs: 1000 })).body) as {
+      result: { kind: string };
+    };
     expect(short.result.kind).toBe('claimed');
     await new Promise((r) => setTimeout(r, 1_100));
     const still = JSON.parse((await one.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
       result: { status: string; token: string };
       expired: boolean;
     };
-    expect([still.result.status, still.result.token, still.expired]).toEqual(['in_progress', mine.result.record.token, false]);
+    expect([still.result.status, still.result.token, still.expired]).toEqual([
+      'in_progress',
+      mine.result.record.token,
+      false,
+    ]);
     // A configured (non-lab) account is refused the model routes altogether.
     expect((await alice.post('/v1/model/claim', { key })).status).toBe(403);
   });

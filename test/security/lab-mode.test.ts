@@ -17,7 +17,10 @@ import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 const ALICE = { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json' };
 const BODY = JSON.stringify({ amount: 500 });
 
-async function charge(url: string, headers: Record<string, string>): Promise<{ status: number | 'dropped'; body: string }> {
+async function charge(
+  url: string,
+  headers: Record<string, string>,
+): Promise<{ status: number | 'dropped'; body: string }> {
   try {
     const response = await fetch(`${url}/v1/charges`, {
       method: 'POST',
@@ -36,11 +39,20 @@ async function charge(url: string, headers: Record<string, string>): Promise<{ s
  * Runs the demo server with `env` until it exits; one that starts listening instead is stopped and reported as
  * `listening` (so a configuration that should be refused fails the test rather than hanging it).
  */
-async function startup(env: Record<string, string>): Promise<{ code: number | string | null; stdout: string; stderr: string }> {
+async function startup(
+  env: Record<string, string>,
+): Promise<{ code: number | string | null; stdout: string; stderr: string }> {
   const root = fileURLToPath(new URL('../..', import.meta.url));
   const child = spawn(process.execPath, ['--import', 'tsx', 'apps/demo/src/server.ts'], {
     cwd: root,
-    env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', ...env },
+    env: {
+      PATH: process.env.PATH,
+      NODE_NO_WARNINGS: '1',
+      PORT: '0',
+      IDEM_STORE: 'memory:',
+      IDEM_LEDGER: ':memory:',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -58,7 +70,8 @@ async function startup(env: Record<string, string>): Promise<{ code: number | st
   return { code: listening ? 'listening' : code, stdout, stderr };
 }
 
-const balance = async (url: string) => (await (await fetch(`${url}/v1/balance`, { headers: ALICE })).json()) as { charged: number; count: number };
+const balance = async (url: string) =>
+  (await (await fetch(`${url}/v1/balance`, { headers: ALICE })).json()) as { charged: number; count: number };
 
 describe('lab fault headers and lab routes do nothing unless lab mode is on', () => {
   const dir = tempDir('idem-labmode-');
@@ -120,7 +133,15 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     const root = fileURLToPath(new URL('../..', import.meta.url));
     const child = spawn(process.execPath, ['--import', 'tsx', 'apps/demo/src/server.ts'], {
       cwd: root,
-      env: { PATH: process.env.PATH, NODE_NO_WARNINGS: '1', PORT: '0', IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_LAB: '0', IDEM_CLOCK_SKEW_MS: '500' },
+      env: {
+        PATH: process.env.PATH,
+        NODE_NO_WARNINGS: '1',
+        PORT: '0',
+        IDEM_STORE: 'memory:',
+        IDEM_LEDGER: ':memory:',
+        IDEM_LAB: '0',
+        IDEM_CLOCK_SKEW_MS: '500',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let output = '';
@@ -144,7 +165,8 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     expect(await startup({ IDEM_LAB: '0' })).toEqual({
       code: 2,
       stdout: '',
-      stderr: 'idem demo: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.\n',
+      stderr:
+        'idem demo: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.\n',
     });
   });
 });

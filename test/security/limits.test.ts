@@ -10,16 +10,22 @@ import { idempotency } from 'idem/http';
 import { memoryStore } from 'idem/stores/memory';
 
 const post = (key: string, body: Uint8Array) =>
-  new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/octet-stream' }, body: body as Uint8Array<ArrayBuffer> });
+  new Request('http://x/v1/charges', {
+    method: 'POST',
+    headers: { 'idempotency-key': key, 'content-type': 'application/octet-stream' },
+    body: body as Uint8Array<ArrayBuffer>,
+  });
 
 describe('size limits in the Web layer', () => {
   it('a request body of maxBodyBytes runs; one byte more is a 413 problem, claims nothing and never runs the handler', async () => {
     const store = memoryStore();
     let runs = 0;
-    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxBodyBytes: 1024 })(async (request) => {
-      runs++;
-      return new Response(String((await request.arrayBuffer()).byteLength), { status: 201 });
-    });
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxBodyBytes: 1024 })(
+      async (request) => {
+        runs++;
+        return new Response(String((await request.arrayBuffer()).byteLength), { status: 201 });
+      },
+    );
     const fits = await handle(post('fits', new Uint8Array(1024)));
     expect([fits.status, await fits.text(), runs]).toEqual([201, '1024', 1]);
     const over = await handle(post('over', new Uint8Array(1025)));
@@ -34,22 +40,36 @@ describe('size limits in the Web layer', () => {
   it('a response over maxResponseBytes is answered and replayed as the same final 500, and only that problem is stored', async () => {
     const store = memoryStore();
     let runs = 0;
-    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: 60_000, leaseMs: 5_000, maxResponseBytes: 1024 })(async () => {
+    const handle = idempotency({
+      store,
+      scope: 'single-tenant',
+      ttlMs: 60_000,
+      leaseMs: 5_000,
+      maxResponseBytes: 1024,
+    })(async () => {
       runs++;
       return new Response('x'.repeat(1025), { status: 201, headers: { 'content-type': 'text/plain' } });
     });
     const first = await handle(post('big', new Uint8Array(1)));
     const firstBody = await first.text();
     const replay = await handle(post('big', new Uint8Array(1)));
-    expect([first.status, (JSON.parse(firstBody) as { type: string }).type]).toEqual([500, 'urn:idem:problem:response-too-large']);
-    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text(), runs]).toEqual([500, 'true', firstBody, 1]);
-    const stored = await store.get('IDEMPOTENCY#single-tenant#big');
-    expect([stored?.status, stored?.retryable, stored?.response?.status, Buffer.from(stored?.response?.body ?? []).toString()]).toEqual([
-      'failed',
-      false,
+    expect([first.status, (JSON.parse(firstBody) as { type: string }).type]).toEqual([
       500,
-      firstBody,
+      'urn:idem:problem:response-too-large',
     ]);
+    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text(), runs]).toEqual([
+      500,
+      'true',
+      firstBody,
+      1,
+    ]);
+    const stored = await store.get('IDEMPOTENCY#single-tenant#big');
+    expect([
+      stored?.status,
+      stored?.retryable,
+      stored?.response?.status,
+      Buffer.from(stored?.response?.body ?? []).toString(),
+    ]).toEqual(['failed', false, 500, firstBody]);
     expect((stored?.response?.body.byteLength ?? Infinity) < 1024).toBe(true);
   });
 
@@ -63,8 +83,15 @@ describe('size limits in the Web layer', () => {
     const fits = 'y'.repeat(993);
     await respond(fits)(post('edge', new Uint8Array(1)));
     const replay = await respond(fits)(post('edge', new Uint8Array(1)));
-    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text()]).toEqual([201, 'true', fits]);
+    expect([replay.status, replay.headers.get('idempotent-replayed'), await replay.text()]).toEqual([
+      201,
+      'true',
+      fits,
+    ]);
     const over = await respond('y'.repeat(994))(post('over', new Uint8Array(1)));
-    expect([over.status, ((await over.json()) as { type: string }).type]).toEqual([500, 'urn:idem:problem:response-too-large']);
+    expect([over.status, ((await over.json()) as { type: string }).type]).toEqual([
+      500,
+      'urn:idem:problem:response-too-large',
+    ]);
   });
 });

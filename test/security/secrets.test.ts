@@ -20,7 +20,10 @@ const SECRETS = [API_KEY, 'c00kie-s3ssion-9b1d', 'xk-s3cret-4e8f', 'proxy-s3cret
 describe('credentials are never stored or logged (real server, SQLite)', () => {
   it('no secret in any stored row, in the raw database and WAL bytes, in the records endpoint or in the logs', async () => {
     const dir = tempDir('idem-secrets-');
-    const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_API_KEYS: `${API_KEY}:acct_secret` });
+    const server = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      IDEM_API_KEYS: `${API_KEY}:acct_secret`,
+    });
     try {
       const headers = {
         authorization: `Bearer ${API_KEY}`,
@@ -37,7 +40,9 @@ describe('credentials are never stored or logged (real server, SQLite)', () => {
       ] as const) {
         const key = randomUUID();
         const init = { method: 'POST', headers: { ...headers, 'idempotency-key': key }, body: JSON.stringify(body) };
-        statuses.push((await fetch(`${server.url}/v1/charges`, { ...init, headers: { ...init.headers, ...extra } })).status);
+        statuses.push(
+          (await fetch(`${server.url}/v1/charges`, { ...init, headers: { ...init.headers, ...extra } })).status,
+        );
         statuses.push((await fetch(`${server.url}/v1/charges`, init)).status); // replay (or, after the 503, the retry)
       }
       expect(statuses).toEqual([201, 201, 402, 402, 503, 201]);
@@ -46,16 +51,25 @@ describe('credentials are never stored or logged (real server, SQLite)', () => {
       const rows = db.prepare('SELECT * FROM idem_records').all() as Array<Record<string, unknown>>;
       db.close();
       expect(rows.length).toBe(3);
-      const cells = rows.flatMap((row) => Object.values(row)).map((value) => (Buffer.isBuffer(value) ? value.toString('latin1') : String(value)));
-      const leaks = (text: string) => SECRETS.filter((secret) => text.includes(secret)).concat(/bearer/i.test(text) ? ['Bearer'] : []);
+      const cells = rows
+        .flatMap((row) => Object.values(row))
+        .map((value) => (Buffer.isBuffer(value) ? value.toString('latin1') : String(value)));
+      const leaks = (text: string) =>
+        SECRETS.filter((secret) => text.includes(secret)).concat(/bearer/i.test(text) ? ['Bearer'] : []);
       expect(cells.flatMap(leaks)).toEqual([]);
       // The stored response headers are the allow-list only.
-      expect(new Set(rows.map((row) => row.response_headers))).toEqual(new Set(['[["content-type","application/json"]]', '[["cache-control","no-store"],["content-type","application/problem+json"]]']));
+      expect(new Set(rows.map((row) => row.response_headers))).toEqual(
+        new Set([
+          '[["content-type","application/json"]]',
+          '[["cache-control","no-store"],["content-type","application/problem+json"]]',
+        ]),
+      );
 
       // Every byte on disk: the database, its WAL and shared memory (free pages and old frames included).
       const files = readdirSync(dir.path).filter((name) => name.startsWith('idem.db'));
       expect(files).toContain('idem.db');
-      for (const name of files) expect([name, leaks(readFileSync(join(dir.path, name)).toString('latin1'))]).toEqual([name, []]);
+      for (const name of files)
+        expect([name, leaks(readFileSync(join(dir.path, name)).toString('latin1'))]).toEqual([name, []]);
 
       const records = await (await fetch(`${server.url}/v1/idempotency_records`, { headers })).text();
       expect(leaks(records)).toEqual([]);
@@ -85,10 +99,20 @@ describe('credential-bearing response headers are never stored or replayed (Web 
         },
       });
     });
-    const request = () => new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'k1', 'content-type': 'application/json' }, body: '{}' });
+    const request = () =>
+      new Request('http://x/v1/charges', {
+        method: 'POST',
+        headers: { 'idempotency-key': 'k1', 'content-type': 'application/json' },
+        body: '{}',
+      });
     const first = await handle(request());
     const replay = await handle(request());
-    expect([runs, first.status, replay.status, replay.headers.get('idempotent-replayed')]).toEqual([1, 201, 201, 'true']);
+    expect([runs, first.status, replay.status, replay.headers.get('idempotent-replayed')]).toEqual([
+      1,
+      201,
+      201,
+      'true',
+    ]);
     expect(first.headers.get('set-cookie')).toBe('session=first-client-only; HttpOnly');
     expect([...replay.headers].filter(([name]) => name !== 'content-length').sort()).toEqual([
       ['content-type', 'application/json'],

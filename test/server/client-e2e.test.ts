@@ -58,7 +58,13 @@ describe('idem/client against the demo server', () => {
         },
       );
       const body = (await result.response.json()) as { id: string; amount: number };
-      results.push({ status: result.response.status, attempts: result.attempts, replayed: result.replayed, body, drop });
+      results.push({
+        status: result.response.status,
+        attempts: result.attempts,
+        replayed: result.replayed,
+        body,
+        drop,
+      });
     }
     expect(dropped).toBe(results.filter((r) => r.drop).length);
     expect(dropped).toBeGreaterThan(15);
@@ -68,7 +74,11 @@ describe('idem/client against the demo server', () => {
     expect(results.map((r) => r.body.amount)).toEqual(Array.from({ length: 100 }, (_, i) => 100 + i));
 
     const charged = results.reduce((sum, r) => sum + r.body.amount, 0);
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + charged, count: before.count + 100 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + charged,
+      count: before.count + 100,
+    });
     const ledger = await alice.charges();
     const ids = new Set(ledger.data.map((c) => c.id));
     for (const r of results) expect(ids.has(r.body.id)).toBe(true);

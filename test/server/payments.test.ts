@@ -23,7 +23,9 @@ describe('payments API over TCP (SQLite)', () => {
     const alice = api(server.url);
     const before = await alice.balance();
     const key = randomUUID();
-    await expect(alice.charge($500, { 'idempotency-key': key, 'idem-lab-fault': 'drop-after-commit' })).rejects.toThrow('fetch failed');
+    await expect(alice.charge($500, { 'idempotency-key': key, 'idem-lab-fault': 'drop-after-commit' })).rejects.toThrow(
+      'fetch failed',
+    );
     const retry = await alice.charge($500, { 'idempotency-key': key });
     const again = await alice.charge($500, { 'idempotency-key': key });
     const body = await retry.text();
@@ -32,7 +34,11 @@ describe('payments API over TCP (SQLite)', () => {
     expect(await again.text()).toBe(body);
     const charge = JSON.parse(body) as { id: string };
     expect(await (await alice.get(`/v1/charges/${charge.id}`)).text()).toBe(body);
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + 50000,
+      count: before.count + 1,
+    });
   });
 
   it('50 concurrent requests with one key: one charge; every other answer is a 409 or an identical replay', async () => {
@@ -55,7 +61,11 @@ describe('payments API over TCP (SQLite)', () => {
       if (a.status === 409) expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
       else expect([a.status, a.body]).toEqual([201, executed[0]?.body]);
     }
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + 50000,
+      count: before.count + 1,
+    });
   });
 
   it('tamper: the same key with another amount gets 400 and charges nothing', async () => {
@@ -75,7 +85,11 @@ describe('payments API over TCP (SQLite)', () => {
     const before = await alice.balance();
     expect((await alice.charge($500)).status).toBe(201);
     expect((await alice.charge($500)).status).toBe(201);
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 100000, count: before.count + 2 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + 100000,
+      count: before.count + 2,
+    });
   });
 
   it("account B sending account A's key gets its own charge, never A's response", async () => {
@@ -90,8 +104,16 @@ describe('payments API over TCP (SQLite)', () => {
     expect(second.headers.get('idempotent-replayed')).toBeNull();
     expect(bobBody).not.toBe(first);
     expect((JSON.parse(bobBody) as { amount: number }).amount).toBe(1234);
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: aliceBefore.charged + 50000, count: aliceBefore.count + 1 });
-    expect(await bob.balance()).toEqual({ object: 'balance', charged: bobBefore.charged + 1234, count: bobBefore.count + 1 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: aliceBefore.charged + 50000,
+      count: aliceBefore.count + 1,
+    });
+    expect(await bob.balance()).toEqual({
+      object: 'balance',
+      charged: bobBefore.charged + 1234,
+      count: bobBefore.count + 1,
+    });
   });
 
   it('a declined card is a final 402, replayed, and charges nothing', async () => {
@@ -114,13 +136,18 @@ describe('payments API over TCP (SQLite)', () => {
     expect(await alice.balance()).toEqual(before);
     const retry = await alice.charge($500, { 'idempotency-key': key });
     expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([201, null]);
-    expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+    expect(await alice.balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + 50000,
+      count: before.count + 1,
+    });
   });
 
   it('bad input gets a 4xx problem naming the field, and never reaches the ledger', async () => {
     const alice = api(server.url);
     const before = await alice.balance();
-    const records = async () => ((await (await alice.get('/v1/idempotency_records')).json()) as { data: unknown[] }).data;
+    const records = async () =>
+      ((await (await alice.get('/v1/idempotency_records')).json()) as { data: unknown[] }).data;
     const recordsBefore = await records();
     const cases: Array<[unknown, number, string]> = [
       ['{"amount":', 400, 'body-invalid'],
@@ -141,8 +168,13 @@ describe('payments API over TCP (SQLite)', () => {
         expect(problem.param ?? problem.type.replace('urn:idem:problem:', '')).toBe(what);
       }
     }
-    const big = await alice.charge(JSON.stringify({ amount: 500, pad: 'x'.repeat(1_048_576) }), { 'idempotency-key': randomUUID() });
-    expect([big.status, ((await big.json()) as { type: string }).type]).toEqual([413, 'urn:idem:problem:request-too-large']);
+    const big = await alice.charge(JSON.stringify({ amount: 500, pad: 'x'.repeat(1_048_576) }), {
+      'idempotency-key': randomUUID(),
+    });
+    expect([big.status, ((await big.json()) as { type: string }).type]).toEqual([
+      413,
+      'urn:idem:problem:request-too-large',
+    ]);
     const anonymous = await fetch(`${server.url}/v1/charges`, { method: 'POST', body: JSON.stringify($500) });
     expect(anonymous.status).toBe(401);
     const stranger = await api(server.url, 'sk_live_unknown').charge($500);
@@ -158,14 +190,31 @@ describe('payments API over TCP (SQLite)', () => {
   it('lists charges newest first with a bounded limit, and shows records without bodies', async () => {
     const alice = api(server.url);
     const key = randomUUID();
-    const made = (await (await alice.charge({ ...$500, amount: 777 }, { 'idempotency-key': key })).json()) as { id: string };
-    const list = (await (await alice.get('/v1/charges?limit=1')).json()) as { object: string; data: Array<{ id: string }> };
+    const made = (await (await alice.charge({ ...$500, amount: 777 }, { 'idempotency-key': key })).json()) as {
+      id: string;
+    };
+    const list = (await (await alice.get('/v1/charges?limit=1')).json()) as {
+      object: string;
+      data: Array<{ id: string }>;
+    };
     expect([list.object, list.data.length, list.data[0]?.id]).toEqual(['list', 1, made.id]);
     expect((await alice.get('/v1/charges?limit=101')).status).toBe(400);
-    const records = (await (await alice.get('/v1/idempotency_records')).json()) as { data: Array<Record<string, unknown>> };
+    const records = (await (await alice.get('/v1/idempotency_records')).json()) as {
+      data: Array<Record<string, unknown>>;
+    };
     const mine = records.data.find((r) => r.key === key);
     expect(Object.keys(mine ?? {}).sort()).toEqual(
-      ['claimedAt', 'expiresAt', 'fingerprint', 'key', 'leaseExpiresAt', 'responseStatus', 'resultId', 'retryable', 'status'].sort(),
+      [
+        'claimedAt',
+        'expiresAt',
+        'fingerprint',
+        'key',
+        'leaseExpiresAt',
+        'responseStatus',
+        'resultId',
+        'retryable',
+        'status',
+      ].sort(),
     );
     expect([mine?.status, mine?.responseStatus, mine?.resultId]).toEqual(['succeeded', 201, made.id]);
   });
@@ -199,7 +248,11 @@ describe('payments API process lifecycle', () => {
       expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
       const replay = await alice.charge($500, { 'idempotency-key': key });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+      expect(await alice.balance()).toEqual({
+        object: 'balance',
+        charged: before.charged + 50000,
+        count: before.count + 1,
+      });
     } finally {
       await second.stop();
       dir.remove();
@@ -220,14 +273,25 @@ describe('payments API process lifecycle', () => {
 
   it('lab fault headers do nothing unless lab mode is on', async () => {
     const dir = tempDir();
-    const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '0', IDEM_API_KEYS: 'sk_test_alice:acct_alice' });
+    const server = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      IDEM_LAB: '0',
+      IDEM_API_KEYS: 'sk_test_alice:acct_alice',
+    });
     try {
       const alice = api(server.url);
       const headers = { 'idem-lab-fault': 'drop-after-commit', 'idem-lab-fail': '503', 'idem-lab-delay-ms': '60000' };
       const answer = await alice.charge($500, { ...headers, 'idempotency-key': randomUUID() });
       expect(answer.status).toBe(201);
       expect(await alice.balance()).toEqual({ object: 'balance', charged: 50000, count: 1 });
-      expect((await fetch(`${server.url}/v1/lab/reset`, { method: 'POST', headers: { authorization: 'Bearer sk_test_alice' } })).status).toBe(404);
+      expect(
+        (
+          await fetch(`${server.url}/v1/lab/reset`, {
+            method: 'POST',
+            headers: { authorization: 'Bearer sk_test_alice' },
+          })
+        ).status,
+      ).toBe(404);
     } finally {
       await server.stop();
       dir.remove();

@@ -110,7 +110,13 @@ async function sqliteBackend(): Promise<Backend> {
       insert.run(row);
     },
     newLedgerRows: () => {
-      const rows = since.all(lastSeq) as Array<{ seq: number; record_id: string; pk: string; charge_id: string; amount: number }>;
+      const rows = since.all(lastSeq) as Array<{
+        seq: number;
+        record_id: string;
+        pk: string;
+        charge_id: string;
+        amount: number;
+      }>;
       const last = rows.at(-1);
       if (last) lastSeq = last.seq;
       return rows.map((r) => ({ recordId: r.record_id, pk: r.pk, chargeId: r.charge_id, amount: r.amount }));

@@ -135,7 +135,11 @@ export interface CampaignStats {
   readonly faults: Readonly<Record<FaultKind, number>>;
   readonly byBackend: Readonly<Record<string, number>>;
   readonly coverage: Readonly<Record<string, number>>;
-  readonly failures: ReadonlyArray<{ readonly seed: number; readonly invariant: InvariantName; readonly message: string }>;
+  readonly failures: ReadonlyArray<{
+    readonly seed: number;
+    readonly invariant: InvariantName;
+    readonly message: string;
+  }>;
 }
 
 export interface CampaignOptions {

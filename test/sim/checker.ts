@@ -147,7 +147,9 @@ export class Checker {
       if (current && info.now !== undefined && current.expiresAt > info.now) {
         current.ids.add(claimed.record.id);
         this.#byId.set(claimed.record.id, current);
-        this.#note(`    ! claim of ${pk} granted id ${claimed.record.id} within life L${current.n}, not yet visible in the store`);
+        this.#note(
+          `    ! claim of ${pk} granted id ${claimed.record.id} within life L${current.n}, not yet visible in the store`,
+        );
       } else {
         this.#begin(pk, claimed.record, current !== undefined);
       }
@@ -155,7 +157,10 @@ export class Checker {
     const life = after ? this.#byId.get(after.id) : undefined;
     if (life && after) life.expiresAt = after.expiresAt;
     if (after?.status === 'in_progress' && after.expiresAt < after.leaseExpiresAt) {
-      this.fail('ttl-takeover', `${op} left ${pk} in_progress with expiresAt ${after.expiresAt - T0} before its lease (→${after.leaseExpiresAt - T0}): ${describe(after)}`);
+      this.fail(
+        'ttl-takeover',
+        `${op} left ${pk} in_progress with expiresAt ${after.expiresAt - T0} before its lease (→${after.leaseExpiresAt - T0}): ${describe(after)}`,
+      );
     }
 
     if (op !== 'complete' && op !== 'renew' && op !== 'release') return;
@@ -169,15 +174,24 @@ export class Checker {
         const want = statusClass(after.response.status);
         const got = after.status === 'succeeded' ? 'succeeded' : after.retryable ? 'retryable' : 'final';
         if (want !== got) {
-          this.fail('outcome-class', `${pk} recorded ${describe(after)}: a ${after.response.status} is ${want}, not ${got}`);
+          this.fail(
+            'outcome-class',
+            `${pk} recorded ${describe(after)}: a ${after.response.status} is ${want}, not ${got}`,
+          );
         }
       }
     }
     if (!held) {
       if (!sameRecord(before, after)) {
-        this.fail('stale-write', `${op} with stale token ${info.token} changed ${pk}: ${describe(before)} → ${describe(after)}`);
+        this.fail(
+          'stale-write',
+          `${op} with stale token ${info.token} changed ${pk}: ${describe(before)} → ${describe(after)}`,
+        );
       } else if (ok) {
-        this.fail('stale-write', `${op} with stale token ${info.token} on ${pk} reported ok (record: ${describe(before)})`);
+        this.fail(
+          'stale-write',
+          `${op} with stale token ${info.token} on ${pk} reported ok (record: ${describe(before)})`,
+        );
       }
     } else if (!threw && !ok) {
       this.fail('fenced-write-refused', `${op} with the current token ${info.token} on in_progress ${pk} was refused`);
@@ -205,16 +219,35 @@ export class Checker {
   }
 
   /** The claim's decision against the contract, on the record as it was when the claim ran. */
-  #checkClaim(pk: string, info: WriteInfo, before: IdempotencyRecord | null, result: ClaimResultLike | undefined): void {
+  #checkClaim(
+    pk: string,
+    info: WriteInfo,
+    before: IdempotencyRecord | null,
+    result: ClaimResultLike | undefined,
+  ): void {
     if (!result) return;
     const now = info.now as number;
     const claimable = contractClaimable(before, info.fingerprint as string, now);
     if (result.kind === 'claimed' && !claimable) {
-      this.fail('claim-decision', `a claim of ${pk} at ${now - T0} was granted over ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was not claimable`);
+      this.fail(
+        'claim-decision',
+        `a claim of ${pk} at ${now - T0} was granted over ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was not claimable`,
+      );
     } else if (result.kind === 'existing' && claimable) {
-      this.fail('claim-decision', `a claim of ${pk} at ${now - T0} was refused by ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was claimable`);
-    } else if (result.kind === 'claimed' && before?.status === 'in_progress' && before.expiresAt <= now && before.leaseExpiresAt > now) {
-      this.fail('ttl-takeover', `a claim of ${pk} at ${now - T0} took over a live lease (→${before.leaseExpiresAt - T0}) because the record expired at ${before.expiresAt - T0}: ${describe(before)}`);
+      this.fail(
+        'claim-decision',
+        `a claim of ${pk} at ${now - T0} was refused by ${describe(before)} (exp→${before ? before.expiresAt - T0 : '-'}), which was claimable`,
+      );
+    } else if (
+      result.kind === 'claimed' &&
+      before?.status === 'in_progress' &&
+      before.expiresAt <= now &&
+      before.leaseExpiresAt > now
+    ) {
+      this.fail(
+        'ttl-takeover',
+        `a claim of ${pk} at ${now - T0} took over a live lease (→${before.leaseExpiresAt - T0}) because the record expired at ${before.expiresAt - T0}: ${describe(before)}`,
+      );
     }
   }
 
@@ -236,20 +269,28 @@ export class Checker {
     if (!life) return this.fail('double-charge', `${by}: charge ${chargeId} for id ${id}, which no record ever held`);
     life.charges.add(chargeId);
     if (life.charges.size > 1) {
-      this.fail('double-charge', `${life.pk} charged ${life.charges.size} times in life L${life.n}: ${[...life.charges].join(', ')}`);
+      this.fail(
+        'double-charge',
+        `${life.pk} charged ${life.charges.size} times in life L${life.n}: ${[...life.charges].join(', ')}`,
+      );
     }
   }
 
   /** A ledger row was written; `committedWith`: the record as the completion that committed it left it. */
   onLedgerRow(row: LedgerRow, committedWith?: IdempotencyRecord | null): void {
     if (committedWith && committedWith.status === 'failed' && committedWith.retryable) {
-      this.fail('effects-on-retryable', `ledger row ${row.chargeId} for ${row.pk} committed with a retryable outcome: ${describe(committedWith)}`);
+      this.fail(
+        'effects-on-retryable',
+        `ledger row ${row.chargeId} for ${row.pk} committed with a retryable outcome: ${describe(committedWith)}`,
+      );
     }
     const life = this.#byId.get(row.recordId);
-    if (!life) return this.fail('double-charge', `ledger row ${row.chargeId} for id ${row.recordId}, which no record ever held`);
+    if (!life)
+      return this.fail('double-charge', `ledger row ${row.chargeId} for id ${row.recordId}, which no record ever held`);
     life.ledgerRows++;
     this.#note(`    ledger row for ${row.pk} (${row.chargeId}, life L${life.n})`);
-    if (life.ledgerRows > 1) this.fail('double-charge', `${life.pk} has ${life.ledgerRows} ledger rows in life L${life.n}`);
+    if (life.ledgerRows > 1)
+      this.fail('double-charge', `${life.pk} has ${life.ledgerRows} ledger rows in life L${life.n}`);
   }
 
   /**
@@ -260,7 +301,8 @@ export class Checker {
   onAnswer(by: string, result: RunResult): void {
     if (!result.record) return; // Released: the key was freed, nothing was remembered.
     const life = this.#byId.get(result.record.id);
-    if (!life) return this.fail('answer-changed', `${by}: an answer for id ${result.record.id}, which no record ever held`);
+    if (!life)
+      return this.fail('answer-changed', `${by}: an answer for id ${result.record.id}, which no record ever held`);
     const bytes = responseBytes(result.response);
     const committed = life.commits.get(result.record.token);
     if (!result.replayed && committed?.bytes !== bytes) {
@@ -270,11 +312,21 @@ export class Checker {
       );
     }
     if (result.replayed && !isFinal(result.response.status)) {
-      return this.fail('outcome-class', `${by} got a replay of a retryable ${preview(result.response)} for ${life.pk} (life L${life.n})`);
+      return this.fail(
+        'outcome-class',
+        `${by} got a replay of a retryable ${preview(result.response)} for ${life.pk} (life L${life.n})`,
+      );
     }
     if (!isFinal(result.response.status)) {
-      if (!result.replayed && life.finalCommit !== undefined && (committed === undefined || committed.at > life.finalCommit)) {
-        this.fail('answer-changed', `${by} got ${preview(result.response)} for ${life.pk} (life L${life.n}), decided after its final outcome`);
+      if (
+        !result.replayed &&
+        life.finalCommit !== undefined &&
+        (committed === undefined || committed.at > life.finalCommit)
+      ) {
+        this.fail(
+          'answer-changed',
+          `${by} got ${preview(result.response)} for ${life.pk} (life L${life.n}), decided after its final outcome`,
+        );
       }
       return;
     }
@@ -303,7 +355,8 @@ export class Checker {
  */
 export function statusClass(status: number): 'succeeded' | 'final' | 'retryable' {
   if (status >= 200 && status < 400) return 'succeeded';
-  if (status >= 400 && status < 500 && status !== 408 && status !== 409 && status !== 425 && status !== 429) return 'final';
+  if (status >= 400 && status < 500 && status !== 408 && status !== 409 && status !== 425 && status !== 429)
+    return 'final';
   return 'retryable';
 }
 

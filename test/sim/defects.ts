@@ -43,20 +43,26 @@ function sqlOf(backend: Backend): { database: NonNullable<Backend['database']>; 
  * const store = lowerDefect('unfenced-complete', backend.storeFor(), backend)
  */
 export function lowerDefect(defect: DefectName | undefined, real: AnyStore, backend: Backend): AnyStore {
-  if (defect !== 'unfenced-complete' && defect !== 'unfenced-renew' && defect !== 'fingerprint-blind-takeover') return real;
+  if (defect !== 'unfenced-complete' && defect !== 'unfenced-renew' && defect !== 'fingerprint-blind-takeover')
+    return real;
   const { database, t } = sqlOf(backend);
   const store: AnyStore = Object.create(real) as AnyStore;
 
   if (defect === 'unfenced-complete') {
     // The real one says `AND "token" = @token`.
-    const update = prepared(database, `UPDATE ${t} SET "status" = @status, "retryable" = @retryable,
+    const update = prepared(
+      database,
+      `UPDATE ${t} SET "status" = @status, "retryable" = @retryable,
       "result_id" = @resultId, "response_status" = @responseStatus, "response_headers" = @responseHeaders,
-      "response_body" = @responseBody WHERE "pk" = @pk AND "status" = 'in_progress'`);
-    const tx = database.transaction((params: Record<string, unknown>, effects: ((tx: unknown) => unknown) | undefined) => {
-      if (update.run(params).changes === 0) return false;
-      effects?.(database);
-      return true;
-    });
+      "response_body" = @responseBody WHERE "pk" = @pk AND "status" = 'in_progress'`,
+    );
+    const tx = database.transaction(
+      (params: Record<string, unknown>, effects: ((tx: unknown) => unknown) | undefined) => {
+        if (update.run(params).changes === 0) return false;
+        effects?.(database);
+        return true;
+      },
+    );
     return Object.assign(store, {
       complete: async ({ pk, outcome, effects }: Parameters<AnyStore['complete']>[0]) => ({
         ok: tx.immediate(
@@ -89,7 +95,9 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
   }
 
   // fingerprint-blind-takeover: the real claim's WHERE, minus `t.fingerprint = excluded.fingerprint AND (...)`.
-  const upsert = prepared(database, `INSERT INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id", "token",
+  const upsert = prepared(
+    database,
+    `INSERT INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id", "token",
       "claimed_at", "lease_expires_at", "expires_at", "retryable", "result_id", "response_status", "response_headers",
       "response_body")
     VALUES (@pk, @scope, @key, 'in_progress', @fingerprint, @id, @token, @now, @leaseExpiresAt, @expiresAt, 0,
@@ -103,7 +111,8 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
     WHERE ${t}."expires_at" <= @now
       OR (${t}."status" = 'failed' AND ${t}."retryable" = 1)
       OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now)
-    RETURNING "pk"`);
+    RETURNING "pk"`,
+  );
   return Object.assign(store, {
     claim: async (request: ClaimRequest): Promise<ClaimResult> => {
       const won = upsert.get({
@@ -154,16 +163,21 @@ export function upperDefect(
     // The engine hands the store the work's effects whatever the outcome: a retryable one commits them too.
     return Object.assign(Object.create(scheduled) as AnyStore, {
       complete: async (request: Parameters<AnyStore['complete']>[0]) =>
-        scheduled.complete(request.effects === undefined && effects() !== undefined ? { ...request, effects: effects() } : request),
+        scheduled.complete(
+          request.effects === undefined && effects() !== undefined ? { ...request, effects: effects() } : request,
+        ),
     });
   }
   if (defect !== 'read-then-write-claim') return scheduled;
   const { database, t } = sqlOf(backend);
-  const put = prepared(database, `INSERT OR REPLACE INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id",
+  const put = prepared(
+    database,
+    `INSERT OR REPLACE INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id",
       "token", "claimed_at", "lease_expires_at", "expires_at", "retryable", "result_id", "response_status",
       "response_headers", "response_body")
     VALUES (@pk, @scope, @key, @status, @fingerprint, @id, @token, @claimedAt, @leaseExpiresAt, @expiresAt, 0,
-      NULL, NULL, NULL, NULL)`);
+      NULL, NULL, NULL, NULL)`,
+  );
   const store: AnyStore = Object.create(scheduled) as AnyStore;
   return Object.assign(store, {
     // Two requests both read "nothing", both decide they won, and both write: the race a claim must close.
@@ -226,7 +240,8 @@ export function defectiveMemoryStore(defect: DefectName | undefined): Idempotenc
     async claim(request) {
       roundTrips++;
       const existing = records.get(request.pk) ?? null;
-      if (!claimable(existing, request.fingerprint, request.now)) return { kind: 'existing', record: existing as IdempotencyRecord };
+      if (!claimable(existing, request.fingerprint, request.now))
+        return { kind: 'existing', record: existing as IdempotencyRecord };
       if (defect === 'memory-yielding-claim') await Promise.resolve(); // the planted yield between read and write
       const record = claimedRecord(existing, request);
       records.set(request.pk, record);
@@ -244,7 +259,11 @@ export function defectiveMemoryStore(defect: DefectName | undefined): Idempotenc
       roundTrips++;
       const record = held(pk, token);
       if (!record) return { ok: false };
-      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs, ...(defect === 'renew-ignores-expiry' ? {} : { expiresAt }) });
+      records.set(pk, {
+        ...record,
+        leaseExpiresAt: now + leaseMs,
+        ...(defect === 'renew-ignores-expiry' ? {} : { expiresAt }),
+      });
       return { ok: true };
     },
     async release({ pk, token }) {

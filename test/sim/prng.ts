@@ -62,7 +62,10 @@ export class Rng {
   /** `digits` lower-case hex digits. */
   hex(digits: number): string {
     let out = '';
-    while (out.length < digits) out += Math.floor(this.next() * 2 ** 32).toString(16).padStart(8, '0');
+    while (out.length < digits)
+      out += Math.floor(this.next() * 2 ** 32)
+        .toString(16)
+        .padStart(8, '0');
     return out.slice(0, digits);
   }
 }

@@ -9,7 +9,15 @@
  *            --keep-going  (campaign: run every seed and list the failures)
  */
 import { parseArgs } from 'node:util';
-import { campaign, detection, formatFailure, investigate, replayCommand, shrink, type CampaignStats } from './campaign.js';
+import {
+  campaign,
+  detection,
+  formatFailure,
+  investigate,
+  replayCommand,
+  shrink,
+  type CampaignStats,
+} from './campaign.js';
 import { defectBackend, DEFECTS, type DefectName, type SimConfig } from './scenario.js';
 import { simulate } from './simulator.js';
 
@@ -51,11 +59,15 @@ const numbers = (name: string, text: string | undefined): Set<number> =>
   new Set([...words(text)].map((part) => integer(name, part) as number));
 
 if (values.help) usage();
-if (values.backend !== undefined && values.backend !== 'memory' && values.backend !== 'sqlite') usage(`unknown --backend ${values.backend}`);
-if (values.ledger !== undefined && values.ledger !== 'own' && values.ledger !== 'shared') usage(`unknown --ledger ${values.ledger}`);
-if (values.defect !== undefined && !DEFECTS.includes(values.defect as DefectName)) usage(`unknown --defect ${values.defect}`);
+if (values.backend !== undefined && values.backend !== 'memory' && values.backend !== 'sqlite')
+  usage(`unknown --backend ${values.backend}`);
+if (values.ledger !== undefined && values.ledger !== 'own' && values.ledger !== 'shared')
+  usage(`unknown --ledger ${values.ledger}`);
+if (values.defect !== undefined && !DEFECTS.includes(values.defect as DefectName))
+  usage(`unknown --defect ${values.defect}`);
 const written = defectBackend(values.defect as DefectName | undefined);
-if (written !== undefined && values.backend !== undefined && values.backend !== written) usage(`planted defect ${values.defect} is written for --backend ${written}`);
+if (written !== undefined && values.backend !== undefined && values.backend !== written)
+  usage(`planted defect ${values.defect} is written for --backend ${written}`);
 const skew = integer('skew', values.skew);
 const config: SimConfig = {
   ...(values.backend === undefined ? {} : { backend: values.backend }),
@@ -75,7 +87,9 @@ if (detect !== undefined) {
     console.log(
       `  ${d.defect.padEnd(28)} first at seed ${String(d.firstSeed ?? 'never').padEnd(6)} ` +
         `${String(d.failing).padStart(5)}/${d.seeds} seeds fail; worst seeds to detection from any start ${d.worstSeedsToDetection}; ` +
-        Object.entries(d.byInvariant).map(([k, n]) => `${k} ${n}`).join(', '),
+        Object.entries(d.byInvariant)
+          .map(([k, n]) => `${k} ${n}`)
+          .join(', '),
     );
   }
   process.exit(missed > 0 ? 1 : 0);
@@ -83,7 +97,8 @@ if (detect !== undefined) {
 
 const seed = integer('seed', values.seed);
 const seeds = integer('seeds', values.seeds);
-if ((seed === undefined) === (seeds === undefined)) usage('give exactly one of --seed N, --seeds COUNT or --detect COUNT');
+if ((seed === undefined) === (seeds === undefined))
+  usage('give exactly one of --seed N, --seeds COUNT or --detect COUNT');
 
 if (seed !== undefined) {
   const disabledFaults = words(values['disable-faults']);
@@ -120,9 +135,14 @@ const report = (stats: CampaignStats, final: boolean): string => {
       `${Math.round(stats.requests / cpuSeconds)} simulated requests per CPU second`,
     ...(final
       ? [
-          `  stores/ledgers: ${Object.entries(stats.byBackend).map(([k, n]) => `${k} ${n}`).join(', ')}`,
+          `  stores/ledgers: ${Object.entries(stats.byBackend)
+            .map(([k, n]) => `${k} ${n}`)
+            .join(', ')}`,
           `  faults injected: ${faults || 'none'}`,
-          `  paths taken: ${Object.entries(stats.coverage).sort(([a], [b]) => a.localeCompare(b)).map(([k, n]) => `${k} ${n}`).join(', ')}`,
+          `  paths taken: ${Object.entries(stats.coverage)
+            .sort(([a], [b]) => a.localeCompare(b))
+            .map(([k, n]) => `${k} ${n}`)
+            .join(', ')}`,
           `  failures: ${stats.failures.length}${stats.failures.length ? ` (seeds ${stats.failures.map((f) => f.seed).join(', ')})` : ''}`,
         ]
       : []),
@@ -130,7 +150,9 @@ const report = (stats: CampaignStats, final: boolean): string => {
 };
 
 const from = integer('from', values.from) ?? 1;
-console.log(`simulating seeds ${from}…${from + (seeds as number) - 1}${config.defect ? ` with planted defect ${config.defect}` : ''}`);
+console.log(
+  `simulating seeds ${from}…${from + (seeds as number) - 1}${config.defect ? ` with planted defect ${config.defect}` : ''}`,
+);
 const stats = await campaign({
   from,
   seeds: seeds as number,
@@ -141,6 +163,8 @@ const stats = await campaign({
 console.log(report(stats, true));
 const first = stats.failures[0];
 if (!first) process.exit(0);
-console.log(`\nfirst failure at seed ${first.seed} (seeds to detection: ${first.seed - from + 1}); replay: ${replayCommand(first.seed, config)}\n`);
+console.log(
+  `\nfirst failure at seed ${first.seed} (seeds to detection: ${first.seed - from + 1}); replay: ${replayCommand(first.seed, config)}\n`,
+);
 console.log(formatFailure(await investigate(first.seed, config)));
 process.exit(1);

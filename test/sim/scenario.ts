@@ -12,10 +12,21 @@ export type BackendName = 'memory' | 'sqlite';
 /** `own`: the ledger is a separate database keyed by the record id (unique). `shared`: it commits with the completion. */
 export type LedgerMode = 'own' | 'shared';
 /** Planted defects (./defects.ts): where each lives decides the backend it runs on. */
-export const SQL_DEFECTS = ['read-then-write-claim', 'unfenced-complete', 'unfenced-renew', 'fingerprint-blind-takeover'] as const;
+export const SQL_DEFECTS = [
+  'read-then-write-claim',
+  'unfenced-complete',
+  'unfenced-renew',
+  'fingerprint-blind-takeover',
+] as const;
 export const MEMORY_DEFECTS = ['memory-yielding-claim', 'claim-ignores-expiry', 'renew-ignores-expiry'] as const;
-export const ENGINE_DEFECTS = ['retryable-503-as-final', 'renewal-never-started', 'effects-with-retryable', 'success-without-record'] as const;
-export type DefectName = (typeof SQL_DEFECTS)[number] | (typeof MEMORY_DEFECTS)[number] | (typeof ENGINE_DEFECTS)[number];
+export const ENGINE_DEFECTS = [
+  'retryable-503-as-final',
+  'renewal-never-started',
+  'effects-with-retryable',
+  'success-without-record',
+] as const;
+export type DefectName =
+  (typeof SQL_DEFECTS)[number] | (typeof MEMORY_DEFECTS)[number] | (typeof ENGINE_DEFECTS)[number];
 export const DEFECTS: readonly DefectName[] = [...SQL_DEFECTS, ...MEMORY_DEFECTS, ...ENGINE_DEFECTS];
 /** The backend a planted defect is written for, if any. */
 export function defectBackend(defect: DefectName | undefined): BackendName | undefined {
@@ -179,7 +190,9 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
   const backend = config.backend ?? defectBackend(defect) ?? drawnBackend;
   const ledger = config.ledger ?? (rng.chance(0.5) ? 'own' : 'shared');
   const leaseMs = rng.pick([2_000, 5_000, 10_000]);
-  const renewEveryMs = rng.chance(0.5) ? Math.floor(leaseMs / 3) : rng.int(Math.floor(leaseMs / 5), Math.floor(leaseMs / 2));
+  const renewEveryMs = rng.chance(0.5)
+    ? Math.floor(leaseMs / 3)
+    : rng.int(Math.floor(leaseMs / 5), Math.floor(leaseMs / 2));
   const waitForOutcomeMs = rng.chance(0.7) ? 0 : rng.int(100, 2 * leaseMs);
   const honoursAbort = rng.chance(0.5);
   // A fifth of the seeds keep records for only 2–5 leases, so records expire while clients still retry, and slow
@@ -226,10 +239,14 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
     for (let i = 0; i < count; i++) {
       if (i > 0) {
         const shape = rng.next();
-        if (shape < 0.1) at += 0; // a double submit: the same request twice at once (two connections, a retrying proxy)
-        else if (shape < 0.3) at += rng.int(0, 5); // a burst: a double click
-        else if (shape < 0.6) at += rng.int(0, Math.floor(leaseMs / 2)); // a quick retry while the first runs
-        else if (shape < (shortTtl ? 0.85 : 0.97)) at += rng.int(Math.floor(leaseMs / 2), 2 * leaseMs); // after a lease or two
+        if (shape < 0.1)
+          at += 0; // a double submit: the same request twice at once (two connections, a retrying proxy)
+        else if (shape < 0.3)
+          at += rng.int(0, 5); // a burst: a double click
+        else if (shape < 0.6)
+          at += rng.int(0, Math.floor(leaseMs / 2)); // a quick retry while the first runs
+        else if (shape < (shortTtl ? 0.85 : 0.97))
+          at += rng.int(Math.floor(leaseMs / 2), 2 * leaseMs); // after a lease or two
         else at += ttlMs + rng.int(-2 * maxSkewMs, 2 * maxSkewMs); // a TTL later (a day, or a few leases): the record expires
       }
       const tampered = rng.chance(tamperRate);

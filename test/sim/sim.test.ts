@@ -53,7 +53,11 @@ describe('the invariant checker', () => {
     response: null,
     ...overrides,
   });
-  const answer = (r: IdempotencyRecord, replayed = false): RunResult => ({ replayed, response: r.response as StoredResponse, record: r });
+  const answer = (r: IdempotencyRecord, replayed = false): RunResult => ({
+    replayed,
+    response: r.response as StoredResponse,
+    record: r,
+  });
   const claimed = (checker: Checker, r: IdempotencyRecord, before: IdempotencyRecord | null = null, now = 0) =>
     checker.onStoreOp('claim', r.pk, { now, token: r.token }, before, r, { kind: 'claimed', record: r }, false);
 
@@ -112,26 +116,69 @@ describe('the invariant checker', () => {
     const checker = new Checker(() => {});
     const done = record({ status: 'succeeded', response: response(201, '{}'), expiresAt: 5_000 });
     claimed(checker, done);
-    checker.onStoreOp('claim', done.pk, { now: 4_999, token: 't9', fingerprint: 'f1' }, done, done, { kind: 'existing', record: done }, false);
+    checker.onStoreOp(
+      'claim',
+      done.pk,
+      { now: 4_999, token: 't9', fingerprint: 'f1' },
+      done,
+      done,
+      { kind: 'existing', record: done },
+      false,
+    );
     expect(checker.violation).toBe(undefined);
-    checker.onStoreOp('claim', done.pk, { now: 5_000, token: 't9', fingerprint: 'f1' }, done, done, { kind: 'existing', record: done }, false);
+    checker.onStoreOp(
+      'claim',
+      done.pk,
+      { now: 5_000, token: 't9', fingerprint: 'f1' },
+      done,
+      done,
+      { kind: 'existing', record: done },
+      false,
+    );
     expect(checker.violation?.invariant).toBe('claim-decision');
     const other = new Checker(() => {});
     const live = record();
     claimed(other, live);
     const taken = record({ token: 't2' });
-    other.onStoreOp('claim', live.pk, { now: 9_999, token: 't2', fingerprint: 'f1' }, live, taken, { kind: 'claimed', record: taken }, false);
+    other.onStoreOp(
+      'claim',
+      live.pk,
+      { now: 9_999, token: 't2', fingerprint: 'f1' },
+      live,
+      taken,
+      { kind: 'claimed', record: taken },
+      false,
+    );
     expect(other.violation?.invariant).toBe('claim-decision');
   });
 
   it('the claim condition and the status classes, as the checker states them (independently of src/)', () => {
     const live = record();
-    expect([contractClaimable(null, 'f1', 0), contractClaimable(live, 'f1', 9_999), contractClaimable(live, 'f1', 10_000)]).toEqual([true, false, true]);
+    expect([
+      contractClaimable(null, 'f1', 0),
+      contractClaimable(live, 'f1', 9_999),
+      contractClaimable(live, 'f1', 10_000),
+    ]).toEqual([true, false, true]);
     expect([contractClaimable(live, 'f2', 10_000), contractClaimable(live, 'f2', 86_400_000)]).toEqual([false, true]);
     const failed = record({ status: 'failed', retryable: true });
-    expect([contractClaimable(failed, 'f1', 0), contractClaimable({ ...failed, retryable: false }, 'f1', 0), contractClaimable(failed, 'f2', 0)]).toEqual([true, false, false]);
+    expect([
+      contractClaimable(failed, 'f1', 0),
+      contractClaimable({ ...failed, retryable: false }, 'f1', 0),
+      contractClaimable(failed, 'f2', 0),
+    ]).toEqual([true, false, false]);
     expect([200, 201, 400, 402, 404, 422, 408, 409, 425, 429, 500, 503].map(statusClass)).toEqual([
-      'succeeded', 'succeeded', 'final', 'final', 'final', 'final', 'retryable', 'retryable', 'retryable', 'retryable', 'retryable', 'retryable',
+      'succeeded',
+      'succeeded',
+      'final',
+      'final',
+      'final',
+      'final',
+      'retryable',
+      'retryable',
+      'retryable',
+      'retryable',
+      'retryable',
+      'retryable',
     ]);
   });
 
@@ -141,7 +188,9 @@ describe('the invariant checker', () => {
     claimed(checker, live);
     const failed = record({ status: 'failed', retryable: false, response: response(503, '{}') });
     checker.onStoreOp('complete', live.pk, { token: 't1' }, live, failed, { ok: true }, false);
-    expect(checker.violation?.message).toBe('IDEMPOTENCY#acct_a#k recorded failed(final) 503 id=id1 token=t1 lease→-1767225590000: a 503 is retryable, not final');
+    expect(checker.violation?.message).toBe(
+      'IDEMPOTENCY#acct_a#k recorded failed(final) 503 id=id1 token=t1 lease→-1767225590000: a 503 is retryable, not final',
+    );
   });
 
   it('a ledger row committed with a retryable outcome breaks "effects-on-retryable"', () => {
@@ -166,7 +215,15 @@ describe('the invariant checker', () => {
     claimed(other, live);
     const expired = record({ expiresAt: 20_000, leaseExpiresAt: 20_500 });
     const taken = record({ id: 'id2', token: 't2', claimedAt: 20_100 });
-    other.onStoreOp('claim', live.pk, { now: 20_100, token: 't2', fingerprint: 'f1' }, expired, taken, { kind: 'claimed', record: taken }, false);
+    other.onStoreOp(
+      'claim',
+      live.pk,
+      { now: 20_100, token: 't2', fingerprint: 'f1' },
+      expired,
+      taken,
+      { kind: 'claimed', record: taken },
+      false,
+    );
     expect(other.violation?.message).toMatch(/^a claim of IDEMPOTENCY#acct_a#k at -\d+ took over a live lease/);
   });
 

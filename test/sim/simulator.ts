@@ -43,11 +43,12 @@ import {
 // Short-TTL seeds create engines with ttlMs under the production minimum, which warns once per engine. The
 // simulator creates thousands; the warning says nothing here.
 const emitWarning = process.emitWarning.bind(process);
-process.emitWarning = ((warning: string | Error, ...rest: unknown[]) => {
+process.emitWarning = (warning: string | Error, ...rest: unknown[]) => {
   const options = rest[0];
-  if (typeof options === 'object' && options !== null && (options as { code?: unknown }).code === 'IDEM_SHORT_TTL') return;
+  if (typeof options === 'object' && options !== null && (options as { code?: unknown }).code === 'IDEM_SHORT_TTL')
+    return;
   Reflect.apply(emitWarning, process, [warning, ...rest]);
-});
+};
 
 export interface RunOptions {
   /**
@@ -148,7 +149,8 @@ interface Attempt {
   effects?: ((tx: unknown) => unknown) | undefined;
 }
 
-type ProcessorReply = { kind: 'charged'; chargeId: string } | { kind: 'declined' } | { kind: 'unavailable'; status: number };
+type ProcessorReply =
+  { kind: 'charged'; chargeId: string } | { kind: 'declined' } | { kind: 'unavailable'; status: number };
 
 /** What a client saw of one attempt. */
 type Seen =
@@ -232,8 +234,13 @@ class World {
         `lease ${s.leaseMs} ms, renew every ${s.renewEveryMs} ms, wait-for-outcome ${s.waitForOutcomeMs} ms, ` +
         `handler ${s.honoursAbort ? 'honours' : 'ignores'} abort`,
     );
-    this.#log(() => `processes: ${s.processes.map((p) => `${p.name} (clock ${p.skewMs >= 0 ? '+' : ''}${p.skewMs} ms)`).join(', ')}`);
-    this.#log(() => `keys: ${s.keys.map((k) => `${recordPk(k.scope, k.key)} ${JSON.stringify(k.payload)}`).join('; ')}`);
+    this.#log(
+      () =>
+        `processes: ${s.processes.map((p) => `${p.name} (clock ${p.skewMs >= 0 ? '+' : ''}${p.skewMs} ms)`).join(', ')}`,
+    );
+    this.#log(
+      () => `keys: ${s.keys.map((k) => `${recordPk(k.scope, k.key)} ${JSON.stringify(k.payload)}`).join('; ')}`,
+    );
     const rates = Object.entries(s.faults).filter(([k, p]) => p > 0 && k !== 'crash' && k !== 'pause');
     this.#log(() => `fault rates: ${rates.map(([k, p]) => `${k} ${p.toFixed(3)}`).join(', ') || 'none'}`);
 
@@ -290,7 +297,10 @@ class World {
       for (const e of this.#events) if (!next || e.at < next.at || (e.at === next.at && e.seq < next.seq)) next = e;
       if (!next) return;
       if (++this.#steps > this.#maxSteps) {
-        this.#checker.fail('no-quiescence', `still busy after ${this.#maxSteps} events (${this.#events.length} pending)`);
+        this.#checker.fail(
+          'no-quiescence',
+          `still busy after ${this.#maxSteps} events (${this.#events.length} pending)`,
+        );
         return;
       }
       this.#now = Math.max(this.#now, next.at);
@@ -300,7 +310,9 @@ class World {
         // Every store call arriving within the window starts now, in one turn, in arrival order; then each
         // finishes in the same order. A store call that never yields finishes within its start, as before.
         const horizon = next.at + this.#s.batchWindowMs;
-        const batch = this.#events.filter((e) => e.arrive && e.at <= horizon).sort((a, b) => a.at - b.at || a.seq - b.seq);
+        const batch = this.#events
+          .filter((e) => e.arrive && e.at <= horizon)
+          .sort((a, b) => a.at - b.at || a.seq - b.seq);
         for (const e of batch) this.#events.splice(this.#events.indexOf(e), 1);
         if (batch.length > 1) {
           this.#count('store calls started in one turn (batches)');
@@ -331,10 +343,13 @@ class World {
     for (const [pk, seen] of last) {
       const now = await this.#backend.observe(pk);
       if (sameRecord(seen, now)) continue;
-      this.#log(() => `    ! a write to ${pk} landed after a yield inside a store call: ${describe(seen)} → ${describe(now)}`);
+      this.#log(
+        () => `    ! a write to ${pk} landed after a yield inside a store call: ${describe(seen)} → ${describe(now)}`,
+      );
       this.#checker.onStoreOp('late-write', pk, {}, seen, now, undefined, false);
     }
-    for (const row of this.#backend.newLedgerRows()) this.#checker.onLedgerRow(row, await this.#backend.observe(row.pk));
+    for (const row of this.#backend.newLedgerRows())
+      this.#checker.onLedgerRow(row, await this.#backend.observe(row.pk));
   }
 
   /**
@@ -402,9 +417,22 @@ class World {
       },
       clearTimeout: (handle) => this.#cancel(handle as Event),
     };
-    const incarnation: Incarnation = { proc, label, alive: true, pausedUntil: 0, engine: undefined as never, clock, inflight: new Map() };
+    const incarnation: Incarnation = {
+      proc,
+      label,
+      alive: true,
+      pausedUntil: 0,
+      engine: undefined as never,
+      clock,
+      inflight: new Map(),
+    };
     const lower = lowerDefect(this.#s.defect, this.#backend.storeFor(), this.#backend);
-    const store = upperDefect(this.#s.defect, this.#scheduled(incarnation, lower), this.#backend, () => current.getStore()?.effects);
+    const store = upperDefect(
+      this.#s.defect,
+      this.#scheduled(incarnation, lower),
+      this.#backend,
+      () => current.getStore()?.effects,
+    );
     incarnation.engine = createEngine<unknown>({
       store,
       clock,
@@ -417,7 +445,10 @@ class World {
         if (event.type === 'store_op') return;
         this.#count(event.type === 'executed' ? `executed:${event.outcome}` : event.type);
         if (event.type === 'takeover' || event.type === 'lease_lost' || event.type === 'stale_write_refused') {
-          this.#log(() => `${label} event ${event.type}${'op' in event ? ` (${event.op})` : ''} ${recordPk(event.scope, event.key)}`);
+          this.#log(
+            () =>
+              `${label} event ${event.type}${'op' in event ? ` (${event.op})` : ''} ${recordPk(event.scope, event.key)}`,
+          );
         }
       },
     });
@@ -425,7 +456,9 @@ class World {
     // (Engine.begin) commits effects only with a final outcome. Before it, the engine passed them through, so the
     // handler offers them only to an engine that makes that promise (or to the planted defect that breaks it).
     this.#effectsOnFailure =
-      this.#s.effectsOnFailure && (typeof (incarnation.engine as { begin?: unknown }).begin === 'function' || this.#s.defect === 'effects-with-retryable');
+      this.#s.effectsOnFailure &&
+      (typeof (incarnation.engine as { begin?: unknown }).begin === 'function' ||
+        this.#s.defect === 'effects-with-retryable');
     return incarnation;
   }
 
@@ -446,7 +479,8 @@ class World {
           `✗ fault ${fault.id}: ${victim.label} crashes (${mine.length} timers and replies lost, ` +
           `requests ${[...victim.inflight.keys()].join(', ') || 'none'} cut off); restarts in ${fault.ms} ms`,
       );
-      for (const attempt of victim.inflight.values()) this.#clientSees(attempt, { kind: 'nothing' }, 'the connection resets');
+      for (const attempt of victim.inflight.values())
+        this.#clientSees(attempt, { kind: 'nothing' }, 'the connection resets');
       this.#at(this.#now + fault.ms, undefined, () => this.#restart(fault.process));
       return;
     }
@@ -474,14 +508,25 @@ class World {
         return lower.roundTrips;
       },
       claim: (r) =>
-        op('claim', r.pk, { now: r.now, token: r.token, fingerprint: r.fingerprint }, `fp=${r.fingerprint.slice(0, 8)} now=${r.now - T0}`, () =>
-          lower.claim(r),
+        op(
+          'claim',
+          r.pk,
+          { now: r.now, token: r.token, fingerprint: r.fingerprint },
+          `fp=${r.fingerprint.slice(0, 8)} now=${r.now - T0}`,
+          () => lower.claim(r),
         ),
       complete: (r) => {
         const response = r.outcome.response ? ` ${r.outcome.response.status}` : '';
-        return op('complete', r.pk, { token: r.token, now: r.now }, `→${r.outcome.status}${response} token=${r.token}`, () => lower.complete(r));
+        return op(
+          'complete',
+          r.pk,
+          { token: r.token, now: r.now },
+          `→${r.outcome.status}${response} token=${r.token}`,
+          () => lower.complete(r),
+        );
       },
-      renew: (r) => op('renew', r.pk, { token: r.token, now: r.now }, `token=${r.token} now=${r.now - T0}`, () => lower.renew(r)),
+      renew: (r) =>
+        op('renew', r.pk, { token: r.token, now: r.now }, `token=${r.token} now=${r.now - T0}`, () => lower.renew(r)),
       release: (r) => op('release', r.pk, { token: r.token }, `token=${r.token}`, () => lower.release(r)),
       get: (pk) => op('get', pk, {}, '', () => lower.get(pk)),
       sweep: (r) => lower.sweep(r),
@@ -495,10 +540,21 @@ class World {
   #latency(attempt: Attempt | undefined): number {
     if (!attempt) return 1;
     const r = attempt.rng.next();
-    return r < 0.8 ? attempt.rng.int(0, 5) : r < 0.95 ? attempt.rng.int(5, 100) : attempt.rng.int(100, Math.floor(this.#s.leaseMs / 2));
+    return r < 0.8
+      ? attempt.rng.int(0, 5)
+      : r < 0.95
+        ? attempt.rng.int(5, 100)
+        : attempt.rng.int(100, Math.floor(this.#s.leaseMs / 2));
   }
 
-  #storeCall<T>(inc: Incarnation, name: string, pk: string, info: WriteInfo, detail: string, exec: () => Promise<T>): Promise<T> {
+  #storeCall<T>(
+    inc: Incarnation,
+    name: string,
+    pk: string,
+    info: WriteInfo,
+    detail: string,
+    exec: () => Promise<T>,
+  ): Promise<T> {
     const attempt = current.getStore();
     const by = attempt ? ` (${attempt.label})` : '';
     const work = attempt && name === 'renew' ? this.#works.get(attempt.label) : undefined;
@@ -571,8 +627,12 @@ class World {
         };
       };
       const delayed = this.#fault('store-delay', attempt);
-      const ms = delayed === undefined ? this.#latency(attempt) : this.#s.leaseMs + (attempt as Attempt).rng.int(0, this.#s.leaseMs);
-      if (delayed !== undefined) this.#log(() => `${inc.label} ${name} ${pk}${by} ✗ fault ${delayed}: ${ms} ms on the wire`);
+      const ms =
+        delayed === undefined
+          ? this.#latency(attempt)
+          : this.#s.leaseMs + (attempt as Attempt).rng.int(0, this.#s.leaseMs);
+      if (delayed !== undefined)
+        this.#log(() => `${inc.label} ${name} ${pk}${by} ✗ fault ${delayed}: ${ms} ms on the wire`);
       // On the wire: it reaches the store even if its sender dies.
       this.#at(this.#now + ms, undefined, () => {}, arrive);
     });
@@ -615,11 +675,14 @@ class World {
       (result) => {
         if (!inc.alive) return;
         inc.inflight.delete(attempt.label);
-        this.#log(() => `${inc.label} answers ${attempt.label}: ${result.replayed ? 'replay ' : ''}${preview(result.response)}`);
+        this.#log(
+          () => `${inc.label} answers ${attempt.label}: ${result.replayed ? 'replay ' : ''}${preview(result.response)}`,
+        );
         // Every answer the engine gives counts, whether or not it reaches the client: stricter than "received".
         this.#checker.onAnswer(attempt.label, result);
         const lost = this.#fault('response-lost', attempt);
-        if (lost !== undefined) this.#clientSees(attempt, { kind: 'nothing' }, `✗ fault ${lost}: the answer is lost on the way`);
+        if (lost !== undefined)
+          this.#clientSees(attempt, { kind: 'nothing' }, `✗ fault ${lost}: the answer is lost on the way`);
         else this.#clientSees(attempt, { kind: 'answer', result });
       },
       (error: unknown) => {
@@ -695,7 +758,10 @@ class World {
     if (reply.kind === 'unavailable') {
       const response = this.#json(inc, reply.status, { error: 'processor_unavailable' });
       // The planted defect: the engine's classification of a 503 made final (an outcome it honours).
-      const outcome = this.#s.defect === 'retryable-503-as-final' && reply.status === 503 ? ({ outcome: 'failed-final' } as const) : {};
+      const outcome =
+        this.#s.defect === 'retryable-503-as-final' && reply.status === 503
+          ? ({ outcome: 'failed-final' } as const)
+          : {};
       if (this.#s.ledger === 'shared' && this.#effectsOnFailure) {
         // A handler that hands its "failed attempt" row to effects with a retryable answer: the engine must drop them.
         const row: LedgerRow = { recordId: ctx.id, pk, chargeId: `failed-${by}`, amount: payload.amount };
@@ -727,12 +793,19 @@ class World {
     // Slow: 0.3–2.5 leases; with a record kept only a few leases, up to 1.25 TTLs, so work outlives its record's
     // first expiresAt and only renewals carrying it forward keep the key.
     const span = this.#s.ttlMs < 10 * lease ? Math.max(lease, this.#s.ttlMs / 2) : lease;
-    const ms = slow === undefined ? attempt.rng.int(1, Math.floor(lease / 4)) : Math.floor(span * (0.3 + 2.2 * attempt.rng.next()));
-    if (slow !== undefined) this.#log(() => `${inc.label} work ${attempt.label}: ${name} ✗ fault ${slow}: slow, takes ${ms} ms`);
+    const ms =
+      slow === undefined
+        ? attempt.rng.int(1, Math.floor(lease / 4))
+        : Math.floor(span * (0.3 + 2.2 * attempt.rng.next()));
+    if (slow !== undefined)
+      this.#log(() => `${inc.label} work ${attempt.label}: ${name} ✗ fault ${slow}: slow, takes ${ms} ms`);
     return new Promise<T>((resolve) => {
       inc.clock.setTimeout(() => {
         const value = effect();
-        this.#log(() => `${inc.label} work ${attempt.label}: ${name} → ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`);
+        this.#log(
+          () =>
+            `${inc.label} work ${attempt.label}: ${name} → ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`,
+        );
         resolve(value);
       }, ms);
     });
@@ -764,7 +837,12 @@ class World {
   }
 
   #charge(inc: Incarnation, chargeId: string, payload: Payload): StoredResponse {
-    return this.#json(inc, 201, { id: chargeId, amount: payload.amount, currency: payload.currency, status: 'succeeded' });
+    return this.#json(inc, 201, {
+      id: chargeId,
+      amount: payload.amount,
+      currency: payload.currency,
+      status: 'succeeded',
+    });
   }
 
   /** A JSON response. It names the process and its time, as real ones carry a request id: attempts differ. */
@@ -797,7 +875,10 @@ class World {
       const pk = recordPk(plan.scope, plan.key);
       const record = await this.#backend.observe(pk);
       if (record?.status === 'in_progress' && record.leaseExpiresAt > slowest) {
-        this.#checker.fail('stuck-in-progress', `${pk} is in_progress with its lease still running once idle: ${describe(record)}`);
+        this.#checker.fail(
+          'stuck-in-progress',
+          `${pk} is in_progress with its lease still running once idle: ${describe(record)}`,
+        );
         return;
       }
     }
@@ -806,7 +887,9 @@ class World {
       const label = `settle${plan.index}`;
       const process = new Rng(this.#s.seed, label).int(0, this.#s.processes.length - 1);
       const { payload, fingerprint } = plan;
-      this.#send(this.#attempt(label, { keyIndex: plan.index, process, payload, fingerprint, tampered: false, settle: true }));
+      this.#send(
+        this.#attempt(label, { keyIndex: plan.index, process, payload, fingerprint, tampered: false, settle: true }),
+      );
       await this.#loop();
       if (this.#checker.violation) return;
       const seen = this.#seen.get(label);
@@ -814,10 +897,19 @@ class World {
       const record = await this.#backend.observe(pk);
       if (seen?.kind === 'answer' && isFinal(seen.result.response.status)) continue;
       if (seen?.kind === 'answer') {
-        this.#checker.fail('outcome-class', `${label}: a fault-free retry once every process was idle got ${preview(seen.result.response)}; ${pk} is ${describe(record)}`);
+        this.#checker.fail(
+          'outcome-class',
+          `${label}: a fault-free retry once every process was idle got ${preview(seen.result.response)}; ${pk} is ${describe(record)}`,
+        );
         return;
       }
-      if (seen?.kind === 'error' && seen.code === 'FINGERPRINT_MISMATCH' && record && record.fingerprint !== fingerprint) continue;
+      if (
+        seen?.kind === 'error' &&
+        seen.code === 'FINGERPRINT_MISMATCH' &&
+        record &&
+        record.fingerprint !== fingerprint
+      )
+        continue;
       this.#checker.fail(
         'stuck-in-progress',
         `${label}: a retry once every process was idle got ${seen?.kind === 'error' ? seen.code : 'no answer'}; ${pk} is ${describe(record)}`,

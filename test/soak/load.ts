@@ -11,7 +11,14 @@ import { readFileSync } from 'node:fs';
 export type Kind = 'new' | 'replay' | 'conflict' | 'mismatch' | 'keyless' | 'invalid-key';
 
 /** Weights of each kind of step (a conflict step is two concurrent requests). */
-export const MIX: Readonly<Record<Kind, number>> = { new: 40, replay: 30, conflict: 10, mismatch: 10, keyless: 5, 'invalid-key': 5 };
+export const MIX: Readonly<Record<Kind, number>> = {
+  new: 40,
+  replay: 30,
+  conflict: 10,
+  mismatch: 10,
+  keyless: 5,
+  'invalid-key': 5,
+};
 
 export interface Sample {
   readonly requests: number;
@@ -65,7 +72,14 @@ export function rssMiB(pid: number): number {
  * @example
  * const result = await soak({ url: server.url, pid: server.child.pid, requests: 20_000 })
  */
-export async function soak({ url, pid, requests, concurrency = 16, samples = 40, apiKey = 'sk_test_alice' }: SoakOptions): Promise<SoakResult> {
+export async function soak({
+  url,
+  pid,
+  requests,
+  concurrency = 16,
+  samples = 40,
+  apiKey = 'sk_test_alice',
+}: SoakOptions): Promise<SoakResult> {
   const auth = `Bearer ${apiKey}`;
   const counts: Record<Kind, number> = { new: 0, replay: 0, conflict: 0, mismatch: 0, keyless: 0, 'invalid-key': 0 };
   const errors: string[] = [];
@@ -86,7 +100,11 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(30_000),
     });
-    return { status: response.status, replayed: response.headers.get('idempotent-replayed'), body: await response.text() };
+    return {
+      status: response.status,
+      replayed: response.headers.get('idempotent-replayed'),
+      body: await response.text(),
+    };
   };
   const fail = (what: string) => {
     if (errors.length < 50) errors.push(what);
@@ -109,20 +127,29 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
         const key = randomUUID();
         const amount = amountOf();
         const declined = Math.random() < 0.1;
-        const answer = await post({ amount, source: declined ? 'tok_chargeDeclined' : 'tok_visa' }, { 'idempotency-key': key });
-        if (answer.status !== (declined ? 402 : 201) || answer.replayed !== null) fail(`new ${key}: ${answer.status} ${answer.body.slice(0, 100)}`);
+        const answer = await post(
+          { amount, source: declined ? 'tok_chargeDeclined' : 'tok_visa' },
+          { 'idempotency-key': key },
+        );
+        if (answer.status !== (declined ? 402 : 201) || answer.replayed !== null)
+          fail(`new ${key}: ${answer.status} ${answer.body.slice(0, 100)}`);
         recent.push({ key, amount, status: answer.status, body: answer.body });
         if (recent.length > WINDOW) recent.shift();
         return answered(1);
       }
       case 'replay': {
-        const answer = await post({ amount: pick.amount, source: pick.status === 402 ? 'tok_chargeDeclined' : 'tok_visa' }, { 'idempotency-key': pick.key });
-        if (answer.status !== pick.status || answer.replayed !== 'true' || answer.body !== pick.body) fail(`replay ${pick.key}: ${answer.status} ${answer.replayed}`);
+        const answer = await post(
+          { amount: pick.amount, source: pick.status === 402 ? 'tok_chargeDeclined' : 'tok_visa' },
+          { 'idempotency-key': pick.key },
+        );
+        if (answer.status !== pick.status || answer.replayed !== 'true' || answer.body !== pick.body)
+          fail(`replay ${pick.key}: ${answer.status} ${answer.replayed}`);
         return answered(1);
       }
       case 'mismatch': {
         const answer = await post({ amount: pick.amount + 1 }, { 'idempotency-key': pick.key });
-        if (answer.status !== 400 || !answer.body.includes('idempotency-key-reused')) fail(`mismatch ${pick.key}: ${answer.status}`);
+        if (answer.status !== 400 || !answer.body.includes('idempotency-key-reused'))
+          fail(`mismatch ${pick.key}: ${answer.status}`);
         return answered(1);
       }
       case 'conflict': {
@@ -135,7 +162,10 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
         ]);
         const executed = [a, b].filter((x) => x.status === 201 && x.replayed === null);
         const others = [a, b].filter((x) => !(x.status === 201 && x.replayed === null));
-        if (executed.length !== 1 || others.some((x) => x.status !== 409 && !(x.status === 201 && x.body === executed[0]?.body))) {
+        if (
+          executed.length !== 1 ||
+          others.some((x) => x.status !== 409 && !(x.status === 201 && x.body === executed[0]?.body))
+        ) {
           fail(`conflict ${key}: ${a.status}/${a.replayed} ${b.status}/${b.replayed}`);
         }
         return answered(2);
@@ -147,7 +177,8 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
       }
       case 'invalid-key': {
         const answer = await post({ amount: amountOf() }, { 'idempotency-key': 'x'.repeat(256) });
-        if (answer.status !== 400 || !answer.body.includes('idempotency-key-invalid')) fail(`invalid key: ${answer.status}`);
+        if (answer.status !== 400 || !answer.body.includes('idempotency-key-invalid'))
+          fail(`invalid key: ${answer.status}`);
         return answered(1);
       }
     }
@@ -187,7 +218,11 @@ export async function soak({ url, pid, requests, concurrency = 16, samples = 40,
  * @example
  * levelsOff(result.samples) // → { middleMax, lastMax, ok }
  */
-export function levelsOff(samples: readonly Sample[], factor = 1.25, slackMiB = 32): { middleMax: number; lastMax: number; limit: number; ok: boolean } {
+export function levelsOff(
+  samples: readonly Sample[],
+  factor = 1.25,
+  slackMiB = 32,
+): { middleMax: number; lastMax: number; limit: number; ok: boolean } {
   const third = Math.floor(samples.length / 3);
   const max = (from: number, to: number) => Math.max(...samples.slice(from, to).map((s) => s.rssMiB));
   const middleMax = max(third, 2 * third);
@@ -202,8 +237,13 @@ export function describeCurve(samples: readonly Sample[], rows = 11): string {
   const values = samples.map((s) => s.rssMiB);
   const lo = Math.min(...values);
   const hi = Math.max(...values);
-  const spark = values.map((v) => bars[Math.min(bars.length - 1, Math.floor(((v - lo) / Math.max(1e-9, hi - lo)) * bars.length))]).join('');
-  const picks = Array.from({ length: rows }, (_, i) => samples[Math.round((i * (samples.length - 1)) / (rows - 1))] as Sample);
+  const spark = values
+    .map((v) => bars[Math.min(bars.length - 1, Math.floor(((v - lo) / Math.max(1e-9, hi - lo)) * bars.length))])
+    .join('');
+  const picks = Array.from(
+    { length: rows },
+    (_, i) => samples[Math.round((i * (samples.length - 1)) / (rows - 1))] as Sample,
+  );
   const table = picks.map((s) => `| ${s.requests} | ${s.seconds.toFixed(1)} | ${s.rssMiB.toFixed(1)} |`).join('\n');
   return `RSS ${lo.toFixed(1)}–${hi.toFixed(1)} MiB: ${spark}\n\n| requests | seconds | RSS (MiB) |\n|---:|---:|---:|\n${table}`;
 }

@@ -22,7 +22,17 @@ const scope = 'acct_retry';
 
 const request = (): ClaimRequest => {
   const key = randomUUID();
-  return { pk: recordPk(scope, key), scope, key, fingerprint: 'f'.repeat(64), token: randomUUID(), id: randomUUID(), now: T0, leaseMs: LEASE, ttlMs: TTL };
+  return {
+    pk: recordPk(scope, key),
+    scope,
+    key,
+    fingerprint: 'f'.repeat(64),
+    token: randomUUID(),
+    id: randomUUID(),
+    now: T0,
+    leaseMs: LEASE,
+    ttlMs: TTL,
+  };
 };
 /** A request of DynamoDB operation `op` that names `pk`. */
 const write = (op: string, pk: string) => (seen: SeenRequest) =>
@@ -83,7 +93,11 @@ describe('dynamodb store: a write applied, its reply lost, resent by the SDK (ma
     expect(proxy.requests.filter(write('PutItem', pk)).length).toBe(2);
     expect(proxy.requests.filter(write('UpdateItem', pk)).length).toBe(2);
     const stored = await store.get(pk);
-    expect([stored?.status, stored?.resultId, [...(stored?.response?.body ?? [])]]).toEqual(['succeeded', 'ch_1', [1, 2, 3]]);
+    expect([stored?.status, stored?.resultId, [...(stored?.response?.body ?? [])]]).toEqual([
+      'succeeded',
+      'ch_1',
+      [1, 2, 3],
+    ]);
   });
 
   it('claim: the resend refused by its own first write is claimed, with the record that write made', async () => {
@@ -137,7 +151,9 @@ describe('dynamodb store: a write applied, its reply lost, resent by the SDK (ma
   it('release: a release that was applied is ok (the key is free)', async () => {
     const req = request();
     await store.claim(req);
-    expect(await withLostReply(write('DeleteItem', req.pk), () => store.release({ pk: req.pk, token: req.token }))).toEqual({
+    expect(
+      await withLostReply(write('DeleteItem', req.pk), () => store.release({ pk: req.pk, token: req.token })),
+    ).toEqual({
       ok: true,
     });
     expect(await store.get(req.pk)).toBeNull();

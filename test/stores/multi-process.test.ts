@@ -69,7 +69,10 @@ const backings: Array<{ name: string; available: boolean; open: () => Promise<Ba
       const dir = tempDir();
       const { port } = new URL(local.endpoint);
       return {
-        env: { IDEM_STORE: `dynamodb://127.0.0.1:${port}?table=idem_e2e_${suffix()}`, IDEM_LEDGER: `${dir.path}/ledger.db` },
+        env: {
+          IDEM_STORE: `dynamodb://127.0.0.1:${port}?table=idem_e2e_${suffix()}`,
+          IDEM_LEDGER: `${dir.path}/ledger.db`,
+        },
         cleanup: async () => {
           await local.close();
           dir.remove();
@@ -129,7 +132,11 @@ for (const backing of backings) {
       }
       const charge = JSON.parse(body) as { id: string };
       for (const server of servers) {
-        expect(await api(server.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+        expect(await api(server.url).balance()).toEqual({
+          object: 'balance',
+          charged: before.charged + 50000,
+          count: before.count + 1,
+        });
       }
       expect(await (await api(servers[2]!.url).get(`/v1/charges/${charge.id}`)).text()).toBe(body);
     });
@@ -144,7 +151,9 @@ for (const backing of backings) {
         .catch((error: unknown) => error);
       // Wait until the doomed process holds the lease (its record is visible from another process).
       const status = async () => {
-        const list = (await (await alice.get('/v1/idempotency_records')).json()) as { data: Array<{ key: string; status: string }> };
+        const list = (await (await alice.get('/v1/idempotency_records')).json()) as {
+          data: Array<{ key: string; status: string }>;
+        };
         return list.data.find((r) => r.key === key)?.status;
       };
       for (let i = 0; i < 100 && (await status()) !== 'in_progress'; i++) await new Promise((r) => setTimeout(r, 50));
@@ -163,7 +172,11 @@ for (const backing of backings) {
       expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
       const replay = await answer(await api(third.url).charge($500, { 'idempotency-key': key }));
       expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', retry.body]);
-      expect(await api(third.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+      expect(await api(third.url).balance()).toEqual({
+        object: 'balance',
+        charged: before.charged + 50000,
+        count: before.count + 1,
+      });
     });
   });
 }

@@ -96,7 +96,11 @@ describe.skipIf(!available)('three server processes on MySQL', () => {
     expect(stored?.status).toBe('succeeded');
     expect(chargesFor(stored!.id)).toEqual([{ id: charge.id }]);
     for (const server of servers) {
-      expect(await api(server.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+      expect(await api(server.url).balance()).toEqual({
+        object: 'balance',
+        charged: before.charged + 50000,
+        count: before.count + 1,
+      });
     }
   }, 60_000);
 
@@ -131,6 +135,10 @@ describe.skipIf(!available)('three server processes on MySQL', () => {
     expect(chargesFor(held!.id)).toEqual([{ id: (JSON.parse(retry.body) as { id: string }).id }]);
     const replay = await answer(await api(third.url).charge($500, { 'idempotency-key': key }));
     expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', retry.body]);
-    expect(await api(third.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+    expect(await api(third.url).balance()).toEqual({
+      object: 'balance',
+      charged: before.charged + 50000,
+      count: before.count + 1,
+    });
   }, 60_000);
 });

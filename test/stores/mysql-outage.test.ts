@@ -126,7 +126,9 @@ describe.skipIf(!available)('MySQL outage, through a fault proxy', () => {
     const before = charges();
     proxy.cut();
     const keys = Array.from({ length: 5 }, () => randomUUID());
-    const answers = await Promise.all(keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))));
+    const answers = await Promise.all(
+      keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))),
+    );
     for (const a of answers) expect(downOf(a)).toEqual(STORE_DOWN);
     expect(charges()).toEqual(before);
     for (const key of keys) expect(await record(key)).toBeUndefined();

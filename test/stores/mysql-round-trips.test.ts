@@ -50,7 +50,12 @@ describe.skipIf(!available)('round trips through the demo on MySQL (ledger in SQ
     app(
       new Request('http://127.0.0.1/v1/charges', {
         method: 'POST',
-        headers: { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json', 'idempotency-key': key, ...headers },
+        headers: {
+          authorization: 'Bearer sk_test_alice',
+          'content-type': 'application/json',
+          'idempotency-key': key,
+          ...headers,
+        },
         body: JSON.stringify(body),
       }),
     );

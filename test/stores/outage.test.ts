@@ -153,7 +153,9 @@ for (const store of stores) {
     /** Waits until the record for `key` is `in_progress` (the request holds the lease), as seen through the store. */
     const claimed = async (key: string): Promise<void> => {
       for (let i = 0; i < 100; i++) {
-        const list = (await (await alice().get('/v1/idempotency_records')).json()) as { data: Array<{ key: string; status: string }> };
+        const list = (await (await alice().get('/v1/idempotency_records')).json()) as {
+          data: Array<{ key: string; status: string }>;
+        };
         if (list.data.find((r) => r.key === key)?.status === 'in_progress') return;
         await sleep(25);
       }
@@ -182,7 +184,9 @@ for (const store of stores) {
       const before = await setup.charges();
       proxy.cut();
       const keys = Array.from({ length: 5 }, () => randomUUID());
-      const answers = await Promise.all(keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))));
+      const answers = await Promise.all(
+        keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))),
+      );
       for (const a of answers) expect(downOf(a)).toEqual(STORE_DOWN);
       expect(await setup.charges()).toEqual(before);
       expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
@@ -194,7 +198,9 @@ for (const store of stores) {
       const before = await setup.charges();
       proxy.stall();
       const keys = Array.from({ length: 5 }, () => randomUUID());
-      const answers = await Promise.all(keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))));
+      const answers = await Promise.all(
+        keys.map(async (key) => answer(await alice().charge($500, { 'idempotency-key': key }))),
+      );
       for (const a of answers) expect(downOf(a)).toEqual(STORE_DOWN);
       expect(await setup.charges()).toEqual(before);
       // Restore delivers what the stall held: claims the server gave up on may run now and hold their keys for

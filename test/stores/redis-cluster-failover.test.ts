@@ -76,7 +76,8 @@ interface Round {
   readonly keys: number;
 }
 
-const percentile = (sorted: readonly number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
+const percentile = (sorted: readonly number[], p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
 
 describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary under load, with and without WAIT', () => {
   let cluster: LocalRedisCluster;
@@ -89,7 +90,12 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
       const client = new Cluster([...cluster.startupNodes], {
         lazyConnect: true,
         enableOfflineQueue: false,
-        redisOptions: { connectTimeout: 1_000, commandTimeout: 2_500, maxRetriesPerRequest: 0, autoResendUnfulfilledCommands: false },
+        redisOptions: {
+          connectTimeout: 1_000,
+          commandTimeout: 2_500,
+          maxRetriesPerRequest: 0,
+          autoResendUnfulfilledCommands: false,
+        },
       });
       client.on('error', () => {});
       client.on('node error', () => {});
@@ -104,50 +110,70 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
 
   const storesFor = async (replicas: number): Promise<RedisStore[]> => {
     const prefix = `failover:${randomUUID().slice(0, 8)}:`;
-    const stores = clients.map((client) => redisStore({ client, prefix, replicas, replicaTimeoutMs: REPLICA_TIMEOUT_MS }));
+    const stores = clients.map((client) =>
+      redisStore({ client, prefix, replicas, replicaTimeoutMs: REPLICA_TIMEOUT_MS }),
+    );
     for (const store of stores) await store.load();
     return stores;
   };
 
-  it(
-    'WAIT’s cost on a healthy cluster: claim latency p50/p99 with and without it, interleaved in one run',
-    async () => {
-      const [plain, waiting] = [await storesFor(0), await storesFor(1)] as const;
-      const samples: Record<'async' | 'WAIT 1', number[]> = { async: [], 'WAIT 1': [] };
-      const scope = 'acct_latency';
-      const claim = (): ClaimRequest => {
-        const key = randomUUID();
-        return { pk: recordPk(scope, key), scope, key, fingerprint: 'f'.repeat(64), token: randomUUID(), id: randomUUID(), now: Date.now(), leaseMs: LEASE_MS, ttlMs: 60_000 };
+  it('WAIT’s cost on a healthy cluster: claim latency p50/p99 with and without it, interleaved in one run', async () => {
+    const [plain, waiting] = [await storesFor(0), await storesFor(1)] as const;
+    const samples: Record<'async' | 'WAIT 1', number[]> = { async: [], 'WAIT 1': [] };
+    const scope = 'acct_latency';
+    const claim = (): ClaimRequest => {
+      const key = randomUUID();
+      return {
+        pk: recordPk(scope, key),
+        scope,
+        key,
+        fingerprint: 'f'.repeat(64),
+        token: randomUUID(),
+        id: randomUUID(),
+        now: Date.now(),
+        leaseMs: LEASE_MS,
+        ttlMs: 60_000,
       };
-      // 10 alternating batches of 200 claims per mode, 8 at a time: machine load drifts over both alike.
-      for (let batch = 0; batch < 20; batch++) {
-        const mode = batch % 2 === 0 ? 'async' : 'WAIT 1';
-        const stores = mode === 'async' ? plain : waiting;
-        let next = 0;
-        await Promise.all(
-          Array.from({ length: 8 }, async (_, worker) => {
-            while (next < 200) {
-              next++;
-              const store = stores[worker % stores.length] as RedisStore;
-              const started = performance.now();
-              const result = await store.claim(claim());
-              samples[mode].push(performance.now() - started);
-              expect(result.kind).toBe('claimed');
-            }
-          }),
-        );
-      }
-      const rows = (['async', 'WAIT 1'] as const).map((mode) => {
-        const sorted = [...samples[mode]].sort((a, b) => a - b);
-        return { mode, claims: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN };
-      });
-      console.log(
-        ['claim latency, 8 concurrent, 4 clients (ms):', ...rows.map((r) => `  ${r.mode.padEnd(7)} n=${r.claims}  p50 ${r.p50.toFixed(2)}  p99 ${r.p99.toFixed(2)}  max ${r.max.toFixed(2)}`)].join('\n'),
+    };
+    // 10 alternating batches of 200 claims per mode, 8 at a time: machine load drifts over both alike.
+    for (let batch = 0; batch < 20; batch++) {
+      const mode = batch % 2 === 0 ? 'async' : 'WAIT 1';
+      const stores = mode === 'async' ? plain : waiting;
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, worker) => {
+          while (next < 200) {
+            next++;
+            const store = stores[worker % stores.length] as RedisStore;
+            const started = performance.now();
+            const result = await store.claim(claim());
+            samples[mode].push(performance.now() - started);
+            expect(result.kind).toBe('claimed');
+          }
+        }),
       );
-      expect(rows.map((r) => r.claims)).toEqual([2_000, 2_000]);
-    },
-    120_000,
-  );
+    }
+    const rows = (['async', 'WAIT 1'] as const).map((mode) => {
+      const sorted = [...samples[mode]].sort((a, b) => a - b);
+      return {
+        mode,
+        claims: sorted.length,
+        p50: percentile(sorted, 50),
+        p99: percentile(sorted, 99),
+        max: sorted.at(-1) ?? NaN,
+      };
+    });
+    console.log(
+      [
+        'claim latency, 8 concurrent, 4 clients (ms):',
+        ...rows.map(
+          (r) =>
+            `  ${r.mode.padEnd(7)} n=${r.claims}  p50 ${r.p50.toFixed(2)}  p99 ${r.p99.toFixed(2)}  max ${r.max.toFixed(2)}`,
+        ),
+      ].join('\n'),
+    );
+    expect(rows.map((r) => r.claims)).toEqual([2_000, 2_000]);
+  }, 120_000);
 
   /** Prints the rounds, one line each and a total per mode; asserts what must hold whatever the timing. */
   function report(title: string, rounds: readonly Round[]): void {
@@ -162,7 +188,9 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     for (const mode of ['async', 'WAIT 1'] as const) {
       const of = rounds.filter((r) => r.mode === mode);
       const sum = (field: keyof Round) => of.reduce((total, r) => total + (r[field] as number), 0);
-      const kinds = (['WAIT', 'timeout', 'redirections', 'other'] as const).map((kind) => `${kind} ${of.reduce((n, r) => n + r.errorKinds[kind], 0)}`);
+      const kinds = (['WAIT', 'timeout', 'redirections', 'other'] as const).map(
+        (kind) => `${kind} ${of.reduce((n, r) => n + r.errorKinds[kind], 0)}`,
+      );
       table.push(
         `total  ${mode.padEnd(7)}  claims acked ${sum('claimsAcked')}, lost ${sum('claimsLost')}; completions acked ${sum('completionsAcked')}, lost ${sum('completionsLost')}; store errors ${sum('storeErrors')} (${kinds.join(', ')}); reruns same id ${sum('rerunSameId')}, fresh id ${sum('rerunFreshId')}; promoted after ${of.map((r) => r.promotedMs).join('/')} ms`,
       );
@@ -172,33 +200,27 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
       // What the audit saw and what the ledger saw agree: a fresh-id rerun is exactly a key executed, then lost.
       expect(round.rerunFreshId).toBe(round.executedThenLost);
       // With one replica, the one WAIT reached is the one promoted: nothing acknowledged is lost.
-      if (round.mode === 'WAIT 1') expect([round.claimsLost, round.completionsLost, round.rerunFreshId]).toEqual([0, 0, 0]);
+      if (round.mode === 'WAIT 1')
+        expect([round.claimsLost, round.completionsLost, round.rerunFreshId]).toEqual([0, 0, 0]);
     }
   }
 
-  it(
-    `kill -9 of the scope’s primary under load, ${ROUNDS} rounds each way: acknowledged writes lost, work run twice`,
-    async () => {
-      const rounds: Round[] = [];
-      for (let i = 0; i < 2 * ROUNDS; i++) rounds.push(await failoverRound(`kill${i}`, i % 2, 0));
-      report('kill -9 of the primary (the replica keeps up):', rounds);
-    },
-    300_000,
-  );
+  it(`kill -9 of the scope’s primary under load, ${ROUNDS} rounds each way: acknowledged writes lost, work run twice`, async () => {
+    const rounds: Round[] = [];
+    for (let i = 0; i < 2 * ROUNDS; i++) rounds.push(await failoverRound(`kill${i}`, i % 2, 0));
+    report('kill -9 of the primary (the replica keeps up):', rounds);
+  }, 300_000);
 
-  it(
-    `kill -9 of the primary while its replica is ${LAG_MS} ms behind (SIGSTOPped), ${ROUNDS} rounds each way`,
-    async () => {
-      const rounds: Round[] = [];
-      for (let i = 0; i < 2 * ROUNDS; i++) rounds.push(await failoverRound(`lag${i}`, i % 2, LAG_MS));
-      report(`kill -9 of the primary, its replica stalled for the last ${LAG_MS} ms:`, rounds);
-      // Asynchronous replication loses what the replica had not received: the window exists, and WAIT closes it.
-      const lost = (mode: Round['mode']) => rounds.filter((r) => r.mode === mode).reduce((n, r) => n + r.claimsLost + r.completionsLost, 0);
-      expect(lost('async')).toBeGreaterThan(0);
-      expect(lost('WAIT 1')).toBe(0);
-    },
-    300_000,
-  );
+  it(`kill -9 of the primary while its replica is ${LAG_MS} ms behind (SIGSTOPped), ${ROUNDS} rounds each way`, async () => {
+    const rounds: Round[] = [];
+    for (let i = 0; i < 2 * ROUNDS; i++) rounds.push(await failoverRound(`lag${i}`, i % 2, LAG_MS));
+    report(`kill -9 of the primary, its replica stalled for the last ${LAG_MS} ms:`, rounds);
+    // Asynchronous replication loses what the replica had not received: the window exists, and WAIT closes it.
+    const lost = (mode: Round['mode']) =>
+      rounds.filter((r) => r.mode === mode).reduce((n, r) => n + r.claimsLost + r.completionsLost, 0);
+    expect(lost('async')).toBeGreaterThan(0);
+    expect(lost('WAIT 1')).toBe(0);
+  }, 300_000);
 
   /**
    * One round on a fresh scope (so a fresh slot's primary), with `replicas` 0 or 1. With `lagMs`, the replica is
@@ -209,7 +231,9 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     // Every node agrees on three primaries with a synced replica each (the last round's restarted node included).
     await cluster.waitForHealthy();
     // The previous rounds' records go: the restarted node's full sync then copies this round's only.
-    for (const { port } of (await cluster.topology()).filter((node) => node.role === 'master' && node.slots.length > 0)) {
+    for (const { port } of (await cluster.topology()).filter(
+      (node) => node.role === 'master' && node.slots.length > 0,
+    )) {
       await cluster.withNode(port, (node) => node.flushall());
     }
     const stores = await storesFor(replicas);
@@ -270,7 +294,13 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
           const cause = String((error as { cause?: unknown }).cause ?? error);
           if (cause.includes('not acknowledged')) waitRefusals++;
           errorKinds[
-            cause.includes('not acknowledged') ? 'WAIT' : cause.includes('timed out') ? 'timeout' : cause.includes('Too many Cluster redirections') ? 'redirections' : 'other'
+            cause.includes('not acknowledged')
+              ? 'WAIT'
+              : cause.includes('timed out')
+                ? 'timeout'
+                : cause.includes('Too many Cluster redirections')
+                  ? 'redirections'
+                  : 'other'
           ]++;
           // Back off a little, as a client would: a dead primary fails fast and would spin the loop.
           await new Promise((resolve) => setTimeout(resolve, 20));
@@ -296,7 +326,12 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     await cluster.restart(primary.port);
     await cluster.waitForSyncedReplica(primary.port, 30_000);
     const recovered = completed.size;
-    await poll(`${AFTER_RECOVERY} completions after recovery`, async () => completed.size >= recovered + AFTER_RECOVERY, 60_000, 5);
+    await poll(
+      `${AFTER_RECOVERY} completions after recovery`,
+      async () => completed.size >= recovered + AFTER_RECOVERY,
+      60_000,
+      5,
+    );
     stop = true;
     await Promise.all(workers);
 
@@ -304,11 +339,19 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     const audit = stores[0] as RedisStore;
     const records = new Map<string, IdempotencyRecord | null>();
     for (let i = 0; i < keys.length; i += 64) {
-      await Promise.all(keys.slice(i, i + 64).map(async (key) => records.set(recordPk(scope, key), await audit.get(recordPk(scope, key)))));
+      await Promise.all(
+        keys
+          .slice(i, i + 64)
+          .map(async (key) => records.set(recordPk(scope, key), await audit.get(recordPk(scope, key)))),
+      );
     }
     const claimsLost = [...claimed.keys()].filter((pk) => records.get(pk) === null).length;
-    const completionsLost = [...completed].filter(([pk, token]) => records.get(pk)?.status !== 'succeeded' || records.get(pk)?.token !== token).length;
-    const executedThenLost = keys.filter((key) => (ledger.get(key)?.length ?? 0) > 0 && records.get(recordPk(scope, key)) === null).length;
+    const completionsLost = [...completed].filter(
+      ([pk, token]) => records.get(pk)?.status !== 'succeeded' || records.get(pk)?.token !== token,
+    ).length;
+    const executedThenLost = keys.filter(
+      (key) => (ledger.get(key)?.length ?? 0) > 0 && records.get(recordPk(scope, key)) === null,
+    ).length;
 
     // Every key retried once, a minute later by the engine's clock: dead leases have lapsed.
     const later: Clock = { ...systemClock, now: () => Date.now() + 60_000 };
@@ -318,7 +361,9 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     }
     const settled = new Map<string, number>();
     for (let i = 0; i < keys.length; i += 64) {
-      const statuses = await Promise.all(keys.slice(i, i + 64).map(async (key) => (await audit.get(recordPk(scope, key)))?.status ?? 'none'));
+      const statuses = await Promise.all(
+        keys.slice(i, i + 64).map(async (key) => (await audit.get(recordPk(scope, key)))?.status ?? 'none'),
+      );
       for (const status of statuses) settled.set(status, (settled.get(status) ?? 0) + 1);
     }
     expect([...settled]).toEqual([['succeeded', keys.length]]);

@@ -13,7 +13,13 @@ import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { describeStoreConformance } from 'idem/testing';
-import { fromNodeRedis, redisStore, type RedisClient, type RedisStore, type RedisStoreOptions } from 'idem/stores/redis';
+import {
+  fromNodeRedis,
+  redisStore,
+  type RedisClient,
+  type RedisStore,
+  type RedisStoreOptions,
+} from 'idem/stores/redis';
 import { recordPk } from '../../packages/idem/src/core/key.js';
 import type { ClaimRequest, Outcome } from '../../packages/idem/src/core/record.js';
 import { idem } from '../cli/helpers.js';
@@ -47,7 +53,9 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       return client;
     },
     'node-redis': async () => {
-      const client = await createCluster({ rootNodes: cluster.startupNodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })) }).connect();
+      const client = await createCluster({
+        rootNodes: cluster.startupNodes.map(({ host, port }) => ({ url: `redis://${host}:${port}` })),
+      }).connect();
       closers.push(() => client.close());
       return fromNodeRedis(client);
     },
@@ -89,7 +97,10 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
   }
 
   describeStoreConformance({ name: 'redis cluster (ioredis Cluster)', create: () => isolated('ioredis') });
-  describeStoreConformance({ name: 'redis cluster (node-redis createCluster via fromNodeRedis)', create: () => isolated('node-redis') });
+  describeStoreConformance({
+    name: 'redis cluster (node-redis createCluster via fromNodeRedis)',
+    create: () => isolated('node-redis'),
+  });
   for (const driver of ['ioredis', 'node-redis']) {
     describeStoreConformance({
       name: `redis cluster (${driver}, replicas: 1 — WAIT after every write)`,
@@ -129,7 +140,9 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
         // b's record vanishes behind the store's back, so the next claim's clean-up meets a member whose record is gone.
         await cluster.withNode(primary.port, (node) => node.unlink(recordKeyOf(b.key)));
         expect((await store.claim(request('k-d', T0 + 3))).kind).toBe('claimed');
-        expect(await store.renew({ pk: a.pk, token: a.token, now: T0 + 4, leaseMs: 10_000, expiresAt: T0 + 70_000 })).toEqual({ ok: true });
+        expect(
+          await store.renew({ pk: a.pk, token: a.token, now: T0 + 4, leaseMs: 10_000, expiresAt: T0 + 70_000 }),
+        ).toEqual({ ok: true });
         const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
         expect(await store.complete({ pk: a.pk, token: a.token, now: T0 + 5, outcome })).toEqual({ ok: true });
         expect((await store.get(a.pk))?.status).toBe('succeeded');
@@ -159,7 +172,9 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       const slots = await cluster.withNode(primary.port, (node) =>
         Promise.all(touched.map(async (key) => Number(await node.call('CLUSTER', 'KEYSLOT', key)))),
       );
-      const expected = Number(await cluster.withNode(primary.port, (node) => node.call('CLUSTER', 'KEYSLOT', `IDEMPOTENCY#${scope}`)));
+      const expected = Number(
+        await cluster.withNode(primary.port, (node) => node.call('CLUSTER', 'KEYSLOT', `IDEMPOTENCY#${scope}`)),
+      );
       expect(new Set(slots)).toEqual(new Set([expected]));
       await store.close();
     });
@@ -173,7 +188,9 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       };
       const elsewhere = await tagOn((port) => port !== home);
       const sameNode = await tagOn((port) => port === home);
-      await expect(client.eval(script, 1, '{a}x', `${elsewhere}y`)).rejects.toThrow(/Script attempted to access a non local key in a cluster node/);
+      await expect(client.eval(script, 1, '{a}x', `${elsewhere}y`)).rejects.toThrow(
+        /Script attempted to access a non local key in a cluster node/,
+      );
       // Another slot on the same primary runs: a store whose scripts strayed would pass on a cluster until resharding.
       expect(await client.eval(script, 1, '{a}x', `${sameNode}y`)).toBe(0);
     });
@@ -185,7 +202,11 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
     const prefix = `idem_e2e_${randomBytes(5).toString('hex')}:`;
 
     beforeAll(async () => {
-      const env = { IDEM_STORE: `${cluster.url}?prefix=${prefix}`, IDEM_LEDGER: `${dir.path}/ledger.db`, IDEM_LEASE_MS: String(LEASE_MS) };
+      const env = {
+        IDEM_STORE: `${cluster.url}?prefix=${prefix}`,
+        IDEM_LEDGER: `${dir.path}/ledger.db`,
+        IDEM_LEASE_MS: String(LEASE_MS),
+      };
       servers = await Promise.all([startDemo(env), startDemo(env), startDemo(env)]);
     }, 90_000);
     afterAll(async () => {
@@ -198,17 +219,24 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       status: response.status,
       replayed: response.headers.get('idempotent-replayed'),
       retryAfter: response.headers.get('retry-after'),
-      type: response.headers.get('content-type') === 'application/problem+json' ? ((JSON.parse(await response.clone().text()) as { type: string }).type) : null,
+      type:
+        response.headers.get('content-type') === 'application/problem+json'
+          ? (JSON.parse(await response.clone().text()) as { type: string }).type
+          : null,
       body: await response.text(),
     });
     /** The record's status as any process lists it. */
     const status = async (server: DemoProcess, key: string) => {
-      const list = (await (await api(server.url).get('/v1/idempotency_records')).json()) as { data: Array<{ key: string; status: string }> };
+      const list = (await (await api(server.url).get('/v1/idempotency_records')).json()) as {
+        data: Array<{ key: string; status: string }>;
+      };
       return list.data.find((record) => record.key === key)?.status;
     };
 
     it('the server says where its records are', () => {
-      expect(servers[0]?.output()).toContain(`Redis Cluster ${cluster.url.slice('redis-cluster://'.length)} prefix ${prefix}`);
+      expect(servers[0]?.output()).toContain(
+        `Redis Cluster ${cluster.url.slice('redis-cluster://'.length)} prefix ${prefix}`,
+      );
     });
 
     it('charge 201, replay byte for byte, 409 while it runs, 400 on another payload: one charge', async () => {
@@ -226,7 +254,11 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', charged.body]);
       const tampered = await answer(await alice.charge({ ...$500, amount: 1 }, { 'idempotency-key': key }));
       expect([tampered.status, tampered.type]).toEqual([400, 'urn:idem:problem:idempotency-key-reused']);
-      expect(await alice.balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+      expect(await alice.balance()).toEqual({
+        object: 'balance',
+        charged: before.charged + 50000,
+        count: before.count + 1,
+      });
     });
 
     it('idem records list and show --store redis-cluster://… read the records the servers wrote', async () => {
@@ -261,7 +293,11 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
         else expect([a.status, a.replayed, a.body]).toEqual([201, 'true', executed[0]!.body]);
       }
       for (const server of servers) {
-        expect(await api(server.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+        expect(await api(server.url).balance()).toEqual({
+          object: 'balance',
+          charged: before.charged + 50000,
+          count: before.count + 1,
+        });
       }
     });
 
@@ -273,7 +309,11 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       const doomed = api(doomedServer.url)
         .charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '30000' })
         .catch((error: unknown) => error);
-      await poll('the doomed request to hold its key', async () => (await status(second, key)) === 'in_progress', 20_000);
+      await poll(
+        'the doomed request to hold its key',
+        async () => (await status(second, key)) === 'in_progress',
+        20_000,
+      );
       expect(await doomedServer.stop('SIGKILL')).toBe('SIGKILL');
       expect(await doomed).toEqual(new TypeError('fetch failed'));
       const statuses: number[] = [];
@@ -291,7 +331,11 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
       const replay = await answer(await api(third.url).charge($500, { 'idempotency-key': key }));
       expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', retry.body]);
-      expect(await api(third.url).balance()).toEqual({ object: 'balance', charged: before.charged + 50000, count: before.count + 1 });
+      expect(await api(third.url).balance()).toEqual({
+        object: 'balance',
+        charged: before.charged + 50000,
+        count: before.count + 1,
+      });
     });
   });
 });

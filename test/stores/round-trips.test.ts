@@ -128,7 +128,12 @@ for (const c of cases) {
       app(
         new Request('http://127.0.0.1/v1/charges', {
           method: 'POST',
-          headers: { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json', 'idempotency-key': key, ...headers },
+          headers: {
+            authorization: 'Bearer sk_test_alice',
+            'content-type': 'application/json',
+            'idempotency-key': key,
+            ...headers,
+          },
           body: JSON.stringify(body),
         }),
       );
@@ -142,10 +147,19 @@ for (const c of cases) {
 
     it('no key, and /healthz: no round trip at all', async () => {
       const unkeyed = await measure(() =>
-        app(new Request('http://127.0.0.1/v1/charges', { method: 'POST', headers: { authorization: 'Bearer sk_test_alice' }, body: JSON.stringify($500) })),
+        app(
+          new Request('http://127.0.0.1/v1/charges', {
+            method: 'POST',
+            headers: { authorization: 'Bearer sk_test_alice' },
+            body: JSON.stringify($500),
+          }),
+        ),
       );
       const health = await measure(() => app(new Request('http://127.0.0.1/healthz')));
-      expect({ unkeyed, health }).toEqual({ unkeyed: { status: 201, trips: 0, ops: [] }, health: { status: 200, trips: 0, ops: [] } });
+      expect({ unkeyed, health }).toEqual({
+        unkeyed: { status: 201, trips: 0, ops: [] },
+        health: { status: 200, trips: 0, ops: [] },
+      });
     });
 
     it('new key, replay, conflict, mismatch', async () => {
@@ -159,7 +173,8 @@ for (const c of cases) {
       const [before, reported] = [backend.store.roundTrips, seen.length];
       const first = charge(busy, $500, { 'idem-lab-delay-ms': '1500' });
       // Sent (the counter) and answered (the observer, which hears of a trip when its reply arrives).
-      while (backend.store.roundTrips === before || seen.length === reported) await new Promise((r) => setTimeout(r, 5));
+      while (backend.store.roundTrips === before || seen.length === reported)
+        await new Promise((r) => setTimeout(r, 5));
       const conflict = await measure(() => charge(busy));
       expect((await first).status).toBe(201);
 
@@ -186,7 +201,11 @@ describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
         const response = await app(
           new Request('http://127.0.0.1/v1/charges', {
             method: 'POST',
-            headers: { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json', 'idempotency-key': key },
+            headers: {
+              authorization: 'Bearer sk_test_alice',
+              'content-type': 'application/json',
+              'idempotency-key': key,
+            },
             body: JSON.stringify(body),
           }),
         );
@@ -196,7 +215,9 @@ describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
       const first = await charge(key);
       const replay = await charge(key);
       const mismatch = await charge(key, { ...$500, amount: 1 });
-      expect([first.status, first.trips, replay.status, replay.trips, mismatch.status, mismatch.trips]).toEqual([201, 2, 201, 0, 400, 0]);
+      expect([first.status, first.trips, replay.status, replay.trips, mismatch.status, mismatch.trips]).toEqual([
+        201, 2, 201, 0, 400, 0,
+      ]);
       expect(replay.body).toBe(first.body);
     } finally {
       await backend.close();
@@ -205,6 +226,8 @@ describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
   });
 
   it('IDEM_CACHE_SIZE must be a non-negative integer', () => {
-    expect(() => loadConfig({ IDEM_CACHE_SIZE: '-1' })).toThrow('IDEM_CACHE_SIZE (--cache-size) must be an integer ≥ 0, got "-1".');
+    expect(() => loadConfig({ IDEM_CACHE_SIZE: '-1' })).toThrow(
+      'IDEM_CACHE_SIZE (--cache-size) must be an integer ≥ 0, got "-1".',
+    );
   });
 });

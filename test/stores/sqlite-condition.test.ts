@@ -49,7 +49,9 @@ interface Raced {
  * Claims a fresh key on store A while connection B, right after A's read of the key, takes the write lock and
  * writes `rival` for that key.
  */
-async function raceClaim(rival: RivalRow): Promise<Raced & { readonly request: ClaimRequest; readonly rivalId: string }> {
+async function raceClaim(
+  rival: RivalRow,
+): Promise<Raced & { readonly request: ClaimRequest; readonly rivalId: string }> {
   const file = join(dir.path, `${randomUUID()}.db`);
   const database = new Database(file);
   const key = randomUUID();
@@ -110,11 +112,23 @@ async function raceClaim(rival: RivalRow): Promise<Raced & { readonly request: C
   const store = sqliteStore({ database: seamed, closeDatabase: true, onRoundTrip: (trip) => void trips.push(trip) });
   await store.migrate();
   trips.length = 0;
-  const request: ClaimRequest = { pk, scope, key, fingerprint: MINE, token: 'my-token', id: 'my-fresh-id', now: NOW, leaseMs: LEASE, ttlMs: TTL };
+  const request: ClaimRequest = {
+    pk,
+    scope,
+    key,
+    fingerprint: MINE,
+    token: 'my-token',
+    id: 'my-fresh-id',
+    now: NOW,
+    leaseMs: LEASE,
+    ttlMs: TTL,
+  };
   try {
     const result = await store.claim(request);
     const trip = trips[0] as RoundTrip;
-    const statements = (trip.request as { statements: Array<{ sql: string }> }).statements.map((s) => s.sql.trimStart().split(/\s/)[0] as string);
+    const statements = (trip.request as { statements: Array<{ sql: string }> }).statements.map(
+      (s) => s.sql.trimStart().split(/\s/)[0] as string,
+    );
     const rows = trip.response as unknown[];
     return { result, request, rivalId, statements, rows, preReadEmpty: JSON.stringify(rows[0]) === '[]' };
   } finally {
@@ -128,49 +142,73 @@ const alive = NOW + TTL;
 
 describe('SQLite claim: the upsert’s WHERE decides on a row written between the pre-read and the write lock', () => {
   it('another fingerprint’s lapsed lease is not taken over: refused by the fingerprint condition in SQL', async () => {
-    const raced = await raceClaim({ status: 'in_progress', fingerprint: OTHER, leaseExpiresAt: lapsed, expiresAt: alive, retryable: 0 });
-    expect([raced.preReadEmpty, raced.statements, raced.result.kind, raced.result.record.token, raced.result.record.fingerprint]).toEqual([
-      true,
-      ['SELECT', 'INSERT', 'SELECT'],
-      'existing',
-      'rival-token',
-      OTHER,
-    ]);
+    const raced = await raceClaim({
+      status: 'in_progress',
+      fingerprint: OTHER,
+      leaseExpiresAt: lapsed,
+      expiresAt: alive,
+      retryable: 0,
+    });
+    expect([
+      raced.preReadEmpty,
+      raced.statements,
+      raced.result.kind,
+      raced.result.record.token,
+      raced.result.record.fingerprint,
+    ]).toEqual([true, ['SELECT', 'INSERT', 'SELECT'], 'existing', 'rival-token', OTHER]);
     expect(raced.rows[1]).toEqual([]); // the upsert's RETURNING: nothing written
   });
 
   it('another fingerprint’s retryable failure is not reclaimed: refused by the fingerprint condition in SQL', async () => {
-    const raced = await raceClaim({ status: 'failed', fingerprint: OTHER, leaseExpiresAt: live, expiresAt: alive, retryable: 1 });
-    expect([raced.preReadEmpty, raced.statements, raced.result.kind, raced.result.record.token, raced.result.record.status]).toEqual([
-      true,
-      ['SELECT', 'INSERT', 'SELECT'],
-      'existing',
-      'rival-token',
-      'failed',
-    ]);
+    const raced = await raceClaim({
+      status: 'failed',
+      fingerprint: OTHER,
+      leaseExpiresAt: live,
+      expiresAt: alive,
+      retryable: 1,
+    });
+    expect([
+      raced.preReadEmpty,
+      raced.statements,
+      raced.result.kind,
+      raced.result.record.token,
+      raced.result.record.status,
+    ]).toEqual([true, ['SELECT', 'INSERT', 'SELECT'], 'existing', 'rival-token', 'failed']);
   });
 
   it('the same fingerprint’s lapsed lease is taken over, keeping the record’s id', async () => {
-    const raced = await raceClaim({ status: 'in_progress', fingerprint: MINE, leaseExpiresAt: lapsed, expiresAt: alive, retryable: 0 });
-    expect([raced.preReadEmpty, raced.statements, raced.result.kind, raced.result.record.token, raced.result.record.id]).toEqual([
-      true,
-      ['SELECT', 'INSERT'],
-      'claimed',
-      'my-token',
-      raced.rivalId,
-    ]);
+    const raced = await raceClaim({
+      status: 'in_progress',
+      fingerprint: MINE,
+      leaseExpiresAt: lapsed,
+      expiresAt: alive,
+      retryable: 0,
+    });
+    expect([
+      raced.preReadEmpty,
+      raced.statements,
+      raced.result.kind,
+      raced.result.record.token,
+      raced.result.record.id,
+    ]).toEqual([true, ['SELECT', 'INSERT'], 'claimed', 'my-token', raced.rivalId]);
     expect([raced.result.record.leaseExpiresAt, raced.result.record.expiresAt]).toEqual([NOW + LEASE, NOW + TTL]);
   });
 
   it('the same fingerprint’s retryable failure is reclaimed, keeping the record’s id', async () => {
-    const raced = await raceClaim({ status: 'failed', fingerprint: MINE, leaseExpiresAt: live, expiresAt: alive, retryable: 1 });
-    expect([raced.statements, raced.result.kind, raced.result.record.token, raced.result.record.id, raced.result.record.status]).toEqual([
-      ['SELECT', 'INSERT'],
-      'claimed',
-      'my-token',
-      raced.rivalId,
-      'in_progress',
-    ]);
+    const raced = await raceClaim({
+      status: 'failed',
+      fingerprint: MINE,
+      leaseExpiresAt: live,
+      expiresAt: alive,
+      retryable: 1,
+    });
+    expect([
+      raced.statements,
+      raced.result.kind,
+      raced.result.record.token,
+      raced.result.record.id,
+      raced.result.record.status,
+    ]).toEqual([['SELECT', 'INSERT'], 'claimed', 'my-token', raced.rivalId, 'in_progress']);
   });
 
   it('the same fingerprint’s live lease, final failure or success is not taken: refused in SQL', async () => {
@@ -192,13 +230,19 @@ describe('SQLite claim: the upsert’s WHERE decides on a row written between th
   });
 
   it('an expired row of any fingerprint is replaced: a new life, with the claim’s fresh id', async () => {
-    const raced = await raceClaim({ status: 'succeeded', fingerprint: OTHER, leaseExpiresAt: lapsed, expiresAt: NOW, retryable: 0 });
-    expect([raced.statements, raced.result.kind, raced.result.record.token, raced.result.record.id, raced.result.record.fingerprint]).toEqual([
-      ['SELECT', 'INSERT'],
-      'claimed',
-      'my-token',
-      'my-fresh-id',
-      MINE,
-    ]);
+    const raced = await raceClaim({
+      status: 'succeeded',
+      fingerprint: OTHER,
+      leaseExpiresAt: lapsed,
+      expiresAt: NOW,
+      retryable: 0,
+    });
+    expect([
+      raced.statements,
+      raced.result.kind,
+      raced.result.record.token,
+      raced.result.record.id,
+      raced.result.record.fingerprint,
+    ]).toEqual([['SELECT', 'INSERT'], 'claimed', 'my-token', 'my-fresh-id', MINE]);
   });
 });

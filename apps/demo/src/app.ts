@@ -102,7 +102,12 @@ export function createApp(options: AppOptions): App {
       const delay = Number(request.headers.get('idem-lab-delay-ms') ?? 0);
       if (delay > 0) await sleep(Math.min(delay, MAX_LAB_DELAY_MS), undefined, { signal: context.signal });
       if (request.headers.get('idem-lab-fail') === '503') {
-        return problem({ status: 503, slug: 'processor-unavailable', title: 'Card processor unavailable', detail: 'Retry with the same Idempotency-Key.' });
+        return problem({
+          status: 503,
+          slug: 'processor-unavailable',
+          title: 'Card processor unavailable',
+          detail: 'Retry with the same Idempotency-Key.',
+        });
       }
     }
     const declined = params.source === 'tok_chargeDeclined';
@@ -149,7 +154,8 @@ export function createApp(options: AppOptions): App {
   async function route(request: Request): Promise<Response> {
     const url = new URL(request.url);
     const path = url.pathname;
-    if (path === '/healthz') return request.method === 'GET' ? json({ status: 'ok', store: store.name }) : notAllowed('GET');
+    if (path === '/healthz')
+      return request.method === 'GET' ? json({ status: 'ok', store: store.name }) : notAllowed('GET');
     if (!path.startsWith('/v1/')) return (await options.pages?.(request)) ?? notFound(path);
 
     const account = accountOf(request);
@@ -168,7 +174,9 @@ export function createApp(options: AppOptions): App {
       const body = await readBytes(request.body, MAX_BODY_BYTES);
       const params = parseCharge(body);
       if (params instanceof Response) return params;
-      return createCharge(new Request(request.url, { method: 'POST', headers: request.headers, body: body as Uint8Array<ArrayBuffer> }));
+      return createCharge(
+        new Request(request.url, { method: 'POST', headers: request.headers, body: body as Uint8Array<ArrayBuffer> }),
+      );
     }
     const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
     if (one) {
@@ -202,7 +210,12 @@ export function createApp(options: AppOptions): App {
       return await route(request);
     } catch (error) {
       if (error instanceof BodyTooLargeError) {
-        return problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: error.message });
+        return problem({
+          status: 413,
+          slug: 'request-too-large',
+          title: 'Request body too large',
+          detail: error.message,
+        });
       }
       console.error('demo: request failed', error);
       return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
@@ -231,10 +244,20 @@ function parseCharge(body: Uint8Array): ChargeParams | Response {
   try {
     parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
   } catch {
-    return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+    return problem({
+      status: 400,
+      slug: 'body-invalid',
+      title: 'Malformed JSON',
+      detail: 'The body must be a JSON object.',
+    });
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+    return problem({
+      status: 400,
+      slug: 'body-invalid',
+      title: 'Malformed JSON',
+      detail: 'The body must be a JSON object.',
+    });
   }
   const { amount, currency = 'usd', source = 'tok_visa' } = parsed as Record<string, unknown>;
   if (amount === undefined) return invalid('amount', '`amount` is required: an integer number of cents > 0.');

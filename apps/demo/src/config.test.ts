@@ -64,9 +64,12 @@ describe('demo configuration: what may serve', () => {
         'ConfigError: lab mode listens on loopback only, got HOST=0.0.0.0: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.',
       labRemoteIpv6:
         'ConfigError: lab mode listens on loopback only, got HOST=::: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.',
-      noKeys: 'ConfigError: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
-      noKeysLabOff: 'ConfigError: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
-      remoteNoHosts: 'ConfigError: HOST=0.0.0.0 is not loopback: set IDEM_ALLOWED_HOSTS to the Host names clients use (or * when a proxy checks Host).',
+      noKeys:
+        'ConfigError: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
+      noKeysLabOff:
+        'ConfigError: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
+      remoteNoHosts:
+        'ConfigError: HOST=0.0.0.0 is not loopback: set IDEM_ALLOWED_HOSTS to the Host names clients use (or * when a proxy checks Host).',
       labRemoteAllowedNoHosts:
         'ConfigError: HOST=0.0.0.0 is not loopback: set IDEM_ALLOWED_HOSTS to the Host names clients use (or * when a proxy checks Host).',
       metricsRemoteNoHosts:
@@ -78,12 +81,31 @@ describe('demo configuration: what may serve', () => {
     expect({
       lab: refusal({ IDEM_LAB: '1' }),
       labLocalhost: refusal({ IDEM_LAB: '1', HOST: 'localhost' }),
-      labRemoteOnPurpose: refusal({ IDEM_LAB: '1', IDEM_LAB_ALLOW_REMOTE: '1', HOST: '0.0.0.0', IDEM_ALLOWED_HOSTS: 'lab.example.test' }),
+      labRemoteOnPurpose: refusal({
+        IDEM_LAB: '1',
+        IDEM_LAB_ALLOW_REMOTE: '1',
+        HOST: '0.0.0.0',
+        IDEM_ALLOWED_HOSTS: 'lab.example.test',
+      }),
       production: refusal({ IDEM_API_KEYS: 'sk_live_1:acct_1' }),
-      productionRemote: refusal({ IDEM_API_KEYS: 'sk_live_1:acct_1', HOST: '0.0.0.0', IDEM_ALLOWED_HOSTS: 'api.example.test,10.0.0.5:4000' }),
+      productionRemote: refusal({
+        IDEM_API_KEYS: 'sk_live_1:acct_1',
+        HOST: '0.0.0.0',
+        IDEM_ALLOWED_HOSTS: 'api.example.test,10.0.0.5:4000',
+      }),
       behindProxy: refusal({ IDEM_API_KEYS: 'sk_live_1:acct_1', HOST: '0.0.0.0', IDEM_ALLOWED_HOSTS: '*' }),
-    }).toEqual({ lab: 'serves', labLocalhost: 'serves', labRemoteOnPurpose: 'serves', production: 'serves', productionRemote: 'serves', behindProxy: 'serves' });
-    expect(loadConfig({ IDEM_ALLOWED_HOSTS: ' API.example.test , [::1]:4000 ' }).allowedHosts).toEqual(['api.example.test', '[::1]:4000']);
+    }).toEqual({
+      lab: 'serves',
+      labLocalhost: 'serves',
+      labRemoteOnPurpose: 'serves',
+      production: 'serves',
+      productionRemote: 'serves',
+      behindProxy: 'serves',
+    });
+    expect(loadConfig({ IDEM_ALLOWED_HOSTS: ' API.example.test , [::1]:4000 ' }).allowedHosts).toEqual([
+      'api.example.test',
+      '[::1]:4000',
+    ]);
   });
 
   it('refuses malformed new settings with a message naming the variable', () => {
@@ -113,7 +135,19 @@ describe('demo configuration: what may serve', () => {
   });
 
   it('loopback is localhost, 127.0.0.0/8 and ::1, nothing else', () => {
-    const hosts = ['localhost', 'LOCALHOST', '127.0.0.1', '127.1.2.3', '::1', '[::1]', '0.0.0.0', '::', '10.0.0.1', 'localhost.example', '128.0.0.1'];
+    const hosts = [
+      'localhost',
+      'LOCALHOST',
+      '127.0.0.1',
+      '127.1.2.3',
+      '::1',
+      '[::1]',
+      '0.0.0.0',
+      '::',
+      '10.0.0.1',
+      'localhost.example',
+      '128.0.0.1',
+    ];
     expect(hosts.filter(isLoopback)).toEqual(['localhost', 'LOCALHOST', '127.0.0.1', '127.1.2.3', '::1', '[::1]']);
   });
 });

@@ -70,21 +70,54 @@ export const OPTIONS = {
   port: { env: 'PORT', help: `port to listen on (default ${DEFAULTS.port}; 0 picks a free one)` },
   host: { env: 'HOST', help: `address to bind (default ${DEFAULTS.host})` },
   store: { env: 'IDEM_STORE', help: `records store URL (default ${DEFAULTS.store}; also memory:)` },
-  ledger: { env: 'IDEM_LEDGER', help: `SQLite file for charges when the store is not SQL (default ${DEFAULTS.ledger})` },
+  ledger: {
+    env: 'IDEM_LEDGER',
+    help: `SQLite file for charges when the store is not SQL (default ${DEFAULTS.ledger})`,
+  },
   'ttl-ms': { env: 'IDEM_TTL_MS', help: 'how long records live, ms (default 86400000 = 24 h)' },
-  'lease-ms': { env: 'IDEM_LEASE_MS', help: `how long a claim holds a key before takeover, ms (default ${DEFAULTS.leaseMs})` },
-  'cache-size': { env: 'IDEM_CACHE_SIZE', help: 'finished records kept in process: hot replays cost no store trip (default 0 = off)' },
+  'lease-ms': {
+    env: 'IDEM_LEASE_MS',
+    help: `how long a claim holds a key before takeover, ms (default ${DEFAULTS.leaseMs})`,
+  },
+  'cache-size': {
+    env: 'IDEM_CACHE_SIZE',
+    help: 'finished records kept in process: hot replays cost no store trip (default 0 = off)',
+  },
   lab: { env: 'IDEM_LAB', help: 'honour the lab fault headers and sk_lab_ keys (1 to enable; `npm start` does)' },
-  'lab-allow-remote': { env: 'IDEM_LAB_ALLOW_REMOTE', help: 'let lab mode listen on a HOST that is not loopback (1 to allow; default 0)' },
+  'lab-allow-remote': {
+    env: 'IDEM_LAB_ALLOW_REMOTE',
+    help: 'let lab mode listen on a HOST that is not loopback (1 to allow; default 0)',
+  },
   'api-keys': { env: 'IDEM_API_KEYS', help: 'comma-separated apikey:account pairs (required outside lab mode)' },
-  'allowed-hosts': { env: 'IDEM_ALLOWED_HOSTS', help: 'Host header names served, comma-separated, name or name:port; * for any (default loopback names)' },
-  'max-connections': { env: 'IDEM_MAX_CONNECTIONS', help: `connections held at once; more are closed at once (default ${DEFAULTS.maxConnections})` },
-  'headers-timeout-ms': { env: 'IDEM_HEADERS_TIMEOUT_MS', help: `time to receive a request's headers, ms (default ${DEFAULTS.headersTimeoutMs})` },
-  'request-timeout-ms': { env: 'IDEM_REQUEST_TIMEOUT_MS', help: `time to receive a whole request, ms (default ${DEFAULTS.requestTimeoutMs})` },
-  'metrics-port': { env: 'IDEM_METRICS_PORT', help: 'serve /metrics on this port only (default: off; 0 picks a free one)' },
-  'metrics-host': { env: 'IDEM_METRICS_HOST', help: `address the metrics port binds (default ${DEFAULTS.metricsHost})` },
+  'allowed-hosts': {
+    env: 'IDEM_ALLOWED_HOSTS',
+    help: 'Host header names served, comma-separated, name or name:port; * for any (default loopback names)',
+  },
+  'max-connections': {
+    env: 'IDEM_MAX_CONNECTIONS',
+    help: `connections held at once; more are closed at once (default ${DEFAULTS.maxConnections})`,
+  },
+  'headers-timeout-ms': {
+    env: 'IDEM_HEADERS_TIMEOUT_MS',
+    help: `time to receive a request's headers, ms (default ${DEFAULTS.headersTimeoutMs})`,
+  },
+  'request-timeout-ms': {
+    env: 'IDEM_REQUEST_TIMEOUT_MS',
+    help: `time to receive a whole request, ms (default ${DEFAULTS.requestTimeoutMs})`,
+  },
+  'metrics-port': {
+    env: 'IDEM_METRICS_PORT',
+    help: 'serve /metrics on this port only (default: off; 0 picks a free one)',
+  },
+  'metrics-host': {
+    env: 'IDEM_METRICS_HOST',
+    help: `address the metrics port binds (default ${DEFAULTS.metricsHost})`,
+  },
   'mismatch-status': { env: 'IDEM_MISMATCH_STATUS', help: 'status for a reused key with another payload: 400 or 422' },
-  'clock-skew-ms': { env: 'IDEM_CLOCK_SKEW_MS', help: 'lab/tests only: offset the engine clock by N ms (-60000…60000; needs IDEM_LAB=1)' },
+  'clock-skew-ms': {
+    env: 'IDEM_CLOCK_SKEW_MS',
+    help: 'lab/tests only: offset the engine clock by N ms (-60000…60000; needs IDEM_LAB=1)',
+  },
 } as const;
 
 /** A configuration error: the message names the variable or flag. */
@@ -140,14 +173,17 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   }
   const flag = (name: 'lab' | 'lab-allow-remote'): boolean => {
     const raw = get(name) ?? '';
-    if (!['', '0', '1', 'true', 'false'].includes(raw)) throw new ConfigError(`${OPTIONS[name].env} (--${name}) must be 1 or 0, got "${raw}".`);
+    if (!['', '0', '1', 'true', 'false'].includes(raw))
+      throw new ConfigError(`${OPTIONS[name].env} (--${name}) must be 1 or 0, got "${raw}".`);
     return raw === '1' || raw === 'true';
   };
   const lab = flag('lab');
   const skew = get('clock-skew-ms') ?? '';
   const clockSkewMs = skew === '' ? 0 : Number(skew);
   if (!Number.isInteger(clockSkewMs) || Math.abs(clockSkewMs) > 60_000) {
-    throw new ConfigError(`IDEM_CLOCK_SKEW_MS (--clock-skew-ms) must be an integer from -60000 to 60000, got "${skew}".`);
+    throw new ConfigError(
+      `IDEM_CLOCK_SKEW_MS (--clock-skew-ms) must be an integer from -60000 to 60000, got "${skew}".`,
+    );
   }
   if (clockSkewMs !== 0 && !lab) {
     throw new ConfigError('IDEM_CLOCK_SKEW_MS (--clock-skew-ms) is a lab setting: it needs IDEM_LAB=1.');
@@ -157,14 +193,18 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   for (const pair of keys ? keys.split(',') : []) {
     const [apiKey, account, ...rest] = pair.trim().split(':');
     if (!apiKey || !account || rest.length > 0) {
-      throw new ConfigError(`IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas, got "${pair}".`);
+      throw new ConfigError(
+        `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas, got "${pair}".`,
+      );
     }
     apiKeys.set(apiKey, account);
   }
   const ttlMs = integer('ttl-ms', DEFAULTS.ttlMs, 1);
   const leaseMs = integer('lease-ms', DEFAULTS.leaseMs, 1);
   if (ttlMs <= leaseMs) {
-    throw new ConfigError(`IDEM_TTL_MS (--ttl-ms) must be greater than IDEM_LEASE_MS (--lease-ms, ${leaseMs}), got ${ttlMs}: a record cannot expire while its claim holds it.`);
+    throw new ConfigError(
+      `IDEM_TTL_MS (--ttl-ms) must be greater than IDEM_LEASE_MS (--lease-ms, ${leaseMs}), got ${ttlMs}: a record cannot expire while its claim holds it.`,
+    );
   }
   const headersTimeoutMs = integer('headers-timeout-ms', DEFAULTS.headersTimeoutMs, 1);
   const requestTimeoutMs = integer('request-timeout-ms', DEFAULTS.requestTimeoutMs, 1);
@@ -175,7 +215,8 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   }
   const metricsRaw = get('metrics-port') ?? '';
   const metricsPort = metricsRaw === '' ? undefined : integer('metrics-port', 0, 0);
-  if (metricsPort !== undefined && metricsPort > 65_535) throw new ConfigError(`IDEM_METRICS_PORT (--metrics-port) must be at most 65535, got ${metricsPort}.`);
+  if (metricsPort !== undefined && metricsPort > 65_535)
+    throw new ConfigError(`IDEM_METRICS_PORT (--metrics-port) must be at most 65535, got ${metricsPort}.`);
   return {
     port,
     host: get('host') || DEFAULTS.host,
@@ -202,7 +243,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
 function ledgerPath(raw: string): string {
   const path = raw.startsWith('sqlite:') ? raw.slice('sqlite:'.length) : raw;
   if (!path || /^[A-Za-z][A-Za-z0-9+.-]+:/.test(path)) {
-    throw new ConfigError(`IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${raw}".`);
+    throw new ConfigError(
+      `IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${raw}".`,
+    );
   }
   return path;
 }
@@ -214,12 +257,15 @@ function parseAllowedHosts(raw: string | undefined): readonly string[] | undefin
   if (raw === undefined || raw.trim() === '') return undefined;
   const entries = raw.split(',').map((entry) => entry.trim().toLowerCase());
   if (entries.includes('*')) {
-    if (entries.length > 1) throw new ConfigError(`IDEM_ALLOWED_HOSTS (--allowed-hosts) is either * alone or a list of names, got "${raw}".`);
+    if (entries.length > 1)
+      throw new ConfigError(`IDEM_ALLOWED_HOSTS (--allowed-hosts) is either * alone or a list of names, got "${raw}".`);
     return ['*'];
   }
   for (const entry of entries) {
     if (!HOST_ENTRY.test(entry)) {
-      throw new ConfigError(`IDEM_ALLOWED_HOSTS (--allowed-hosts) must be names or name:port separated by commas, got "${entry}".`);
+      throw new ConfigError(
+        `IDEM_ALLOWED_HOSTS (--allowed-hosts) must be names or name:port separated by commas, got "${entry}".`,
+      );
     }
   }
   return entries;
@@ -250,9 +296,14 @@ export function checkServable(config: DemoConfig): void {
     );
   }
   if (config.apiKeys.size === 0) {
-    throw new ConfigError('IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.');
+    throw new ConfigError(
+      'IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
+    );
   }
-  for (const [variable, host] of [['HOST', config.host], ['IDEM_METRICS_HOST', config.metricsPort === undefined ? '127.0.0.1' : config.metricsHost]] as const) {
+  for (const [variable, host] of [
+    ['HOST', config.host],
+    ['IDEM_METRICS_HOST', config.metricsPort === undefined ? '127.0.0.1' : config.metricsHost],
+  ] as const) {
     if (config.allowedHosts === undefined && !isLoopback(host)) {
       throw new ConfigError(
         `${variable}=${host} is not loopback: set IDEM_ALLOWED_HOSTS to the Host names clients use (or * when a proxy checks Host).`,

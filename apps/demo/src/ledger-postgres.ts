@@ -53,7 +53,8 @@ export class PostgresLedger implements Ledger {
 
   /** `schema` must be a plain identifier (the store validates the same one). */
   constructor(pool: PostgresPool, schema: string) {
-    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) throw new Error(`PostgresLedger: invalid schema name "${schema}"`);
+    if (!/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema))
+      throw new Error(`PostgresLedger: invalid schema name "${schema}"`);
     this.#pool = pool;
     this.#schema = schema;
     this.#table = `"${schema}"."charges"`;
@@ -94,7 +95,10 @@ export class PostgresLedger implements Ledger {
 
   /** Runs the INSERT on the store's transaction: the charge commits with the record's completion, or not at all. */
   insertIn(tx: unknown, charge: Charge, input: NewCharge): Promise<unknown> {
-    return (tx as PostgresQueryable).query(`INSERT INTO ${this.#table} ${INSERT_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, values(charge, input));
+    return (tx as PostgresQueryable).query(
+      `INSERT INTO ${this.#table} ${INSERT_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+      values(charge, input),
+    );
   }
 
   async insert(charge: Charge, input: NewCharge): Promise<void> {
@@ -120,12 +124,18 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
   }
 
   async list(account: string, limit: number): Promise<Charge[]> {
-    const { rows } = await this.#pool.query(`SELECT * FROM ${this.#table} WHERE account = $1 ORDER BY seq DESC LIMIT $2`, [account, limit]);
+    const { rows } = await this.#pool.query(
+      `SELECT * FROM ${this.#table} WHERE account = $1 ORDER BY seq DESC LIMIT $2`,
+      [account, limit],
+    );
     return (rows as Row[]).map(toCharge);
   }
 
   async get(account: string, id: string): Promise<Charge | undefined> {
-    const { rows } = await this.#pool.query(`SELECT * FROM ${this.#table} WHERE account = $1 AND id = $2`, [account, id]);
+    const { rows } = await this.#pool.query(`SELECT * FROM ${this.#table} WHERE account = $1 AND id = $2`, [
+      account,
+      id,
+    ]);
     const row = rows[0] as Row | undefined;
     return row && toCharge(row);
   }

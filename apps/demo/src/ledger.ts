@@ -124,16 +124,29 @@ export class SqliteLedger implements Ledger {
     db.prepare(
       `INSERT INTO charges (id, account, amount, currency, status, failure_code, source, created, idempotency_ref)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(charge.id, input.account, charge.amount, charge.currency, charge.status, charge.failure_code, input.source, charge.created, input.ref);
+    ).run(
+      charge.id,
+      input.account,
+      charge.amount,
+      charge.currency,
+      charge.status,
+      charge.failure_code,
+      input.source,
+      charge.created,
+      input.ref,
+    );
   }
 
   async insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Promise<Charge> {
-    return this.#db.transaction(() => {
-      const existing = this.#db.prepare('SELECT * FROM charges WHERE idempotency_ref = ?').get(input.ref) as Row | undefined;
-      if (existing) return toCharge(existing);
-      this.#write(this.#db, charge, input);
-      return charge;
-    }).immediate();
+    return this.#db
+      .transaction(() => {
+        const existing = this.#db.prepare('SELECT * FROM charges WHERE idempotency_ref = ?').get(input.ref) as
+          Row | undefined;
+        if (existing) return toCharge(existing);
+        this.#write(this.#db, charge, input);
+        return charge;
+      })
+      .immediate();
   }
 
   async list(account: string, limit: number): Promise<Charge[]> {
@@ -144,13 +157,16 @@ export class SqliteLedger implements Ledger {
   }
 
   async get(account: string, id: string): Promise<Charge | undefined> {
-    const row = this.#db.prepare('SELECT * FROM charges WHERE account = ? AND id = ?').get(account, id) as Row | undefined;
+    const row = this.#db.prepare('SELECT * FROM charges WHERE account = ? AND id = ?').get(account, id) as
+      Row | undefined;
     return row && toCharge(row);
   }
 
   async balance(account: string): Promise<{ charged: number; count: number }> {
     const row = this.#db
-      .prepare(`SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM charges WHERE account = ? AND status = 'succeeded'`)
+      .prepare(
+        `SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM charges WHERE account = ? AND status = 'succeeded'`,
+      )
       .get(account) as { charged: number; count: number };
     return { charged: row.charged, count: row.count };
   }

@@ -9,7 +9,6 @@ import type { AddressInfo } from 'node:net';
 import { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { ConfigError } from './config.js';
 
-
 /** The subset of dynalite's `http.Server` this file uses. */
 interface DynaliteServer {
   listen(port: number, host: string, callback: () => void): unknown;
@@ -48,7 +47,8 @@ export interface LocalDynamo {
  * await local.close()
  */
 export async function startLocalDynamo({ port = 0, tableStateMs = 0 }: LocalDynamoOptions = {}): Promise<LocalDynamo> {
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new RangeError(`port must be an integer from 0 to 65535, got ${String(port)}`);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535)
+    throw new RangeError(`port must be an integer from 0 to 65535, got ${String(port)}`);
   if (!Number.isFinite(tableStateMs) || tableStateMs < 0) {
     throw new RangeError(`tableStateMs must be a non-negative number, got ${String(tableStateMs)}`);
   }
@@ -58,7 +58,10 @@ export async function startLocalDynamo({ port = 0, tableStateMs = 0 }: LocalDyna
     dynalite = createRequire(import.meta.url)('dynalite') as Dynalite;
   } catch (error) {
     if ((error as { code?: string }).code !== 'MODULE_NOT_FOUND') throw error;
-    throw new ConfigError('IDEM_STORE=dynamodb:local needs the development package "dynalite": install it (npm install --save-dev dynalite).', { cause: error });
+    throw new ConfigError(
+      'IDEM_STORE=dynamodb:local needs the development package "dynalite": install it (npm install --save-dev dynalite).',
+      { cause: error },
+    );
   }
   const server = dynalite({ createTableMs: tableStateMs, deleteTableMs: tableStateMs, updateTableMs: tableStateMs });
   await new Promise<void>((resolve, reject) => {

@@ -42,7 +42,10 @@ export interface DemoLogger {
  * const log = createLogger({ level: process.env.LOG_LEVEL })
  * createApp({ ...options, onEvent: log.onEvent })
  */
-export function createLogger({ level = process.env.LOG_LEVEL || 'info', destination }: DemoLoggerOptions = {}): DemoLogger {
+export function createLogger({
+  level = process.env.LOG_LEVEL || 'info',
+  destination,
+}: DemoLoggerOptions = {}): DemoLogger {
   if (!(LOG_LEVELS as readonly string[]).includes(level)) {
     throw new ConfigError(`LOG_LEVEL must be one of ${LOG_LEVELS.join(', ')}, got "${level}".`);
   }
@@ -64,14 +67,26 @@ export function createLogger({ level = process.env.LOG_LEVEL || 'info', destinat
         return;
       }
       if (event.type === 'refused') {
-        logger.info({ event: event.type, reason: event.reason, route: event.route, scope: event.scope }, 'refused before any claim');
+        logger.info(
+          { event: event.type, reason: event.reason, route: event.route, scope: event.scope },
+          'refused before any claim',
+        );
         return;
       }
       // The key is a bearer of the client's intent (whoever holds it can replay the answer): log its hash only.
-      const fields = { event: event.type, scope: event.scope, keyHash: keyHash(event.key), id: event.id, route: event.route };
+      const fields = {
+        event: event.type,
+        scope: event.scope,
+        keyHash: keyHash(event.key),
+        id: event.id,
+        route: event.route,
+      };
       switch (event.type) {
         case 'executed':
-          logger.info({ ...fields, outcome: event.outcome, status: event.status, ms: event.ms }, 'work ran; outcome recorded');
+          logger.info(
+            { ...fields, outcome: event.outcome, status: event.status, ms: event.ms },
+            'work ran; outcome recorded',
+          );
           break;
         case 'replayed':
           logger.info({ ...fields, status: event.status }, 'replayed the stored response');

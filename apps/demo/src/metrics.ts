@@ -44,7 +44,11 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   const idem = prometheusMetrics({ registry });
   const registers = [registry];
 
-  const replays = new Counter({ name: 'idem_replays_total', help: 'Retries answered with the stored response.', registers });
+  const replays = new Counter({
+    name: 'idem_replays_total',
+    help: 'Retries answered with the stored response.',
+    registers,
+  });
   const conflicts = new Counter({
     name: 'idem_in_flight_conflicts_total',
     help: 'Duplicates that arrived while the first attempt was running (answered 409).',
@@ -77,7 +81,10 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     onEvent,
     onConnectionDropped: () => dropped.inc(),
     response: async () =>
-      new Response(await registry.metrics(), { status: 200, headers: { 'content-type': registry.contentType, 'cache-control': 'no-store' } }),
+      new Response(await registry.metrics(), {
+        status: 200,
+        headers: { 'content-type': registry.contentType, 'cache-control': 'no-store' },
+      }),
   };
 }
 
@@ -92,9 +99,15 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
 export function metricsApp(metrics: DemoMetrics): App {
   const app = async (request: Request): Promise<Response> => {
     const { pathname } = new URL(request.url);
-    if (pathname !== '/metrics') return problem({ status: 404, slug: 'not-found', title: 'Not found', detail: `No route for ${pathname}.` });
+    if (pathname !== '/metrics')
+      return problem({ status: 404, slug: 'not-found', title: 'Not found', detail: `No route for ${pathname}.` });
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      return problem({ status: 405, slug: 'method-not-allowed', title: 'Method not allowed', headers: { allow: 'GET' } });
+      return problem({
+        status: 405,
+        slug: 'method-not-allowed',
+        title: 'Method not allowed',
+        headers: { allow: 'GET' },
+      });
     }
     return metrics.response();
   };

@@ -49,7 +49,13 @@ interface Body {
     readonly verdict: string;
     readonly roundTrips: number;
     readonly trips: Trip[];
-    readonly refusedBy?: { readonly trip: number; readonly statement: number | null; readonly by: string; readonly text: string; readonly condition: string | null };
+    readonly refusedBy?: {
+      readonly trip: number;
+      readonly statement: number | null;
+      readonly by: string;
+      readonly text: string;
+      readonly condition: string | null;
+    };
   }>;
   readonly rows: Array<{ readonly key: string; readonly record: Row }>;
   readonly attributes: { readonly fields: Array<{ readonly name: string; readonly type: string }> };
@@ -57,12 +63,20 @@ interface Body {
   readonly param: string;
 }
 
-function setup(now: () => number = Date.now, open: (observer: { onRoundTrip: ReturnType<typeof tripRecorder>['onRoundTrip'] }) => IdempotencyStore<unknown> = memoryStore) {
+function setup(
+  now: () => number = Date.now,
+  open: (observer: {
+    onRoundTrip: ReturnType<typeof tripRecorder>['onRoundTrip'];
+  }) => IdempotencyStore<unknown> = memoryStore,
+) {
   const trips = tripRecorder();
   const store = open({ onRoundTrip: trips.onRoundTrip });
   const routes = modelRoutes({ store, trips, ttlMs: 86_400_000, now });
   const call = async (method: string, path: string, body?: unknown, account = ACCOUNT) => {
-    const request = new Request(`http://lab.test${path}`, { method, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+    const request = new Request(`http://lab.test${path}`, {
+      method,
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
     const response = await routes(request, account);
     if (!response) throw new Error(`no route for ${method} ${path}`);
     return { status: response.status, body: (await response.json()) as Body };
@@ -74,8 +88,18 @@ describe('model API', () => {
   it('claim, complete, read: each answers with its own single round trip and the raw store reply', async () => {
     const { call } = setup();
     const claim = await call('POST', '/v1/model/claim', { key: 'k1' });
-    expect([claim.status, claim.body.operation, claim.body.traced, claim.body.roundTrips, claim.body.trips.length]).toEqual([200, 'claim', true, 1, 1]);
-    expect([claim.body.result.kind, claim.body.result.record.status, claim.body.pk]).toEqual(['claimed', 'in_progress', recordPk(SCOPE, 'k1')]);
+    expect([
+      claim.status,
+      claim.body.operation,
+      claim.body.traced,
+      claim.body.roundTrips,
+      claim.body.trips.length,
+    ]).toEqual([200, 'claim', true, 1, 1]);
+    expect([claim.body.result.kind, claim.body.result.record.status, claim.body.pk]).toEqual([
+      'claimed',
+      'in_progress',
+      recordPk(SCOPE, 'k1'),
+    ]);
     expect(claim.body.trips[0]?.op).toBe('claim');
     const token = claim.body.result.record.token;
 
@@ -85,18 +109,25 @@ describe('model API', () => {
     expect([done.body.result, done.body.roundTrips]).toEqual([{ ok: true }, 1]);
 
     const read = await call('GET', '/v1/model/read?key=k1');
-    expect([read.body.result.status, read.body.result.resultId, read.body.result.responseStatus, read.body.expired, read.body.roundTrips]).toEqual([
-      'succeeded',
-      'ch_1',
-      201,
-      false,
-      1,
-    ]);
+    expect([
+      read.body.result.status,
+      read.body.result.resultId,
+      read.body.result.responseStatus,
+      read.body.expired,
+      read.body.roundTrips,
+    ]).toEqual(['succeeded', 'ch_1', 201, false, 1]);
     // The raw reply carries the stored response body as bytes, shown as their length and text.
-    expect(read.body.trips[0]?.response.response?.body).toEqual({ bytes: 46, text: '{"id":"ch_1","object":"charge","amount":50000}' });
+    expect(read.body.trips[0]?.response.response?.body).toEqual({
+      bytes: 46,
+      text: '{"id":"ch_1","object":"charge","amount":50000}',
+    });
 
     const again = await call('POST', '/v1/model/claim', { key: 'k1' });
-    expect([again.body.result.kind, again.body.result.record.status, again.body.roundTrips]).toEqual(['existing', 'succeeded', 1]);
+    expect([again.body.result.kind, again.body.result.record.status, again.body.roundTrips]).toEqual([
+      'existing',
+      'succeeded',
+      1,
+    ]);
   });
 
   it('race: two claims of one fresh key, exactly one winner, each with its own trip', async () => {
@@ -113,7 +144,7 @@ describe('model API', () => {
     expect([lost?.refusedBy?.by, lost?.refusedBy?.condition]).toEqual(['step', null]);
   });
 
-  it('race on SQLite: both claims read before either writes, so the loser is refused by the upsert\'s WHERE', async () => {
+  it("race on SQLite: both claims read before either writes, so the loser is refused by the upsert's WHERE", async () => {
     const database = new Database(':memory:');
     const { store, call } = setup(Date.now, (observer) => sqliteStore({ database, ...observer }));
     await (store as ReturnType<typeof sqliteStore>).migrate();
@@ -123,12 +154,21 @@ describe('model API', () => {
       const won = race.body.claims.find((c) => c.verdict === 'won');
       const lost = race.body.claims.find((c) => c.verdict === 'lost');
       // Each: one trip that reads and finds nothing, then one that writes (the loser's write returns no row and reads).
-      const shape = (trips: Trip[] = []) => trips.map((t) => (t as unknown as { request: { statements: Array<{ sql: string }> } }).request.statements.map((st) => st.sql.trim().split(/\s/)[0]));
+      const shape = (trips: Trip[] = []) =>
+        trips.map((t) =>
+          (t as unknown as { request: { statements: Array<{ sql: string }> } }).request.statements.map(
+            (st) => st.sql.trim().split(/\s/)[0],
+          ),
+        );
       expect(shape(won?.trips)).toEqual([['SELECT'], ['INSERT']]);
       expect(shape(lost?.trips)).toEqual([['SELECT'], ['INSERT', 'SELECT']]);
-      expect((lost?.trips[1] as unknown as { response: unknown[][] }).response.map((rows) => rows.length)).toEqual([0, 1]);
+      expect((lost?.trips[1] as unknown as { response: unknown[][] }).response.map((rows) => rows.length)).toEqual([
+        0, 1,
+      ]);
       expect([lost?.refusedBy?.by, lost?.refusedBy?.trip, lost?.refusedBy?.statement]).toEqual(['write', 2, 1]);
-      expect(lost?.refusedBy?.condition).toMatch(/^WHERE "idem_records"\."expires_at" <= @now\s+OR \("idem_records"\."fingerprint" = excluded\."fingerprint"/);
+      expect(lost?.refusedBy?.condition).toMatch(
+        /^WHERE "idem_records"\."expires_at" <= @now\s+OR \("idem_records"\."fingerprint" = excluded\."fingerprint"/,
+      );
     }
     database.close();
   });
@@ -137,7 +177,9 @@ describe('model API', () => {
     const { call } = setup();
     for (let round = 0; round < 2; round++) {
       const seeded = await call('POST', '/v1/model/seed');
-      expect(seeded.body.rows.map((r) => [r.key, r.record.status, r.record.retryable, r.record.responseStatus])).toEqual([
+      expect(
+        seeded.body.rows.map((r) => [r.key, r.record.status, r.record.retryable, r.record.responseStatus]),
+      ).toEqual([
         ['seed-succeeded', 'succeeded', null, 201],
         ['seed-failed', 'failed', false, 402],
         ['seed-failed-retryable', 'failed', true, 503],
@@ -182,8 +224,12 @@ describe('model API', () => {
 
   it('concurrent operations never see each other trips', async () => {
     const { call } = setup();
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => call('POST', '/v1/model/claim', { key: `c${i}` })));
-    expect(results.map((r) => [r.body.roundTrips, r.body.trips[0]?.request.key])).toEqual(Array.from({ length: 20 }, (_, i) => [1, `c${i}`]));
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => call('POST', '/v1/model/claim', { key: `c${i}` })),
+    );
+    expect(results.map((r) => [r.body.roundTrips, r.body.trips[0]?.request.key])).toEqual(
+      Array.from({ length: 20 }, (_, i) => [1, `c${i}`]),
+    );
   });
 
   it('refuses accounts that are not lab sandboxes, and bad input', async () => {
@@ -192,7 +238,9 @@ describe('model API', () => {
     expect([other.status, other.body.type]).toEqual([403, 'urn:idem:problem:lab-account-required']);
     expect((await call('POST', '/v1/model/claim', { key: '' })).body.param).toBe('key');
     expect((await call('POST', '/v1/model/claim', { key: 'k', ttlMs: 10 })).body.param).toBe('ttlMs');
-    expect((await call('POST', '/v1/model/complete', { key: 'k', token: 't', outcome: 'maybe' })).body.param).toBe('outcome');
+    expect((await call('POST', '/v1/model/complete', { key: 'k', token: 't', outcome: 'maybe' })).body.param).toBe(
+      'outcome',
+    );
     expect((await call('GET', '/v1/model/claim')).status).toBe(405);
   });
 });

@@ -71,7 +71,12 @@ const MODEL_LEASE_MS = 60_000;
 const SEED_LEASE_MS = 3_600_000;
 /** The lab's $500 charge: the model's claims carry the same fingerprint a real charge request would. */
 const CHARGE_BODY = new TextEncoder().encode('{"amount":50000,"currency":"usd","source":"tok_visa"}');
-const CHARGE_FINGERPRINT = fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body: CHARGE_BODY });
+const CHARGE_FINGERPRINT = fingerprint({
+  method: 'POST',
+  path: '/v1/charges',
+  contentType: 'application/json',
+  body: CHARGE_BODY,
+});
 
 const SEEDS = [
   { key: 'seed-succeeded', state: 'succeeded' },
@@ -81,7 +86,10 @@ const SEEDS = [
 ] as const;
 
 const json = (body: unknown, status = 200): Response =>
-  new Response(JSON.stringify(body, jsonSafe), { status, headers: { 'content-type': 'application/json', 'cache-control': 'no-store' } });
+  new Response(JSON.stringify(body, jsonSafe), {
+    status,
+    headers: { 'content-type': 'application/json', 'cache-control': 'no-store' },
+  });
 
 const badRequest = (detail: string, param: string): Response =>
   problem({ status: 400, slug: 'parameter-invalid', title: 'Invalid parameter', detail, extensions: { param } });
@@ -104,7 +112,12 @@ const badRequest = (detail: string, param: string): Response =>
  * const model = modelRoutes({ store, trips, ttlMs: 86_400_000 })
  * const app = createApp({ ...config, ...backend, model })
  */
-export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOptions): (request: Request, account: string) => Promise<Response | undefined> {
+export function modelRoutes({
+  store,
+  trips,
+  ttlMs,
+  now = Date.now,
+}: ModelOptions): (request: Request, account: string) => Promise<Response | undefined> {
   const contract = store as IdempotencyStore<unknown>;
 
   /** One contract call, with the trips it caused; `roundTrips` falls back to the store's counter when it reports none. */
@@ -121,7 +134,11 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
     };
   };
 
-  const claimRequest = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}): ClaimRequest => ({
+  const claimRequest = (
+    scope: string,
+    key: string,
+    options: { ttlMs?: number; leaseMs?: number } = {},
+  ): ClaimRequest => ({
     pk: recordPk(scope, key),
     scope,
     key,
@@ -132,7 +149,8 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
     leaseMs: options.leaseMs ?? MODEL_LEASE_MS,
     ttlMs: options.ttlMs ?? ttlMs,
   });
-  const claim = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) => contract.claim(claimRequest(scope, key, options));
+  const claim = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) =>
+    contract.claim(claimRequest(scope, key, options));
 
   /**
    * The store to race on: for SQLite and PostgreSQL, a second store over the same database (or pool) and table
@@ -142,11 +160,32 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
   const racing = (claimBarrier: (request: ClaimRequest) => Promise<void>): IdempotencyStore<unknown> => {
     const sqlite = store as { name: string; database?: SqliteDatabase; table?: string };
     if (store.name === 'sqlite' && sqlite.database && typeof sqlite.table === 'string') {
-      return sqliteStore({ database: sqlite.database, table: sqlite.table, onRoundTrip: trips.onRoundTrip, claimBarrier });
+      return sqliteStore({
+        database: sqlite.database,
+        table: sqlite.table,
+        onRoundTrip: trips.onRoundTrip,
+        claimBarrier,
+      });
     }
-    const postgres = store as { name: string; pool?: PostgresPool<PostgresPoolClient>; schema?: string; table?: string };
-    if (store.name === 'postgres' && postgres.pool && typeof postgres.schema === 'string' && typeof postgres.table === 'string') {
-      return postgresStore({ pool: postgres.pool, schema: postgres.schema, table: postgres.table, onRoundTrip: trips.onRoundTrip, claimBarrier });
+    const postgres = store as {
+      name: string;
+      pool?: PostgresPool<PostgresPoolClient>;
+      schema?: string;
+      table?: string;
+    };
+    if (
+      store.name === 'postgres' &&
+      postgres.pool &&
+      typeof postgres.schema === 'string' &&
+      typeof postgres.table === 'string'
+    ) {
+      return postgresStore({
+        pool: postgres.pool,
+        schema: postgres.schema,
+        table: postgres.table,
+        onRoundTrip: trips.onRoundTrip,
+        claimBarrier,
+      });
     }
     return contract;
   };
@@ -158,13 +197,28 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
       body: new TextEncoder().encode(JSON.stringify(value)),
     });
     if (kind === 'succeeded') {
-      return { status: 'succeeded', retryable: false, resultId, response: body(201, { id: resultId, object: 'charge', amount: 50000 }) };
+      return {
+        status: 'succeeded',
+        retryable: false,
+        resultId,
+        response: body(201, { id: resultId, object: 'charge', amount: 50000 }),
+      };
     }
     if (kind === 'failed-final') {
-      return { status: 'failed', retryable: false, resultId, response: body(402, { type: 'urn:idem:problem:card-declined', status: 402 }) };
+      return {
+        status: 'failed',
+        retryable: false,
+        resultId,
+        response: body(402, { type: 'urn:idem:problem:card-declined', status: 402 }),
+      };
     }
     if (kind === 'failed-retryable') {
-      return { status: 'failed', retryable: true, resultId: null, response: body(503, { type: 'urn:idem:problem:processor-unavailable', status: 503 }) };
+      return {
+        status: 'failed',
+        retryable: true,
+        resultId: null,
+        response: body(503, { type: 'urn:idem:problem:processor-unavailable', status: 503 }),
+      };
     }
     return undefined;
   };
@@ -178,7 +232,11 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
     return {
       store: store.name,
       scope,
-      pk: { pattern: 'IDEMPOTENCY#<key>', stored: 'IDEMPOTENCY#<scope>#<key>', example: recordPk(scope, 'seed-succeeded') },
+      pk: {
+        pattern: 'IDEMPOTENCY#<key>',
+        stored: 'IDEMPOTENCY#<scope>#<key>',
+        example: recordPk(scope, 'seed-succeeded'),
+      },
       attributes: attributeTypes(store, seeded.trips, seeded.value ?? null),
       operations: OPERATIONS[store.name] ?? OPERATIONS.default,
       ttlMs,
@@ -189,12 +247,16 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
   const seed = async (scope: string) => {
     const results = [];
     for (const { key, state } of SEEDS) {
-      const claimRun = await run('claim', () => claim(scope, key, state === 'in_progress' ? { leaseMs: SEED_LEASE_MS } : {}));
+      const claimRun = await run('claim', () =>
+        claim(scope, key, state === 'in_progress' ? { leaseMs: SEED_LEASE_MS } : {}),
+      );
       const steps = [present(claimRun)];
       const claimed = claimRun.value;
       if (claimed?.kind === 'claimed' && state !== 'in_progress') {
         const outcome = outcomeFor(state, `ch_seed_${randomBytes(6).toString('hex')}`);
-        steps.push(present(await run('complete', () => complete(scope, key, claimed.record.token, outcome as Outcome))));
+        steps.push(
+          present(await run('complete', () => complete(scope, key, claimed.record.token, outcome as Outcome))),
+        );
       }
       const read = await run('get', () => contract.get(recordPk(scope, key)));
       results.push({ key, state, record: read.value ? modelRecord(read.value) : null, steps });
@@ -211,7 +273,8 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
         status: 403,
         slug: 'lab-account-required',
         title: 'Lab sandbox account required',
-        detail: 'The model page runs store operations on lab sandbox accounts only: send `Authorization: Bearer sk_lab_<id>`.',
+        detail:
+          'The model page runs store operations on lab sandbox accounts only: send `Authorization: Bearer sk_lab_<id>`.',
       });
     }
     const scope = `${account}/model`;
@@ -224,7 +287,13 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
       if (key instanceof Response) return key;
       const result = await run('get', () => contract.get(recordPk(scope, key)));
       const at = now();
-      return json({ ...present(result), key, pk: recordPk(scope, key), expired: result.value ? result.value.expiresAt <= at : null, now: at });
+      return json({
+        ...present(result),
+        key,
+        pk: recordPk(scope, key),
+        expired: result.value ? result.value.expiresAt <= at : null,
+        now: at,
+      });
     }
     if (method !== 'POST') return path.startsWith('/v1/model/') ? notAllowed('POST') : undefined;
     const body = await readJson(request);
@@ -265,12 +334,27 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
         // condition. Each claim is its own operation with its own trips.
         const key = `race-${randomBytes(6).toString('hex')}`;
         const racer = racing(barrier(2));
-        const [a, b] = await Promise.all([run('claim', () => racer.claim(claimRequest(scope, key))), run('claim', () => racer.claim(claimRequest(scope, key)))]);
+        const [a, b] = await Promise.all([
+          run('claim', () => racer.claim(claimRequest(scope, key))),
+          run('claim', () => racer.claim(claimRequest(scope, key))),
+        ]);
         const claims = [a, b].map((result, i) => {
-          const verdict = result.value?.kind === 'claimed' ? 'won' : result.value?.kind === 'existing' ? 'lost' : 'error';
-          return { label: i === 0 ? 'A' : 'B', verdict, ...present(result), ...(verdict === 'lost' ? { refusedBy: refusedBy(store.name, result.trips) } : {}) };
+          const verdict =
+            result.value?.kind === 'claimed' ? 'won' : result.value?.kind === 'existing' ? 'lost' : 'error';
+          return {
+            label: i === 0 ? 'A' : 'B',
+            verdict,
+            ...present(result),
+            ...(verdict === 'lost' ? { refusedBy: refusedBy(store.name, result.trips) } : {}),
+          };
         });
-        return json({ key, pk: recordPk(scope, key), barrier: racer !== contract, claims, winners: claims.filter((c) => c.verdict === 'won').length });
+        return json({
+          key,
+          pk: recordPk(scope, key),
+          barrier: racer !== contract,
+          claims,
+          winners: claims.filter((c) => c.verdict === 'won').length,
+        });
       }
       case '/v1/model/expiring': {
         const key = `expiring-${randomBytes(6).toString('hex')}`;
@@ -278,10 +362,23 @@ export function modelRoutes({ store, trips, ttlMs, now = Date.now }: ModelOption
         const steps = [present(claimed)];
         if (claimed.value?.kind === 'claimed') {
           const token = claimed.value.record.token;
-          steps.push(present(await run('complete', () => complete(scope, key, token, outcomeFor('succeeded', `ch_${randomBytes(8).toString('hex')}`) as Outcome))));
+          steps.push(
+            present(
+              await run('complete', () =>
+                complete(scope, key, token, outcomeFor('succeeded', `ch_${randomBytes(8).toString('hex')}`) as Outcome),
+              ),
+            ),
+          );
         }
         const read = await run('get', () => contract.get(recordPk(scope, key)));
-        return json({ key, pk: recordPk(scope, key), ttlMs: EXPIRING_TTL_MS, record: read.value ? modelRecord(read.value) : null, steps, now: now() });
+        return json({
+          key,
+          pk: recordPk(scope, key),
+          ttlMs: EXPIRING_TTL_MS,
+          record: read.value ? modelRecord(read.value) : null,
+          steps,
+          now: now(),
+        });
       }
       default:
         return undefined;
@@ -333,7 +430,12 @@ function upsertCondition(sql: string): string | null {
  * refusedBy('sqlite', trips) // → { trip: 2, statement: 1, by: 'write', text: 'Round trip 2, statement 1 …', condition: 'WHERE …' }
  */
 export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refusal | null {
-  const rows = (value: unknown): unknown[] | null => (Array.isArray(value) ? value : Array.isArray((value as { rows?: unknown } | null)?.rows) ? (value as { rows: unknown[] }).rows : null);
+  const rows = (value: unknown): unknown[] | null =>
+    Array.isArray(value)
+      ? value
+      : Array.isArray((value as { rows?: unknown } | null)?.rows)
+        ? (value as { rows: unknown[] }).rows
+        : null;
   for (const [i, trip] of trips.entries()) {
     const n = i + 1;
     if (storeName === 'sqlite') {
@@ -349,8 +451,19 @@ export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refus
           condition: upsertCondition(statements[upsert]?.sql ?? ''),
         };
       }
-      if (statements.length === 1 && statements[0]?.sql.trimStart().startsWith('SELECT') && rows(results[0])?.length === 1 && i === trips.length - 1) {
-        return { trip: n, statement: 1, by: 'read', text: `Round trip ${n}: the read (SELECT) already found the winner's row, so this claim never wrote: the read is a shortcut, the upsert's WHERE is the mechanism.`, condition: null };
+      if (
+        statements.length === 1 &&
+        statements[0]?.sql.trimStart().startsWith('SELECT') &&
+        rows(results[0])?.length === 1 &&
+        i === trips.length - 1
+      ) {
+        return {
+          trip: n,
+          statement: 1,
+          by: 'read',
+          text: `Round trip ${n}: the read (SELECT) already found the winner's row, so this claim never wrote: the read is a shortcut, the upsert's WHERE is the mechanism.`,
+          condition: null,
+        };
       }
     } else if (storeName === 'postgres') {
       const text = (trip.request as { text?: string } | undefined)?.text ?? '';
@@ -377,7 +490,8 @@ export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refus
     } else if (storeName === 'dynamodb') {
       const error = trip.error as { name?: string } | undefined;
       if (error?.name === 'ConditionalCheckFailedException') {
-        const input = (trip.request as { command?: string; input?: { ConditionExpression?: string } } | undefined) ?? {};
+        const input =
+          (trip.request as { command?: string; input?: { ConditionExpression?: string } } | undefined) ?? {};
         return {
           trip: n,
           statement: null,
@@ -389,10 +503,22 @@ export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refus
     }
   }
   if (storeName === 'redis' && trips.length > 0) {
-    return { trip: trips.length, statement: null, by: 'write', text: `Round trip ${trips.length}: the claim script checks and writes in one atomic step; it found the winner's live record, wrote nothing and replied with it.`, condition: null };
+    return {
+      trip: trips.length,
+      statement: null,
+      by: 'write',
+      text: `Round trip ${trips.length}: the claim script checks and writes in one atomic step; it found the winner's live record, wrote nothing and replied with it.`,
+      condition: null,
+    };
   }
   if (storeName === 'memory') {
-    return { trip: 1, statement: null, by: 'step', text: "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.", condition: null };
+    return {
+      trip: 1,
+      statement: null,
+      by: 'step',
+      text: "The claim checks and sets in one synchronous step (no database, no condition to show): it found the winner's live record and set nothing.",
+      condition: null,
+    };
   }
   return null;
 }
@@ -400,7 +526,8 @@ export function refusedBy(storeName: string, trips: readonly RoundTrip[]): Refus
 /** The engine operation behind each access pattern, by store name. */
 const OPERATIONS: Record<string, { claim: string; complete: string; get: string }> = {
   dynamodb: {
-    claim: 'PutItem with ConditionExpression attribute_not_exists(pk) OR expired; a claimable row is taken over by an UpdateItem conditioned on its token',
+    claim:
+      'PutItem with ConditionExpression attribute_not_exists(pk) OR expired; a claimable row is taken over by an UpdateItem conditioned on its token',
     complete: 'UpdateItem (condition: token and in_progress)',
     get: 'GetItem (consistent read)',
   },
@@ -416,7 +543,11 @@ const OPERATIONS: Record<string, { claim: string; complete: string; get: string 
     complete: 'UPDATE … WHERE token = $1 AND status = in_progress',
     get: 'SELECT * … WHERE pk = $1',
   },
-  redis: { claim: 'EVALSHA claim script: check and write in one atomic step (one hash key)', complete: 'EVALSHA complete script', get: 'HGETALL' },
+  redis: {
+    claim: 'EVALSHA claim script: check and write in one atomic step (one hash key)',
+    complete: 'EVALSHA complete script',
+    get: 'HGETALL',
+  },
   memory: { claim: 'Map get + set in one synchronous step', complete: 'Map set if the token holds', get: 'Map get' },
   default: { claim: 'claim', complete: 'complete', get: 'get' },
 };
@@ -485,34 +616,63 @@ function attributeTypes(store: object, trips: readonly RoundTrip[], record: Idem
         fields: FIELDS.map((f) => {
           const descriptor = item[f.name];
           const type = descriptor ? (Object.keys(descriptor)[0] ?? '?') : 'absent while empty';
-          const unit = f.name === 'expiresAt' ? 'epoch seconds, for native TTL (expiresAtMs holds the exact ms)' : ms(f.name);
+          const unit =
+            f.name === 'expiresAt' ? 'epoch seconds, for native TTL (expiresAtMs holds the exact ms)' : ms(f.name);
           return { ...f, storedAs: f.name, type, unit };
         }),
       };
     }
   }
-  const sqlite = store as { database?: { prepare?: (sql: string) => { all: (...p: unknown[]) => unknown[] } }; table?: unknown };
+  const sqlite = store as {
+    database?: { prepare?: (sql: string) => { all: (...p: unknown[]) => unknown[] } };
+    table?: unknown;
+  };
   if (typeof sqlite.database?.prepare === 'function' && typeof sqlite.table === 'string') {
     const table = sqlite.table;
-    const columns = sqlite.database.prepare('SELECT name, type FROM pragma_table_info(?)').all(table) as Array<{ name: string; type: string }>;
+    const columns = sqlite.database.prepare('SELECT name, type FROM pragma_table_info(?)').all(table) as Array<{
+      name: string;
+      type: string;
+    }>;
     const declared = new Map(columns.map((c) => [c.name, c.type]));
     return {
       source: `the declared column types of ${table} (PRAGMA table_info)`,
-      fields: FIELDS.map((f) => ({ ...f, storedAs: `${table}.${f.column}`, type: declared.get(f.column) ?? '?', unit: ms(f.name) })),
+      fields: FIELDS.map((f) => ({
+        ...f,
+        storedAs: `${table}.${f.column}`,
+        type: declared.get(f.column) ?? '?',
+        unit: ms(f.name),
+      })),
     };
   }
   const known = DECLARED[(store as { name?: string }).name ?? ''];
   if (known) {
-    return { source: "the store's schema", fields: FIELDS.map((f) => ({ ...f, storedAs: known.name(f), type: known.type(f), unit: known.unit(f) })) };
+    return {
+      source: "the store's schema",
+      fields: FIELDS.map((f) => ({ ...f, storedAs: known.name(f), type: known.type(f), unit: known.unit(f) })),
+    };
   }
   const flat: Record<string, unknown> | undefined = record
-    ? { ...record, responseStatus: record.response?.status, responseHeaders: record.response?.headers, responseBody: record.response?.body }
+    ? {
+        ...record,
+        responseStatus: record.response?.status,
+        responseHeaders: record.response?.headers,
+        responseBody: record.response?.body,
+      }
     : undefined;
   return {
     source: 'the values the store holds (JavaScript types)',
     fields: FIELDS.map((f) => {
       const value = flat?.[f.name];
-      const type = value === undefined ? '?' : value === null ? 'null' : value instanceof Uint8Array ? 'Uint8Array' : Array.isArray(value) ? 'array' : typeof value;
+      const type =
+        value === undefined
+          ? '?'
+          : value === null
+            ? 'null'
+            : value instanceof Uint8Array
+              ? 'Uint8Array'
+              : Array.isArray(value)
+                ? 'array'
+                : typeof value;
       return { ...f, storedAs: f.name, type, unit: ms(f.name) };
     }),
   };
@@ -528,21 +688,46 @@ interface Field {
 
 /** Every attribute of an `IdempotencyKey` item, in the order the page lists them. */
 const FIELDS: readonly Field[] = [
-  { name: 'pk', column: 'pk', pg: 'text', meaning: 'the item\'s address: IDEMPOTENCY#<scope>#<key>' },
-  { name: 'scope', column: 'scope', pg: 'text', meaning: 'whose key it is (the account), so two accounts never share a row' },
+  { name: 'pk', column: 'pk', pg: 'text', meaning: "the item's address: IDEMPOTENCY#<scope>#<key>" },
+  {
+    name: 'scope',
+    column: 'scope',
+    pg: 'text',
+    meaning: 'whose key it is (the account), so two accounts never share a row',
+  },
   { name: 'key', column: 'key', pg: 'text', meaning: 'the Idempotency-Key the client sent' },
   { name: 'status', column: 'status', pg: 'text', meaning: 'in_progress → succeeded or failed' },
-  { name: 'fingerprint', column: 'fingerprint', pg: 'text', meaning: 'a hash of the request (method, path, body): a retry must match it' },
-  { name: 'id', column: 'id', pg: 'text', meaning: 'the record\'s id, kept by retries, new once the row has expired' },
-  { name: 'token', column: 'token', pg: 'text', meaning: 'the current claim\'s secret: only its holder may complete or renew' },
+  {
+    name: 'fingerprint',
+    column: 'fingerprint',
+    pg: 'text',
+    meaning: 'a hash of the request (method, path, body): a retry must match it',
+  },
+  { name: 'id', column: 'id', pg: 'text', meaning: "the record's id, kept by retries, new once the row has expired" },
+  {
+    name: 'token',
+    column: 'token',
+    pg: 'text',
+    meaning: "the current claim's secret: only its holder may complete or renew",
+  },
   { name: 'claimedAt', column: 'claimed_at', pg: 'bigint', meaning: 'when the current claim was made' },
-  { name: 'leaseExpiresAt', column: 'lease_expires_at', pg: 'bigint', meaning: 'until when the claim holds; after it a retry may take over' },
+  {
+    name: 'leaseExpiresAt',
+    column: 'lease_expires_at',
+    pg: 'bigint',
+    meaning: 'until when the claim holds; after it a retry may take over',
+  },
   { name: 'expiresAt', column: 'expires_at', pg: 'bigint', meaning: 'when the row stops counting (the TTL)' },
   { name: 'retryable', column: 'retryable', pg: 'boolean', meaning: 'for failed: may a retry run the work again' },
   { name: 'resultId', column: 'result_id', pg: 'text', meaning: 'what the work produced (the charge id)' },
-  { name: 'responseStatus', column: 'response_status', pg: 'integer', meaning: 'the stored answer\'s status' },
-  { name: 'responseHeaders', column: 'response_headers', pg: 'jsonb', meaning: 'the stored answer\'s headers' },
-  { name: 'responseBody', column: 'response_body', pg: 'bytea', meaning: 'the stored answer\'s body, replayed byte for byte' },
+  { name: 'responseStatus', column: 'response_status', pg: 'integer', meaning: "the stored answer's status" },
+  { name: 'responseHeaders', column: 'response_headers', pg: 'jsonb', meaning: "the stored answer's headers" },
+  {
+    name: 'responseBody',
+    column: 'response_body',
+    pg: 'bytea',
+    meaning: "the stored answer's body, replayed byte for byte",
+  },
 ];
 
 /** What the network stores declare (their schema.sql and scripts), for stores whose replies do not carry types. */
@@ -575,11 +760,17 @@ async function readJson(request: Request): Promise<Record<string, unknown> | Res
   if (text === '') return {};
   try {
     const parsed: unknown = JSON.parse(text);
-    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) return parsed as Record<string, unknown>;
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed))
+      return parsed as Record<string, unknown>;
   } catch {
     // answered below
   }
-  return problem({ status: 400, slug: 'body-invalid', title: 'Malformed JSON', detail: 'The body must be a JSON object.' });
+  return problem({
+    status: 400,
+    slug: 'body-invalid',
+    title: 'Malformed JSON',
+    detail: 'The body must be a JSON object.',
+  });
 }
 
 function describeError(error: unknown): unknown {
@@ -596,7 +787,8 @@ function describeError(error: unknown): unknown {
  */
 function jsonSafe(this: unknown, _key: string, value: unknown): unknown {
   if (typeof value === 'bigint') return value.toString();
-  if (isBufferJson(value)) return { bytes: value.data.length, text: new TextDecoder().decode(Uint8Array.from(value.data.slice(0, 2_000))) };
+  if (isBufferJson(value))
+    return { bytes: value.data.length, text: new TextDecoder().decode(Uint8Array.from(value.data.slice(0, 2_000))) };
   if (value instanceof Uint8Array) {
     const text = new TextDecoder('utf-8', { fatal: false }).decode(value.subarray(0, 2_000));
     return { bytes: value.byteLength, text };
@@ -610,7 +802,12 @@ function jsonSafe(this: unknown, _key: string, value: unknown): unknown {
 
 /** A Node `Buffer` after its own `toJSON` ran (which happens before any replacer sees it). */
 function isBufferJson(value: unknown): value is { type: 'Buffer'; data: number[] } {
-  return typeof value === 'object' && value !== null && (value as { type?: unknown }).type === 'Buffer' && Array.isArray((value as { data?: unknown }).data);
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    (value as { type?: unknown }).type === 'Buffer' &&
+    Array.isArray((value as { data?: unknown }).data)
+  );
 }
 
 function notAllowed(allow: string): Response {

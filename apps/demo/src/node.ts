@@ -48,10 +48,17 @@ export function serve(
     onDrop,
   }: ServeOptions = {},
 ): Server & { inFlight(): number } {
-  for (const [name, value] of Object.entries({ maxConnections, headersTimeoutMs, requestTimeoutMs, keepAliveTimeoutMs })) {
-    if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
+  for (const [name, value] of Object.entries({
+    maxConnections,
+    headersTimeoutMs,
+    requestTimeoutMs,
+    keepAliveTimeoutMs,
+  })) {
+    if (!Number.isSafeInteger(value) || value < 1)
+      throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
   }
-  if (headersTimeoutMs > requestTimeoutMs) throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
+  if (headersTimeoutMs > requestTimeoutMs)
+    throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
   const allowed = hostAllowList(allowedHosts);
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
@@ -104,7 +111,11 @@ export function serve(
     socket.end(
       status === 408
         ? rawProblem(408, 'request-timeout', 'The request did not arrive in time: its headers, or the whole request.')
-        : rawProblem(status, 'http-invalid', 'The request is not valid HTTP/1.1 (its request line, headers or framing).'),
+        : rawProblem(
+            status,
+            'http-invalid',
+            'The request is not valid HTTP/1.1 (its request line, headers or framing).',
+          ),
     );
   });
   // Past the cap node closes a new connection at once, unanswered: under a flood of slow connections the ones
@@ -129,7 +140,12 @@ function hostAllowList(entries: readonly string[]): (host: string) => boolean {
 
 /** A complete HTTP/1.1 problem+json response as bytes, for answers written before node:http has a response. */
 function rawProblem(status: number, slug: string, detail: string): string {
-  const body = JSON.stringify({ type: `urn:idem:problem:${slug}`, title: STATUS_CODES[status] ?? 'Bad Request', status, detail });
+  const body = JSON.stringify({
+    type: `urn:idem:problem:${slug}`,
+    title: STATUS_CODES[status] ?? 'Bad Request',
+    status,
+    detail,
+  });
   return [
     `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Bad Request'}`,
     'content-type: application/problem+json',
@@ -185,8 +201,15 @@ const LINGER_MS = 2_000;
  * small buffer (16 KiB) before it stops reading the socket, and the connection is cut after LINGER_MS. Under
  * `Expect: 100-continue` the body was never asked for, so the answer simply closes the connection.
  */
-async function answerEarly(req: IncomingMessage, res: ServerResponse, response: Response, close: boolean, expectsContinue: boolean): Promise<void> {
-  const pending = !req.complete && (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0');
+async function answerEarly(
+  req: IncomingMessage,
+  res: ServerResponse,
+  response: Response,
+  close: boolean,
+  expectsContinue: boolean,
+): Promise<void> {
+  const pending =
+    !req.complete && (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0');
   if (!pending || expectsContinue) {
     await write(res, response, close || expectsContinue);
     return;
@@ -204,37 +227,64 @@ async function answerEarly(req: IncomingMessage, res: ServerResponse, response: 
 /** `response` as the bytes of a complete HTTP/1.1 answer that closes the connection, for writing to the socket. */
 async function rawResponse(response: Response, head: boolean): Promise<Buffer> {
   const body = Buffer.from(await response.arrayBuffer());
-  const lines = [`HTTP/1.1 ${response.status} ${STATUS_CODES[response.status] ?? ''}`, `date: ${new Date().toUTCString()}`];
+  const lines = [
+    `HTTP/1.1 ${response.status} ${STATUS_CODES[response.status] ?? ''}`,
+    `date: ${new Date().toUTCString()}`,
+  ];
   response.headers.forEach((value, name) => {
-    if (!['connection', 'content-length', 'transfer-encoding', 'set-cookie'].includes(name)) lines.push(`${name}: ${value}`);
+    if (!['connection', 'content-length', 'transfer-encoding', 'set-cookie'].includes(name))
+      lines.push(`${name}: ${value}`);
   });
   for (const cookie of response.headers.getSetCookie()) lines.push(`set-cookie: ${cookie}`);
   lines.push(`content-length: ${body.byteLength}`, 'connection: close', '', '');
   return Buffer.concat([Buffer.from(lines.join('\r\n'), 'latin1'), head ? Buffer.alloc(0) : body]);
 }
 
-async function handle(app: App, allowed: (host: string) => boolean, req: IncomingMessage, res: ServerResponse, expectsContinue: boolean): Promise<void> {
+async function handle(
+  app: App,
+  allowed: (host: string) => boolean,
+  req: IncomingMessage,
+  res: ServerResponse,
+  expectsContinue: boolean,
+): Promise<void> {
   const url = requestUrl(req.url ?? '/');
   // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
   const hosts = req.rawHeaders.filter((_, i) => i % 2 === 0 && req.rawHeaders[i]?.toLowerCase() === 'host').length;
   const hostInvalid = req.httpVersion === '1.1' && (hosts !== 1 || !HOST.test(req.headers.host ?? ''));
   if (!url || hostInvalid) {
-    const detail = url ? 'An HTTP/1.1 request needs one valid Host header.' : 'The request target must be a path (or an absolute http URL).';
-    await answerEarly(req, res, problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }), true, expectsContinue);
+    const detail = url
+      ? 'An HTTP/1.1 request needs one valid Host header.'
+      : 'The request target must be a path (or an absolute http URL).';
+    await answerEarly(
+      req,
+      res,
+      problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }),
+      true,
+      expectsContinue,
+    );
     return;
   }
   // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 reaches this server with
   // `Host: evil.example`. Only the names the server is known by are served (an HTTP/1.0 request without Host is
   // not a browser's).
-  const named = [req.headers.host, targetAuthority(req.url ?? '/')].filter((host): host is string => host !== undefined && host !== '');
+  const named = [req.headers.host, targetAuthority(req.url ?? '/')].filter(
+    (host): host is string => host !== undefined && host !== '',
+  );
   const stranger = named.find((host) => !allowed(host));
   if (stranger !== undefined) {
     const detail = `This server does not serve the host ${JSON.stringify(stranger.slice(0, 100))}. Use the name it is configured for (IDEM_ALLOWED_HOSTS).`;
-    await answerEarly(req, res, problem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }), true, expectsContinue);
+    await answerEarly(
+      req,
+      res,
+      problem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }),
+      true,
+      expectsContinue,
+    );
     return;
   }
   const headers = new Headers();
-  for (let i = 0; i < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
+  for (let i = 0; i < req.rawHeaders.length; i += 2)
+    headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
   const method = req.method ?? 'GET';
   const head = new Request(url, { method, headers });
   // Decided on the head alone: a caller without a valid API key is answered now, and its body is never read.
@@ -259,7 +309,16 @@ async function handle(app: App, allowed: (host: string) => boolean, req: Incomin
     if (size <= MAX_BODY_BYTES) chunks.push(chunk);
   }
   if (size > MAX_BODY_BYTES) {
-    await write(res, problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: `The body is larger than ${MAX_BODY_BYTES} bytes.` }), true);
+    await write(
+      res,
+      problem({
+        status: 413,
+        slug: 'request-too-large',
+        title: 'Request body too large',
+        detail: `The body is larger than ${MAX_BODY_BYTES} bytes.`,
+      }),
+      true,
+    );
     return;
   }
   const request = new Request(url, { method, headers, body: Buffer.concat(chunks) });

@@ -8,7 +8,10 @@ import { fileURLToPath } from 'node:url';
 
 /** Where the built pages are, whether this module runs from `src/` (tsx) or from `dist/` (compiled). */
 export function publicDir(): string {
-  const candidates = [fileURLToPath(new URL('./public/', import.meta.url)), fileURLToPath(new URL('../dist/public/', import.meta.url))];
+  const candidates = [
+    fileURLToPath(new URL('./public/', import.meta.url)),
+    fileURLToPath(new URL('../dist/public/', import.meta.url)),
+  ];
   return candidates.find((dir) => existsSync(join(dir, 'index.html'))) ?? (candidates[1] as string);
 }
 
@@ -30,7 +33,12 @@ const SECURITY_HEADERS = {
   'referrer-policy': 'no-referrer',
 };
 
-const PAGES: Record<string, string> = { '/': 'index.html', '/index.html': 'index.html', '/model': 'model.html', '/model.html': 'model.html' };
+const PAGES: Record<string, string> = {
+  '/': 'index.html',
+  '/index.html': 'index.html',
+  '/model': 'model.html',
+  '/model.html': 'model.html',
+};
 
 /**
  * A `pages(request)` function for `createApp`: `/` (the lab), `/model` (the model page) and the hashed files under
@@ -53,10 +61,13 @@ export function staticPages(dir: string = publicDir()): (request: Request) => Pr
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
       if (!page) return undefined;
-      return new Response(`The pages are not built. Run \`npm run build\` (npm start does), then reload.\n(looked in ${dir})\n`, {
-        status: 503,
-        headers: { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
-      });
+      return new Response(
+        `The pages are not built. Run \`npm run build\` (npm start does), then reload.\n(looked in ${dir})\n`,
+        {
+          status: 503,
+          headers: { 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' },
+        },
+      );
     }
     const extension = /\.[a-z0-9]+$/.exec(file)?.[0] ?? '';
     return new Response(request.method === 'HEAD' ? null : new Uint8Array(body), {

@@ -19,7 +19,9 @@ export interface Io {
 function table(rows: ReadonlyArray<readonly string[]>): string {
   const widths: number[] = [];
   for (const row of rows) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
-  return rows.map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join('  ')).join('\n');
+  return rows
+    .map((row) => row.map((cell, i) => (i === row.length - 1 ? cell : cell.padEnd(widths[i] ?? 0))).join('  '))
+    .join('\n');
 }
 
 /**
@@ -88,7 +90,11 @@ export async function serveCommand(args: readonly string[], io: Io): Promise<num
 const invoked = process.argv[1];
 if (invoked && import.meta.url === pathToFileURL(realpathSync(invoked)).href) {
   const args = process.argv.slice(2);
-  const io: Io = { stdout: (t) => void process.stdout.write(t), stderr: (t) => void process.stderr.write(t), env: process.env };
+  const io: Io = {
+    stdout: (t) => void process.stdout.write(t),
+    stderr: (t) => void process.stderr.write(t),
+    env: process.env,
+  };
   const code = await serveCommand(args[0] === 'serve' ? args.slice(1) : args, io);
   // The server leaves pools and sockets behind once drained.
   process.exit(code);

@@ -5,7 +5,15 @@ import { once } from 'node:events';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createApp } from './app.js';
-import { badConfig, checkServable, ConfigError, isLoopback, LOOPBACK_HOSTS, loadConfig, type DemoConfig } from './config.js';
+import {
+  badConfig,
+  checkServable,
+  ConfigError,
+  isLoopback,
+  LOOPBACK_HOSTS,
+  loadConfig,
+  type DemoConfig,
+} from './config.js';
 import { createLogger } from './log.js';
 import { createMetrics, metricsApp } from './metrics.js';
 import { modelRoutes, tripRecorder } from './model.js';
@@ -23,7 +31,9 @@ const METRICS_MAX_CONNECTIONS = 16;
  * @example
  * const { url, close } = await startServer(loadConfig(process.env))
  */
-export async function startServer(config: DemoConfig): Promise<{ url: string; metricsUrl: string | undefined; close: () => Promise<void> }> {
+export async function startServer(
+  config: DemoConfig,
+): Promise<{ url: string; metricsUrl: string | undefined; close: () => Promise<void> }> {
   checkServable(config);
   // Observability (docs/OPERATIONS.md): counters at /metrics (their own port) and one JSON log line per idempotency event.
   const metrics = createMetrics();
@@ -43,20 +53,29 @@ export async function startServer(config: DemoConfig): Promise<{ url: string; me
   });
   const limits = { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs };
   const allowedHosts = config.allowedHosts ?? [...LOOPBACK_HOSTS, ...(isLoopback(config.host) ? [config.host] : [])];
-  const server = serve(app, { ...limits, allowedHosts, maxConnections: config.maxConnections, onDrop: () => metrics.onConnectionDropped() });
+  const server = serve(app, {
+    ...limits,
+    allowedHosts,
+    maxConnections: config.maxConnections,
+    onDrop: () => metrics.onConnectionDropped(),
+  });
   const scrape =
     config.metricsPort === undefined
       ? undefined
       : serve(metricsApp(metrics), {
           ...limits,
-          allowedHosts: config.allowedHosts ?? [...LOOPBACK_HOSTS, ...(isLoopback(config.metricsHost) ? [config.metricsHost] : [])],
+          allowedHosts: config.allowedHosts ?? [
+            ...LOOPBACK_HOSTS,
+            ...(isLoopback(config.metricsHost) ? [config.metricsHost] : []),
+          ],
           maxConnections: METRICS_MAX_CONNECTIONS,
         });
   let url: string;
   let metricsUrl: string | undefined;
   try {
     url = await listen(server, config.port, config.host, 'HOST/PORT');
-    if (scrape) metricsUrl = `${await listen(scrape, config.metricsPort ?? 0, config.metricsHost, 'IDEM_METRICS_HOST/IDEM_METRICS_PORT')}/metrics`;
+    if (scrape)
+      metricsUrl = `${await listen(scrape, config.metricsPort ?? 0, config.metricsHost, 'IDEM_METRICS_HOST/IDEM_METRICS_PORT')}/metrics`;
   } catch (error) {
     server.close();
     scrape?.close();
@@ -75,7 +94,11 @@ export async function startServer(config: DemoConfig): Promise<{ url: string; me
       server.closeAllConnections();
       await backend.close();
     })());
-  const extras = [`store: ${backend.description}`, ...(config.lab ? ['lab mode'] : []), ...(metricsUrl ? [`metrics: ${metricsUrl}`] : [])];
+  const extras = [
+    `store: ${backend.description}`,
+    ...(config.lab ? ['lab mode'] : []),
+    ...(metricsUrl ? [`metrics: ${metricsUrl}`] : []),
+  ];
   console.log(`idem demo listening on ${url} — ${extras.join(' — ')}`);
   return { url, metricsUrl, close };
 }

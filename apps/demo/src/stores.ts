@@ -207,7 +207,8 @@ async function openPostgres(raw: string, observer: RoundTripObserver): Promise<B
  */
 async function openMysql(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
   const { url, shown } = storeUrl(raw, []);
-  if (url.pathname.length <= 1) throw new ConfigError(`IDEM_STORE=mysql://user@host:3306/db needs a database, got "${shown}".`);
+  if (url.pathname.length <= 1)
+    throw new ConfigError(`IDEM_STORE=mysql://user@host:3306/db needs a database, got "${shown}".`);
   const { default: mysql } = await need(() => import('mysql2/promise'), 'mysql2', 'mysql://');
   const pool = mysql.createPool({
     uri: url.toString(),
@@ -256,7 +257,12 @@ function openLedgerDb(path: string): Database.Database {
  */
 async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
   const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-  const nodes = seeds?.split(',').map((seed) => ({ host: seed.slice(0, seed.lastIndexOf(':')), port: Number(seed.slice(seed.lastIndexOf(':') + 1)) }));
+  const nodes = seeds
+    ?.split(',')
+    .map((seed) => ({
+      host: seed.slice(0, seed.lastIndexOf(':')),
+      port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
+    }));
   if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
     throw new ConfigError(`IDEM_STORE=redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
   }
@@ -330,7 +336,9 @@ async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripOb
   const { dynamodbStore } = await need(() => import('idem/stores/dynamodb'), '@aws-sdk/client-dynamodb', 'dynamodb:');
   const local = raw === 'dynamodb:local' || raw.startsWith('dynamodb:local?');
   if (!local && !raw.startsWith('dynamodb://')) {
-    throw new ConfigError(`IDEM_STORE for DynamoDB must be dynamodb://host:port[?table=name] or dynamodb:local, got "${raw}".`);
+    throw new ConfigError(
+      `IDEM_STORE for DynamoDB must be dynamodb://host:port[?table=name] or dynamodb:local, got "${raw}".`,
+    );
   }
   const query = new URLSearchParams(raw.includes('?') ? raw.slice(raw.indexOf('?') + 1) : '');
   const table = query.get('table') ?? 'idempotency';

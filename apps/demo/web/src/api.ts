@@ -65,7 +65,8 @@ export class ApiError extends Error {
   readonly status: number;
   readonly body: unknown;
   constructor(status: number, body: unknown) {
-    const detail = (body as { detail?: unknown; title?: unknown } | null)?.detail ?? (body as { title?: unknown } | null)?.title;
+    const detail =
+      (body as { detail?: unknown; title?: unknown } | null)?.detail ?? (body as { title?: unknown } | null)?.title;
     super(`HTTP ${status}${typeof detail === 'string' ? `: ${detail}` : ''}`);
     this.name = 'ApiError';
     this.status = status;
@@ -97,7 +98,13 @@ export async function getJson<T>(path: string): Promise<T> {
  * await postJson('/v1/model/race', {})
  */
 export async function postJson<T>(path: string, body: unknown = {}): Promise<T> {
-  return parse<T>(await fetch(path, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify(body) }));
+  return parse<T>(
+    await fetch(path, {
+      method: 'POST',
+      headers: { ...auth(), 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    }),
+  );
 }
 
 /** The headers for a request as this tab's account (the lab page adds its own per attempt). */

@@ -3,7 +3,16 @@
  */
 
 /** What happened to an attempt, as the browser observed it. */
-export type Outcome = 'pending' | 'executed' | 'replayed' | 'in-flight' | 'mismatch' | 'dropped' | 'processor-failed' | 'declined' | 'error';
+export type Outcome =
+  | 'pending'
+  | 'executed'
+  | 'replayed'
+  | 'in-flight'
+  | 'mismatch'
+  | 'dropped'
+  | 'processor-failed'
+  | 'declined'
+  | 'error';
 
 /** Which control sent it. */
 export type Source = 'Charge' | 'Retry' | 'Race' | 'Tamper';

@@ -12,7 +12,11 @@ type Attributes = Record<string, string | number | boolean | null | undefined | 
  * @example
  * h('button', { type: 'button', onclick: () => retry() }, 'Retry')
  */
-export function h<K extends keyof HTMLElementTagNameMap>(tag: K, attributes: Attributes = {}, ...children: Child[]): HTMLElementTagNameMap[K] {
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K,
+  attributes: Attributes = {},
+  ...children: Child[]
+): HTMLElementTagNameMap[K] {
   const element = document.createElement(tag);
   apply(element, attributes);
   element.append(...nodes(children));
@@ -27,7 +31,11 @@ const SVG_NS = 'http://www.w3.org/2000/svg';
  * @example
  * s('line', { x1: 0, y1: 0, x2: 10, y2: 10, class: 'edge' })
  */
-export function s<K extends keyof SVGElementTagNameMap>(tag: K, attributes: Attributes = {}, ...children: Child[]): SVGElementTagNameMap[K] {
+export function s<K extends keyof SVGElementTagNameMap>(
+  tag: K,
+  attributes: Attributes = {},
+  ...children: Child[]
+): SVGElementTagNameMap[K] {
   const element = document.createElementNS(SVG_NS, tag);
   apply(element, attributes);
   element.append(...nodes(children));

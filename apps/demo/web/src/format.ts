@@ -32,7 +32,13 @@ export function relative(at: number, now = Date.now()): string {
   const ms = at - now;
   const abs = Math.abs(ms);
   const text =
-    abs < 1_000 ? `${abs} ms` : abs < 60_000 ? `${(abs / 1_000).toFixed(1)} s` : abs < 3_600_000 ? `${Math.round(abs / 60_000)} min` : `${Math.round(abs / 3_600_000)} h`;
+    abs < 1_000
+      ? `${abs} ms`
+      : abs < 60_000
+        ? `${(abs / 1_000).toFixed(1)} s`
+        : abs < 3_600_000
+          ? `${Math.round(abs / 60_000)} min`
+          : `${Math.round(abs / 3_600_000)} h`;
   return ms >= 0 ? `in ${text}` : `${text} ago`;
 }
 

@@ -2,7 +2,19 @@
  * @module The lab page. Every control sends real requests to the demo API as this tab's sandbox account, and every
  * figure is read back from it: `GET /v1/balance`, `GET /v1/idempotency_records`, `GET /v1/charges`.
  */
-import { accountOf, ApiError, authHeaders, getJson, labKey, newLabKey, uuid, type Balance, type Charge, type List, type PublicRecord } from './api.js';
+import {
+  accountOf,
+  ApiError,
+  authHeaders,
+  getJson,
+  labKey,
+  newLabKey,
+  uuid,
+  type Balance,
+  type Charge,
+  type List,
+  type PublicRecord,
+} from './api.js';
 import { classify, describeOutcome, type Attempt, type Faults, type Source } from './attempt.js';
 import { byId, h } from './dom.js';
 import { abbreviate, clock, dollars, plural, relative } from './format.js';
@@ -230,13 +242,33 @@ const tell = (a: Attempt) => narrateOne(a, earlierThan(a));
 
 ui.charge.addEventListener('click', () => {
   const key = keyForNext();
-  void act(async () => tell(await send({ source: 'Charge', key, amount: CHARGE_CENTS, intent: intentFor(key, CHARGE_CENTS), faults: toggles(ui.flaky.checked) })));
+  void act(async () =>
+    tell(
+      await send({
+        source: 'Charge',
+        key,
+        amount: CHARGE_CENTS,
+        intent: intentFor(key, CHARGE_CENTS),
+        faults: toggles(ui.flaky.checked),
+      }),
+    ),
+  );
 });
 
 ui.retry.addEventListener('click', () => {
   if (!last) return;
   const again = last;
-  void act(async () => tell(await send({ source: 'Retry', key: again.key, amount: again.amount, intent: again.intent, faults: toggles(false) })));
+  void act(async () =>
+    tell(
+      await send({
+        source: 'Retry',
+        key: again.key,
+        amount: again.amount,
+        intent: again.intent,
+        faults: toggles(false),
+      }),
+    ),
+  );
 });
 
 ui.race.addEventListener('click', () => {
@@ -245,18 +277,43 @@ ui.race.addEventListener('click', () => {
   const group = ++groups;
   const intent = key === null ? intentFor(null, CHARGE_CENTS) : intentFor(key, CHARGE_CENTS);
   const faults = toggles(false);
-  void act(async () => narrateRace(await sendAll(Array.from({ length: n }, () => ({ source: 'Race' as const, key, amount: CHARGE_CENTS, intent, faults, group })))));
+  void act(async () =>
+    narrateRace(
+      await sendAll(
+        Array.from({ length: n }, () => ({
+          source: 'Race' as const,
+          key,
+          amount: CHARGE_CENTS,
+          intent,
+          faults,
+          group,
+        })),
+      ),
+    ),
+  );
 });
 
 ui.tamper.addEventListener('click', () => {
   if (lastKeyed === null) return;
   const key = lastKeyed;
-  void act(async () => tell(await send({ source: 'Tamper', key, amount: TAMPER_CENTS, intent: intentFor(key, TAMPER_CENTS), faults: toggles(false) })));
+  void act(async () =>
+    tell(
+      await send({
+        source: 'Tamper',
+        key,
+        amount: TAMPER_CENTS,
+        intent: intentFor(key, TAMPER_CENTS),
+        faults: toggles(false),
+      }),
+    ),
+  );
 });
 
 ui.newKey.addEventListener('click', () => {
   currentKey = uuid();
-  narrate(`New Idempotency-Key ${abbreviate(currentKey, 8, 4)}: the next Charge $500 is a new payment, and a Race on it shows 409s.`);
+  narrate(
+    `New Idempotency-Key ${abbreviate(currentKey, 8, 4)}: the next Charge $500 is a new payment, and a Race on it shows 409s.`,
+  );
   updateControls();
 });
 
@@ -332,7 +389,13 @@ const guides: ReadonlyArray<[HTMLButtonElement, () => Promise<string>]> = [
     async () => {
       const key = uuid();
       const intent = intentFor(key, CHARGE_CENTS);
-      const failed = await send({ source: 'Charge', key, amount: CHARGE_CENTS, intent, faults: { ...QUICK, fail: true } });
+      const failed = await send({
+        source: 'Charge',
+        key,
+        amount: CHARGE_CENTS,
+        intent,
+        faults: { ...QUICK, fail: true },
+      });
       await refresh();
       const retry = await send({ source: 'Retry', key, amount: CHARGE_CENTS, intent, faults: QUICK });
       return failed.outcome === 'processor-failed' && retry.outcome === 'executed'
@@ -444,7 +507,8 @@ function render(): void {
   const counts = new Map<string, number>();
   for (const a of attempts) counts.set(describeOutcome(a), (counts.get(describeOutcome(a)) ?? 0) + 1);
   // The outcome first, then its count: "409 in flight: 4", never "4 409 in flight".
-  ui.attemptsDetail.textContent = counts.size === 0 ? 'none yet' : [...counts].map(([what, n]) => `${what}: ${n}`).join(' · ');
+  ui.attemptsDetail.textContent =
+    counts.size === 0 ? 'none yet' : [...counts].map(([what, n]) => `${what}: ${n}`).join(' · ');
   renderIntended();
   updateControls();
 }
@@ -486,7 +550,12 @@ function renderRecords(): void {
         { 'data-key': r.key, 'data-status': r.status },
         h('td', { class: 'c-key' }, h('code', { title: r.key }, abbreviate(r.key, 8, 4))),
         h('td', { class: 'c-fingerprint' }, h('code', { title: r.fingerprint }, abbreviate(r.fingerprint, 6, 4))),
-        h('td', { class: 'c-status' }, h('span', { class: `badge s-${r.status}` }, r.status), r.status === 'failed' ? (r.retryable ? ' retryable' : ' final') : ''),
+        h(
+          'td',
+          { class: 'c-status' },
+          h('span', { class: `badge s-${r.status}` }, r.status),
+          r.status === 'failed' ? (r.retryable ? ' retryable' : ' final') : '',
+        ),
         h('td', { class: 'c-response' }, r.responseStatus === null ? '—' : String(r.responseStatus)),
         h('td', { class: 'c-expires', title: new Date(r.expiresAt).toISOString() }, relative(r.expiresAt, now)),
       ),
@@ -521,11 +590,26 @@ function renderLog(): void {
         { 'data-outcome': a.outcome, 'data-n': a.n, class: `o-${a.outcome}` },
         h('td', { class: 'num c-n' }, String(a.n)),
         h('td', { class: 'c-control' }, a.source),
-        h('td', { class: 'c-key' }, a.key === null ? h('span', { class: 'muted' }, 'no key') : h('code', { title: a.key }, abbreviate(a.key, 8, 4))),
+        h(
+          'td',
+          { class: 'c-key' },
+          a.key === null
+            ? h('span', { class: 'muted' }, 'no key')
+            : h('code', { title: a.key }, abbreviate(a.key, 8, 4)),
+        ),
         h('td', { class: 'c-request' }, request),
-        h('td', { class: 'c-outcome' }, h('span', { class: `badge o-${a.outcome}` }, describeOutcome(a)), a.retryAfter ? ` · Retry-After ${a.retryAfter} s` : ''),
+        h(
+          'td',
+          { class: 'c-outcome' },
+          h('span', { class: `badge o-${a.outcome}` }, describeOutcome(a)),
+          a.retryAfter ? ` · Retry-After ${a.retryAfter} s` : '',
+        ),
         h('td', { class: 'num c-status' }, a.status === null ? '—' : String(a.status)),
-        h('td', { class: 'num c-latency', title: `sent ${clock(a.sentAt)}` }, a.latencyMs === null ? '…' : `${a.latencyMs} ms`),
+        h(
+          'td',
+          { class: 'num c-latency', title: `sent ${clock(a.sentAt)}` },
+          a.latencyMs === null ? '…' : `${a.latencyMs} ms`,
+        ),
       );
     }),
   );

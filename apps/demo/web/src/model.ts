@@ -89,8 +89,15 @@ const ui = {
 /** The verdict of a claim, in words, and a class for its colour. */
 function claimVerdict(value: ClaimValue | null): { text: string; tone: string } {
   if (!value) return { text: 'no answer', tone: 'bad' };
-  if (value.kind === 'claimed') return { text: `claimed: this caller holds the key (status in_progress, token ${abbreviate(value.record.token, 8, 4)})`, tone: 'good' };
-  return { text: `condition failed: the key is taken (the row that stopped it: status ${value.record.status})`, tone: 'warn' };
+  if (value.kind === 'claimed')
+    return {
+      text: `claimed: this caller holds the key (status in_progress, token ${abbreviate(value.record.token, 8, 4)})`,
+      tone: 'good',
+    };
+  return {
+    text: `condition failed: the key is taken (the row that stopped it: status ${value.record.status})`,
+    tone: 'warn',
+  };
 }
 
 function verdictOf(op: Operation): { text: string; tone: string } {
@@ -119,9 +126,13 @@ function firstLine(sql: unknown): string {
 
 /** A statement's result in words: rows returned, rows changed. */
 function resultCaption(value: unknown): string {
-  if (Array.isArray(value)) return value.length === 0 ? 'no row' : `${value.length} row${value.length === 1 ? '' : 's'}`;
-  const changes = (value as { changes?: unknown; rowCount?: unknown } | null)?.changes ?? (value as { rowCount?: unknown } | null)?.rowCount;
-  if (typeof changes === 'number') return `${changes} row${changes === 1 ? '' : 's'} ${(value as { rows?: unknown }).rows ? 'returned' : 'changed'}`;
+  if (Array.isArray(value))
+    return value.length === 0 ? 'no row' : `${value.length} row${value.length === 1 ? '' : 's'}`;
+  const changes =
+    (value as { changes?: unknown; rowCount?: unknown } | null)?.changes ??
+    (value as { rowCount?: unknown } | null)?.rowCount;
+  if (typeof changes === 'number')
+    return `${changes} row${changes === 1 ? '' : 's'} ${(value as { rows?: unknown }).rows ? 'returned' : 'changed'}`;
   return '';
 }
 
@@ -129,7 +140,13 @@ function resultCaption(value: unknown): string {
 function code(text: string, sql = false, mark: string | null = null): HTMLElement {
   const at = mark ? text.indexOf(mark) : -1;
   if (!mark || at < 0) return h('pre', { class: sql ? 'sql' : '' }, text);
-  return h('pre', { class: sql ? 'sql' : '' }, text.slice(0, at), h('mark', { 'data-testid': 'condition' }, mark), text.slice(at + mark.length));
+  return h(
+    'pre',
+    { class: sql ? 'sql' : '' },
+    text.slice(0, at),
+    h('mark', { 'data-testid': 'condition' }, mark),
+    text.slice(at + mark.length),
+  );
 }
 
 /** What refused a losing claim, as `/v1/model/race` reports it. */
@@ -149,9 +166,18 @@ interface Refusal {
 function showTrip(trip: Trip, i: number, refusal: Refusal | null = null): HTMLElement {
   const refused = refusal?.trip === i + 1 ? refusal : null;
   /** The condition to mark in statement `n` (1-based), or in the whole request when the trip has one. */
-  const markIn = (n: number | null) => (refused && (refused.statement === null || refused.statement === n) ? refused.condition : null);
-  const request = (trip.request ?? {}) as { statements?: unknown; text?: unknown; values?: unknown; command?: unknown; script?: unknown };
-  const statements = Array.isArray(request.statements) ? (request.statements as Array<{ sql?: unknown; params?: unknown }>) : null;
+  const markIn = (n: number | null) =>
+    refused && (refused.statement === null || refused.statement === n) ? refused.condition : null;
+  const request = (trip.request ?? {}) as {
+    statements?: unknown;
+    text?: unknown;
+    values?: unknown;
+    command?: unknown;
+    script?: unknown;
+  };
+  const statements = Array.isArray(request.statements)
+    ? (request.statements as Array<{ sql?: unknown; params?: unknown }>)
+    : null;
   const summary = statements
     ? statements.map((st) => firstLine(st.sql)).join('  ;  ')
     : typeof request.text === 'string'
@@ -171,7 +197,12 @@ function showTrip(trip: Trip, i: number, refusal: Refusal | null = null): HTMLEl
 
   let reply: HTMLElement;
   if (trip.error !== undefined) {
-    reply = h('div', { 'data-testid': 'raw-response' }, h('p', { class: 'label bad' }, 'raw engine response: error'), h('pre', { class: 'error' }, raw(trip.error)));
+    reply = h(
+      'div',
+      { 'data-testid': 'raw-response' },
+      h('p', { class: 'label bad' }, 'raw engine response: error'),
+      h('pre', { class: 'error' }, raw(trip.error)),
+    );
   } else if (statements && Array.isArray(trip.response) && trip.response.length === statements.length) {
     const results = trip.response as unknown[];
     reply = h(
@@ -185,20 +216,51 @@ function showTrip(trip: Trip, i: number, refusal: Refusal | null = null): HTMLEl
           `statement ${n + 1} `,
           h('code', {}, firstLine(st.sql)),
           ` → ${resultCaption(results[n])}`,
-          refused?.statement === n + 1 ? h('strong', { class: 'refused-note' }, refused.by === 'write' ? ': refused by its WHERE' : ': the read found the row') : '',
+          refused?.statement === n + 1
+            ? h(
+                'strong',
+                { class: 'refused-note' },
+                refused.by === 'write' ? ': refused by its WHERE' : ': the read found the row',
+              )
+            : '',
         ),
         code(raw(results[n])),
       ]),
     );
   } else {
     const caption = resultCaption((trip.response as { rows?: unknown } | null)?.rows ?? trip.response);
-    reply = h('div', { 'data-testid': 'raw-response' }, h('p', { class: 'label' }, `raw engine response${caption ? ` → ${caption}` : ''}`), code(raw(trip.response)));
+    reply = h(
+      'div',
+      { 'data-testid': 'raw-response' },
+      h('p', { class: 'label' }, `raw engine response${caption ? ` → ${caption}` : ''}`),
+      code(raw(trip.response)),
+    );
   }
   return h(
     'div',
     { class: refused ? 'trip refused' : 'trip', ...(refused ? { 'data-refused': refused.by } : {}) },
-    h('p', { class: 'trip-head' }, `round trip ${i + 1}: ${trip.op}`, refused ? h('span', { class: 'refused-tag' }, refused.by === 'write' ? ' · the write refused here' : refused.by === 'step' ? ' · refused in this step' : ' · refused by the read') : ''),
-    h('details', { class: 'sent', open: refused !== null }, h('summary', {}, 'request ', h('code', {}, summary)), ...sent),
+    h(
+      'p',
+      { class: 'trip-head' },
+      `round trip ${i + 1}: ${trip.op}`,
+      refused
+        ? h(
+            'span',
+            { class: 'refused-tag' },
+            refused.by === 'write'
+              ? ' · the write refused here'
+              : refused.by === 'step'
+                ? ' · refused in this step'
+                : ' · refused by the read',
+          )
+        : '',
+    ),
+    h(
+      'details',
+      { class: 'sent', open: refused !== null },
+      h('summary', {}, 'request ', h('code', {}, summary)),
+      ...sent,
+    ),
     reply,
   );
 }
@@ -211,7 +273,13 @@ function showOperation(op: Operation, title?: string, refusal: Refusal | null = 
     { class: 'op-result', 'data-operation': op.operation },
     title ? h('h4', {}, title) : null,
     h('p', { class: `verdict ${verdict.tone}` }, verdict.text),
-    h('p', { class: 'trips-count' }, `Round trips: `, h('strong', { 'data-testid': 'round-trips' }, String(op.roundTrips)), op.traced ? '' : ' (counted by the store)'),
+    h(
+      'p',
+      { class: 'trips-count' },
+      `Round trips: `,
+      h('strong', { 'data-testid': 'round-trips' }, String(op.roundTrips)),
+      op.traced ? '' : ' (counted by the store)',
+    ),
     op.traced
       ? h('div', { class: 'trips' }, ...op.trips.map((trip, i) => showTrip(trip, i, refusal)))
       : h(
@@ -219,12 +287,22 @@ function showOperation(op: Operation, title?: string, refusal: Refusal | null = 
           { class: 'small muted' },
           `This store does not report its raw requests yet (no onRoundTrip), so there is no raw engine response to show; below is what its ${op.operation}() returned.`,
         ),
-    h('details', { open: !op.traced }, h('summary', {}, `What store.${op.operation}() returned`), h('pre', {}, raw(op.result))),
+    h(
+      'details',
+      { open: !op.traced },
+      h('summary', {}, `What store.${op.operation}() returned`),
+      h('pre', {}, raw(op.result)),
+    ),
   );
 }
 
 function showError(target: HTMLElement, error: unknown): void {
-  const message = error instanceof ApiError ? error.message : error instanceof TypeError ? 'The server could not be reached.' : String(error);
+  const message =
+    error instanceof ApiError
+      ? error.message
+      : error instanceof TypeError
+        ? 'The server could not be reached.'
+        : String(error);
   target.replaceChildren(h('p', { class: 'verdict bad' }, message));
 }
 
@@ -269,7 +347,8 @@ ui.runComplete.addEventListener('click', () => {
       });
       ui.outComplete.replaceChildren(showOperation(op));
       ui.readKey.value = ui.completeKey.value;
-      if (!ui.claimKey.value || ui.claimKey.value === ui.completeKey.value) ui.claimKey.value = `k-${uuid().slice(0, 8)}`;
+      if (!ui.claimKey.value || ui.claimKey.value === ui.completeKey.value)
+        ui.claimKey.value = `k-${uuid().slice(0, 8)}`;
     } catch (error) {
       showError(ui.outComplete, error);
     }
@@ -292,18 +371,32 @@ ui.runRead.addEventListener('click', () => {
 // ---- Seeded rows ---------------------------------------------------------------------------------------------------
 
 async function seed(): Promise<void> {
-  const { rows } = await postJson<{ rows: Array<{ key: string; state: string; record: ModelRecord | null }> }>('/v1/model/seed');
+  const { rows } = await postJson<{ rows: Array<{ key: string; state: string; record: ModelRecord | null }> }>(
+    '/v1/model/seed',
+  );
   ui.seeded.replaceChildren(
     ...rows.map(({ key, record }) =>
       h(
         'tr',
         { 'data-key': key, 'data-status': record?.status ?? 'missing' },
         h('td', { class: 'c-key' }, h('code', {}, key)),
-        h('td', { class: 'c-status' }, h('span', { class: `badge s-${record?.status ?? 'missing'}` }, record?.status ?? 'missing')),
+        h(
+          'td',
+          { class: 'c-status' },
+          h('span', { class: `badge s-${record?.status ?? 'missing'}` }, record?.status ?? 'missing'),
+        ),
         h('td', { class: 'c-reclaim' }, reclaimable(record)),
         h('td', { class: 'c-result' }, record?.resultId ? h('code', {}, record.resultId) : '—'),
-        h('td', { class: 'c-claimed', title: record ? `${record.claimedAt} (epoch ms)` : '' }, record ? clock(record.claimedAt) : '—'),
-        h('td', { class: 'c-expires', title: record ? `${record.expiresAt} (epoch ms), ${clock(record.expiresAt)}` : '' }, record ? relative(record.expiresAt) : '—'),
+        h(
+          'td',
+          { class: 'c-claimed', title: record ? `${record.claimedAt} (epoch ms)` : '' },
+          record ? clock(record.claimedAt) : '—',
+        ),
+        h(
+          'td',
+          { class: 'c-expires', title: record ? `${record.expiresAt} (epoch ms), ${clock(record.expiresAt)}` : '' },
+          record ? relative(record.expiresAt) : '—',
+        ),
         h(
           'td',
           { class: 'c-action' },
@@ -330,7 +423,8 @@ async function seed(): Promise<void> {
 function reclaimable(record: ModelRecord | null): string {
   if (!record) return '—';
   if (record.status === 'succeeded') return 'no: a retry gets the result replayed';
-  if (record.status === 'failed') return record.retryable ? 'yes: a retry runs the work again' : 'no: final, a retry gets the refusal replayed';
+  if (record.status === 'failed')
+    return record.retryable ? 'yes: a retry runs the work again' : 'no: final, a retry gets the refusal replayed';
   return `not while its lease holds (${relative(record.leaseExpiresAt)})`;
 }
 
@@ -340,7 +434,9 @@ interface Race {
   readonly key: string;
   readonly winners: number;
   readonly barrier: boolean;
-  readonly claims: ReadonlyArray<Operation & { label: string; verdict: 'won' | 'lost' | 'error'; refusedBy?: Refusal | null }>;
+  readonly claims: ReadonlyArray<
+    Operation & { label: string; verdict: 'won' | 'lost' | 'error'; refusedBy?: Refusal | null }
+  >;
 }
 
 ui.race.addEventListener('click', () => {
@@ -348,7 +444,14 @@ ui.race.addEventListener('click', () => {
     try {
       const race = await postJson<Race>('/v1/model/race');
       const lost = race.claims.find((c) => c.verdict === 'lost');
-      const how = lost?.refusedBy?.by === 'write' ? "refused by the write's own condition" : lost?.refusedBy?.by === 'read' ? 'turned away by its read' : lost?.refusedBy?.by === 'step' ? "refused inside the claim's one synchronous step" : 'refused';
+      const how =
+        lost?.refusedBy?.by === 'write'
+          ? "refused by the write's own condition"
+          : lost?.refusedBy?.by === 'read'
+            ? 'turned away by its read'
+            : lost?.refusedBy?.by === 'step'
+              ? "refused inside the claim's one synchronous step"
+              : 'refused';
       const parts: Node[] = [
         h(
           'p',
@@ -359,13 +462,27 @@ ui.race.addEventListener('click', () => {
           race.barrier ? ' Both had read the key as free before either wrote.' : '',
         ),
         // What refused the loser comes first, above both claims' round trips (on a phone, those run long).
-        ...(lost?.refusedBy ? [h('p', { class: 'callout refused-by', 'data-testid': 'refused-by' }, `Claim ${lost.label}: ${lost.refusedBy.text}`)] : []),
+        ...(lost?.refusedBy
+          ? [
+              h(
+                'p',
+                { class: 'callout refused-by', 'data-testid': 'refused-by' },
+                `Claim ${lost.label}: ${lost.refusedBy.text}`,
+              ),
+            ]
+          : []),
         ...(lost?.refusedBy?.condition
           ? [
               h(
                 'div',
                 { class: 'refused-condition' },
-                h('p', { class: 'label' }, lost.refusedBy.by === 'write' ? 'the condition that refused the write' : 'the read that answered first'),
+                h(
+                  'p',
+                  { class: 'label' },
+                  lost.refusedBy.by === 'write'
+                    ? 'the condition that refused the write'
+                    : 'the read that answered first',
+                ),
                 h('pre', { class: 'sql' }, h('mark', {}, lost.refusedBy.condition)),
               ),
             ]
@@ -377,7 +494,12 @@ ui.race.addEventListener('click', () => {
             h(
               'div',
               { class: `race-claim ${claim.verdict}`, 'data-verdict': claim.verdict },
-              h('p', { class: 'race-label' }, `Claim ${claim.label}: `, h('strong', {}, claim.verdict === 'won' ? 'won' : claim.verdict === 'lost' ? `lost: ${how}` : 'error')),
+              h(
+                'p',
+                { class: 'race-label' },
+                `Claim ${claim.label}: `,
+                h('strong', {}, claim.verdict === 'won' ? 'won' : claim.verdict === 'lost' ? `lost: ${how}` : 'error'),
+              ),
               showOperation(claim, undefined, claim.refusedBy ?? null),
             ),
           ),
@@ -400,21 +522,32 @@ let ticker: number | undefined;
 function tick(): void {
   if (!expiring) return;
   const left = expiring.expiresAt - Date.now();
-  ui.expiryClock.textContent = left > 0 ? `live: expires in ${(left / 1000).toFixed(1)} s` : `expired ${(-left / 1000).toFixed(1)} s ago, still stored`;
+  ui.expiryClock.textContent =
+    left > 0
+      ? `live: expires in ${(left / 1000).toFixed(1)} s`
+      : `expired ${(-left / 1000).toFixed(1)} s ago, still stored`;
   ui.expiryClock.dataset.state = left > 0 ? 'live' : 'expired';
 }
 
 ui.expiring.addEventListener('click', () => {
   void running(ui.expiring, async () => {
     try {
-      const made = await postJson<{ key: string; ttlMs: number; record: ModelRecord | null; steps: Operation[] }>('/v1/model/expiring');
+      const made = await postJson<{ key: string; ttlMs: number; record: ModelRecord | null; steps: Operation[] }>(
+        '/v1/model/expiring',
+      );
       expiring = made.record;
       expiryKey = made.key;
       ui.expiringClaim.disabled = expiring === null;
       ui.expiringRead.disabled = false;
       ui.outExpiry.replaceChildren(
-        h('p', { class: 'callout', 'data-testid': 'expiry-note' }, `Wrote ${made.key} with a ${made.ttlMs / 1000} s TTL. Claim its key now: the live row refuses it. Claim again after the countdown: the claim treats the expired row as absent.`),
-        ...made.steps.map((op, i) => showOperation(op, i === 0 ? `Claim with a ${made.ttlMs / 1000} s TTL` : 'Record the outcome: succeeded')),
+        h(
+          'p',
+          { class: 'callout', 'data-testid': 'expiry-note' },
+          `Wrote ${made.key} with a ${made.ttlMs / 1000} s TTL. Claim its key now: the live row refuses it. Claim again after the countdown: the claim treats the expired row as absent.`,
+        ),
+        ...made.steps.map((op, i) =>
+          showOperation(op, i === 0 ? `Claim with a ${made.ttlMs / 1000} s TTL` : 'Record the outcome: succeeded'),
+        ),
       );
       window.clearInterval(ticker);
       ticker = window.setInterval(tick, 100);
@@ -436,7 +569,10 @@ ui.expiringClaim.addEventListener('click', () => {
         value?.kind === 'claimed'
           ? `The expired row counted as absent: claimed afresh with a new record id (${abbreviate(value.record.id, 8, 4)}, was ${abbreviate(before.id, 8, 4)}).`
           : 'Refused: the row is still live, so its key is still taken.';
-      ui.outExpiry.replaceChildren(h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note), showOperation(op, 'Claim its key'));
+      ui.outExpiry.replaceChildren(
+        h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note),
+        showOperation(op, 'Claim its key'),
+      );
       if (value?.kind === 'claimed') {
         window.clearInterval(ticker);
         ui.expiryClock.textContent = 'claimed again: a new lease and TTL from now';

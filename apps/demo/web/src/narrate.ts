@@ -14,7 +14,9 @@ import { dollars, plural } from './format.js';
 export function narrateOne(a: Attempt, earlier: readonly Attempt[]): string {
   const amount = dollars(a.amount);
   const keyless = a.key === null;
-  const chargedBefore = earlier.some((e) => e.intent === a.intent && (e.outcome === 'executed' || e.outcome === 'dropped'));
+  const chargedBefore = earlier.some(
+    (e) => e.intent === a.intent && (e.outcome === 'executed' || e.outcome === 'dropped'),
+  );
   switch (a.outcome) {
     case 'pending':
       return 'Waiting for the answer…';
@@ -22,8 +24,10 @@ export function narrateOne(a: Attempt, earlier: readonly Attempt[]): string {
       if (keyless && chargedBefore) {
         return `Without a key the server cannot tell a retry from a new payment, so it charged ${amount} again. You meant to pay once.`;
       }
-      if (keyless) return `The server charged ${amount} and answered ${a.status ?? 201}. No key was sent, so nothing would stop a retry from charging again.`;
-      if (a.reclaim) return `The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged ${amount}: once.`;
+      if (keyless)
+        return `The server charged ${amount} and answered ${a.status ?? 201}. No key was sent, so nothing would stop a retry from charging again.`;
+      if (a.reclaim)
+        return `The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged ${amount}: once.`;
       return `The server claimed the key, charged ${amount} and answered ${a.status ?? 201}. Retry with the same key and you get this same answer back, with no second charge.`;
     case 'dropped':
       if (keyless) {

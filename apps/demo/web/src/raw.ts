@@ -33,12 +33,15 @@ export function formatRaw(value: unknown, indent = '', time = false): string {
   const next = `${indent}  `;
   if (Array.isArray(value)) {
     if (value.length === 0) return '[]';
-    if (value.every((v) => v === null || typeof v !== 'object') && JSON.stringify(value).length < 80) return JSON.stringify(value);
+    if (value.every((v) => v === null || typeof v !== 'object') && JSON.stringify(value).length < 80)
+      return JSON.stringify(value);
     return value.map((v) => `\n${indent}- ${formatRaw(v, next).replace(/^\n\s*/, '')}`).join('');
   }
   const entries = Object.entries(value as Record<string, unknown>).filter(([, v]) => v !== undefined);
   if (entries.length === 0) return '{}';
-  return entries.map(([k, v]) => `\n${indent}${k}: ${formatRaw(v, next, TIME_KEY.test(k) || (time && k === 'N'))}`).join('');
+  return entries
+    .map(([k, v]) => `\n${indent}${k}: ${formatRaw(v, next, TIME_KEY.test(k) || (time && k === 'N'))}`)
+    .join('');
 }
 
 function scalar(value: unknown, indent: string, time: boolean): string {
@@ -46,7 +49,10 @@ function scalar(value: unknown, indent: string, time: boolean): string {
   if (readable) return `${JSON.stringify(value)}  # ${readable}`;
   if (typeof value !== 'string' || !value.includes('\n')) return JSON.stringify(value) ?? 'undefined';
   const lines = value.replace(/\s+$/, '').split('\n');
-  const margins = lines.slice(1).filter((l) => l.trim()).map((l) => /^\s*/.exec(l)?.[0].length ?? 0);
+  const margins = lines
+    .slice(1)
+    .filter((l) => l.trim())
+    .map((l) => /^\s*/.exec(l)?.[0].length ?? 0);
   const cut = margins.length ? Math.min(...margins) : 0;
   return `|${lines.map((l, i) => `\n${indent}${i === 0 ? l.trim() : l.slice(cut)}`).join('')}`;
 }

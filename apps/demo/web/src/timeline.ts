@@ -45,10 +45,17 @@ function claimStep(a: Attempt): Step {
 
 /** Did the work (the charge) run on this attempt? */
 const worked = (a: Attempt): boolean =>
-  a.outcome === 'executed' || a.outcome === 'dropped' || a.outcome === 'processor-failed' || a.outcome === 'declined' || (a.outcome === 'pending' && a.key === null);
+  a.outcome === 'executed' ||
+  a.outcome === 'dropped' ||
+  a.outcome === 'processor-failed' ||
+  a.outcome === 'declined' ||
+  (a.outcome === 'pending' && a.key === null);
 
 function steps(a: Attempt): Step[] {
-  const out: Step[] = [{ lane: 'client', text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}` }, claimStep(a)];
+  const out: Step[] = [
+    { lane: 'client', text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}` },
+    claimStep(a),
+  ];
   if (worked(a)) {
     const work = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
     if (a.outcome === 'processor-failed') out.push({ lane: 'server', text: `processor fails${work}`, tone: 'bad' });
@@ -90,7 +97,11 @@ function steps(a: Attempt): Step[] {
       out.push({ lane: 'client', text: `← ${a.status ?? ''} replayed, not charged`, tone: 'info' });
       break;
     case 'in-flight':
-      out.push({ lane: 'client', text: `← 409 in flight${a.retryAfter ? `, Retry-After ${a.retryAfter} s` : ''}`, tone: 'warn' });
+      out.push({
+        lane: 'client',
+        text: `← 409 in flight${a.retryAfter ? `, Retry-After ${a.retryAfter} s` : ''}`,
+        tone: 'warn',
+      });
       break;
     case 'mismatch':
       out.push({ lane: 'client', text: `← ${a.status ?? 400} mismatch`, tone: 'violet' });
@@ -124,7 +135,10 @@ function card(a: Attempt): HTMLElement {
       ...steps(a).map((step) =>
         h(
           'li',
-          { class: `step lane-${step.lane}${step.tone ? ` t-${step.tone}` : ''}`, ...(step.testid ? { 'data-testid': step.testid } : {}) },
+          {
+            class: `step lane-${step.lane}${step.tone ? ` t-${step.tone}` : ''}`,
+            ...(step.testid ? { 'data-testid': step.testid } : {}),
+          },
           h('span', { class: 'lane' }, step.lane),
           h('span', { class: 'step-text' }, step.text),
         ),
@@ -170,14 +184,16 @@ export function drawTimeline(all: readonly Attempt[]): HTMLElement {
     { class: 'threads' },
     ...threads.map((thread) => {
       const blocks: HTMLElement[] = [];
-      for (let i = 0; i < thread.attempts.length; ) {
+      for (let i = 0; i < thread.attempts.length;) {
         const a = thread.attempts[i] as Attempt;
         if (a.group === null) {
           blocks.push(card(a));
           i++;
           continue;
         }
-        const race = thread.attempts.slice(i).filter((x, j, rest) => x.group === a.group && rest.slice(0, j).every((y) => y.group === a.group));
+        const race = thread.attempts
+          .slice(i)
+          .filter((x, j, rest) => x.group === a.group && rest.slice(0, j).every((y) => y.group === a.group));
         i += race.length;
         blocks.push(
           h(
@@ -195,14 +211,21 @@ export function drawTimeline(all: readonly Attempt[]): HTMLElement {
           'p',
           { class: 'thread-head' },
           `Payment ${thread.intent} · `,
-          thread.key === null ? h('span', {}, 'no key') : h('code', { title: thread.key }, abbreviate(thread.key, 8, 4)),
+          thread.key === null
+            ? h('span', {}, 'no key')
+            : h('code', { title: thread.key }, abbreviate(thread.key, 8, 4)),
         ),
         h('ol', { class: 'cards' }, ...blocks),
       );
     }),
   );
   if (hidden === 0) return list;
-  return h('div', {}, h('p', { class: 'small' }, `${hidden} older payment${hidden === 1 ? ' is' : 's are'} in the request log above.`), list);
+  return h(
+    'div',
+    {},
+    h('p', { class: 'small' }, `${hidden} older payment${hidden === 1 ? ' is' : 's are'} in the request log above.`),
+    list,
+  );
 }
 
 /**
@@ -235,7 +258,11 @@ export function drawRaceStrip(all: readonly Attempt[], width: number): SVGSVGEle
       'aria-label': `The last race in real time: ${race.length} requests sent within ${spread} ms of each other, ${span} ms in all`,
       class: 'timeline-svg',
     },
-    s('text', { x: 4, y: 17, class: 'group-label' }, `Race ×${race.length}: sent within ${spread} ms, ${span} ms in all`),
+    s(
+      'text',
+      { x: 4, y: 17, class: 'group-label' },
+      `Race ×${race.length}: sent within ${spread} ms, ${span} ms in all`,
+    ),
   );
   race.forEach((a, i) => {
     const top = 26 + i * STRIP_ROW;

@@ -16,7 +16,9 @@ export const NO_BYTES: Uint8Array = new Uint8Array(0);
  * @example
  * storableHeaders(headerPairs(res.getHeaders()), DEFAULT_REPLAY_HEADERS)
  */
-export function headerPairs(headers: Record<string, string | number | readonly string[] | undefined>): Array<[string, string]> {
+export function headerPairs(
+  headers: Record<string, string | number | readonly string[] | undefined>,
+): Array<[string, string]> {
   const pairs: Array<[string, string]> = [];
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined) continue;
@@ -63,7 +65,8 @@ export async function readStream(stream: Readable, limit: number): Promise<Uint8
  * toBuffer('caf\u00e9', 'utf8') // → <Buffer 63 61 66 c3 a9>
  */
 export function toBuffer(chunk: unknown, encoding?: unknown): Buffer {
-  if (typeof chunk === 'string') return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+  if (typeof chunk === 'string')
+    return Buffer.from(chunk, typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
   if (ArrayBuffer.isView(chunk)) return Buffer.from(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
   if (chunk instanceof ArrayBuffer) return Buffer.from(new Uint8Array(chunk));
   throw new TypeError(`Cannot store a response chunk of type ${typeof chunk}.`);
@@ -87,6 +90,8 @@ export function toBytes(buffer: Buffer): Uint8Array {
  * @example
  * const { status, headers, body } = await responseParts(problemResponse)
  */
-export async function responseParts(response: Response): Promise<{ status: number; headers: Array<[string, string]>; body: Buffer }> {
+export async function responseParts(
+  response: Response,
+): Promise<{ status: number; headers: Array<[string, string]>; body: Buffer }> {
   return { status: response.status, headers: [...response.headers], body: Buffer.from(await response.arrayBuffer()) };
 }

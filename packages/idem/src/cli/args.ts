@@ -35,7 +35,8 @@ export function usage<T>(command: string, parse: () => T): T {
   try {
     return parse();
   } catch (error) {
-    if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS')) throw new UsageError(command, (error as Error).message);
+    if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS'))
+      throw new UsageError(command, (error as Error).message);
     throw error;
   }
 }
@@ -46,7 +47,13 @@ export function usage<T>(command: string, parse: () => T): T {
  * @example
  * const limit = integerOption('records list', 'limit', values.limit, 20)
  */
-export function integerOption(command: string, name: string, raw: string | undefined, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+export function integerOption(
+  command: string,
+  name: string,
+  raw: string | undefined,
+  fallback: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
   if (raw === undefined) return fallback;
   const value = Number(raw);
   if (!/^\d+$/.test(raw) || !Number.isSafeInteger(value) || value < 1 || value > max) {

@@ -31,7 +31,7 @@ Run "idem <command> --help" for a command's options. Exit codes: 0 ok, 1 failed,
 const COMMANDS = ['migrate', 'records', 'probe', 'help'] as const;
 
 /** `serve` moved to the payments demo (apps/demo): the library ships no server. */
-const SERVE_MOVED = 'serve is the payments demo\'s command, not the library\'s: in the Idem repository run `npm start`.';
+const SERVE_MOVED = "serve is the payments demo's command, not the library's: in the Idem repository run `npm start`.";
 
 /**
  * Runs one `idem` invocation and resolves with its exit code; never calls `process.exit`.
@@ -77,7 +77,9 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
       io.stderr(`idem${command ? ` ${command}` : ''}: ${error.message}\n`);
       return 1;
     }
-    io.stderr(`idem${command ? ` ${command}` : ''}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+    io.stderr(
+      `idem${command ? ` ${command}` : ''}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
     return 1;
   }
 }
@@ -106,7 +108,10 @@ function version(): string {
   // package.json sits two levels above src/cli in the source tree and above dist/cli in the build.
   for (const path of ['../../package.json']) {
     try {
-      const pkg = JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as { name?: string; version?: string };
+      const pkg = JSON.parse(readFileSync(new URL(path, import.meta.url), 'utf8')) as {
+        name?: string;
+        version?: string;
+      };
       if (pkg.name === 'idem' && pkg.version) return pkg.version;
     } catch {
       // try the next location

@@ -82,7 +82,10 @@ function parseUrl(raw: string, params: readonly string[]): { url: URL; options: 
  * @example
  * const { store, close } = await openStore('sqlite:./.idem/idem.db')
  */
-export async function openStore(raw: string, { create = false }: { readonly create?: boolean } = {}): Promise<OpenedStore> {
+export async function openStore(
+  raw: string,
+  { create = false }: { readonly create?: boolean } = {},
+): Promise<OpenedStore> {
   if (raw === 'memory:') {
     const { memoryStore } = await import('../stores/memory/index.js');
     const store = memoryStore();
@@ -101,7 +104,12 @@ export async function openStore(raw: string, { create = false }: { readonly crea
   if (/^postgres(ql)?:\/\//.test(raw)) {
     const { url, options, shown } = parseUrl(raw, ['schema', 'table']);
     const { default: pg } = await driver<{ default: typeof Pg }>('pg', 'postgres://');
-    const pool = new pg.Pool({ connectionString: url.toString(), connectionTimeoutMillis: CONNECT_MS, query_timeout: REQUEST_MS, max: 2 });
+    const pool = new pg.Pool({
+      connectionString: url.toString(),
+      connectionTimeoutMillis: CONNECT_MS,
+      query_timeout: REQUEST_MS,
+      max: 2,
+    });
     pool.on('error', () => undefined);
     const { postgresStore } = await import('../stores/postgres/index.js');
     const schema = options.get('schema');
@@ -117,10 +125,16 @@ export async function openStore(raw: string, { create = false }: { readonly crea
   }
   if (raw.startsWith('mysql://')) {
     const { url, options, shown } = parseUrl(raw, ['table']);
-    if (url.pathname.length <= 1) throw new StoreUrlError(`mysql://user@host:3306/db needs a database, got "${shown}".`);
+    if (url.pathname.length <= 1)
+      throw new StoreUrlError(`mysql://user@host:3306/db needs a database, got "${shown}".`);
     const { default: mysql } = await driver<{ default: typeof Mysql }>('mysql2/promise', 'mysql://');
     // The store's claim is one query of two statements.
-    const pool = mysql.createPool({ uri: url.toString(), multipleStatements: true, connectTimeout: CONNECT_MS, connectionLimit: 2 });
+    const pool = mysql.createPool({
+      uri: url.toString(),
+      multipleStatements: true,
+      connectTimeout: CONNECT_MS,
+      connectionLimit: 2,
+    });
     const { mysqlStore } = await import('../stores/mysql/index.js');
     const table = options.get('table');
     let store;
@@ -135,7 +149,12 @@ export async function openStore(raw: string, { create = false }: { readonly crea
   if (/^(rediss?|redis-cluster):\/\//.test(raw)) {
     // redis-cluster://host:port[,host:port…]: the seed nodes of a Redis Cluster (as the demo reads them).
     const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-    const nodes = seeds?.split(',').map((seed) => ({ host: seed.slice(0, seed.lastIndexOf(':')), port: Number(seed.slice(seed.lastIndexOf(':') + 1)) }));
+    const nodes = seeds
+      ?.split(',')
+      .map((seed) => ({
+        host: seed.slice(0, seed.lastIndexOf(':')),
+        port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
+      }));
     if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
       throw new StoreUrlError(`redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
     }

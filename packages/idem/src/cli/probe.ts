@@ -140,7 +140,11 @@ export async function probe({
   };
   const counted = countUrl !== undefined;
 
-  async function send(key: string | null, payload: string, extra: ReadonlyArray<readonly [string, string]> = []): Promise<Answer> {
+  async function send(
+    key: string | null,
+    payload: string,
+    extra: ReadonlyArray<readonly [string, string]> = [],
+  ): Promise<Answer> {
     const h = new Headers();
     for (const [name, value] of headers) h.append(name, value);
     if (!h.has('content-type')) h.set('content-type', 'application/json');
@@ -148,7 +152,13 @@ export async function probe({
     for (const [name, value] of extra) h.set(name, value);
     // Never follow a redirect: it would re-send the body, the key and the caller's headers to another origin, and
     // the probe judges the answer the server gave, which a 3xx is.
-    const response = await fetch(url, { method, headers: h, body: payload, redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+    const response = await fetch(url, {
+      method,
+      headers: h,
+      body: payload,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     return { status: response.status, headers: response.headers, body: new Uint8Array(await response.arrayBuffer()) };
   }
 
@@ -163,7 +173,8 @@ export async function probe({
       throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
     }
     const text = await response.text();
-    if (!response.ok) throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
+    if (!response.ok)
+      throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
     return readCount(text, countPath, countUrl);
   }
 
@@ -175,7 +186,8 @@ export async function probe({
     return { value, delta: before === null || after === null ? null : after - before };
   }
 
-  const effects = (delta: number | null): string => (delta === null ? '' : `; ${delta} side effect${delta === 1 ? '' : 's'}`);
+  const effects = (delta: number | null): string =>
+    delta === null ? '' : `; ${delta} side effect${delta === 1 ? '' : 's'}`;
   const isReplay = (a: Answer): boolean => (a.headers.get(replayHeader) ?? '').toLowerCase() === 'true';
 
   // 1. The first request with a fresh key: the baseline every other check compares against.
@@ -193,12 +205,21 @@ export async function probe({
     const ok2xx = first.status >= 200 && first.status < 300;
     const result: CheckResult = !ok2xx || (run.delta !== null && run.delta !== 1) ? 'fail' : 'pass';
     let observed = `${describe(first)}, ${first.body.byteLength} bytes${effects(run.delta)}`;
-    if (!ok2xx) observed += ' — the first request must succeed for the other checks to mean anything (check -H and --body)';
-    else if (run.delta !== null && run.delta !== 1) observed += ' (expected 1: does --count-url count what this endpoint does?)';
+    if (!ok2xx)
+      observed += ' — the first request must succeed for the other checks to mean anything (check -H and --body)';
+    else if (run.delta !== null && run.delta !== 1)
+      observed += ' (expected 1: does --count-url count what this endpoint does?)';
     add({ id: 'first', title: 'first request runs once', result, ietf: DASH, stripe: DASH, observed });
     if (result === 'fail') {
       for (const id of CHECK_IDS.slice(1)) {
-        add({ id, title: TITLES[id], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped: the first request failed' });
+        add({
+          id,
+          title: TITLES[id],
+          result: 'skip',
+          ietf: DASH,
+          stripe: DASH,
+          observed: 'skipped: the first request failed',
+        });
       }
       return report();
     }
@@ -207,7 +228,8 @@ export async function probe({
   // Each remaining check is isolated: a network error fails that check, not the probe.
   const guarded = async (ids: readonly CheckId[], fn: () => Promise<void>): Promise<void> => {
     if (ids.every((id) => skipped.has(id))) {
-      for (const id of ids) add({ id, title: TITLES[id], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped (--skip)' });
+      for (const id of ids)
+        add({ id, title: TITLES[id], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped (--skip)' });
       return;
     }
     const before = checks.length;
@@ -217,10 +239,18 @@ export async function probe({
     } catch (error) {
       if (error instanceof CommandError) throw error;
       for (const id of missing().filter((id) => !skipped.has(id))) {
-        add({ id, title: TITLES[id], result: 'fail', ietf: DASH, stripe: DASH, observed: `request failed: ${reason(error)}` });
+        add({
+          id,
+          title: TITLES[id],
+          result: 'fail',
+          ietf: DASH,
+          stripe: DASH,
+          observed: `request failed: ${reason(error)}`,
+        });
       }
     }
-    for (const id of missing()) add({ id, title: TITLES[id], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped (--skip)' });
+    for (const id of missing())
+      add({ id, title: TITLES[id], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped (--skip)' });
   };
 
   // 2. A retry with the same key and payload replays the first answer, byte for byte, without running again.
@@ -268,7 +298,14 @@ export async function probe({
   await guarded(['key-order'], async () => {
     const reordered = reorder(body);
     if (reordered === undefined) {
-      add({ id: 'key-order', title: TITLES['key-order'], result: 'skip', ietf: DASH, stripe: DASH, observed: 'skipped: --body is not a JSON object or array' });
+      add({
+        id: 'key-order',
+        title: TITLES['key-order'],
+        result: 'skip',
+        ietf: DASH,
+        stripe: DASH,
+        observed: 'skipped: --body is not a JSON object or array',
+      });
       return;
     }
     const run = await measured(() => send(k1, reordered));
@@ -309,7 +346,8 @@ export async function probe({
       const valid = control.value.status >= 200 && control.value.status < 300;
       result = valid ? 'pass' : 'warn';
       observed = `${describe(answer)}${effects(run.delta)}; control: the same payload with a fresh key → ${control.value.status}`;
-      if (!valid) observed += ' — the refusal may be validation, not the key (pass --tampered-body with a valid payload)';
+      if (!valid)
+        observed += ' — the refusal may be validation, not the key (pass --tampered-body with a valid payload)';
     } else {
       result = answer.status >= 500 || ranAgain ? 'fail' : 'warn';
       observed = `${describe(answer)}${effects(run.delta)}${ranAgain ? ' — the work ran again' : ''}`;
@@ -350,8 +388,13 @@ export async function probe({
 
     if (!skipped.has('concurrent')) {
       let observed = `${concurrency} at once: ${statuses}${errors ? `, ${errors} failed to connect` : ''}; `;
-      observed += run.delta === null ? `${distinct.size} distinct success bod${distinct.size === 1 ? 'y' : 'ies'}` : `${run.delta} side effect${run.delta === 1 ? '' : 's'}`;
-      observed += followUpSame ? '; a later retry replays the winner' : `; a later retry: ${winner ? difference(winner, followUp) : describe(followUp)}`;
+      observed +=
+        run.delta === null
+          ? `${distinct.size} distinct success bod${distinct.size === 1 ? 'y' : 'ies'}`
+          : `${run.delta} side effect${run.delta === 1 ? '' : 's'}`;
+      observed += followUpSame
+        ? '; a later retry replays the winner'
+        : `; a later retry: ${winner ? difference(winner, followUp) : describe(followUp)}`;
       if (executions > 1) observed += ` — executed ${executions} times`;
       add({
         id: 'concurrent',
@@ -364,7 +407,9 @@ export async function probe({
     }
     if (!skipped.has('conflict')) {
       const retryAfter = conflicts.map((a) => a.headers.get('retry-after'));
-      const valid = retryAfter.filter((v): v is string => v !== null && (/^\d+$/.test(v.trim()) || !Number.isNaN(Date.parse(v))));
+      const valid = retryAfter.filter(
+        (v): v is string => v !== null && (/^\d+$/.test(v.trim()) || !Number.isNaN(Date.parse(v))),
+      );
       let result: CheckResult;
       let observed: string;
       if (conflicts.length > 0) {
@@ -496,7 +541,8 @@ export function tamper(body: string): string {
     throw new UsageError('probe', `--body must be JSON, got ${JSON.stringify(body.slice(0, 80))}.`);
   }
   const change = (node: unknown, kind: 'number' | 'string'): { done: boolean; node: unknown } => {
-    if (typeof node === kind) return { done: true, node: kind === 'number' ? (node as number) + 1 : `${node as string}-tampered` };
+    if (typeof node === kind)
+      return { done: true, node: kind === 'number' ? (node as number) + 1 : `${node as string}-tampered` };
     if (Array.isArray(node)) {
       for (let i = 0; i < node.length; i++) {
         const r = change(node[i], kind);
@@ -529,7 +575,11 @@ function reorder(body: string): string | undefined {
   const reverse = (node: unknown): unknown => {
     if (Array.isArray(node)) return node.map(reverse);
     if (node !== null && typeof node === 'object') {
-      return Object.fromEntries(Object.entries(node).reverse().map(([k, v]) => [k, reverse(v)]));
+      return Object.fromEntries(
+        Object.entries(node)
+          .reverse()
+          .map(([k, v]) => [k, reverse(v)]),
+      );
     }
     return node;
   };
@@ -543,7 +593,9 @@ function readCount(text: string, path: string | undefined, url: string): number 
     try {
       value = JSON.parse(text);
     } catch {
-      throw new CommandError(`--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${visible(text.slice(0, 200))}`);
+      throw new CommandError(
+        `--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${visible(text.slice(0, 200))}`,
+      );
     }
     for (const part of path.split('.').filter(Boolean)) {
       value = value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[part] : undefined;
@@ -597,7 +649,11 @@ function problemType(answer: Answer): string | undefined {
  */
 export function visible(text: string): string {
   return escapeWhere(text, isControl, (code) =>
-    code === 0x5c ? '\\\\' : code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`,
+    code === 0x5c
+      ? '\\\\'
+      : code > 0xff
+        ? `\\u${code.toString(16).padStart(4, '0')}`
+        : `\\x${code.toString(16).padStart(2, '0')}`,
   );
 }
 
@@ -606,8 +662,10 @@ export function visible(text: string): string {
  * double its escapes) and must still never carry a control to the terminal.
  */
 function terminalSafe(text: string): string {
-  return escapeWhere(text, (code) => code !== 0x5c && isControl(code), (code) =>
-    code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`,
+  return escapeWhere(
+    text,
+    (code) => code !== 0x5c && isControl(code),
+    (code) => (code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`),
   );
 }
 
@@ -623,7 +681,11 @@ export function formatJson(report: ProbeReport): string {
   const json = JSON.stringify(report, null, 2);
   // Outside strings JSON has no character from U+007F up, so each one found is inside a string, where \u00XX is valid.
   // C0 controls inside strings are already escaped by JSON.stringify (and outside them are its own whitespace).
-  return `${escapeWhere(json, (code) => code >= 0x7f && isControl(code), (code) => `\\u${code.toString(16).padStart(4, '0')}`)}\n`;
+  return `${escapeWhere(
+    json,
+    (code) => code >= 0x7f && isControl(code),
+    (code) => `\\u${code.toString(16).padStart(4, '0')}`,
+  )}\n`;
 }
 
 /**
@@ -659,7 +721,12 @@ function escapeWhere(text: string, test: (code: number) => boolean, escape: (cod
 function tally(statuses: readonly number[]): string {
   const counts = new Map<number, number>();
   for (const s of statuses) counts.set(s, (counts.get(s) ?? 0) + 1);
-  return [...counts].sort(([a], [b]) => a - b).map(([s, n]) => `${n} × ${s}`).join(', ') || 'no answers';
+  return (
+    [...counts]
+      .sort(([a], [b]) => a - b)
+      .map(([s, n]) => `${n} × ${s}`)
+      .join(', ') || 'no answers'
+  );
 }
 
 function reason(error: unknown): string {
@@ -675,9 +742,12 @@ function reason(error: unknown): string {
  * io.stdout(formatReport(await probe(options)))
  */
 export function formatReport(report: ProbeReport): string {
-  const mark = (v: ProfileVerdict): string => (v.ok === null ? '·' : `${v.ok ? '✓' : '✗'}${v.note ? ` ${v.note}` : ''}`);
+  const mark = (v: ProfileVerdict): string =>
+    v.ok === null ? '·' : `${v.ok ? '✓' : '✗'}${v.note ? ` ${v.note}` : ''}`;
   // Server text is escaped where it enters `observed`; every cell is escaped again here, whatever its origin.
-  const rows = report.checks.map((c) => [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(terminalSafe));
+  const rows = report.checks.map((c) =>
+    [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(terminalSafe),
+  );
   const { pass, warn, fail, skip } = report.summary;
   return [
     `idem probe: ${visible(report.method)} ${visible(report.url)}`,
@@ -764,7 +834,8 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
   if (positionals.length !== 1) throw new UsageError(command, `give exactly one URL, got ${positionals.length}.`);
   const url = httpUrl(command, 'URL', positionals[0] as string);
   const countUrl = values['count-url'] === undefined ? undefined : httpUrl(command, '--count-url', values['count-url']);
-  if (values['count-path'] !== undefined && countUrl === undefined) throw new UsageError(command, '--count-path needs --count-url.');
+  if (values['count-path'] !== undefined && countUrl === undefined)
+    throw new UsageError(command, '--count-path needs --count-url.');
   const body = values.body ?? '{"amount":500,"currency":"usd"}';
   const tamperedBody = values['tampered-body'];
   if (tamperedBody !== undefined) {
@@ -779,7 +850,10 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
   });
   const method = (values.method ?? 'POST').toUpperCase();
   if (!/^[A-Z]+$/.test(method) || method === 'GET' || method === 'HEAD') {
-    throw new UsageError(command, `--method must be a method with a body (POST, PATCH, PUT…), got "${values.method ?? ''}".`);
+    throw new UsageError(
+      command,
+      `--method must be a method with a body (POST, PATCH, PUT…), got "${values.method ?? ''}".`,
+    );
   }
   const options: ProbeOptions = {
     url,
@@ -790,9 +864,15 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
     ...(countUrl !== undefined ? { countUrl } : {}),
     ...(values['count-path'] !== undefined ? { countPath: values['count-path'] } : {}),
     concurrency: integerOption(command, 'concurrency', values.concurrency, 10, 200),
-    ...(values['delay-header'] !== undefined ? { delayHeader: headerOption(command, 'delay-header', values['delay-header']) } : {}),
-    ...(values['key-header'] !== undefined ? { keyHeader: headerOption(command, 'key-header', `${values['key-header']}:`)[0] } : {}),
-    ...(values['replay-header'] !== undefined ? { replayHeader: headerOption(command, 'replay-header', `${values['replay-header']}:`)[0] } : {}),
+    ...(values['delay-header'] !== undefined
+      ? { delayHeader: headerOption(command, 'delay-header', values['delay-header']) }
+      : {}),
+    ...(values['key-header'] !== undefined
+      ? { keyHeader: headerOption(command, 'key-header', `${values['key-header']}:`)[0] }
+      : {}),
+    ...(values['replay-header'] !== undefined
+      ? { replayHeader: headerOption(command, 'replay-header', `${values['replay-header']}:`)[0] }
+      : {}),
     sfString: values['sf-string'] === true,
     timeoutMs: integerOption(command, 'timeout-ms', values['timeout-ms'], 30_000),
     skip,

@@ -57,7 +57,11 @@ Examples:
  */
 export async function migrateCommand(args: readonly string[], io: Io): Promise<number> {
   const { values } = usage('migrate', () =>
-    parseArgs({ args: [...args], options: { store: { type: 'string' }, help: { type: 'boolean', short: 'h' } }, strict: true }),
+    parseArgs({
+      args: [...args],
+      options: { store: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      strict: true,
+    }),
   );
   if (values.help) {
     io.stdout(MIGRATE_HELP);
@@ -71,7 +75,9 @@ export async function migrateCommand(args: readonly string[], io: Io): Promise<n
     } else if (typeof store.createTable === 'function') {
       // DynamoDB: the table (PAY_PER_REQUEST, pk as HASH key) and native TTL on expiresAt.
       const { created, timeToLive } = await store.createTable();
-      io.stdout(`Migrated: ${description} — table ${created ? 'created' : 'already there'}, native TTL ${timeToLive}\n`);
+      io.stdout(
+        `Migrated: ${description} — table ${created ? 'created' : 'already there'}, native TTL ${timeToLive}\n`,
+      );
     } else {
       io.stdout(`Nothing to migrate: the ${store.name} store needs no schema (${description}).\n`);
     }
@@ -112,13 +118,20 @@ async function list(args: readonly string[], io: Io): Promise<number> {
   );
   if (values.help) return help(io);
   const url = storeUrl(command, values.store, io);
-  if (!values.scope) throw new UsageError(command, '--scope is required: records are listed per tenant (e.g. --scope acct_alice).');
+  if (!values.scope)
+    throw new UsageError(command, '--scope is required: records are listed per tenant (e.g. --scope acct_alice).');
   const limit = integerOption(command, 'limit', values.limit, 20, 1000);
   const scope = values.scope;
   return withStore(command, url, true, async ({ store }) => {
     const records = await store.list({ scope, limit });
     if (values.json) {
-      io.stdout(JSON.stringify(records.map((record) => recordJson(record, false)), null, 2) + '\n');
+      io.stdout(
+        JSON.stringify(
+          records.map((record) => recordJson(record, false)),
+          null,
+          2,
+        ) + '\n',
+      );
       return 0;
     }
     if (records.length === 0) {
@@ -136,7 +149,9 @@ async function list(args: readonly string[], io: Io): Promise<number> {
       isoTime(r.expiresAt),
     ]);
     io.stdout(table([['KEY', 'KEY HASH', 'STATUS', 'HTTP', 'RESULT', 'CLAIMED (UTC)', 'EXPIRES (UTC)'], ...rows]));
-    io.stdout(`${records.length} record${records.length === 1 ? '' : 's'}${records.length === limit ? ` (the newest ${limit}; --limit for more)` : ''}\n`);
+    io.stdout(
+      `${records.length} record${records.length === 1 ? '' : 's'}${records.length === limit ? ` (the newest ${limit}; --limit for more)` : ''}\n`,
+    );
     return 0;
   });
 }
@@ -159,8 +174,10 @@ async function show(args: readonly string[], io: Io): Promise<number> {
   );
   if (values.help) return help(io);
   const url = storeUrl(command, values.store, io);
-  if (positionals.length !== 1 || !positionals[0]) throw new UsageError(command, 'give exactly one KEY: idem records show KEY --scope S --store URL.');
-  if (!values.scope) throw new UsageError(command, '--scope is required: a key belongs to one tenant (e.g. --scope acct_alice).');
+  if (positionals.length !== 1 || !positionals[0])
+    throw new UsageError(command, 'give exactly one KEY: idem records show KEY --scope S --store URL.');
+  if (!values.scope)
+    throw new UsageError(command, '--scope is required: a key belongs to one tenant (e.g. --scope acct_alice).');
   const key = positionals[0];
   const scope = values.scope;
   return withStore(command, url, true, async ({ store }) => {
@@ -184,7 +201,10 @@ async function show(args: readonly string[], io: Io): Promise<number> {
       ['id', record.id],
       ['fingerprint', record.fingerprint],
       ['claimed', isoTime(record.claimedAt)],
-      ['lease expires', `${isoTime(record.leaseExpiresAt)}${record.status === 'in_progress' ? ` (${relative(record.leaseExpiresAt - now)})` : ''}`],
+      [
+        'lease expires',
+        `${isoTime(record.leaseExpiresAt)}${record.status === 'in_progress' ? ` (${relative(record.leaseExpiresAt - now)})` : ''}`,
+      ],
       ['expires', `${isoTime(record.expiresAt)} (${relative(record.expiresAt - now)})`],
       ['result', record.resultId ?? '-'],
       ['response', response ? `${response.status}, ${response.body.byteLength} bytes` : '-'],
@@ -235,10 +255,16 @@ async function sweep(args: readonly string[], io: Io): Promise<number> {
     }
     const seconds = (performance.now() - started) / 1000;
     if (values.json) {
-      io.stdout(JSON.stringify({ store: store.name, deleted, batches, batchSize, seconds: Math.round(seconds * 1000) / 1000 }) + '\n');
+      io.stdout(
+        JSON.stringify({ store: store.name, deleted, batches, batchSize, seconds: Math.round(seconds * 1000) / 1000 }) +
+          '\n',
+      );
     } else {
-      const native = store.name === 'redis' || store.name === 'dynamodb' ? ' (this store expires records natively)' : '';
-      io.stdout(`Deleted ${deleted} expired record${deleted === 1 ? '' : 's'} from ${description} in ${seconds.toFixed(2)} s${native}.\n`);
+      const native =
+        store.name === 'redis' || store.name === 'dynamodb' ? ' (this store expires records natively)' : '';
+      io.stdout(
+        `Deleted ${deleted} expired record${deleted === 1 ? '' : 's'} from ${description} in ${seconds.toFixed(2)} s${native}.\n`,
+      );
     }
     return 0;
   });
@@ -251,7 +277,8 @@ function help(io: Io): number {
 
 function storeUrl(command: string, flag: string | undefined, io: Io): string {
   const url = flag ?? io.env.IDEM_STORE;
-  if (!url) throw new UsageError(command, '--store URL is required (or set IDEM_STORE), e.g. --store sqlite:./.idem/idem.db');
+  if (!url)
+    throw new UsageError(command, '--store URL is required (or set IDEM_STORE), e.g. --store sqlite:./.idem/idem.db');
   return url;
 }
 
@@ -259,9 +286,16 @@ function storeUrl(command: string, flag: string | undefined, io: Io): string {
  * Opens the store, runs `fn`, closes the store. `mustExist`: a SQLite path that does not exist is an error
  * rather than a new empty database (a typo should not look like "no records").
  */
-async function withStore(command: string, url: string, mustExist: boolean, fn: (opened: OpenedStore) => Promise<number>): Promise<number> {
+async function withStore(
+  command: string,
+  url: string,
+  mustExist: boolean,
+  fn: (opened: OpenedStore) => Promise<number>,
+): Promise<number> {
   if (mustExist && url.startsWith('sqlite:') && url !== 'sqlite::memory:' && !existsSync(url.slice('sqlite:'.length))) {
-    throw new CommandError(`no SQLite database at ${url.slice('sqlite:'.length)} (run idem migrate --store ${url} to create one).`);
+    throw new CommandError(
+      `no SQLite database at ${url.slice('sqlite:'.length)} (run idem migrate --store ${url} to create one).`,
+    );
   }
   let opened: OpenedStore;
   try {
@@ -304,7 +338,12 @@ function recordJson(record: IdempotencyRecord, withBody: boolean) {
           status: response.status,
           headers: Object.fromEntries(response.headers),
           bytes: response.body.byteLength,
-          ...(withBody ? { body: new TextDecoder().decode(response.body), bodyBase64: Buffer.from(response.body).toString('base64') } : {}),
+          ...(withBody
+            ? {
+                body: new TextDecoder().decode(response.body),
+                bodyBase64: Buffer.from(response.body).toString('base64'),
+              }
+            : {}),
         }
       : null,
   };
@@ -317,19 +356,29 @@ function keyHash(key: string): string {
 
 function stateOf(record: IdempotencyRecord, now: number): string {
   if (record.expiresAt <= now) return `${record.status} (expired)`;
-  if (record.status === 'in_progress') return record.leaseExpiresAt <= now ? 'in_progress (lease lapsed)' : 'in_progress';
+  if (record.status === 'in_progress')
+    return record.leaseExpiresAt <= now ? 'in_progress (lease lapsed)' : 'in_progress';
   if (record.status === 'failed') return record.retryable ? 'failed (retryable)' : 'failed (final)';
   return record.status;
 }
 
 function isoTime(ms: number): string {
-  return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  return new Date(ms)
+    .toISOString()
+    .replace('T', ' ')
+    .replace(/\.\d+Z$/, 'Z');
 }
 
 function relative(ms: number): string {
   const abs = Math.abs(ms);
   const text =
-    abs < 1000 ? `${Math.round(abs)} ms` : abs < 60_000 ? `${Math.round(abs / 1000)} s` : abs < 3_600_000 ? `${Math.round(abs / 60_000)} min` : `${(abs / 3_600_000).toFixed(1)} h`;
+    abs < 1000
+      ? `${Math.round(abs)} ms`
+      : abs < 60_000
+        ? `${Math.round(abs / 1000)} s`
+        : abs < 3_600_000
+          ? `${Math.round(abs / 60_000)} min`
+          : `${(abs / 3_600_000).toFixed(1)} h`;
   return ms >= 0 ? `in ${text}` : `${text} ago`;
 }
 

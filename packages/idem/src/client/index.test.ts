@@ -2,7 +2,13 @@ import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createIdempotentFetch, idempotentFetch, isRetryableStatus, type FailedAttempt, type IdempotentFetchOptions } from './index.js';
+import {
+  createIdempotentFetch,
+  idempotentFetch,
+  isRetryableStatus,
+  type FailedAttempt,
+  type IdempotentFetchOptions,
+} from './index.js';
 
 type Step = (req: IncomingMessage, res: ServerResponse) => void;
 
@@ -77,13 +83,28 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{1
 
 describe('idem/client', () => {
   it('retries a dropped socket, a 503 and a 409 with Retry-After under one key, then returns the answer', async () => {
-    const server = await scripted(drop, answer(503), answer(409, { 'retry-after': '1' }), answer(201, { 'content-type': 'application/json' }, '{"id":"ch_1"}'));
+    const server = await scripted(
+      drop,
+      answer(503),
+      answer(409, { 'retry-after': '1' }),
+      answer(201, { 'content-type': 'application/json' }, '{"id":"ch_1"}'),
+    );
     const { sleeps, options } = timing(0.5);
     const result = await idempotentFetch(server.url, charge, options);
-    expect([result.response.status, await result.response.text(), result.attempts, result.replayed]).toEqual([201, '{"id":"ch_1"}', 4, false]);
+    expect([result.response.status, await result.response.text(), result.attempts, result.replayed]).toEqual([
+      201,
+      '{"id":"ch_1"}',
+      4,
+      false,
+    ]);
     expect(result.key).toMatch(UUID);
     expect(server.seen).toEqual(
-      Array.from({ length: 4 }, () => ({ method: 'POST', key: result.key, type: 'application/json', body: '{"amount":50000,"currency":"usd"}' })),
+      Array.from({ length: 4 }, () => ({
+        method: 'POST',
+        key: result.key,
+        type: 'application/json',
+        body: '{"amount":50000,"currency":"usd"}',
+      })),
     );
     // Backoff with full jitter at random() = 0.5: 0.5 × 1000, 0.5 × 2000; then the server's Retry-After: 1 s.
     expect(sleeps).toEqual([500, 1000, 1000]);
@@ -100,13 +121,13 @@ describe('idem/client', () => {
       const server = await scripted(answer(status, {}, `status ${status}`), answer(201));
       const { sleeps, options } = timing();
       const result = await idempotentFetch(server.url, charge, options);
-      expect([result.response.status, await result.response.text(), result.attempts, server.seen.length, sleeps]).toEqual([
-        status,
-        `status ${status}`,
-        1,
-        1,
-        [],
-      ]);
+      expect([
+        result.response.status,
+        await result.response.text(),
+        result.attempts,
+        server.seen.length,
+        sleeps,
+      ]).toEqual([status, `status ${status}`, 1, 1, []]);
     }
     expect([400, 401, 402, 403, 404, 405, 410, 413, 415, 422].map(isRetryableStatus)).toEqual(Array(10).fill(false));
     expect([408, 409, 425, 429, 500, 502, 503, 504].map(isRetryableStatus)).toEqual(Array(8).fill(true));
@@ -146,7 +167,8 @@ describe('idem/client', () => {
     const rejected = await idempotentFetch(server.url, charge, {
       ...timing().options,
       retries: 2,
-      onFailedAttempt: ({ attemptNumber, retriesLeft, error }) => void failures.push([attemptNumber, retriesLeft, (error as Error).name]),
+      onFailedAttempt: ({ attemptNumber, retriesLeft, error }) =>
+        void failures.push([attemptNumber, retriesLeft, (error as Error).name]),
     }).catch((e: unknown) => e);
     expect([(rejected as Error).name, (rejected as Error).message]).toEqual(['TypeError', 'fetch failed']);
     expect(failures).toEqual([
@@ -170,7 +192,9 @@ describe('idem/client', () => {
     }).catch((e: unknown) => e);
     expect([rejected, server.seen.length]).toEqual([reason, 2]);
 
-    const before = await idempotentFetch(server.url, charge, { signal: AbortSignal.abort(reason) }).catch((e: unknown) => e);
+    const before = await idempotentFetch(server.url, charge, { signal: AbortSignal.abort(reason) }).catch(
+      (e: unknown) => e,
+    );
     expect([before, server.seen.length]).toEqual([reason, 2]);
   });
 
@@ -178,9 +202,12 @@ describe('idem/client', () => {
     const server = await scripted(answer(503));
     const controller = new AbortController();
     const reason = new Error('shutting down');
-    const pending = idempotentFetch(server.url, charge, { minTimeout: 60_000, maxTimeout: 60_000, random: () => 1, signal: controller.signal }).catch(
-      (e: unknown) => e,
-    );
+    const pending = idempotentFetch(server.url, charge, {
+      minTimeout: 60_000,
+      maxTimeout: 60_000,
+      random: () => 1,
+      signal: controller.signal,
+    }).catch((e: unknown) => e);
     await expect.poll(() => server.seen.length).toBe(1);
     controller.abort(reason);
     expect(await pending).toBe(reason);
@@ -189,12 +216,17 @@ describe('idem/client', () => {
 
   describe('honours every abort signal it is given, stopping at once with its reason', () => {
     const sources = {
-      'options.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) => idempotentFetch(url, charge, { ...options, signal }),
-      'init.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) => idempotentFetch(url, { ...charge, signal }, options),
+      'options.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
+        idempotentFetch(url, charge, { ...options, signal }),
+      'init.signal': (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
+        idempotentFetch(url, { ...charge, signal }, options),
       "the Request's signal": (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
         idempotentFetch(new Request(url, { ...charge, signal }), {}, options),
-      "the Request's signal, with another in init": (url: string, signal: AbortSignal, options: IdempotentFetchOptions) =>
-        idempotentFetch(new Request(url, { ...charge, signal }), { signal: new AbortController().signal }, options),
+      "the Request's signal, with another in init": (
+        url: string,
+        signal: AbortSignal,
+        options: IdempotentFetchOptions,
+      ) => idempotentFetch(new Request(url, { ...charge, signal }), { signal: new AbortController().signal }, options),
     };
 
     /** The call's outcome once it settles (its value or its rejection), read by `expect.poll`. */
@@ -207,46 +239,56 @@ describe('idem/client', () => {
       return () => settled;
     }
 
-    it.each(Object.entries(sources))('%s, during an attempt: the request is aborted, no retry follows', async (_name, call) => {
-      const arrived = deferred();
-      const closed = deferred();
-      const server = await scripted((_req, res) => {
-        res.once('close', closed.resolve);
-        arrived.resolve(); // and never answer
-      });
-      const controller = new AbortController();
-      const reason = new Error('user cancelled');
-      const settled = outcome(call(server.url, controller.signal, timing().options));
-      await arrived.promise;
-      controller.abort(reason);
-      await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
-      await closed.promise; // the attempt itself was cancelled on the wire, not left running
-      expect(server.seen.length).toBe(1);
-    });
+    it.each(Object.entries(sources))(
+      '%s, during an attempt: the request is aborted, no retry follows',
+      async (_name, call) => {
+        const arrived = deferred();
+        const closed = deferred();
+        const server = await scripted((_req, res) => {
+          res.once('close', closed.resolve);
+          arrived.resolve(); // and never answer
+        });
+        const controller = new AbortController();
+        const reason = new Error('user cancelled');
+        const settled = outcome(call(server.url, controller.signal, timing().options));
+        await arrived.promise;
+        controller.abort(reason);
+        await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
+        await closed.promise; // the attempt itself was cancelled on the wire, not left running
+        expect(server.seen.length).toBe(1);
+      },
+    );
 
-    it.each(Object.entries(sources))('%s, during the wait between attempts, even with a sleep that ignores it', async (_name, call) => {
-      const server = await scripted(answer(503));
-      const sleeping = deferred();
-      const sleeps: number[] = [];
-      const sleep = (ms: number): Promise<void> => {
-        sleeps.push(ms);
-        sleeping.resolve();
-        return new Promise<void>(() => {}); // never wakes: only the abort can end this wait
-      };
-      const controller = new AbortController();
-      const reason = new Error('shutting down');
-      const settled = outcome(call(server.url, controller.signal, { ...timing(0.5).options, sleep }));
-      await sleeping.promise;
-      controller.abort(reason);
-      await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
-      expect([server.seen.length, sleeps]).toEqual([1, [500]]);
-    });
+    it.each(Object.entries(sources))(
+      '%s, during the wait between attempts, even with a sleep that ignores it',
+      async (_name, call) => {
+        const server = await scripted(answer(503));
+        const sleeping = deferred();
+        const sleeps: number[] = [];
+        const sleep = (ms: number): Promise<void> => {
+          sleeps.push(ms);
+          sleeping.resolve();
+          return new Promise<void>(() => {}); // never wakes: only the abort can end this wait
+        };
+        const controller = new AbortController();
+        const reason = new Error('shutting down');
+        const settled = outcome(call(server.url, controller.signal, { ...timing(0.5).options, sleep }));
+        await sleeping.promise;
+        controller.abort(reason);
+        await expect.poll(settled, { timeout: 5_000 }).toBe(reason);
+        expect([server.seen.length, sleeps]).toEqual([1, [500]]);
+      },
+    );
   });
 
   describe('a 409 for an attempt still in flight', () => {
     const IN_USE = 'urn:idem:problem:idempotency-key-in-use';
     const inUse = (retryAfter: string) =>
-      answer(409, { 'content-type': 'application/problem+json', 'retry-after': retryAfter }, JSON.stringify({ type: IN_USE, title: 'Request in progress', status: 409 }));
+      answer(
+        409,
+        { 'content-type': 'application/problem+json', 'retry-after': retryAfter },
+        JSON.stringify({ type: IN_USE, title: 'Request in progress', status: 409 }),
+      );
 
     /**
      * An Idem-like server for one key: the first request runs until the test calls `release`; a duplicate
@@ -310,9 +352,19 @@ describe('idem/client', () => {
       });
       server.release();
       const original = await first;
-      expect([duplicate.response.status, await duplicate.response.text(), duplicate.attempts, duplicate.replayed]).toEqual([201, '{"id":"ch_1"}', 5, true]);
+      expect([
+        duplicate.response.status,
+        await duplicate.response.text(),
+        duplicate.attempts,
+        duplicate.replayed,
+      ]).toEqual([201, '{"id":"ch_1"}', 5, true]);
       expect([server.conflicts(), sleeps]).toEqual([4, [250, 375, 563, 844]]);
-      expect([original.response.status, await original.response.text(), original.attempts, original.replayed]).toEqual([201, '{"id":"ch_1"}', 1, false]);
+      expect([original.response.status, await original.response.text(), original.attempts, original.replayed]).toEqual([
+        201,
+        '{"id":"ch_1"}',
+        1,
+        false,
+      ]);
     });
 
     it('costs one retry when polling starts and one per maxTimeout of waiting after, so a 409 for ever is given up on', async () => {
@@ -342,7 +394,11 @@ describe('idem/client', () => {
       expect([result.attempts, sleeps]).toEqual([5, [0, 0, 0, 0]]);
 
       const lost = await scripted(
-        answer(409, { 'content-type': 'application/problem+json', 'retry-after': '10' }, '{"type":"urn:idem:problem:idempotency-lease-lost"}'),
+        answer(
+          409,
+          { 'content-type': 'application/problem+json', 'retry-after': '10' },
+          '{"type":"urn:idem:problem:idempotency-lease-lost"}',
+        ),
         answer(201),
       );
       const other = timing(0.5);
@@ -385,7 +441,12 @@ describe('idem/client', () => {
         controller.close();
       },
     });
-    const init = { method: 'POST', body: stream, duplex: 'half', headers: { 'content-type': 'application/json' } } as RequestInit;
+    const init = {
+      method: 'POST',
+      body: stream,
+      duplex: 'half',
+      headers: { 'content-type': 'application/json' },
+    } as RequestInit;
     await idempotentFetch(server.url, init, timing().options);
     expect(server.seen.map((s) => s.body)).toEqual(['{"amount":1}', '{"amount":1}']);
 
@@ -409,7 +470,12 @@ describe('idem/client', () => {
       timing().options,
     );
     expect([given.key, fromHeader.key]).toEqual(['order-42-capture', 'order-43-capture']);
-    expect([...server.seen, ...other.seen].map((s) => s.key)).toEqual(['order-42-capture', 'order-42-capture', 'order-43-capture', 'order-43-capture']);
+    expect([...server.seen, ...other.seen].map((s) => s.key)).toEqual([
+      'order-42-capture',
+      'order-42-capture',
+      'order-43-capture',
+      'order-43-capture',
+    ]);
   });
 
   it('createIdempotentFetch applies defaults, gives every call its own key, and refuses a default key', async () => {
@@ -432,7 +498,10 @@ describe('idem/client', () => {
       [{ retries: 1.5 }, 'Expected `retries` to be a non-negative integer, got 1.5.'],
       [{ factor: 0.5 }, 'Expected `factor` to be a number of at least 1, got 0.5.'],
       [{ minTimeout: -5 }, 'Expected `minTimeout` to be a non-negative number, got -5.'],
-      [{ minTimeout: 2_000, maxTimeout: 1_000 }, 'Expected `maxTimeout` to be a number of at least minTimeout (2000), got 1000.'],
+      [
+        { minTimeout: 2_000, maxTimeout: 1_000 },
+        'Expected `maxTimeout` to be a number of at least minTimeout (2000), got 1000.',
+      ],
       [{ maxRetryTime: -1 }, 'Expected `maxRetryTime` to be a non-negative number, got -1.'],
       [{ inFlightPollMs: 0 }, 'Expected `inFlightPollMs` to be a positive number, got 0.'],
       [{ key: '' }, 'Expected `key` to be a non-empty string, got "".'],

@@ -119,7 +119,11 @@ export async function idempotentFetch(
   const settings = settle(options);
   const { retries, factor, minTimeout, maxTimeout, maxRetryTime, inFlightPollMs, random, sleep, now } = settings;
   // Every signal the caller gave: `new Request(input, init)` would follow only one of init's and the Request's.
-  const signal = combine([options.signal, init.signal ?? undefined, input instanceof Request ? input.signal : undefined]);
+  const signal = combine([
+    options.signal,
+    init.signal ?? undefined,
+    input instanceof Request ? input.signal : undefined,
+  ]);
   signal?.throwIfAborted();
   /** `promise`, or the signal's reason as soon as it aborts, even if what `promise` waits on ignores the signal. */
   const unlessAborted = <T>(promise: Promise<T>): Promise<T> => (signal ? raceAbort(promise, signal) : promise);
@@ -144,7 +148,8 @@ export async function idempotentFetch(
   let polls = 0; // in-flight 409s answered with a poll
   let polled = 0; // ms of waiting charged to polling (each wait at least `inFlightPollMs`)
   // Retries charged to polling: one when it starts, one more each time the waits pass another `maxTimeout`.
-  const pollCost = (): number => (polls === 0 ? 0 : maxTimeout > 0 ? Math.max(1, Math.ceil(polled / maxTimeout)) : polls);
+  const pollCost = (): number =>
+    polls === 0 ? 0 : maxTimeout > 0 ? Math.max(1, Math.ceil(polled / maxTimeout)) : polls;
   for (let attempt = 1; ; attempt++) {
     let response: Response | undefined;
     let error: unknown;
@@ -166,7 +171,9 @@ export async function idempotentFetch(
     let retryDelay: number;
     let cost: number;
     if (inFlight) {
-      const poll = Math.round(Math.min(inFlightPollMs * 1.5 ** polls, Math.max(IN_FLIGHT_POLL_CEILING, inFlightPollMs)));
+      const poll = Math.round(
+        Math.min(inFlightPollMs * 1.5 ** polls, Math.max(IN_FLIGHT_POLL_CEILING, inFlightPollMs)),
+      );
       retryDelay = Math.min(serverSaid ?? poll, poll, maxTimeout);
       const before = pollCost();
       polls++;
@@ -186,7 +193,8 @@ export async function idempotentFetch(
       now() - started + retryDelay > maxRetryTime ||
       (options.shouldRetry !== undefined && !(await unlessAborted(Promise.resolve(options.shouldRetry(failed)))));
     if (giveUp) {
-      if (response) return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
+      if (response)
+        return { response, attempts: attempt, replayed: response.headers.get('idempotent-replayed') === 'true', key };
       throw error;
     }
     if (response && !response.bodyUsed) await response.body?.cancel().catch(() => undefined);
@@ -204,7 +212,11 @@ export async function idempotentFetch(
  */
 export function createIdempotentFetch(
   defaults: Omit<IdempotentFetchOptions, 'key'> = {},
-): (input: string | URL | Request, init?: RequestInit, options?: IdempotentFetchOptions) => Promise<IdempotentFetchResult> {
+): (
+  input: string | URL | Request,
+  init?: RequestInit,
+  options?: IdempotentFetchOptions,
+) => Promise<IdempotentFetchResult> {
   if ('key' in defaults) throw configError('key', 'given per call (one key per logical operation), not as a default');
   settle(defaults);
   return (input, init, options = {}) => idempotentFetch(input, init, { ...defaults, ...options });
@@ -240,9 +252,11 @@ function settle({
   sleep = abortableSleep,
   now = Date.now,
 }: IdempotentFetchOptions): Settings {
-  if (key !== undefined && (typeof key !== 'string' || key.length === 0)) throw configError('key', 'a non-empty string', key);
+  if (key !== undefined && (typeof key !== 'string' || key.length === 0))
+    throw configError('key', 'a non-empty string', key);
   if (!Number.isInteger(retries) || retries < 0) throw configError('retries', 'a non-negative integer', retries);
-  if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1) throw configError('factor', 'a number of at least 1', factor);
+  if (typeof factor !== 'number' || !Number.isFinite(factor) || factor < 1)
+    throw configError('factor', 'a number of at least 1', factor);
   if (typeof minTimeout !== 'number' || !Number.isFinite(minTimeout) || minTimeout < 0) {
     throw configError('minTimeout', 'a non-negative number', minTimeout);
   }

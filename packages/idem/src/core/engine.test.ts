@@ -59,7 +59,12 @@ describe('classifyStatus', () => {
     expect([200, 201, 204].map(classifyStatus)).toEqual(['succeeded', 'succeeded', 'succeeded']);
     // A redirect is an answer (303 See Other after a POST points at what was made): a retry must not run the work again.
     expect([301, 302, 303, 307, 308].map(classifyStatus)).toEqual(Array(5).fill('succeeded'));
-    expect([400, 402, 404, 422].map(classifyStatus)).toEqual(['failed-final', 'failed-final', 'failed-final', 'failed-final']);
+    expect([400, 402, 404, 422].map(classifyStatus)).toEqual([
+      'failed-final',
+      'failed-final',
+      'failed-final',
+      'failed-final',
+    ]);
     expect([408, 409, 425, 429, 500, 503, 100].map(classifyStatus)).toEqual(Array(7).fill('failed-retryable'));
   });
 });
@@ -100,7 +105,10 @@ describe('engine.run', () => {
     const first = engine.run(request, () => new Promise((resolve) => (finish = () => resolve(answer(201)))));
     await tick();
     clock.advance(2_500);
-    await expect(engine.run(request, async () => answer(201))).rejects.toMatchObject({ code: 'IN_FLIGHT', retryAfterMs: 7_500 });
+    await expect(engine.run(request, async () => answer(201))).rejects.toMatchObject({
+      code: 'IN_FLIGHT',
+      retryAfterMs: 7_500,
+    });
     finish();
     await first;
   });
@@ -118,7 +126,10 @@ describe('engine.run', () => {
     const ids: string[] = [];
     const flaky = { ...request, key: 'flaky' };
     await engine.run(flaky, async ({ id }) => (ids.push(id), answer(503)));
-    const second = await engine.run(flaky, async ({ id, reclaimed }) => (ids.push(id + String(reclaimed)), answer(201)));
+    const second = await engine.run(
+      flaky,
+      async ({ id, reclaimed }) => (ids.push(id + String(reclaimed)), answer(201)),
+    );
     expect(second.replayed).toBe(false);
     expect(ids).toEqual([ids[0], `${ids[0]}true`]);
     expect((await store.get(recordPk('acct_a', 'flaky')))?.status).toBe('succeeded');
@@ -269,7 +280,9 @@ describe('engine.run', () => {
         throw new Error('metrics down');
       },
     });
-    expect((await engine.run({ scope: 's', key: 'k', fingerprint: 'f' }, async () => answer(201))).replayed).toBe(false);
+    expect((await engine.run({ scope: 's', key: 'k', fingerprint: 'f' }, async () => answer(201))).replayed).toBe(
+      false,
+    );
   });
 
   describe('cacheSize: terminal records kept in process', () => {
@@ -343,11 +356,12 @@ describe('engine.run', () => {
       const trips = store.roundTrips;
       await engine.run(request, async () => answer(201));
       expect(store.roundTrips - trips).toBe(1);
-      expect(() => createEngine({ store, cacheSize: -1 })).toThrow('Expected `cacheSize` to be a non-negative integer, got -1.');
+      expect(() => createEngine({ store, cacheSize: -1 })).toThrow(
+        'Expected `cacheSize` to be a non-negative integer, got -1.',
+      );
     });
   });
 });
-
 
 describe('engine.begin: the phases', () => {
   it('hands out a lease, settles it exactly once, and leaves nothing renewing', async () => {
@@ -442,7 +456,10 @@ describe('effects commit only with a final outcome', () => {
   it('a final refusal (402) commits its effects with the record, once', async () => {
     const { engine, request } = setup();
     const ledger: string[] = [];
-    const work = async (): Promise<WorkResult<undefined>> => ({ ...answer(402), effects: () => void ledger.push('decline') });
+    const work = async (): Promise<WorkResult<undefined>> => ({
+      ...answer(402),
+      effects: () => void ledger.push('decline'),
+    });
     await engine.run(request, work);
     await engine.run(request, work);
     expect(ledger).toEqual(['decline']);
@@ -508,11 +525,19 @@ describe('waitForOutcomeMs with a holder that keeps renewing', () => {
     expect([result.replayed, new TextDecoder().decode(result.response.body)]).toEqual([true, 'first']);
   });
 
-  it('stops waiting when the holder\'s lease lapses (it died) and takes the key over with the same id', async () => {
+  it("stops waiting when the holder's lease lapses (it died) and takes the key over with the same id", async () => {
     const { engine, request, clock, store } = setup({ waitForOutcomeMs: 30_000, leaseMs: 1_000 });
     // A holder that died right after its claim: a record in progress that nobody renews.
     const pk = recordPk(request.scope, request.key);
-    const dead = await store.claim({ pk, ...request, token: 't-dead', id: 'rec-1', now: clock.now(), leaseMs: 1_000, ttlMs: DAY });
+    const dead = await store.claim({
+      pk,
+      ...request,
+      token: 't-dead',
+      id: 'rec-1',
+      now: clock.now(),
+      leaseMs: 1_000,
+      ttlMs: DAY,
+    });
     expect(dead.kind).toBe('claimed');
     let runs = 0;
     const taker = engine.run(request, async ({ id, reclaimed }) => {

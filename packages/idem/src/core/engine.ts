@@ -48,7 +48,13 @@ export type IdempotencyEvent =
       readonly scope?: string;
       readonly route?: string;
     }
-  | { readonly type: 'store_op'; readonly op: StoreOp; readonly ms: number; readonly ok: boolean; readonly error?: unknown };
+  | {
+      readonly type: 'store_op';
+      readonly op: StoreOp;
+      readonly ms: number;
+      readonly ok: boolean;
+      readonly error?: unknown;
+    };
 
 export type StoreOp = 'claim' | 'complete' | 'renew' | 'release' | 'get';
 
@@ -213,7 +219,8 @@ export function createEngine<Tx = never>({
   positive('renewEveryMs', renewEveryMs);
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
   if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
-  if (!Number.isSafeInteger(cacheSize) || cacheSize < 0) throw configError('cacheSize', 'a non-negative integer', cacheSize);
+  if (!Number.isSafeInteger(cacheSize) || cacheSize < 0)
+    throw configError('cacheSize', 'a non-negative integer', cacheSize);
   if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0) {
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
@@ -222,7 +229,8 @@ export function createEngine<Tx = never>({
     warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
   }
 
-  if (onEvent !== undefined && typeof onEvent !== 'function') throw configError('onEvent', 'a function (event) => void', onEvent);
+  if (onEvent !== undefined && typeof onEvent !== 'function')
+    throw configError('onEvent', 'a function (event) => void', onEvent);
   const emit = (event: IdempotencyEvent): void => {
     if (!onEvent) return;
     try {
@@ -289,7 +297,12 @@ export function createEngine<Tx = never>({
     if (hit) return answerFrom(hit, request) as Decision<Tx>;
     // A lone surrogate has no UTF-8 form: stores that encode text would turn two such keys into one record.
     if (!wellFormed(scope) || !wellFormed(key)) {
-      return refused(new IdempotencyError('KEY_INVALID', 'The key and the scope must be well-formed Unicode text (no lone surrogates).'));
+      return refused(
+        new IdempotencyError(
+          'KEY_INVALID',
+          'The key and the scope must be well-formed Unicode text (no lone surrogates).',
+        ),
+      );
     }
     const recordTtl = request.ttlMs ?? ttlMs;
     if (!Number.isFinite(recordTtl) || recordTtl <= leaseMs) {
@@ -329,7 +342,12 @@ export function createEngine<Tx = never>({
         );
       }
     } catch (error) {
-      emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(request.route === undefined ? {} : { route: request.route }) });
+      emit({
+        type: 'refused',
+        reason: 'STORE_UNAVAILABLE',
+        scope,
+        ...(request.route === undefined ? {} : { route: request.route }),
+      });
       return refused(error as IdempotencyError);
     }
   }
@@ -391,7 +409,9 @@ export function createEngine<Tx = never>({
         const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
         if (!renewed.ok && !settlement) {
           emit({ type: 'lease_lost', ...about });
-          (controller ??= new AbortController()).abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
+          (controller ??= new AbortController()).abort(
+            new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'),
+          );
           return;
         }
       } catch {
@@ -421,9 +441,13 @@ export function createEngine<Tx = never>({
       emit({ type: 'stale_write_refused', ...about, op });
       return {
         ok: false,
-        error: new IdempotencyError('LEASE_LOST', 'This attempt lost its lease to another; its outcome was not recorded.', {
-          retryAfterMs: 0,
-        }),
+        error: new IdempotencyError(
+          'LEASE_LOST',
+          'This attempt lost its lease to another; its outcome was not recorded.',
+          {
+            retryAfterMs: 0,
+          },
+        ),
       };
     };
 
@@ -434,7 +458,12 @@ export function createEngine<Tx = never>({
       return { ok: true, record: null };
     };
 
-    const complete = async ({ response, outcome: declared, resultId, effects }: WorkResult<Tx>): Promise<Settlement> => {
+    const complete = async ({
+      response,
+      outcome: declared,
+      resultId,
+      effects,
+    }: WorkResult<Tx>): Promise<Settlement> => {
       const kind = declared ?? classifyStatus(response.status);
       if (kind === 'release') return release(response.status);
       const outcome: Outcome = {
@@ -454,7 +483,8 @@ export function createEngine<Tx = never>({
           // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
           if (final === undefined) throw error;
           const current = await store.get(pk).catch(() => undefined);
-          if (current === null || (current && (current.token !== token || current.status !== 'in_progress'))) return { ok: false };
+          if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
+            return { ok: false };
           throw error;
         }
       });
@@ -510,7 +540,9 @@ function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields 
 
 /** A record every later request with the same fingerprint gets back: succeeded, or failed for good, with a response. */
 function isFinal(record: IdempotencyRecord): boolean {
-  return (record.status === 'succeeded' || (record.status === 'failed' && !record.retryable)) && record.response !== null;
+  return (
+    (record.status === 'succeeded' || (record.status === 'failed' && !record.retryable)) && record.response !== null
+  );
 }
 
 function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly error: IdempotencyError } {
@@ -519,7 +551,8 @@ function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly 
 
 /** A warning through Node's `process.emitWarning` where there is one (so `--no-warnings` silences it), else the console. */
 function warn(message: string, code: string): void {
-  const emit = (globalThis as { process?: { emitWarning?: (m: string, o: { type: string; code: string }) => void } }).process?.emitWarning;
+  const emit = (globalThis as { process?: { emitWarning?: (m: string, o: { type: string; code: string }) => void } })
+    .process?.emitWarning;
   if (typeof emit === 'function') emit(message, { type: 'IdemWarning', code });
   else console.warn(`${code}: ${message}`);
 }
@@ -546,6 +579,6 @@ function wellFormed(text: string): boolean {
 }
 
 function positive(name: string, value: number): void {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) throw configError(name, 'a positive number', value);
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0)
+    throw configError(name, 'a positive number', value);
 }
-

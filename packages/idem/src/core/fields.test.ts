@@ -3,8 +3,11 @@ import { selectFields } from './fields.js';
 
 describe('selectFields', () => {
   it('excludes top-level and nested members, keeping the rest as raw text', () => {
-    const body = '{ "amount": 12345678901234567891, "ts": "2026-12-01T00:00:00Z", "meta": {"trace": "t-1", "order": 7} }';
-    expect(selectFields(body, { exclude: ['ts', 'meta.trace'] })).toBe('{"amount":12345678901234567891,"meta":{"order":7}}');
+    const body =
+      '{ "amount": 12345678901234567891, "ts": "2026-12-01T00:00:00Z", "meta": {"trace": "t-1", "order": 7} }';
+    expect(selectFields(body, { exclude: ['ts', 'meta.trace'] })).toBe(
+      '{"amount":12345678901234567891,"meta":{"order":7}}',
+    );
   });
 
   it('includes only the chosen members; a nested include keeps its parent with that member alone', () => {
@@ -21,7 +24,9 @@ describe('selectFields', () => {
 
   it('keeps a duplicate on the way to an included path when it is not an object, so the last member still wins', () => {
     // JSON.parse gives meta: "gone"; dropping the string would leave the earlier object to win instead.
-    expect(selectFields('{"meta":{"a":1},"meta":"gone"}', { include: ['meta.a'] })).toBe('{"meta":{"a":1},"meta":"gone"}');
+    expect(selectFields('{"meta":{"a":1},"meta":"gone"}', { include: ['meta.a'] })).toBe(
+      '{"meta":{"a":1},"meta":"gone"}',
+    );
   });
 
   it('returns a non-object body unchanged and invalid JSON as undefined', () => {

@@ -27,7 +27,11 @@ export function selectFields(text: string, rule: FieldRule): string | undefined 
   try {
     scanner.skipWhitespace();
     if (scanner.peek() !== '{') return text;
-    const out = scanner.object('', (path) => (paths.has(path) ? 'match' : prefixes.has(path) ? 'descend' : 'other'), include);
+    const out = scanner.object(
+      '',
+      (path) => (paths.has(path) ? 'match' : prefixes.has(path) ? 'descend' : 'other'),
+      include,
+    );
     scanner.skipWhitespace();
     return scanner.atEnd() ? out : undefined;
   } catch (error) {

@@ -56,7 +56,21 @@ describe('fingerprint', () => {
 
   it('sorts query pairs and header names', () => {
     expect(post('{}', { query: '?b=2&a=1' })).toBe(post('{}', { query: 'a=1&b=2' }));
-    expect(post('{}', { headers: [['B', '1'], ['a', '2']] })).toBe(post('{}', { headers: [['a', '2'], ['b', '1']] }));
+    expect(
+      post('{}', {
+        headers: [
+          ['B', '1'],
+          ['a', '2'],
+        ],
+      }),
+    ).toBe(
+      post('{}', {
+        headers: [
+          ['a', '2'],
+          ['b', '1'],
+        ],
+      }),
+    );
   });
 
   it('hashes non-JSON bodies as raw bytes', () => {
@@ -110,10 +124,19 @@ describe('canonical numbers', () => {
   const number = fc
     .record({
       sign: fc.constantFrom('', '-'),
-      int: fc.oneof(fc.constant('0'), fc.tuple(fc.constantFrom('1', '5', '9'), digits(0, 30)).map(([a, b]) => a + b)),
+      int: fc.oneof(
+        fc.constant('0'),
+        fc.tuple(fc.constantFrom('1', '5', '9'), digits(0, 30)).map(([a, b]) => a + b),
+      ),
       frac: fc.option(digits(1, 30), { nil: undefined }),
       exp: fc.option(
-        fc.tuple(fc.constantFrom('e', 'E'), fc.constantFrom('', '+', '-'), fc.oneof(digits(1, 3), digits(14, 40), longExponent)).map((parts) => parts.join('')),
+        fc
+          .tuple(
+            fc.constantFrom('e', 'E'),
+            fc.constantFrom('', '+', '-'),
+            fc.oneof(digits(1, 3), digits(14, 40), longExponent),
+          )
+          .map((parts) => parts.join('')),
         { nil: undefined },
       ),
     })
@@ -131,7 +154,11 @@ describe('canonical numbers', () => {
   });
 
   it('match the reference on random text made of number characters (what it accepts, and what it refuses)', () => {
-    const noise = fc.string({ unit: fc.constantFrom('0', '0', '1', '9', '.', 'e', 'E', '+', '-'), minLength: 1, maxLength: 24 });
+    const noise = fc.string({
+      unit: fc.constantFrom('0', '0', '1', '9', '.', 'e', 'E', '+', '-'),
+      minLength: 1,
+      maxLength: 24,
+    });
     fc.assert(
       fc.property(noise, (source) => void expect(canonicalJson(json(source))).toBe(referenceNumber(source))),
       { numRuns: 3_000 },
@@ -152,7 +179,8 @@ describe('canonical numbers', () => {
       `1${'0'.repeat(4095)}1`, // 4097 characters: hashed raw, as before
       `1e${'9'.repeat(4094)}`,
     ];
-    for (const source of cases) expect([source, canonicalJson(json(source))]).toEqual([source, referenceNumber(source)]);
+    for (const source of cases)
+      expect([source, canonicalJson(json(source))]).toEqual([source, referenceNumber(source)]);
     expect(canonicalJson(json('10e1999999999999999'))).toBe('1e2000000000000000');
     expect(canonicalJson(json('0.1e-1999999999999999'))).toBe('1e-2000000000000000');
     expect(canonicalJson(json('0.01e1000000000000000'))).toBe('1e999999999999998');
@@ -165,7 +193,10 @@ describe('canonical numbers', () => {
     // The first version trimmed trailing zeros with /0+$/, quadratic in a run of zeros followed by a non-zero
     // digit: 1 MiB of `1000…0001` (the longest number canonicalised) took over a second, ~1000× JSON.parse.
     const MiB = 1_048_576;
-    const fill = (item: string) => `[${Array<string>(Math.floor((MiB - 2) / (item.length + 1))).fill(item).join(',')}]`;
+    const fill = (item: string) =>
+      `[${Array<string>(Math.floor((MiB - 2) / (item.length + 1)))
+        .fill(item)
+        .join(',')}]`;
     const zeros = (n: number) => '0'.repeat(n);
     const shapes: Record<string, string> = {
       integers: fill(`1${zeros(4094)}1`),
@@ -200,7 +231,8 @@ describe('canonical numbers', () => {
       const parse = fastest(() => JSON.parse(new TextDecoder().decode(body)), 5);
       // The best of up to three runs (the first also warms the code up): noise only ever slows a run down.
       let ratio = Number.POSITIVE_INFINITY;
-      for (let run = 0; run < 3 && ratio >= 50; run++) ratio = Math.min(ratio, fastest(() => post('', { body }), 1) / parse);
+      for (let run = 0; run < 3 && ratio >= 50; run++)
+        ratio = Math.min(ratio, fastest(() => post('', { body }), 1) / parse);
       ratios[name] = ratio < 50 || `${ratio.toFixed(0)}× JSON.parse`;
     }
     expect(ratios).toEqual(Object.fromEntries(Object.keys(shapes).map((name) => [name, true])));

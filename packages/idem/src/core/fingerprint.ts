@@ -46,7 +46,11 @@ export interface FingerprintInput {
 export function fingerprint(input: FingerprintInput): string {
   // Every field is `<byte length>:<bytes>`. The text fields are joined into one string and hashed in one call;
   // the bytes hashed are the same as field-by-field updates would give.
-  let text = field('idem-fingerprint-v1') + field(input.method.toUpperCase()) + field(input.path) + field(canonicalQuery(input.query ?? ''));
+  let text =
+    field('idem-fingerprint-v1') +
+    field(input.method.toUpperCase()) +
+    field(input.path) +
+    field(canonicalQuery(input.query ?? ''));
   const canonical = isJsonType(input.contentType) ? canonicalJson(input.body) : undefined;
   let hash: ReturnType<typeof sha256> | undefined;
   if (canonical === undefined) {
@@ -223,7 +227,9 @@ class CanonicalParser {
         if (this.#text[this.#pos] !== '"') throw new SyntaxError('expected a key');
         // A key without escapes is its own source text between the quotes (what JSON.parse would give).
         const start = this.#pos;
-        const key = this.#scanString() ? this.#text.slice(start + 1, this.#pos - 1) : (JSON.parse(this.#text.slice(start, this.#pos)) as string);
+        const key = this.#scanString()
+          ? this.#text.slice(start + 1, this.#pos - 1)
+          : (JSON.parse(this.#text.slice(start, this.#pos)) as string);
         this.#expect(':');
         members.delete(key); // last duplicate wins, as in JSON.parse
         members.set(key, this.value(depth + 1));
@@ -319,10 +325,12 @@ class CanonicalParser {
     if (at - start > MAX_NUMBER_LENGTH) throw new SyntaxError('number too long');
     this.#pos = at;
     // The usual case, an integer that ends in 1–9, is already canonical but for its exponent.
-    if (exp === undefined && fracEnd === intEnd && text.charCodeAt(at - 1) !== 0x30) return `${text.slice(start, at)}e0`;
+    if (exp === undefined && fracEnd === intEnd && text.charCodeAt(at - 1) !== 0x30)
+      return `${text.slice(start, at)}e0`;
 
     const fracLength = fracEnd === intEnd ? 0 : fracEnd - intEnd - 1;
-    const digits = fracLength === 0 ? text.slice(intStart, intEnd) : text.slice(intStart, intEnd) + text.slice(intEnd + 1, fracEnd);
+    const digits =
+      fracLength === 0 ? text.slice(intStart, intEnd) : text.slice(intStart, intEnd) + text.slice(intEnd + 1, fracEnd);
     let first = 0;
     while (digits.charCodeAt(first) === 0x30) first++;
     if (first === digits.length) return '0';

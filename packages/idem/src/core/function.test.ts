@@ -65,21 +65,32 @@ describe('idempotent(fn)', () => {
         if (payout.amount > 1000) throw new Declined('over the limit');
         return payout.amount;
       },
-      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (p) => p.payoutId, isFinal: (e) => e instanceof Declined },
+      {
+        store: memoryStore(),
+        scope: 'single-tenant',
+        ttlMs: DAY,
+        key: (p) => p.payoutId,
+        isFinal: (e) => e instanceof Declined,
+      },
     );
     await expect(pay({ payoutId: 'po_1', amount: 5000 })).rejects.toThrow('bank timeout');
     const final = await pay({ payoutId: 'po_1', amount: 5000 }).catch((error: unknown) => error);
     const repeat = await pay({ payoutId: 'po_1', amount: 5000 }).catch((error: unknown) => error);
     for (const error of [final, repeat]) {
       expect(error).toBeInstanceOf(IdempotentFailure);
-      expect([(error as IdempotentFailure).originalName, (error as Error).message]).toEqual(['Declined', 'over the limit']);
+      expect([(error as IdempotentFailure).originalName, (error as Error).message]).toEqual([
+        'Declined',
+        'over the limit',
+      ]);
     }
     expect(runs).toBe(2);
   });
 
   it('a store that cannot be reached throws STORE_UNAVAILABLE and the function does not run', async () => {
     const store = memoryStore();
-    const broken = Object.assign(Object.create(store) as typeof store, { claim: () => Promise.reject(new Error('down')) });
+    const broken = Object.assign(Object.create(store) as typeof store, {
+      claim: () => Promise.reject(new Error('down')),
+    });
     let runs = 0;
     const pay = idempotent(async () => ++runs, { store: broken, scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
     await expect(pay(undefined)).rejects.toMatchObject({ code: 'STORE_UNAVAILABLE' });
@@ -94,21 +105,30 @@ describe('idempotent(fn)', () => {
       scope: (m: { tenant: string; id: string }) => m.tenant,
       key: (m) => m.id,
     });
-    expect([await pay({ tenant: 'a', id: '1' }), await pay({ tenant: 'b', id: '1' }), await pay({ tenant: 'a', id: '1' })]).toEqual([1, 2, 1]);
+    expect([
+      await pay({ tenant: 'a', id: '1' }),
+      await pay({ tenant: 'b', id: '1' }),
+      await pay({ tenant: 'a', id: '1' }),
+    ]).toEqual([1, 2, 1]);
     // An empty tenant would put every such input in one shared key space: refused before anything runs.
     const empty = idempotent(async () => ++runs, { store: memoryStore(), ttlMs: DAY, scope: () => '', key: () => 'k' });
     await expect(empty(undefined)).rejects.toThrow('`scope(input)` must return a non-empty string.');
     expect(runs).toBe(2);
-    expect(() => idempotent(async () => 1, { store: memoryStore(), ttlMs: DAY, key: 'k' as never, scope: 's' })).toThrow(
-      'Expected `key` to be a function (input) => string, got "k".',
-    );
+    expect(() =>
+      idempotent(async () => 1, { store: memoryStore(), ttlMs: DAY, key: 'k' as never, scope: 's' }),
+    ).toThrow('Expected `key` to be a function (input) => string, got "k".');
   });
 });
 
 describe('idempotent(fn): every path settles, and the work never runs twice', () => {
   it('a result that is not JSON is recorded as a final failure: thrown now and to every repeat, the work ran once', async () => {
     let runs = 0;
-    const pay = idempotent(async () => ({ paid: (++runs, 500n) }), { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
+    const pay = idempotent(async () => ({ paid: (++runs, 500n) }), {
+      store: memoryStore(),
+      scope: 'single-tenant',
+      ttlMs: DAY,
+      key: () => 'k',
+    });
     const first = await pay(undefined).catch((error: unknown) => error);
     const repeat = await pay(undefined).catch((error: unknown) => error);
     for (const error of [first, repeat]) {
@@ -120,10 +140,19 @@ describe('idempotent(fn): every path settles, and the work never runs twice', ()
   });
 
   it('a result over the store’s limit is a final failure too, not a re-run on every delivery', async () => {
-    const store = Object.assign(Object.create(memoryStore()) as ReturnType<typeof memoryStore>, { maxResponseBytes: 100 });
+    const store = Object.assign(Object.create(memoryStore()) as ReturnType<typeof memoryStore>, {
+      maxResponseBytes: 100,
+    });
     let runs = 0;
-    const pay = idempotent(async () => 'x'.repeat(200 + 0 * ++runs), { store, scope: 'single-tenant', ttlMs: DAY, key: () => 'k' });
-    await expect(pay(undefined)).rejects.toThrow('idempotent: the result is 202 bytes, over the 100 the store can keep.');
+    const pay = idempotent(async () => 'x'.repeat(200 + 0 * ++runs), {
+      store,
+      scope: 'single-tenant',
+      ttlMs: DAY,
+      key: () => 'k',
+    });
+    await expect(pay(undefined)).rejects.toThrow(
+      'idempotent: the result is 202 bytes, over the 100 the store can keep.',
+    );
     await expect(pay(undefined)).rejects.toBeInstanceOf(IdempotentFailure);
     expect(runs).toBe(1);
   });
@@ -135,7 +164,15 @@ describe('idempotent(fn): every path settles, and the work never runs twice', ()
         runs++;
         throw Object.create(null) as Error;
       },
-      { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: () => 'k', isFinal: () => { throw new Error('isFinal broke'); } },
+      {
+        store: memoryStore(),
+        scope: 'single-tenant',
+        ttlMs: DAY,
+        key: () => 'k',
+        isFinal: () => {
+          throw new Error('isFinal broke');
+        },
+      },
     );
     await expect(pay(undefined)).rejects.toBeDefined();
     expect(pay.engine.activeLeases).toBe(0);
@@ -145,7 +182,12 @@ describe('idempotent(fn): every path settles, and the work never runs twice', ()
 
   it('keys and scopes with a lone surrogate are refused: a store encoding UTF-8 would merge them', async () => {
     let runs = 0;
-    const pay = idempotent(async () => ++runs, { store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, key: (id: string) => id });
+    const pay = idempotent(async () => ++runs, {
+      store: memoryStore(),
+      scope: 'single-tenant',
+      ttlMs: DAY,
+      key: (id: string) => id,
+    });
     await expect(pay('msg-\ud800')).rejects.toMatchObject({ code: 'KEY_INVALID' });
     expect(await pay('msg-\ud83d\ude00')).toBe(1);
     expect(runs).toBe(1);

@@ -66,20 +66,30 @@ const FAILURE_STATUS = 422;
  */
 export function idempotent<In, Out, Tx = never>(
   fn: (input: In, context: IdempotentContext) => Promise<Out>,
-  { key, scope, payload = (input) => input, ttlFor, isFinal = () => false, ...engineOptions }: IdempotentOptions<In, Tx>,
+  {
+    key,
+    scope,
+    payload = (input) => input,
+    ttlFor,
+    isFinal = () => false,
+    ...engineOptions
+  }: IdempotentOptions<In, Tx>,
 ): IdempotentFunction<In, Out> {
   if (typeof fn !== 'function') throw configError('fn', 'an async function');
   if (typeof key !== 'function') throw configError('key', 'a function (input) => string', key);
-  if (typeof scope !== 'string' && typeof scope !== 'function') throw configError('scope', "a string or a function (input) => string", scope);
+  if (typeof scope !== 'string' && typeof scope !== 'function')
+    throw configError('scope', 'a string or a function (input) => string', scope);
   if (typeof scope === 'string' && scope === '') throw configError('scope', 'a non-empty string', scope);
   const engine = createEngine(engineOptions);
   const maxResultBytes = Math.min(1_048_576, engine.store.maxResponseBytes ?? Infinity);
 
   const call = async (input: In): Promise<Out> => {
     const id = key(input);
-    if (typeof id !== 'string' || id === '') throw new IdempotencyError('KEY_MISSING', '`key(input)` must return a non-empty string.');
+    if (typeof id !== 'string' || id === '')
+      throw new IdempotencyError('KEY_MISSING', '`key(input)` must return a non-empty string.');
     const tenant = typeof scope === 'string' ? scope : scope(input);
-    if (typeof tenant !== 'string' || tenant === '') throw new TypeError('`scope(input)` must return a non-empty string.');
+    if (typeof tenant !== 'string' || tenant === '')
+      throw new TypeError('`scope(input)` must return a non-empty string.');
     const body = encode(payload(input) ?? null);
     const ttlMs = ttlFor?.(input);
     const decision = await engine.begin({
@@ -110,7 +120,9 @@ export function idempotent<In, Out, Tx = never>(
       try {
         response = stored(RESULT_STATUS, result ?? null);
         if (response.body.byteLength > maxResultBytes) {
-          throw new RangeError(`idempotent: the result is ${response.body.byteLength} bytes, over the ${maxResultBytes} the store can keep.`);
+          throw new RangeError(
+            `idempotent: the result is ${response.body.byteLength} bytes, over the ${maxResultBytes} the store can keep.`,
+          );
         }
       } catch (error) {
         const failure = describeError(error);
@@ -136,14 +148,19 @@ export function idempotent<In, Out, Tx = never>(
 }
 
 /** Records an outcome under the lease; a write that fails or is refused is thrown (LEASE_LOST, STORE_UNAVAILABLE). */
-async function record<Tx>(lease: Lease<Tx>, status: number, value: unknown, outcome: 'succeeded' | 'failed-final'): Promise<void> {
+async function record<Tx>(
+  lease: Lease<Tx>,
+  status: number,
+  value: unknown,
+  outcome: 'succeeded' | 'failed-final',
+): Promise<void> {
   const response = isStored(value) ? value : stored(status, value);
   const settled = await lease.complete({ response, outcome });
   if (!settled.ok) throw settled.error;
 }
 
 function isStored(value: unknown): value is StoredResponse {
-  return typeof value === 'object' && value !== null && 'body' in value && (value).body instanceof Uint8Array;
+  return typeof value === 'object' && value !== null && 'body' in value && value.body instanceof Uint8Array;
 }
 
 /** An error's name and message as plain strings, whatever was thrown. */

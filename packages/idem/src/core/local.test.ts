@@ -33,7 +33,10 @@ afterAll(async () => {
 const encoder = new TextEncoder();
 const json = (status: number, body: unknown): StoredResponse => ({
   status,
-  headers: [['content-type', 'application/json'], ['location', '/v1/charges/x']],
+  headers: [
+    ['content-type', 'application/json'],
+    ['location', '/v1/charges/x'],
+  ],
   body: encoder.encode(JSON.stringify(body)),
 });
 const request = (key = randomUUID(), fingerprint = 'a'.repeat(64)): RunRequest => ({ scope, key, fingerprint });
@@ -60,8 +63,10 @@ async function sqliteBackend(): Promise<Backend> {
   return {
     name: 'sqlite',
     store: store as unknown as IdempotencyStore<unknown>,
-    insert: (tx, ref, amount) => void (tx as Database.Database).prepare('INSERT INTO ledger (ref, amount) VALUES (?, ?)').run(ref, amount),
-    ledger: async () => database.prepare('SELECT ref, amount FROM ledger ORDER BY ref').all() as Array<{ ref: string; amount: number }>,
+    insert: (tx, ref, amount) =>
+      void (tx as Database.Database).prepare('INSERT INTO ledger (ref, amount) VALUES (?, ?)').run(ref, amount),
+    ledger: async () =>
+      database.prepare('SELECT ref, amount FROM ledger ORDER BY ref').all() as Array<{ ref: string; amount: number }>,
   };
 }
 
@@ -76,9 +81,11 @@ async function postgresBackend(): Promise<Backend> {
   return {
     name: 'postgres',
     store: store as unknown as IdempotencyStore<unknown>,
-    insert: (tx, ref, amount) => (tx as pg.PoolClient).query(`INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`, [ref, amount]),
+    insert: (tx, ref, amount) =>
+      (tx as pg.PoolClient).query(`INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`, [ref, amount]),
     ledger: async () =>
-      (await pool.query<{ ref: string; amount: number }>(`SELECT ref, amount FROM "${schema}".ledger ORDER BY ref`)).rows,
+      (await pool.query<{ ref: string; amount: number }>(`SELECT ref, amount FROM "${schema}".ledger ORDER BY ref`))
+        .rows,
   };
 }
 
@@ -115,7 +122,12 @@ for (const [name, open, available] of backends) {
       const req = request();
       const first = await run(req, charge());
       const id = first.record?.id as string;
-      expect([first.replayed, first.response.status, first.record?.status, first.record?.resultId]).toEqual([false, 201, 'succeeded', id]);
+      expect([first.replayed, first.response.status, first.record?.status, first.record?.resultId]).toEqual([
+        false,
+        201,
+        'succeeded',
+        id,
+      ]);
       const retry = await run(req, charge());
       expect(retry.replayed).toBe(true);
       expect(retry.response.status).toBe(201);
@@ -124,7 +136,12 @@ for (const [name, open, available] of backends) {
       expect(calls()).toBe(1);
       expect(await backend.ledger()).toEqual([{ ref: id, amount: 500 }]);
       const stored = await backend.store.get(recordPk(scope, req.key));
-      expect([stored?.status, stored?.id, stored?.resultId, stored?.response?.status]).toEqual(['succeeded', id, id, 201]);
+      expect([stored?.status, stored?.id, stored?.resultId, stored?.response?.status]).toEqual([
+        'succeeded',
+        id,
+        id,
+        201,
+      ]);
       await backend.store.close();
     });
 
@@ -132,7 +149,9 @@ for (const [name, open, available] of backends) {
       const { backend, charge, run, calls } = await setup();
       const req = request();
       await run(req, charge());
-      await expect(run({ ...req, fingerprint: 'b'.repeat(64) }, charge())).rejects.toMatchObject({ code: 'FINGERPRINT_MISMATCH' });
+      await expect(run({ ...req, fingerprint: 'b'.repeat(64) }, charge())).rejects.toMatchObject({
+        code: 'FINGERPRINT_MISMATCH',
+      });
       expect(calls()).toBe(1);
       expect((await backend.ledger()).length).toBe(1);
       await backend.store.close();
@@ -166,7 +185,12 @@ for (const [name, open, available] of backends) {
       expect([released.response.status, released.record]).toEqual([201, null]);
       expect(await backend.ledger()).toEqual([]);
       const retry = await run(req, charge());
-      expect([retry.replayed, retry.response.status, retry.record?.status, calls()]).toEqual([false, 201, 'succeeded', 3]);
+      expect([retry.replayed, retry.response.status, retry.record?.status, calls()]).toEqual([
+        false,
+        201,
+        'succeeded',
+        3,
+      ]);
       expect((await backend.ledger()).length).toBe(1);
       await backend.store.close();
     });
@@ -190,13 +214,28 @@ for (const [name, open, available] of backends) {
       const pk = recordPk(scope, req.key);
       // A lease-mode attempt claims the key, then its process dies: no renewal, no completion.
       const { key, fingerprint } = req;
-      const dead = { pk, scope, key, fingerprint, token: 'dead-token', id: 'dead-id', now: T0, leaseMs: LEASE, ttlMs: TTL };
+      const dead = {
+        pk,
+        scope,
+        key,
+        fingerprint,
+        token: 'dead-token',
+        id: 'dead-id',
+        now: T0,
+        leaseMs: LEASE,
+        ttlMs: TTL,
+      };
       expect((await backend.store.claim(dead)).kind).toBe('claimed');
       await expect(run(req, charge())).rejects.toMatchObject({ code: 'IN_FLIGHT', retryAfterMs: LEASE });
       clock.advance(LEASE);
       const seen: LocalContext[] = [];
       const taken = await run(req, (tx, context) => (seen.push(context), charge()(tx, context)));
-      expect([taken.replayed, seen[0]?.reclaimed, seen[0]?.id, taken.record?.id]).toEqual([false, true, 'dead-id', 'dead-id']);
+      expect([taken.replayed, seen[0]?.reclaimed, seen[0]?.id, taken.record?.id]).toEqual([
+        false,
+        true,
+        'dead-id',
+        'dead-id',
+      ]);
       // The dead attempt's late completion is fenced out by its token.
       const outcome = { status: 'succeeded', retryable: false, resultId: null, response: json(201, {}) } as const;
       const late = await backend.store.complete({ pk, token: 'dead-token', now: T0 + LEASE, outcome });
@@ -240,7 +279,8 @@ describe('runLocal: what it refuses', () => {
     let ran = false;
     await expect(runLocal(engine, request(), () => ((ran = true), { response: json(201, {}) }))).rejects.toMatchObject({
       code: 'CONFIG_INVALID',
-      message: 'Expected `store` to be a store with runLocal (SQLite or PostgreSQL) for database-local work, got "memory".',
+      message:
+        'Expected `store` to be a store with runLocal (SQLite or PostgreSQL) for database-local work, got "memory".',
     });
     expect(ran).toBe(false);
   });

@@ -2,7 +2,6 @@
  * @module Database-local work: the claim, the work's own writes and the completion in ONE transaction, for work
  * whose every write goes to the records' own SQL database and that makes no outside call (SQLite, PostgreSQL).
  */
-import { randomUUID } from 'node:crypto';
 import {
   classifyStatus,
   type Engine,
@@ -146,7 +145,13 @@ export async function runLocal<Tx>(
     if (isIdempotencyError(error, 'CONFIG_INVALID') && error !== failure?.error) throw error;
     if (failure) {
       // The work threw: rolled back with everything it wrote, and the key is free.
-      emit({ type: 'executed', ...about(claimedId), outcome: 'failed-retryable', status: null, ms: clock.now() - startedAt });
+      emit({
+        type: 'executed',
+        ...about(claimedId),
+        outcome: 'failed-retryable',
+        status: null,
+        ms: clock.now() - startedAt,
+      });
       throw failure.error;
     }
     emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(route === undefined ? {} : { route }) });

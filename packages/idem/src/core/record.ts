@@ -99,7 +99,10 @@ export interface ReleaseRequest {
  * it (`tx`) and the record just claimed. It returns the outcome to write and commit with its own writes, or
  * `null` to roll everything back (the claim too). A throw rolls everything back as well, and is rethrown.
  */
-export type LocalTransactionWork<Tx> = (tx: Tx, record: IdempotencyRecord) => Outcome | null | PromiseLike<Outcome | null>;
+export type LocalTransactionWork<Tx> = (
+  tx: Tx,
+  record: IdempotencyRecord,
+) => Outcome | null | PromiseLike<Outcome | null>;
 
 /** A claim, and the work to run in its transaction if it wins (carried in the request, as `effects` are). */
 export interface LocalTransactionRequest<Tx = never> extends ClaimRequest {

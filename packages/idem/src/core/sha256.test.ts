@@ -6,8 +6,12 @@ import { constantTimeEqual, portableSha256, sha256 } from './sha256.js';
 
 describe('sha256', () => {
   it('the portable implementation matches the FIPS 180-4 examples', () => {
-    expect(portableSha256().update('abc').digest()).toBe('ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
-    expect(portableSha256().update('').digest()).toBe('e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855');
+    expect(portableSha256().update('abc').digest()).toBe(
+      'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad',
+    );
+    expect(portableSha256().update('').digest()).toBe(
+      'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+    );
     expect(portableSha256().update('abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq').digest()).toBe(
       '248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1',
     );
@@ -15,15 +19,18 @@ describe('sha256', () => {
 
   it('the portable and the native hash agree on any text and bytes, fed in any pieces', () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(fc.string({ unit: 'binary' }), fc.uint8Array({ maxLength: 300 })), { maxLength: 8 }), (parts) => {
-        const portable = portableSha256();
-        const native = createHash('sha256');
-        for (const part of parts) {
-          portable.update(part);
-          native.update(part);
-        }
-        expect(portable.digest()).toBe(native.digest('hex'));
-      }),
+      fc.property(
+        fc.array(fc.oneof(fc.string({ unit: 'binary' }), fc.uint8Array({ maxLength: 300 })), { maxLength: 8 }),
+        (parts) => {
+          const portable = portableSha256();
+          const native = createHash('sha256');
+          for (const part of parts) {
+            portable.update(part);
+            native.update(part);
+          }
+          expect(portable.digest()).toBe(native.digest('hex'));
+        },
+      ),
       { numRuns: 500 },
     );
   });

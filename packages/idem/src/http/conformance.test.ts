@@ -12,21 +12,23 @@ import { idempotency } from './middleware.js';
 const webHarness: AdapterHarness = {
   name: 'web (idem/http)',
   async serve({ options, handler }) {
-    const handle = idempotency({ ...options, scope: (request) => request.headers.get('x-tenant') ?? 'acct_suite' })(async (request, context) => {
-      const answer = await handler({ body: await request.json(), query: new URL(request.url).search, context });
-      switch (answer.style) {
-        case 'json':
-          return Response.json(answer.json, { status: answer.status, headers: answer.headers ?? {} });
-        case 'stream':
-          return new Response(replyStream(answer.chunks), { status: answer.status, headers: answer.headers ?? {} });
-        case 'empty':
-          return new Response(null, { status: answer.status, headers: answer.headers ?? {} });
-        case 'throw':
-          throw new Error(answer.message);
-        case 'raw-end':
-          throw new Error('raw-end is not supported by the Web harness');
-      }
-    });
+    const handle = idempotency({ ...options, scope: (request) => request.headers.get('x-tenant') ?? 'acct_suite' })(
+      async (request, context) => {
+        const answer = await handler({ body: await request.json(), query: new URL(request.url).search, context });
+        switch (answer.style) {
+          case 'json':
+            return Response.json(answer.json, { status: answer.status, headers: answer.headers ?? {} });
+          case 'stream':
+            return new Response(replyStream(answer.chunks), { status: answer.status, headers: answer.headers ?? {} });
+          case 'empty':
+            return new Response(null, { status: answer.status, headers: answer.headers ?? {} });
+          case 'throw':
+            throw new Error(answer.message);
+          case 'raw-end':
+            throw new Error('raw-end is not supported by the Web harness');
+        }
+      },
+    );
     return serveFetch(handle);
   },
 };
@@ -45,5 +47,6 @@ describeAdapterConformance({
   effect: (tx: Database.Database, ref) => {
     tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
   },
-  countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+  countEffects: async (ref, store) =>
+    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
 });

@@ -5,7 +5,11 @@ import { idempotency, type HandlerContext } from './middleware.js';
 
 const DAY = 86_400_000;
 const url = 'http://api.test/v1/charges';
-const charge = (key: string | null, body: unknown = { amount: 50000, currency: 'usd' }, extra: Record<string, string> = {}) =>
+const charge = (
+  key: string | null,
+  body: unknown = { amount: 50000, currency: 'usd' },
+  extra: Record<string, string> = {},
+) =>
   new Request(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...(key === null ? {} : { 'idempotency-key': key }), ...extra },
@@ -97,7 +101,9 @@ describe('idempotency middleware', () => {
 
   it('passes other methods straight through', async () => {
     const { handle, runs } = setup();
-    const get = await handle(new Request(url, { method: 'PUT', headers: { 'idempotency-key': 'k1' }, body: '{"amount":1}' }));
+    const get = await handle(
+      new Request(url, { method: 'PUT', headers: { 'idempotency-key': 'k1' }, body: '{"amount":1}' }),
+    );
     expect(get.status).toBe(201);
     await handle(new Request(url, { method: 'PUT', headers: { 'idempotency-key': 'k1' }, body: '{"amount":1}' }));
     expect(runs()).toBe(2);
@@ -117,10 +123,12 @@ describe('idempotency middleware', () => {
     const store = memoryStore();
     let calls = 0;
     const errors: unknown[] = [];
-    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, onError: (e) => errors.push(e) })(async () => {
-      if (++calls === 1) throw new Error('boom');
-      return new Response('ok', { status: 201 });
-    });
+    const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, onError: (e) => errors.push(e) })(
+      async () => {
+        if (++calls === 1) throw new Error('boom');
+        return new Response('ok', { status: 201 });
+      },
+    );
     const failed = await problemOf(await handle(charge('k1')));
     expect([failed.status, failed.body.type]).toEqual([500, 'urn:idem:problem:internal-error']);
     expect(errors).toEqual([new Error('boom')]);
@@ -130,8 +138,12 @@ describe('idempotency middleware', () => {
 
   it('validates its options by name', () => {
     const store = memoryStore();
-    expect(() => idempotency({ store, scope: 'single-tenant', mismatchStatus: 409 as 400 })).toThrow('Expected `mismatchStatus` to be 400 or 422, got 409.');
-    expect(() => idempotency({ store, scope: 'single-tenant', maxBodyBytes: 0 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got 0.');
+    expect(() => idempotency({ store, scope: 'single-tenant', mismatchStatus: 409 as 400 })).toThrow(
+      'Expected `mismatchStatus` to be 400 or 422, got 409.',
+    );
+    expect(() => idempotency({ store, scope: 'single-tenant', maxBodyBytes: 0 })).toThrow(
+      'Expected `maxBodyBytes` to be a positive integer, got 0.',
+    );
     expect(() => idempotency({ store, scope: 'acct' as never })).toThrow('Expected `scope` to be a function');
     // No scope is no longer one global scope shared by every tenant: the single-tenant choice is said out loud.
     expect(() => idempotency({ store } as never)).toThrow(
@@ -151,7 +163,10 @@ describe("a response over the store's own limit", () => {
     const handle = idempotency({ store, scope: 'single-tenant', ttlMs: DAY })(async () => {
       runs++;
       // Names and values weigh 100 + 12 + 150 + 4 + 16 = 282 bytes; as JSON (each quote escaped) about 460.
-      return new Response('x'.repeat(100), { status: 201, headers: { 'content-type': 'text/plain', link: '"'.repeat(150) } });
+      return new Response('x'.repeat(100), {
+        status: 201,
+        headers: { 'content-type': 'text/plain', link: '"'.repeat(150) },
+      });
     });
     const first = await handle(charge('k'));
     const replay = await handle(charge('k'));
@@ -161,7 +176,10 @@ describe("a response over the store's own limit", () => {
 
   it("commits the work's declared effects with that final answer: the work ran and will not run again", async () => {
     const ledger: string[] = [];
-    const handle = idempotency({ store: limited(300), scope: 'single-tenant', ttlMs: DAY })(async (_request, context) => {
+    const handle = idempotency({ store: limited(300), scope: 'single-tenant', ttlMs: DAY })(async (
+      _request,
+      context,
+    ) => {
       context.declare({ effects: () => void ledger.push('charged') });
       return new Response('ok', { status: 201, headers: { 'content-type': 'text/plain; ' + 'p=v; '.repeat(80) } });
     });

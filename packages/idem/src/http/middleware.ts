@@ -2,14 +2,29 @@
  * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
  * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import { createEngine, type Engine, type EngineOptions, type Lease, type OutcomeKind, type RunRequest, type WorkContext } from '../core/engine.js';
+import {
+  createEngine,
+  type Engine,
+  type EngineOptions,
+  type Lease,
+  type OutcomeKind,
+  type RunRequest,
+  type WorkContext,
+} from '../core/engine.js';
 import { selectFields, type FieldRule } from '../core/fields.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprint, utf8Length } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import { problem, problemFor } from './problem.js';
-import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, readBytes, replayResponse, storableHeaders, bodyFor } from './replay.js';
+import {
+  BodyTooLargeError,
+  DEFAULT_REPLAY_HEADERS,
+  readBytes,
+  replayResponse,
+  storableHeaders,
+  bodyFor,
+} from './replay.js';
 
 /** What the handler may declare about its outcome, beyond the response itself. */
 export interface Declaration<Tx> {
@@ -112,10 +127,7 @@ export interface GateRequest<Req> {
  * What the gate decided about a request: let it through unguarded, answer it without running anything
  * (replay, or a problem: nothing was claimed, so nothing is written), or run it under a claim.
  */
-export type Admission<Tx> =
-  | { readonly kind: 'pass'; readonly context: HandlerContext<Tx> }
-  | Answer
-  | Claim<Tx>;
+export type Admission<Tx> = { readonly kind: 'pass'; readonly context: HandlerContext<Tx> } | Answer | Claim<Tx>;
 
 /**
  * An answer given without running the handler. On a replay, `replay` is the stored response and `response` is
@@ -211,24 +223,38 @@ export function createGate<Tx, Req>({
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
   const { onEvent } = engineOptions;
   if (typeof scope !== 'function' && scope !== 'single-tenant') {
-    throw configError('scope', "a function (request) => tenant, or 'single-tenant' for a service with one tenant", scope);
+    throw configError(
+      'scope',
+      "a function (request) => tenant, or 'single-tenant' for a service with one tenant",
+      scope,
+    );
   }
   const scopeOf = scope === 'single-tenant' ? () => 'single-tenant' : scope;
   if (typeof required !== 'boolean' && typeof required !== 'function') {
     throw configError('required', 'a boolean or a function', required);
   }
-  if (mismatchStatus !== 400 && mismatchStatus !== 422) throw configError('mismatchStatus', '400 or 422', mismatchStatus);
-  for (const [name, value] of [['maxBodyBytes', maxBodyBytes], ['maxResponseBytes', maxResponseBytes]] as const) {
+  if (mismatchStatus !== 400 && mismatchStatus !== 422)
+    throw configError('mismatchStatus', '400 or 422', mismatchStatus);
+  for (const [name, value] of [
+    ['maxBodyBytes', maxBodyBytes],
+    ['maxResponseBytes', maxResponseBytes],
+  ] as const) {
     if (!Number.isInteger(value) || value <= 0) throw configError(name, 'a positive integer', value);
   }
-  for (const [name, value] of [['fingerprintBody', fingerprintBody], ['key', keyOf], ['ttlFor', ttlFor], ['classify', classify]] as const) {
+  for (const [name, value] of [
+    ['fingerprintBody', fingerprintBody],
+    ['key', keyOf],
+    ['ttlFor', ttlFor],
+    ['classify', classify],
+  ] as const) {
     if (value !== undefined && typeof value !== 'function') throw configError(name, 'a function', value);
   }
   if (typeof keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
     throw configError('keyHeader', 'an HTTP header name', keyHeader);
   }
   if (fingerprintFields) {
-    const paths = (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
+    const paths =
+      (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
     if (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === '')) {
       throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);
     }
@@ -243,7 +269,12 @@ export function createGate<Tx, Req>({
   function answerFor(error: unknown, request: Req): Response {
     if (isIdempotencyError(error)) return problemFor(error, settings);
     if (error instanceof BodyTooLargeError) {
-      return problem({ status: 413, slug: 'request-too-large', title: 'Request body too large', detail: error.message });
+      return problem({
+        status: 413,
+        slug: 'request-too-large',
+        title: 'Request body too large',
+        detail: error.message,
+      });
     }
     try {
       onError(error, request);
@@ -272,7 +303,11 @@ export function createGate<Tx, Req>({
       const raw = (keyOf ? await keyOf(request.native) : request.header(keyName)) ?? null;
       if (raw === null) {
         const mustHave = typeof required === 'function' ? required(request.native) : required;
-        if (mustHave) throw new IdempotencyError('KEY_MISSING', `${request.method} requests to this route need an ${keyHeader} header.`);
+        if (mustHave)
+          throw new IdempotencyError(
+            'KEY_MISSING',
+            `${request.method} requests to this route need an ${keyHeader} header.`,
+          );
         return pass();
       }
       const key = parseKey(raw);
@@ -281,20 +316,27 @@ export function createGate<Tx, Req>({
       // Awaited only when it is a promise: each await of a plain value costs the request a turn of the microtask queue.
       const scoped = scopeOf(request.native);
       const tenant = typeof scoped === 'string' ? scoped : await scoped;
-      if (typeof tenant !== 'string' || tenant.length === 0) throw new TypeError('`scope(request)` must return a non-empty string.');
+      if (typeof tenant !== 'string' || tenant.length === 0)
+        throw new TypeError('`scope(request)` must return a non-empty string.');
       const contentType = request.header('content-type') ?? null;
-      const chosen = fingerprintBody || fingerprintFields ? await payload(body, contentType, request.native) : undefined;
+      const chosen =
+        fingerprintBody || fingerprintFields ? await payload(body, contentType, request.native) : undefined;
       const print = fingerprint({
         method: request.method,
         path: url.pathname,
         query: url.search,
         contentType: chosen ? chosen.contentType : contentType,
         body: chosen ? chosen.body : body,
-        headers: fingerprinted.length === 0 ? NO_HEADERS : fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
+        headers:
+          fingerprinted.length === 0
+            ? NO_HEADERS
+            : fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
       });
       const ttlMs = ttlFor?.(request.native);
       const run: RunRequest =
-        ttlMs === undefined ? { scope: tenant, key, fingerprint: print, route: url.pathname } : { scope: tenant, key, fingerprint: print, route: url.pathname, ttlMs };
+        ttlMs === undefined
+          ? { scope: tenant, key, fingerprint: print, route: url.pathname }
+          : { scope: tenant, key, fingerprint: print, route: url.pathname, ttlMs };
       return await claim(run, body, request.native);
     } catch (error) {
       refusedEvent(error, request.url);
@@ -321,8 +363,13 @@ export function createGate<Tx, Req>({
   }
 
   /** What the fingerprint hashes as the payload: the body, its chosen fields, or the caller's own text. */
-  async function payload(body: Uint8Array, contentType: string | null, native: Req): Promise<{ contentType: string | null; body: Uint8Array }> {
-    if (fingerprintBody) return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
+  async function payload(
+    body: Uint8Array,
+    contentType: string | null,
+    native: Req,
+  ): Promise<{ contentType: string | null; body: Uint8Array }> {
+    if (fingerprintBody)
+      return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
     if (!fingerprintFields || !isJson(contentType)) return { contentType, body };
     let text: string;
     try {
@@ -366,7 +413,11 @@ export function createGate<Tx, Req>({
         }
         // The adapter's own outcome (a too-large replacement) wins over what the handler declared for its response.
         const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
-        const settled = await lease.complete({ response, ...declared, ...(chosen === undefined ? {} : { outcome: chosen }) });
+        const settled = await lease.complete({
+          response,
+          ...declared,
+          ...(chosen === undefined ? {} : { outcome: chosen }),
+        });
         return settled.ok ? undefined : answerFor(settled.error, native);
       },
       async fail() {
@@ -421,7 +472,6 @@ function responseSize({ body, headers }: StoredResponse): number {
 /** Printable ASCII but `"` and `\`: JSON.stringify writes it as it is, one byte a character. */
 const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
 
-
 /**
  * What is stored (and answered) instead of a response too large to store: a final 500 problem.
  *
@@ -429,7 +479,12 @@ const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
  * const stored = await responseTooLarge(new BodyTooLargeError(1_048_576))
  */
 export async function responseTooLarge(error: BodyTooLargeError): Promise<StoredResponse> {
-  const response = problem({ status: 500, slug: 'response-too-large', title: 'Response too large to store', detail: error.message });
+  const response = problem({
+    status: 500,
+    slug: 'response-too-large',
+    title: 'Response too large to store',
+    detail: error.message,
+  });
   return {
     status: response.status,
     headers: storableHeaders(response.headers, ['content-type']),
@@ -496,9 +551,15 @@ export async function serveWeb<Tx, Req>(
       return (await admission.complete(stored, 'failed-final')) ?? storedResponse(stored);
     }
     const { status } = response;
-    const stored: StoredResponse = { status, headers: storableHeaders(response.headers, gate.replayHeaders), body: bytes };
+    const stored: StoredResponse = {
+      status,
+      headers: storableHeaders(response.headers, gate.replayHeaders),
+      body: bytes,
+    };
     // The first attempt's own answer keeps every header (e.g. Set-Cookie); only the stored copy is filtered.
-    return (await admission.complete(stored)) ?? new Response(bodyFor(status, bytes), { status, headers: response.headers });
+    return (
+      (await admission.complete(stored)) ?? new Response(bodyFor(status, bytes), { status, headers: response.headers })
+    );
   } catch (error) {
     return gate.answerFor(error, native);
   }
@@ -515,7 +576,10 @@ export async function serveWeb<Tx, Req>(
  * })
  * const response = await handle(new Request('http://x/v1/charges', { method: 'POST', headers, body }))
  */
-export function idempotency<Tx = never>(options: IdempotencyOptions<Tx>): (handler: IdempotentHandler<Tx>) => IdempotentFetch {
+export function idempotency<Tx = never>(
+  options: IdempotencyOptions<Tx>,
+): (handler: IdempotentHandler<Tx>) => IdempotentFetch {
   const gate = createGate<Tx, Request>(options);
-  return (handler) => Object.assign((request: Request) => serveWeb(gate, request, request, handler), { engine: gate.engine });
+  return (handler) =>
+    Object.assign((request: Request) => serveWeb(gate, request, request, handler), { engine: gate.engine });
 }

@@ -27,7 +27,9 @@ describe('keyHeader and key(request)', () => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     const missing = await handle(post('{}', { 'idempotency-key': 'r1' }));
     expect(missing.status).toBe(400);
-    expect(((await missing.json()) as { detail: string }).detail).toBe('POST requests to this route need an X-Request-Id header.');
+    expect(((await missing.json()) as { detail: string }).detail).toBe(
+      'POST requests to this route need an X-Request-Id header.',
+    );
     expect(runs()).toBe(1);
   });
 
@@ -44,9 +46,17 @@ describe('keyHeader and key(request)', () => {
   it('works in the Fastify adapter, which reads the body before parsing only for keyed requests', async () => {
     const app = Fastify();
     let runs = 0;
-    await app.register(fastifyIdempotency({ store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, keyHeader: 'x-op' }));
+    await app.register(
+      fastifyIdempotency({ store: memoryStore(), scope: 'single-tenant', ttlMs: DAY, keyHeader: 'x-op' }),
+    );
     app.post('/c', async (request, reply) => reply.code(201).send({ run: ++runs, body: request.body }));
-    const send = () => app.inject({ method: 'POST', url: '/c', headers: { 'x-op': 'o1', 'content-type': 'application/json' }, payload: '{"a":1}' });
+    const send = () =>
+      app.inject({
+        method: 'POST',
+        url: '/c',
+        headers: { 'x-op': 'o1', 'content-type': 'application/json' },
+        payload: '{"a":1}',
+      });
     const first = await send();
     const second = await send();
     expect([first.statusCode, second.statusCode]).toEqual([201, 201]);
@@ -64,7 +74,9 @@ describe('keyHeader and key(request)', () => {
     expect(() => idempotency({ store, scope: 'single-tenant', fingerprintFields: { exclude: 'ts' } as never })).toThrow(
       'Expected `fingerprintFields` to be { include: string[] } or { exclude: string[] }',
     );
-    expect(() => idempotency({ store, scope: 'single-tenant', classify: 400 as never })).toThrow('Expected `classify` to be a function, got 400.');
+    expect(() => idempotency({ store, scope: 'single-tenant', classify: 400 as never })).toThrow(
+      'Expected `classify` to be a function, got 400.',
+    );
   });
 });
 
@@ -82,9 +94,13 @@ describe('fingerprint customisation', () => {
   it('include: only the chosen fields count, and a big number keeps every digit', async () => {
     const { handle, runs } = counted({ fingerprintFields: { include: ['amount'] } });
     await handle(post('{"amount":12345678901234567890,"note":"a"}', { 'idempotency-key': 'k' }));
-    expect((await handle(post('{"amount":12345678901234567890,"note":"b"}', { 'idempotency-key': 'k' }))).status).toBe(201);
+    expect((await handle(post('{"amount":12345678901234567890,"note":"b"}', { 'idempotency-key': 'k' }))).status).toBe(
+      201,
+    );
     // 12345678901234567891 parses to the same double as ...890: a fingerprint over parsed JSON would replay it.
-    expect((await handle(post('{"amount":12345678901234567891,"note":"a"}', { 'idempotency-key': 'k' }))).status).toBe(400);
+    expect((await handle(post('{"amount":12345678901234567891,"note":"a"}', { 'idempotency-key': 'k' }))).status).toBe(
+      400,
+    );
     expect(runs()).toBe(1);
   });
 
@@ -93,7 +109,9 @@ describe('fingerprint customisation', () => {
       fingerprintBody: (body) => String((JSON.parse(new TextDecoder().decode(body)) as { order: string }).order),
     });
     await handle(post('{"order":"o1","x":1}', { 'idempotency-key': 'k' }));
-    expect((await handle(post('{"order":"o1","x":2}', { 'idempotency-key': 'k' }))).headers.get('idempotent-replayed')).toBe('true');
+    expect(
+      (await handle(post('{"order":"o1","x":2}', { 'idempotency-key': 'k' }))).headers.get('idempotent-replayed'),
+    ).toBe('true');
     expect((await handle(post('{"order":"o2","x":1}', { 'idempotency-key': 'k' }))).status).toBe(400);
     expect(runs()).toBe(1);
   });
@@ -101,7 +119,10 @@ describe('fingerprint customisation', () => {
 
 describe('ttlFor: a record lifetime per request', () => {
   it('stores the record with the request’s own ttl', async () => {
-    const { handle, store } = counted({ ttlFor: (request) => (request.headers.get('x-short') ? 60_000 : undefined), leaseMs: 5_000 });
+    const { handle, store } = counted({
+      ttlFor: (request) => (request.headers.get('x-short') ? 60_000 : undefined),
+      leaseMs: 5_000,
+    });
     const before = Date.now();
     await handle(post('{}', { 'idempotency-key': 'short', 'x-short': '1' }));
     await handle(post('{}', { 'idempotency-key': 'long' }));
@@ -131,13 +152,17 @@ describe('classify: Stripe’s "a validation failure is not saved"', () => {
     })(async (request) => {
       runs++;
       const { amount } = (await request.json()) as { amount?: number };
-      return amount ? Response.json({ amount }, { status: 201 }) : Response.json({ error: 'amount required' }, { status: 400 });
+      return amount
+        ? Response.json({ amount }, { status: 201 })
+        : Response.json({ error: 'amount required' }, { status: 400 });
     });
     expect((await handle(post('{}', { 'idempotency-key': 'k' }))).status).toBe(400);
     expect(await store.get(recordPk('single-tenant', 'k'))).toBeNull();
     const fixed = await handle(post('{"amount":500}', { 'idempotency-key': 'k' }));
     expect(fixed.status).toBe(201);
-    expect((await handle(post('{"amount":500}', { 'idempotency-key': 'k' }))).headers.get('idempotent-replayed')).toBe('true');
+    expect((await handle(post('{"amount":500}', { 'idempotency-key': 'k' }))).headers.get('idempotent-replayed')).toBe(
+      'true',
+    );
     expect(runs).toBe(2);
   });
 
@@ -145,7 +170,9 @@ describe('classify: Stripe’s "a validation failure is not saved"', () => {
     const { handle } = counted({}, 400);
     await handle(post('{}', { 'idempotency-key': 'k' }));
     expect((await handle(post('{"amount":500}', { 'idempotency-key': 'k' }))).status).toBe(400);
-    const problem = (await (await handle(post('{"amount":500}', { 'idempotency-key': 'k' }))).json()) as { type: string };
+    const problem = (await (await handle(post('{"amount":500}', { 'idempotency-key': 'k' }))).json()) as {
+      type: string;
+    };
     expect(problem.type).toBe('urn:idem:problem:idempotency-key-reused');
   });
 });

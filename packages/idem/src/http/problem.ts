@@ -53,17 +53,35 @@ export function problem({ status, slug, title, detail, headers = {}, extensions 
  * @example
  * catch (error) { if (isIdempotencyError(error)) return problemFor(error, { mismatchStatus: 422 }) }
  */
-export function problemFor(error: IdempotencyError, { mismatchStatus = 400 }: { mismatchStatus?: 400 | 422 } = {}): Response {
+export function problemFor(
+  error: IdempotencyError,
+  { mismatchStatus = 400 }: { mismatchStatus?: 400 | 422 } = {},
+): Response {
   // In flight: 1 second, not the lease left. The lease is the worst case (a dead holder); the usual case is a
   // first attempt that answers within its own latency, so a duplicate polls soon and gets that answer.
   const retryAfter = '1';
   switch (error.code) {
     case 'KEY_MISSING':
-      return problem({ status: 400, slug: 'idempotency-key-missing', title: 'Idempotency-Key required', detail: error.message });
+      return problem({
+        status: 400,
+        slug: 'idempotency-key-missing',
+        title: 'Idempotency-Key required',
+        detail: error.message,
+      });
     case 'KEY_INVALID':
-      return problem({ status: 400, slug: 'idempotency-key-invalid', title: 'Invalid Idempotency-Key', detail: error.message });
+      return problem({
+        status: 400,
+        slug: 'idempotency-key-invalid',
+        title: 'Invalid Idempotency-Key',
+        detail: error.message,
+      });
     case 'FINGERPRINT_MISMATCH':
-      return problem({ status: mismatchStatus, slug: 'idempotency-key-reused', title: 'Idempotency-Key reused', detail: error.message });
+      return problem({
+        status: mismatchStatus,
+        slug: 'idempotency-key-reused',
+        title: 'Idempotency-Key reused',
+        detail: error.message,
+      });
     case 'IN_FLIGHT':
       return problem({
         status: 409,

@@ -70,7 +70,8 @@ export function storableHeaders(
   const kept: Array<[string, string]> = [];
   for (const [name, value] of headers) {
     const lower = name.toLowerCase();
-    if ((allowed.has(lower) || REPRESENTATION_HEADERS.has(lower)) && !NEVER_REPLAYED.has(lower)) kept.push([lower, value]);
+    if ((allowed.has(lower) || REPRESENTATION_HEADERS.has(lower)) && !NEVER_REPLAYED.has(lower))
+      kept.push([lower, value]);
   }
   return kept;
 }
@@ -104,7 +105,11 @@ export function replayResponse(stored: StoredResponse): Response {
  * @example
  * const { status, headers, body } = replayParts(record.response)
  */
-export function replayParts(stored: StoredResponse): { status: number; headers: Array<[string, string]>; body: Uint8Array } {
+export function replayParts(stored: StoredResponse): {
+  status: number;
+  headers: Array<[string, string]>;
+  body: Uint8Array;
+} {
   const body = bodyFor(stored.status, stored.body) === null ? new Uint8Array(0) : stored.body;
   return { status: stored.status, headers: [...replayHeaders(stored)], body };
 }

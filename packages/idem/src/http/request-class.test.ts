@@ -16,7 +16,14 @@ class FrameworkRequest extends Request {
 
 describe('a Request subclass keeps its class on keyed requests', () => {
   it('reaches the handler as itself, fields and methods intact, with its body unread and readable', async () => {
-    const seen: Array<{ sameObject: boolean; isSubclass: boolean; account: string; greeting: string; bodyUsed: boolean; body: unknown }> = [];
+    const seen: Array<{
+      sameObject: boolean;
+      isSubclass: boolean;
+      account: string;
+      greeting: string;
+      bodyUsed: boolean;
+      body: unknown;
+    }> = [];
     const original = new FrameworkRequest('http://x/v1/charges', {
       method: 'POST',
       headers: { 'idempotency-key': 'k1', 'content-type': 'application/json' },
@@ -38,6 +45,15 @@ describe('a Request subclass keeps its class on keyed requests', () => {
     });
     const response = await handle(original);
     expect(response.status).toBe(201);
-    expect(seen).toEqual([{ sameObject: true, isSubclass: true, account: 'acct_a', greeting: 'hello acct_a', bodyUsed: false, body: { amount: 500 } }]);
+    expect(seen).toEqual([
+      {
+        sameObject: true,
+        isSubclass: true,
+        account: 'acct_a',
+        greeting: 'hello acct_a',
+        bodyUsed: false,
+        body: { amount: 500 },
+      },
+    ]);
   });
 });

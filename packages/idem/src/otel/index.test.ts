@@ -9,7 +9,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { context, SpanStatusCode } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+  type ReadableSpan,
+} from '@opentelemetry/sdk-trace-base';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -56,13 +61,19 @@ function served(handle: (request: Request) => Promise<Response>) {
     });
 }
 
-const spansOf = (spanId: string): ReadableSpan[] => exporter.getFinishedSpans().filter((s) => s.parentSpanContext?.spanId === spanId);
+const spansOf = (spanId: string): ReadableSpan[] =>
+  exporter.getFinishedSpans().filter((s) => s.parentSpanContext?.spanId === spanId);
 const view = (span: ReadableSpan) => ({ name: span.name, attributes: span.attributes });
-const requestSpan = (spanId: string): ReadableSpan | undefined => exporter.getFinishedSpans().find((s) => s.spanContext().spanId === spanId);
+const requestSpan = (spanId: string): ReadableSpan | undefined =>
+  exporter.getFinishedSpans().find((s) => s.spanContext().spanId === spanId);
 
 describe('idem/otel on SQLite', () => {
   const tracing = idemTracing({ tracer });
-  const sqlite = sqliteStore({ database: new Database(join(dir, 'idem.db')), closeDatabase: true, onRoundTrip: tracing.onRoundTrip });
+  const sqlite = sqliteStore({
+    database: new Database(join(dir, 'idem.db')),
+    closeDatabase: true,
+    onRoundTrip: tracing.onRoundTrip,
+  });
   const store = tracing.store(sqlite);
   let release = (): void => {};
   let announce = (): void => {};
@@ -100,10 +111,20 @@ describe('idem/otel on SQLite', () => {
     const about = { 'idem.store': 'sqlite', 'idem.scope': 'single-tenant', 'idem.key_hash': keyHash(key) };
     expect(answer.status).toBe(201);
     expect(spansOf(answer.spanId).map(view)).toEqual([
-      { name: 'idem.claim', attributes: { ...about, 'idem.decision': 'claimed', 'idem.record_id': id, 'idem.round_trips': 1 } },
+      {
+        name: 'idem.claim',
+        attributes: { ...about, 'idem.decision': 'claimed', 'idem.record_id': id, 'idem.round_trips': 1 },
+      },
       {
         name: 'idem.complete',
-        attributes: { ...about, 'idem.outcome': 'succeeded', 'idem.effects': false, 'idem.response_status': 201, 'idem.written': true, 'idem.round_trips': 1 },
+        attributes: {
+          ...about,
+          'idem.outcome': 'succeeded',
+          'idem.effects': false,
+          'idem.response_status': 201,
+          'idem.written': true,
+          'idem.round_trips': 1,
+        },
       },
     ]);
     expect(requestSpan(answer.spanId)?.attributes).toEqual({
@@ -127,7 +148,12 @@ describe('idem/otel on SQLite', () => {
     await started;
     const duplicate = await post(held, { card: '4242', hold: true });
     // The lease (300 ms) is renewed every 100 ms while the work runs: wait for a renewal's span, then let it finish.
-    await expect.poll(() => exporter.getFinishedSpans().filter((s) => s.name === 'idem.renew').length, { timeout: 5_000, interval: 20 }).toBeGreaterThan(0);
+    await expect
+      .poll(() => exporter.getFinishedSpans().filter((s) => s.name === 'idem.renew').length, {
+        timeout: 5_000,
+        interval: 20,
+      })
+      .toBeGreaterThan(0);
     release();
     const done = await running;
     const id = (await sqlite.get(`IDEMPOTENCY#single-tenant#${key}`))?.id;
@@ -136,17 +162,27 @@ describe('idem/otel on SQLite', () => {
       spansOf(spanId).find((s) => s.name === 'idem.claim')?.attributes['idem.decision'],
       requestSpan(spanId)?.attributes['idem.decision'],
     ];
-    expect([first.status, replay.status, mismatch.status, duplicate.status, done.status]).toEqual([201, 201, 400, 409, 201]);
+    expect([first.status, replay.status, mismatch.status, duplicate.status, done.status]).toEqual([
+      201, 201, 400, 409, 201,
+    ]);
     expect([decision(replay.spanId), decision(mismatch.spanId), decision(duplicate.spanId)]).toEqual([
       ['replayed', 'replayed'],
       ['mismatch', 'mismatch'],
       ['in_flight', 'in_flight'],
     ]);
-    expect(spansOf(replay.spanId).map((s) => [s.name, s.attributes['idem.record_id'], s.attributes['idem.round_trips']])).toEqual([['idem.claim', id, 1]]);
+    expect(
+      spansOf(replay.spanId).map((s) => [s.name, s.attributes['idem.record_id'], s.attributes['idem.round_trips']]),
+    ).toEqual([['idem.claim', id, 1]]);
     const renewal = exporter.getFinishedSpans().find((s) => s.name === 'idem.renew');
     expect([renewal?.parentSpanContext?.spanId, renewal?.attributes]).toEqual([
       done.spanId,
-      { 'idem.store': 'sqlite', 'idem.scope': 'single-tenant', 'idem.key_hash': keyHash(held), 'idem.written': true, 'idem.round_trips': 1 },
+      {
+        'idem.store': 'sqlite',
+        'idem.scope': 'single-tenant',
+        'idem.key_hash': keyHash(held),
+        'idem.written': true,
+        'idem.round_trips': 1,
+      },
     ]);
     expect(spansOf(duplicate.spanId).find((s) => s.name === 'idem.claim')?.attributes['idem.record_id']).toBe(heldId);
   });
@@ -177,7 +213,11 @@ describe('idem/otel when the store fails', () => {
       list: async () => [],
       close: async () => {},
     };
-    const handle = idempotency<never>({ store: tracing.store(broken), scope: 'single-tenant', onEvent: tracing.onEvent })(async () => new Response('x'));
+    const handle = idempotency<never>({
+      store: tracing.store(broken),
+      scope: 'single-tenant',
+      onEvent: tracing.onEvent,
+    })(async () => new Response('x'));
     const answer = await served(handle)(key, { amount: 1 });
     const [claim] = spansOf(answer.spanId);
     expect(answer.status).toBe(503);
@@ -186,8 +226,13 @@ describe('idem/otel when the store fails', () => {
       { code: SpanStatusCode.ERROR, message: 'Error 23505' },
       { 'idem.store': 'broken', 'idem.scope': 'single-tenant', 'idem.key_hash': keyHash(key), 'error.type': '23505' },
     ]);
-    expect(requestSpan(answer.spanId)?.attributes).toEqual({ 'idem.decision': 'refused', 'idem.refused_reason': 'STORE_UNAVAILABLE' });
-    expect(JSON.stringify(exporter.getFinishedSpans().map((s) => [s.attributes, s.status, s.events]))).not.toContain(key);
+    expect(requestSpan(answer.spanId)?.attributes).toEqual({
+      'idem.decision': 'refused',
+      'idem.refused_reason': 'STORE_UNAVAILABLE',
+    });
+    expect(JSON.stringify(exporter.getFinishedSpans().map((s) => [s.attributes, s.status, s.events]))).not.toContain(
+      key,
+    );
   });
 });
 
@@ -196,29 +241,52 @@ describe('idem/otel when the tracing itself throws', () => {
     ['every idem span fails to start (a span processor throws)', (name: string) => name.startsWith('idem.'), false],
     ['only the completion span fails to start', (name: string) => name === 'idem.complete', false],
     ['hashKey throws', () => false, true],
-  ] as const)('%s: the payment runs once, is recorded, and the retry replays it', async (_case, throwsOn, hashThrows) => {
-    const bug = (): never => {
-      throw new Error('telemetry bug');
-    };
-    const failing = new BasicTracerProvider({
-      spanProcessors: [{ onStart: (span) => void (throwsOn(span.name) && bug()), onEnd: () => {}, forceFlush: async () => {}, shutdown: async () => {} }],
-    });
-    const tracing = idemTracing({ tracer: failing.getTracer('broken'), ...(hashThrows ? { hashKey: bug } : {}) });
-    const sqlite = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true, onRoundTrip: tracing.onRoundTrip });
-    await sqlite.migrate();
-    let runs = 0;
-    const handle = idempotency({ store: tracing.store(sqlite), scope: 'single-tenant', onEvent: tracing.onEvent })(async () => {
-      runs++;
-      return Response.json({ id: `ch_${runs}` }, { status: 201 });
-    });
-    const send = served(handle);
-    const key = randomUUID();
-    const first = await send(key, { amount: 1 });
-    const retry = await send(key, { amount: 1 });
-    const record = await sqlite.get(recordPk('single-tenant', key));
-    expect([first.status, first.text, retry.status, retry.text, runs, record?.status]).toEqual([201, '{"id":"ch_1"}', 201, '{"id":"ch_1"}', 1, 'succeeded']);
-    await sqlite.close();
-  });
+  ] as const)(
+    '%s: the payment runs once, is recorded, and the retry replays it',
+    async (_case, throwsOn, hashThrows) => {
+      const bug = (): never => {
+        throw new Error('telemetry bug');
+      };
+      const failing = new BasicTracerProvider({
+        spanProcessors: [
+          {
+            onStart: (span) => void (throwsOn(span.name) && bug()),
+            onEnd: () => {},
+            forceFlush: async () => {},
+            shutdown: async () => {},
+          },
+        ],
+      });
+      const tracing = idemTracing({ tracer: failing.getTracer('broken'), ...(hashThrows ? { hashKey: bug } : {}) });
+      const sqlite = sqliteStore({
+        database: new Database(join(dir, `${randomUUID()}.db`)),
+        closeDatabase: true,
+        onRoundTrip: tracing.onRoundTrip,
+      });
+      await sqlite.migrate();
+      let runs = 0;
+      const handle = idempotency({ store: tracing.store(sqlite), scope: 'single-tenant', onEvent: tracing.onEvent })(
+        async () => {
+          runs++;
+          return Response.json({ id: `ch_${runs}` }, { status: 201 });
+        },
+      );
+      const send = served(handle);
+      const key = randomUUID();
+      const first = await send(key, { amount: 1 });
+      const retry = await send(key, { amount: 1 });
+      const record = await sqlite.get(recordPk('single-tenant', key));
+      expect([first.status, first.text, retry.status, retry.text, runs, record?.status]).toEqual([
+        201,
+        '{"id":"ch_1"}',
+        201,
+        '{"id":"ch_1"}',
+        1,
+        'succeeded',
+      ]);
+      await sqlite.close();
+    },
+  );
 });
 
 describe.skipIf(!pgAvailable)('idem/otel on PostgreSQL', () => {
@@ -234,10 +302,14 @@ describe.skipIf(!pgAvailable)('idem/otel on PostgreSQL', () => {
     const store = tracing.store(postgresStore({ pool, schema, onRoundTrip: tracing.onRoundTrip }));
     await store.migrate();
     exporter.reset();
-    const handle = idempotency({ store, scope: () => SCOPE, onEvent: tracing.onEvent })(async () => Response.json({ ok: true }, { status: 201 }));
+    const handle = idempotency({ store, scope: () => SCOPE, onEvent: tracing.onEvent })(async () =>
+      Response.json({ ok: true }, { status: 201 }),
+    );
     const answers = await Promise.all(Array.from({ length: 8 }, () => served(handle)(randomUUID(), { amount: 1 })));
     expect(answers.map((a) => a.status)).toEqual(Array(8).fill(201));
-    const perRequest = answers.map((a) => spansOf(a.spanId).map((s) => [s.name, s.attributes['idem.store'], s.attributes['idem.round_trips']]));
+    const perRequest = answers.map((a) =>
+      spansOf(a.spanId).map((s) => [s.name, s.attributes['idem.store'], s.attributes['idem.round_trips']]),
+    );
     expect(perRequest).toEqual(
       Array(8).fill([
         ['idem.claim', 'postgres', 1],

@@ -5,7 +5,16 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { context, SpanKind, SpanStatusCode, trace, type Attributes, type Context, type Span, type Tracer } from '@opentelemetry/api';
+import {
+  context,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
 import type { IdempotencyEvent } from '../core/engine.js';
 import type { IdempotencyRecord, IdempotencyStore, RoundTrip } from '../core/record.js';
 
@@ -74,7 +83,10 @@ export function keyHash(key: string): string {
  * const store = tracing.store(sqliteStore({ database, onRoundTrip: tracing.onRoundTrip }))
  * const protect = idempotency({ store, scope, onEvent: tracing.onEvent })
  */
-export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHash }: IdemTracingOptions = {}): IdemTracing {
+export function idemTracing({
+  tracer = trace.getTracer('idem'),
+  hashKey = keyHash,
+}: IdemTracingOptions = {}): IdemTracing {
   const meters = new AsyncLocalStorage<{ trips: number }>();
   let metered = false;
 
@@ -89,12 +101,21 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
    * must never change what happens to a payment: a tracer, span or key hash that throws costs the span, never
    * the call, which runs exactly once whatever the tracing does.
    */
-  async function traced<T>(op: TracedOp, name: string, about: () => Attributes, call: () => Promise<T>, describe: (value: T) => Attributes): Promise<T> {
+  async function traced<T>(
+    op: TracedOp,
+    name: string,
+    about: () => Attributes,
+    call: () => Promise<T>,
+    describe: (value: T) => Attributes,
+  ): Promise<T> {
     const meter = { trips: 0 };
     let span: Span | undefined;
     let active: Context | undefined;
     try {
-      span = tracer.startSpan(`idem.${op}`, { kind: SpanKind.INTERNAL, attributes: { 'idem.store': name, ...about() } });
+      span = tracer.startSpan(`idem.${op}`, {
+        kind: SpanKind.INTERNAL,
+        attributes: { 'idem.store': name, ...about() },
+      });
       active = trace.setSpan(context.active(), span);
     } catch {
       // no span, or no way to make it active: the call runs without
@@ -137,7 +158,9 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
   const fromPk = (pk: string): Attributes => {
     const second = pk.indexOf('#', pk.indexOf('#') + 1);
     if (!pk.startsWith('IDEMPOTENCY#') || second === -1) return {};
-    const scope = pk.slice('IDEMPOTENCY#'.length, second).replace(/%2[35]/g, (escape) => (escape === '%23' ? '#' : '%'));
+    const scope = pk
+      .slice('IDEMPOTENCY#'.length, second)
+      .replace(/%2[35]/g, (escape) => (escape === '%23' ? '#' : '%'));
     return subject(scope, pk.slice(second + 1));
   };
 
@@ -147,30 +170,61 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
     const written = (result: { ok: boolean }): Attributes => ({ 'idem.written': result.ok });
     const calls: Pick<IdempotencyStore<unknown>, TracedOp> = {
       claim: (request) =>
-        traced('claim', name, () => subject(request.scope, request.key), () => inner.claim(request), (result) => ({
-          'idem.decision': claimDecision(result.kind, result.record, request.id, request.fingerprint, request.now),
-          'idem.record_id': result.record.id,
-        })),
+        traced(
+          'claim',
+          name,
+          () => subject(request.scope, request.key),
+          () => inner.claim(request),
+          (result) => ({
+            'idem.decision': claimDecision(result.kind, result.record, request.id, request.fingerprint, request.now),
+            'idem.record_id': result.record.id,
+          }),
+        ),
       complete: (request) =>
         traced(
           'complete',
           name,
           () => ({
             ...fromPk(request.pk),
-            'idem.outcome': request.outcome.status === 'succeeded' ? 'succeeded' : request.outcome.retryable ? 'failed-retryable' : 'failed-final',
+            'idem.outcome':
+              request.outcome.status === 'succeeded'
+                ? 'succeeded'
+                : request.outcome.retryable
+                  ? 'failed-retryable'
+                  : 'failed-final',
             'idem.effects': request.effects !== undefined,
             ...(request.outcome.response ? { 'idem.response_status': request.outcome.response.status } : {}),
           }),
           () => inner.complete(request),
           written,
         ),
-      renew: (request) => traced('renew', name, () => fromPk(request.pk), () => inner.renew(request), written),
-      release: (request) => traced('release', name, () => fromPk(request.pk), () => inner.release(request), written),
+      renew: (request) =>
+        traced(
+          'renew',
+          name,
+          () => fromPk(request.pk),
+          () => inner.renew(request),
+          written,
+        ),
+      release: (request) =>
+        traced(
+          'release',
+          name,
+          () => fromPk(request.pk),
+          () => inner.release(request),
+          written,
+        ),
       get: (pk) =>
-        traced('get', name, () => fromPk(pk), () => inner.get(pk), (record) => ({
-          'idem.found': record !== null,
-          ...(record ? { 'idem.record_status': record.status } : {}),
-        })),
+        traced(
+          'get',
+          name,
+          () => fromPk(pk),
+          () => inner.get(pk),
+          (record) => ({
+            'idem.found': record !== null,
+            ...(record ? { 'idem.record_status': record.status } : {}),
+          }),
+        ),
     };
     // The store's own members stay reachable, called on the store itself (its #private fields need it).
     return new Proxy(store, {
@@ -191,7 +245,10 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
         span.setAttributes({ 'idem.decision': 'refused', 'idem.refused_reason': event.reason });
         return;
       }
-      const about: Attributes = { ...subject(event.scope, event.key), ...(event.id === undefined ? {} : { 'idem.record_id': event.id }) };
+      const about: Attributes = {
+        ...subject(event.scope, event.key),
+        ...(event.id === undefined ? {} : { 'idem.record_id': event.id }),
+      };
       switch (event.type) {
         case 'executed':
           span.setAttributes({ ...about, 'idem.decision': 'executed', 'idem.outcome': event.outcome });
@@ -216,7 +273,13 @@ export function idemTracing({ tracer = trace.getTracer('idem'), hashKey = keyHas
 }
 
 /** What the claim found, by the same rules the engine answers with (docs/DESIGN.md: State machine). */
-function claimDecision(kind: 'claimed' | 'existing', record: IdempotencyRecord, freshId: string, fingerprint: string, now: number): ClaimDecision {
+function claimDecision(
+  kind: 'claimed' | 'existing',
+  record: IdempotencyRecord,
+  freshId: string,
+  fingerprint: string,
+  now: number,
+): ClaimDecision {
   if (kind === 'claimed') return record.id === freshId ? 'claimed' : 'reclaimed';
   if (record.fingerprint !== fingerprint) return 'mismatch';
   if (record.status === 'in_progress' && record.leaseExpiresAt > now) return 'in_flight';

@@ -30,7 +30,9 @@ async function samples(registry: Registry): Promise<Map<string, number>> {
 }
 
 const pick = (all: Map<string, number>, prefix: string): Record<string, number> =>
-  Object.fromEntries([...all].filter(([name]) => name.startsWith(prefix)).map(([name, value]) => [name.slice(prefix.length), value]));
+  Object.fromEntries(
+    [...all].filter(([name]) => name.startsWith(prefix)).map(([name, value]) => [name.slice(prefix.length), value]),
+  );
 
 interface Switches {
   claim: boolean;
@@ -75,7 +77,11 @@ function setup(options: { route?: (path: string) => string | undefined } = {}) {
     onEvent: metrics.onEvent,
     onError: () => {},
   })(async (request) => {
-    const { ref, status = 201, hold = false } = (await request.json()) as { ref: string; status?: number; hold?: boolean };
+    const {
+      ref,
+      status = 201,
+      hold = false,
+    } = (await request.json()) as { ref: string; status?: number; hold?: boolean };
     if (hold) await new Promise<void>((resolve) => holds.push(resolve));
     return Response.json({ ref }, { status });
   });
@@ -165,7 +171,11 @@ describe('idem/prometheus', () => {
       all.get('idem_execution_duration_seconds_count{outcome="failed-final"}'),
     ]).toEqual([2, 0.1, 2, 1, 1]);
     expect([all.get('idem_takeovers_total'), all.get('idem_leases_lost_total')]).toEqual([1, 1]);
-    expect(pick(all, 'idem_stale_writes_refused_total')).toEqual({ '{op="complete"}': 1, '{op="renew"}': 0, '{op="release"}': 0 });
+    expect(pick(all, 'idem_stale_writes_refused_total')).toEqual({
+      '{op="complete"}': 1,
+      '{op="renew"}': 0,
+      '{op="release"}': 0,
+    });
     expect(pick(all, 'idem_store_errors_total')).toEqual({
       '{op="claim"}': 1,
       '{op="complete"}': 1,
@@ -173,12 +183,19 @@ describe('idem/prometheus', () => {
       '{op="release"}': 0,
       '{op="get"}': 0,
     });
-    const calls = Object.fromEntries(['claim', 'complete', 'renew', 'release', 'get'].map((op) => [op, all.get(`idem_store_op_duration_seconds_count{op="${op}"}`)]));
+    const calls = Object.fromEntries(
+      ['claim', 'complete', 'renew', 'release', 'get'].map((op) => [
+        op,
+        all.get(`idem_store_op_duration_seconds_count{op="${op}"}`),
+      ]),
+    );
     expect(calls).toEqual({ claim: 9, complete: 5, renew: 3, release: 0, get: 0 });
   });
 
   it('with `route`, requests and executions carry the route you map the path to (other for the rest)', async () => {
-    const { registry, sqlite, post } = setup({ route: (path) => (/^\/v1\/charges\/[^/]+\/refunds$/.test(path) ? '/v1/charges/:id/refunds' : undefined) });
+    const { registry, sqlite, post } = setup({
+      route: (path) => (/^\/v1\/charges\/[^/]+\/refunds$/.test(path) ? '/v1/charges/:id/refunds' : undefined),
+    });
     await sqlite.migrate();
     const key = randomUUID();
     await post('/v1/charges/ch_1/refunds', key, { ref: 'a' });
@@ -200,7 +217,10 @@ describe('idem/prometheus', () => {
 
   it('with `route`, an unrecorded request is counted under the route its failed write names', async () => {
     const registry = new Registry();
-    const { onEvent } = prometheusMetrics({ registry, route: (path) => (path.startsWith('/v1/charges') ? '/v1/charges' : undefined) });
+    const { onEvent } = prometheusMetrics({
+      registry,
+      route: (path) => (path.startsWith('/v1/charges') ? '/v1/charges' : undefined),
+    });
     const failed = { type: 'store_op', op: 'complete', ms: 1, ok: false, error: new Error('down') } as const;
     onEvent({ ...failed, route: '/v1/charges' } as Parameters<typeof onEvent>[0]);
     onEvent(failed);
@@ -217,8 +237,12 @@ describe('idem/prometheus', () => {
       "Expected `registry` to be a registry without Idem's metrics (idem_requests_total is registered already: one prometheusMetrics() per registry, or another prefix).",
     );
     expect(() => prometheusMetrics({ registry, prefix: 'payments_idem_' })).not.toThrow();
-    expect(() => prometheusMetrics({ registry: {} as Registry })).toThrow('Expected `registry` to be a prom-client Registry (new Registry()), got {}.');
-    expect(() => prometheusMetrics({ registry: new Registry(), prefix: 'idem-' })).toThrow('Expected `prefix` to be a metric name prefix');
+    expect(() => prometheusMetrics({ registry: {} as Registry })).toThrow(
+      'Expected `registry` to be a prom-client Registry (new Registry()), got {}.',
+    );
+    expect(() => prometheusMetrics({ registry: new Registry(), prefix: 'idem-' })).toThrow(
+      'Expected `prefix` to be a metric name prefix',
+    );
     expect(() => prometheusMetrics({ registry: new Registry(), storeBuckets: [0.1, 0.05] })).toThrow(
       'Expected `storeBuckets` to be increasing positive numbers of seconds, got [0.1,0.05].',
     );
@@ -226,7 +250,16 @@ describe('idem/prometheus', () => {
 
   it('never throws from onEvent, whatever it is given', () => {
     const { onEvent } = prometheusMetrics({ registry: new Registry() });
-    expect(() => onEvent({ type: 'executed', scope: 's', key: 'k', outcome: 'nonsense' as 'succeeded', status: 201, ms: Number.NaN })).not.toThrow();
+    expect(() =>
+      onEvent({
+        type: 'executed',
+        scope: 's',
+        key: 'k',
+        outcome: 'nonsense' as 'succeeded',
+        status: 201,
+        ms: Number.NaN,
+      }),
+    ).not.toThrow();
     expect(() => onEvent(null as unknown as Parameters<typeof onEvent>[0])).not.toThrow();
   });
 });

@@ -18,7 +18,8 @@ import { configError } from '../core/errors.js';
  * - `lease_lost` — the work ran, but another attempt had taken the key over: its outcome was refused (409)
  * - `unrecorded` — the work ran, but the store failed as its outcome was written: 503, the retry runs it again
  */
-export type RequestDecision = 'executed' | 'replayed' | 'in_flight' | 'mismatch' | 'refused' | 'lease_lost' | 'unrecorded';
+export type RequestDecision =
+  'executed' | 'replayed' | 'in_flight' | 'mismatch' | 'refused' | 'lease_lost' | 'unrecorded';
 
 export type RefusalReason = Extract<IdempotencyEvent, { type: 'refused' }>['reason'];
 
@@ -44,7 +45,15 @@ export interface IdemMetrics {
   readonly onEvent: (event: IdempotencyEvent) => void;
 }
 
-const DECISIONS: readonly RequestDecision[] = ['executed', 'replayed', 'in_flight', 'mismatch', 'refused', 'lease_lost', 'unrecorded'];
+const DECISIONS: readonly RequestDecision[] = [
+  'executed',
+  'replayed',
+  'in_flight',
+  'mismatch',
+  'refused',
+  'lease_lost',
+  'unrecorded',
+];
 const REASONS: readonly RefusalReason[] = ['KEY_MISSING', 'KEY_INVALID', 'BODY_TOO_LARGE', 'STORE_UNAVAILABLE'];
 const OUTCOMES: readonly OutcomeKind[] = ['succeeded', 'failed-final', 'failed-retryable', 'release'];
 const STORE_OPS: readonly StoreOp[] = ['claim', 'complete', 'renew', 'release', 'get'];
@@ -88,16 +97,32 @@ export function prometheusMetrics({
   storeBuckets = STORE_BUCKETS,
   executionBuckets = EXECUTION_BUCKETS,
 }: PrometheusOptions): IdemMetrics {
-  if (typeof registry?.registerMetric !== 'function') throw configError('registry', "a prom-client Registry (new Registry())", registry);
-  if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix)) throw configError('prefix', 'a metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
-  if (route !== undefined && typeof route !== 'function') throw configError('route', 'a function (path) => route label', route);
-  for (const [name, buckets] of [['storeBuckets', storeBuckets], ['executionBuckets', executionBuckets]] as const) {
-    if (!Array.isArray(buckets) || buckets.length === 0 || buckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && b <= (buckets[i - 1] as number)))) {
+  if (typeof registry?.registerMetric !== 'function')
+    throw configError('registry', 'a prom-client Registry (new Registry())', registry);
+  if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix))
+    throw configError('prefix', 'a metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
+  if (route !== undefined && typeof route !== 'function')
+    throw configError('route', 'a function (path) => route label', route);
+  for (const [name, buckets] of [
+    ['storeBuckets', storeBuckets],
+    ['executionBuckets', executionBuckets],
+  ] as const) {
+    if (
+      !Array.isArray(buckets) ||
+      buckets.length === 0 ||
+      buckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && b <= (buckets[i - 1] as number)))
+    ) {
       throw configError(name, 'increasing positive numbers of seconds', buckets);
     }
   }
-  const taken = ['requests_total', 'refusals_total', 'executions_total', 'store_op_duration_seconds'].find((n) => registry.getSingleMetric(prefix + n));
-  if (taken) throw configError('registry', `a registry without Idem's metrics (${prefix}${taken} is registered already: one prometheusMetrics() per registry, or another prefix)`);
+  const taken = ['requests_total', 'refusals_total', 'executions_total', 'store_op_duration_seconds'].find((n) =>
+    registry.getSingleMetric(prefix + n),
+  );
+  if (taken)
+    throw configError(
+      'registry',
+      `a registry without Idem's metrics (${prefix}${taken} is registered already: one prometheusMetrics() per registry, or another prefix)`,
+    );
 
   const registers = [registry];
   const byRoute = route !== undefined;
@@ -131,7 +156,11 @@ export function prometheusMetrics({
     help: 'Claims that took over a dead lease or re-ran a retryable failure.',
     registers,
   });
-  const leasesLost = new Counter({ name: `${prefix}leases_lost_total`, help: 'Running attempts that found their lease taken over.', registers });
+  const leasesLost = new Counter({
+    name: `${prefix}leases_lost_total`,
+    help: 'Running attempts that found their lease taken over.',
+    registers,
+  });
   const staleWrites = new Counter({
     name: `${prefix}stale_writes_refused_total`,
     help: 'Fenced writes refused because the token no longer matched (a late writer lost), by store operation.',
@@ -168,7 +197,8 @@ export function prometheusMetrics({
     if (!route) return {};
     return { route: (path === undefined ? undefined : route(path)) ?? 'other' };
   };
-  const decided = (decision: RequestDecision, path: string | undefined): void => requests.inc({ decision, ...routeOf(path) });
+  const decided = (decision: RequestDecision, path: string | undefined): void =>
+    requests.inc({ decision, ...routeOf(path) });
 
   const onEvent = (event: IdempotencyEvent): void => {
     try {
@@ -204,7 +234,8 @@ export function prometheusMetrics({
           storeErrors.inc({ op: event.op });
           // A failed outcome write ends its request (503); a failed claim or read is counted as `refused`. Its
           // route is the event's own: the engine's `store_op` events do not name one yet (counted under `other`).
-          if (event.op === 'complete' || event.op === 'release') decided('unrecorded', (event as { readonly route?: string }).route);
+          if (event.op === 'complete' || event.op === 'release')
+            decided('unrecorded', (event as { readonly route?: string }).route);
           return;
       }
     } catch {

@@ -5,7 +5,13 @@
  */
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { createServer, request as httpRequest, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Readable } from 'node:stream';
 import { gunzipSync } from 'node:zlib';
@@ -43,12 +49,22 @@ export interface SuiteInput<Tx> {
 /** How the handler answers; the harness answers in the framework's own idiom for each style. */
 export type SuiteReply =
   /** `res.status().json()`, `reply.code().send(object)`, `c.json()`, `Response.json()`. */
-  | { readonly style: 'json'; readonly status: number; readonly headers?: Record<string, string>; readonly json: unknown }
+  | {
+      readonly style: 'json';
+      readonly status: number;
+      readonly headers?: Record<string, string>;
+      readonly json: unknown;
+    }
   /**
    * A streamed body, its head sent first: Express `writeHead` then one `write` per chunk then `end`; Fastify
    * `reply.send(Readable)`; Hono `c.body(ReadableStream)`; Web `new Response(ReadableStream)` (see {@link replyStream}).
    */
-  | { readonly style: 'stream'; readonly status: number; readonly headers?: Record<string, string>; readonly chunks: readonly string[] }
+  | {
+      readonly style: 'stream';
+      readonly status: number;
+      readonly headers?: Record<string, string>;
+      readonly chunks: readonly string[];
+    }
   /** No body, e.g. a 303 with a Location. */
   | { readonly style: 'empty'; readonly status: number; readonly headers?: Record<string, string> }
   /** The handler throws `new Error(message)`; the framework's own error handling answers. */
@@ -161,7 +177,8 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
             async () => {
               const open: string[] = [];
               for (const scope of tenants) {
-                for (const r of await store.list({ scope, limit: 1_000 })) if (r.status === 'in_progress') open.push(`${scope}/${r.key}`);
+                for (const r of await store.list({ scope, limit: 1_000 }))
+                  if (r.status === 'in_progress') open.push(`${scope}/${r.key}`);
               }
               return open;
             },
@@ -208,9 +225,11 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
       void promise.catch(() => {});
       return promise;
     };
-    const record = (key: string, tenant = TENANT): Promise<IdempotencyRecord | null> => store.get(recordPk(tenant, key));
+    const record = (key: string, tenant = TENANT): Promise<IdempotencyRecord | null> =>
+      store.get(recordPk(tenant, key));
     const ledger = (ref: string): Promise<number> => countEffects(ref, store);
-    const commit = (context: SuiteContext<Tx> | undefined, ref: string): void => context?.declare({ effects: (tx) => effect(tx, ref) });
+    const commit = (context: SuiteContext<Tx> | undefined, ref: string): void =>
+      context?.declare({ effects: (tx) => effect(tx, ref) });
     /** Polls until the key could be claimed again: no record, a terminal one, or a lease that has lapsed (nothing renews it). */
     const claimable = (key: string): Promise<void> =>
       expect
@@ -316,7 +335,10 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
         await post({ key, ref });
         const other = await post({ key, ref, tenant: 'acct_suite_other' });
         expect(summary(other)).toEqual([201, createdBody(2), '/v1/charges/ch_2', null]);
-        expect([(await record(key))?.scope, (await record(key, 'acct_suite_other'))?.scope]).toEqual([TENANT, 'acct_suite_other']);
+        expect([(await record(key))?.scope, (await record(key, 'acct_suite_other'))?.scope]).toEqual([
+          TENANT,
+          'acct_suite_other',
+        ]);
         expect(runs(ref)).toBe(2);
       });
 
@@ -361,28 +383,40 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
         const replay = measure();
         await post({ key, body: { ref, amount: 1 } });
         const mismatch = measure();
-        expect({ fresh: fresh + completion, replay, conflict, mismatch }).toEqual({ fresh: 2, replay: 1, conflict: 1, mismatch: 1 });
+        expect({ fresh: fresh + completion, replay, conflict, mismatch }).toEqual({
+          fresh: 2,
+          replay: 1,
+          conflict: 1,
+          mismatch: 1,
+        });
       });
     });
 
     describe('failures the retry runs again', () => {
-      it.each([503, 500, 408, 429])('a %i commits no effects and is retryable; the retry runs and commits once', async (status) => {
-        const ref = newRef();
-        await serve(({ context }, n) => {
-          commit(context, ref);
-          return n === 1 ? { style: 'json', status, json: { error: 'try_again' } } : created(n, 'json');
-        });
-        const key = newKey();
-        const first = await post({ key, ref });
-        expect([first.status, first.text, first.headers.get('idempotent-replayed')]).toEqual([status, '{"error":"try_again"}', null]);
-        const failed = await record(key);
-        expect([failed?.status, failed?.retryable, await ledger(ref)]).toEqual(['failed', true, 0]);
-        const retry = await post({ key, ref });
-        expect(summary(retry)).toEqual([201, createdBody(2), '/v1/charges/ch_2', null]);
-        const replay = await post({ key, ref });
-        expect(summary(replay)).toEqual([201, createdBody(2), '/v1/charges/ch_2', 'true']);
-        expect([runs(ref), await ledger(ref)]).toEqual([2, 1]);
-      });
+      it.each([503, 500, 408, 429])(
+        'a %i commits no effects and is retryable; the retry runs and commits once',
+        async (status) => {
+          const ref = newRef();
+          await serve(({ context }, n) => {
+            commit(context, ref);
+            return n === 1 ? { style: 'json', status, json: { error: 'try_again' } } : created(n, 'json');
+          });
+          const key = newKey();
+          const first = await post({ key, ref });
+          expect([first.status, first.text, first.headers.get('idempotent-replayed')]).toEqual([
+            status,
+            '{"error":"try_again"}',
+            null,
+          ]);
+          const failed = await record(key);
+          expect([failed?.status, failed?.retryable, await ledger(ref)]).toEqual(['failed', true, 0]);
+          const retry = await post({ key, ref });
+          expect(summary(retry)).toEqual([201, createdBody(2), '/v1/charges/ch_2', null]);
+          const replay = await post({ key, ref });
+          expect(summary(replay)).toEqual([201, createdBody(2), '/v1/charges/ch_2', 'true']);
+          expect([runs(ref), await ledger(ref)]).toEqual([2, 1]);
+        },
+      );
 
       it('a thrown error answers 500 and commits nothing; the retry runs again', async () => {
         const ref = newRef();
@@ -403,18 +437,21 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
       it.skipIf(!harness.supports?.rawEnd).each([
         ['an ArrayBuffer', new ArrayBuffer(3)],
         ['a number', 12_345],
-      ])('res.end(%s) answers 500 as the framework would, ends the key retryable, and the server lives on', async (_what, value) => {
-        const ref = newRef();
-        await serve((_input, n) => (n === 1 ? { style: 'raw-end', value } : created(n, 'json')));
-        const key = newKey();
-        const first = await post({ key, ref });
-        expect(first.status).toBe(500);
-        const failed = await record(key);
-        expect([failed?.status, failed?.retryable]).toEqual(['failed', true]);
-        const retry = await post({ key, ref });
-        expect(summary(retry)).toEqual([201, createdBody(2), '/v1/charges/ch_2', null]);
-        expect(runs(ref)).toBe(2);
-      });
+      ])(
+        'res.end(%s) answers 500 as the framework would, ends the key retryable, and the server lives on',
+        async (_what, value) => {
+          const ref = newRef();
+          await serve((_input, n) => (n === 1 ? { style: 'raw-end', value } : created(n, 'json')));
+          const key = newKey();
+          const first = await post({ key, ref });
+          expect(first.status).toBe(500);
+          const failed = await record(key);
+          expect([failed?.status, failed?.retryable]).toEqual(['failed', true]);
+          const retry = await post({ key, ref });
+          expect(summary(retry)).toEqual([201, createdBody(2), '/v1/charges/ch_2', null]);
+          expect(runs(ref)).toBe(2);
+        },
+      );
     });
 
     describe('the outcome must be recorded before the client has it', () => {
@@ -497,7 +534,9 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
         const probe = await post({ key, ref });
         expectProblem(probe, 409, 'idempotency-key-in-use');
         hold.open();
-        await expect.poll(async () => (await record(key))?.status, { timeout: 5_000, interval: 20 }).not.toBe('in_progress');
+        await expect
+          .poll(async () => (await record(key))?.status, { timeout: 5_000, interval: 20 })
+          .not.toBe('in_progress');
         const done = await record(key);
         expect([done?.status, done?.response?.status]).toEqual(['succeeded', 201]);
         const retry = await post({ key, ref });
@@ -512,7 +551,12 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
         await serve(({ context }) => ({ style: 'json', status: 201, json: { protected: context?.protected ?? null } }));
         const first = await post({ ref });
         const second = await post({ ref });
-        expect([first.status, first.text, second.status, second.text]).toEqual([201, '{"protected":false}', 201, '{"protected":false}']);
+        expect([first.status, first.text, second.status, second.text]).toEqual([
+          201,
+          '{"protected":false}',
+          201,
+          '{"protected":false}',
+        ]);
         expect([runs(ref), (await store.list({ scope: TENANT, limit: 10 })).length]).toEqual([2, 0]);
       });
 
@@ -584,13 +628,19 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
 
       it('a response over maxResponseBytes: a final 500 response-too-large, replayed byte for byte', async () => {
         const ref = newRef();
-        await serve(() => ({ style: 'json', status: 201, json: { id: 'ch_1', pad: 'x'.repeat(1_000) } }), { maxResponseBytes: 256 });
+        await serve(() => ({ style: 'json', status: 201, json: { id: 'ch_1', pad: 'x'.repeat(1_000) } }), {
+          maxResponseBytes: 256,
+        });
         const key = newKey();
         const first = await post({ key, ref });
         const retry = await post({ key, ref });
         expectProblem(first, 500, 'response-too-large');
         expectProblem(retry, 500, 'response-too-large');
-        expect([retry.text, first.headers.get('idempotent-replayed'), retry.headers.get('idempotent-replayed')]).toEqual([first.text, null, 'true']);
+        expect([
+          retry.text,
+          first.headers.get('idempotent-replayed'),
+          retry.headers.get('idempotent-replayed'),
+        ]).toEqual([first.text, null, 'true']);
         const stored = await record(key);
         expect([stored?.status, stored?.retryable, runs(ref)]).toEqual(['failed', false, 1]);
       });
@@ -604,10 +654,16 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
         await serve(() => ({ style: 'json', status: 201, headers: { location: '/v1/charges/ch_1' }, json }), {}, true);
         const key = newKey();
         const body = JSON.stringify({ ref, amount: 50_000, currency: 'usd' });
-        const send = () => rawPost(`${served?.url}/v1/charges`, { 'idempotency-key': key, 'accept-encoding': 'gzip' }, body);
+        const send = () =>
+          rawPost(`${served?.url}/v1/charges`, { 'idempotency-key': key, 'accept-encoding': 'gzip' }, body);
         const first = await send();
         const retry = await send();
-        const heads = (a: RawAnswer) => [a.status, a.headers['content-encoding'], a.headers.location, a.headers['idempotent-replayed']];
+        const heads = (a: RawAnswer) => [
+          a.status,
+          a.headers['content-encoding'],
+          a.headers.location,
+          a.headers['idempotent-replayed'],
+        ];
         expect(heads(first)).toEqual([201, 'gzip', '/v1/charges/ch_1', undefined]);
         expect(heads(retry)).toEqual([201, 'gzip', '/v1/charges/ch_1', 'true']);
         expect(gunzipSync(first.bytes).toString()).toBe(JSON.stringify(json));
@@ -620,7 +676,19 @@ export function describeAdapterConformance<Tx, S extends IdempotencyStore<Tx>>({
 }
 
 /** Response headers a replay must reproduce exactly when the first answer had them (the default allow-list). */
-const REPLAYED_HEADERS = ['content-type', 'content-language', 'content-disposition', 'content-location', 'location', 'link', 'etag', 'last-modified', 'cache-control', 'expires', 'vary'];
+const REPLAYED_HEADERS = [
+  'content-type',
+  'content-language',
+  'content-disposition',
+  'content-location',
+  'location',
+  'link',
+  'etag',
+  'last-modified',
+  'cache-control',
+  'expires',
+  'vary',
+];
 
 interface PostInit {
   readonly key?: string;
@@ -652,7 +720,8 @@ const newRef = (): string => `ref_${randomUUID()}`;
 
 function refOf(body: unknown): string {
   const ref = (body as { ref?: unknown } | null)?.ref;
-  if (typeof ref !== 'string') throw new Error(`The suite's handler got a body without its ref: ${JSON.stringify(body)}`);
+  if (typeof ref !== 'string')
+    throw new Error(`The suite's handler got a body without its ref: ${JSON.stringify(body)}`);
   return ref;
 }
 
@@ -663,7 +732,11 @@ function expectProblem(answer: Answer, status: number, slug: string): void {
   } catch {
     // Not JSON: the text itself shows in the failure.
   }
-  expect([answer.status, answer.headers.get('content-type'), type]).toEqual([status, 'application/problem+json', `urn:idem:problem:${slug}`]);
+  expect([answer.status, answer.headers.get('content-type'), type]).toEqual([
+    status,
+    'application/problem+json',
+    `urn:idem:problem:${slug}`,
+  ]);
 }
 
 /** The store, with switches that make `claim`, `complete` or `renew` reject as a backend outage would. */
@@ -703,7 +776,9 @@ function rawPost(url: string, headers: Record<string, string>, body: string): Pr
       (response) => {
         const chunks: Buffer[] = [];
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, bytes: Buffer.concat(chunks) }));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, headers: response.headers, bytes: Buffer.concat(chunks) }),
+        );
         response.on('error', reject);
       },
     );
@@ -755,13 +830,18 @@ export async function serveFetch(handle: (request: Request) => Promise<Response>
   };
 }
 
-async function bridge(handle: (request: Request) => Promise<Response>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function bridge(
+  handle: (request: Request) => Promise<Response>,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   const gone = new AbortController();
   res.on('close', () => {
     if (!res.writableFinished) gone.abort();
   });
   const headers = new Headers();
-  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2) headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
+  for (let i = 0; i + 1 < req.rawHeaders.length; i += 2)
+    headers.append(req.rawHeaders[i] as string, req.rawHeaders[i + 1] as string);
   const hasBody = req.method !== 'GET' && req.method !== 'HEAD';
   const init: RequestInit & { duplex?: 'half' } = {
     method: req.method ?? 'GET',

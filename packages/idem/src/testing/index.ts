@@ -149,7 +149,9 @@ export function describeStoreConformance<Tx>({
       const before = plain(await store.get(req.pk));
       const stale = randomUUID();
       expect(await complete(req, succeeded, stale)).toEqual({ ok: false });
-      expect(await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual({ ok: false });
+      expect(await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual(
+        { ok: false },
+      );
       expect(await store.release({ pk: req.pk, token: stale })).toEqual({ ok: false });
       expect(plain(await store.get(req.pk))).toEqual(before);
     });
@@ -161,7 +163,9 @@ export function describeStoreConformance<Tx>({
       const after = plain(await store.get(req.pk));
       const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
       expect(await complete(req, failed)).toEqual({ ok: false });
-      expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 2, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual({
+      expect(
+        await store.renew({ pk: req.pk, token: req.token, now: T0 + 2, leaseMs: LEASE, expiresAt: T0 + TTL }),
+      ).toEqual({
         ok: false,
       });
       expect(plain(await store.get(req.pk))).toEqual(after);
@@ -172,7 +176,11 @@ export function describeStoreConformance<Tx>({
       const record = await claimed(req);
       const renewal = { pk: req.pk, token: req.token, now: T0 + 4_000, leaseMs: LEASE, expiresAt: T0 + TTL + 1 };
       expect(await store.renew(renewal)).toEqual({ ok: true });
-      expect(await store.get(req.pk)).toEqual({ ...record, leaseExpiresAt: T0 + 4_000 + LEASE, expiresAt: T0 + TTL + 1 });
+      expect(await store.get(req.pk)).toEqual({
+        ...record,
+        leaseExpiresAt: T0 + 4_000 + LEASE,
+        expiresAt: T0 + TTL + 1,
+      });
     });
 
     it('a renewed lease outlives the original expiresAt: a claim after it meets the running attempt', async () => {
@@ -245,7 +253,11 @@ export function describeStoreConformance<Tx>({
         status: 'failed',
         retryable: false,
         resultId: 'ch_declined',
-        response: { status: 402, headers: [['content-type', 'application/problem+json']], body: new TextEncoder().encode('{"declined":true}') },
+        response: {
+          status: 402,
+          headers: [['content-type', 'application/problem+json']],
+          body: new TextEncoder().encode('{"declined":true}'),
+        },
       };
       await complete(req, declined);
       const again = await store.claim({ ...req, token: randomUUID(), now: T0 + LEASE * 2 });
@@ -273,11 +285,19 @@ export function describeStoreConformance<Tx>({
         ['etag', '"\\v1"'],
       ];
       const utf8 = new TextEncoder();
-      const headerBytes = headers.reduce((sum, [n, v]) => sum + utf8.encode(n).byteLength + utf8.encode(v).byteLength, 0);
+      const headerBytes = headers.reduce(
+        (sum, [n, v]) => sum + utf8.encode(n).byteLength + utf8.encode(v).byteLength,
+        0,
+      );
       const body = Uint8Array.from({ length: limit - headerBytes }, (_, i) => (i * 7) % 256);
       const req = request();
       const record = await claimed(req);
-      const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_big', response: { status: 200, headers, body } };
+      const outcome: Outcome = {
+        status: 'succeeded',
+        retryable: false,
+        resultId: 'ch_big',
+        response: { status: 200, headers, body },
+      };
       expect(await complete(req, outcome)).toEqual({ ok: true });
       const stored = await store.get(req.pk);
       expect(stored?.response?.body.byteLength).toBe(limit - headerBytes);

@@ -30,7 +30,10 @@ const expressHarness: AdapterHarness = {
       });
       switch (reply.style) {
         case 'json':
-          res.status(reply.status).set(reply.headers ?? {}).json(reply.json);
+          res
+            .status(reply.status)
+            .set(reply.headers ?? {})
+            .json(reply.json);
           return;
         case 'stream':
           res.writeHead(reply.status, reply.headers ?? {});
@@ -41,7 +44,10 @@ const expressHarness: AdapterHarness = {
           res.end();
           return;
         case 'empty':
-          res.status(reply.status).set(reply.headers ?? {}).end();
+          res
+            .status(reply.status)
+            .set(reply.headers ?? {})
+            .end();
           return;
         case 'throw':
           throw new Error(reply.message);
@@ -76,5 +82,6 @@ describeAdapterConformance({
   effect: (tx: Database.Database, ref) => {
     tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
   },
-  countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+  countEffects: async (ref, store) =>
+    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
 });

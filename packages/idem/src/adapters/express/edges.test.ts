@@ -28,8 +28,17 @@ async function serve(route: (req: Request, res: Response, next: NextFunction) =>
   closers.push(() => new Promise((resolve) => server.close(() => resolve())));
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/c`;
   const send = async (key = 'k1') => {
-    const response = await fetch(url, { method: 'POST', headers: { 'idempotency-key': key, 'content-type': 'application/json' }, body: '{}' });
-    return { status: response.status, type: response.headers.get('content-type'), replayed: response.headers.get('idempotent-replayed'), body: await response.text() };
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+      body: '{}',
+    });
+    return {
+      status: response.status,
+      type: response.headers.get('content-type'),
+      replayed: response.headers.get('idempotent-replayed'),
+      body: await response.text(),
+    };
   };
   return { send, store, guard };
 }
@@ -59,8 +68,18 @@ describe('Express: one snapshot at end() is both recorded and sent', () => {
     });
     const first = await send();
     const replay = await send();
-    expect(first).toEqual({ status: 201, type: 'application/json; charset=utf-8', replayed: null, body: '{"charge":"ch_1"}' });
-    expect(replay).toEqual({ status: 201, type: 'application/json; charset=utf-8', replayed: 'true', body: '{"charge":"ch_1"}' });
+    expect(first).toEqual({
+      status: 201,
+      type: 'application/json; charset=utf-8',
+      replayed: null,
+      body: '{"charge":"ch_1"}',
+    });
+    expect(replay).toEqual({
+      status: 201,
+      type: 'application/json; charset=utf-8',
+      replayed: 'true',
+      body: '{"charge":"ch_1"}',
+    });
   });
 
   it('a partial write then an error page: Content-Length is the bytes actually sent, and the replay is the same bytes', async () => {
@@ -110,7 +129,8 @@ describe('Express: a response the server destroys before its end', () => {
     }, 300);
     await expect(send()).rejects.toThrow('fetch failed');
     // The settlement is a store write: poll (bounded) until it has landed.
-    for (let i = 0; i < 1_000 && guard.engine.activeLeases > 0; i++) await new Promise((resolve) => setImmediate(resolve));
+    for (let i = 0; i < 1_000 && guard.engine.activeLeases > 0; i++)
+      await new Promise((resolve) => setImmediate(resolve));
     expect(guard.engine.activeLeases).toBe(0);
     await expect(send()).rejects.toThrow('fetch failed');
     expect(runs).toBe(2);

@@ -33,14 +33,22 @@ async function chargesApp() {
     next();
   });
   app.use(
-    idempotency<undefined>({ store, ttlMs: DAY, scope: (req) => (req as Authed).account, onError: (e) => errors.push(e) }),
+    idempotency<undefined>({
+      store,
+      ttlMs: DAY,
+      scope: (req) => (req as Authed).account,
+      onError: (e) => errors.push(e),
+    }),
   );
   app.use(express.json({ limit: '1mb' }));
 
   app.post('/v1/charges', (req, res) => {
     const n = count('json');
     const { amount } = req.body as { amount: number };
-    res.status(201).location(`/v1/charges/ch_${n}`).json({ id: `ch_${n}`, amount });
+    res
+      .status(201)
+      .location(`/v1/charges/ch_${n}`)
+      .json({ id: `ch_${n}`, amount });
   });
   app.post('/write-head', (_req, res) => {
     const n = count('write-head');
@@ -61,7 +69,13 @@ async function chargesApp() {
   });
 
   const post = await listen(app);
-  return { store, post, runs, errors, record: (key: string, scope = 'acct_anonymous') => store.get(recordPk(scope, key)) };
+  return {
+    store,
+    post,
+    runs,
+    errors,
+    record: (key: string, scope = 'acct_anonymous') => store.get(recordPk(scope, key)),
+  };
 }
 
 /** Listens on 127.0.0.1:0 (closed after the test) and returns a JSON POST helper. */
@@ -76,7 +90,11 @@ async function listen(app: express.Express) {
   return (path: string, { key, body = { amount: 50000, currency: 'usd' }, headers = {} }: PostOptions = {}) =>
     fetch(base + path, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+      headers: {
+        'content-type': 'application/json',
+        ...(key === undefined ? {} : { 'idempotency-key': key }),
+        ...headers,
+      },
       body: body instanceof ReadableStream || typeof body === 'string' ? body : JSON.stringify(body),
       ...(body instanceof ReadableStream ? { duplex: 'half' } : {}),
     });
@@ -96,7 +114,9 @@ const problemOf = async (response: globalThis.Response) => ({
 
 /** The headers a replay must reproduce exactly. */
 const replayed = (response: globalThis.Response) =>
-  Object.fromEntries(['content-type', 'location', 'etag', 'idempotent-replayed'].map((h) => [h, response.headers.get(h)]));
+  Object.fromEntries(
+    ['content-type', 'location', 'etag', 'idempotent-replayed'].map((h) => [h, response.headers.get(h)]),
+  );
 
 describe('idem/express', () => {
   it('captures headers passed to res.writeHead (a Location)', async () => {
@@ -115,18 +135,22 @@ describe('idem/express', () => {
     const app = await chargesApp();
     const first = await app.post('/declined', { key: 'k1' });
     const retry = await app.post('/declined', { key: 'k1' });
-    const html = '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>Error</title>\n</head>\n<body>\n<pre>Payment Required</pre>\n</body>\n</html>\n';
+    const html =
+      '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>Error</title>\n</head>\n<body>\n<pre>Payment Required</pre>\n</body>\n</html>\n';
     expect([first.status, await first.text()]).toEqual([402, html]);
-    expect([retry.status, await retry.text(), retry.headers.get('content-type'), retry.headers.get('idempotent-replayed')]).toEqual([
-      402,
-      html,
-      'text/html; charset=utf-8',
-      'true',
-    ]);
+    expect([
+      retry.status,
+      await retry.text(),
+      retry.headers.get('content-type'),
+      retry.headers.get('idempotent-replayed'),
+    ]).toEqual([402, html, 'text/html; charset=utf-8', 'true']);
 
     await app.post('/declined-json', { key: 'k2' });
     const again = await app.post('/declined-json', { key: 'k2' });
-    expect([again.status, await again.text()]).toEqual([402, '{"error":{"code":"card_declined","message":"Your card was declined."}}']);
+    expect([again.status, await again.text()]).toEqual([
+      402,
+      '{"error":{"code":"card_declined","message":"Your card was declined."}}',
+    ]);
     expect(app.runs).toEqual({ declined: 1, 'declined-json': 1 });
     expect([(await app.record('k2'))?.status, (await app.record('k2'))?.retryable]).toEqual(['failed', false]);
   });
@@ -134,8 +158,15 @@ describe('idem/express', () => {
   it('scopes keys by the authenticated account', async () => {
     const app = await chargesApp();
     const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_bob' }, body: { amount: 7 } });
-    expect([await alice.text(), await bob.text()]).toEqual(['{"id":"ch_1","amount":50000}', '{"id":"ch_2","amount":7}']);
+    const bob = await app.post('/v1/charges', {
+      key: 'k1',
+      headers: { authorization: 'Bearer acct_bob' },
+      body: { amount: 7 },
+    });
+    expect([await alice.text(), await bob.text()]).toEqual([
+      '{"id":"ch_1","amount":50000}',
+      '{"id":"ch_2","amount":7}',
+    ]);
     expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
     expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
     expect(app.runs).toEqual({ json: 2 });
@@ -149,8 +180,18 @@ describe('idem/express', () => {
       runs[name]++;
       res.status(201).json({ protected: idempotencyContext(res)?.protected ?? null });
     };
-    app.post('/strict', idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant', required: true }), express.json(), handler('strict'));
-    app.post('/lenient', idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }), express.json(), handler('lenient'));
+    app.post(
+      '/strict',
+      idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant', required: true }),
+      express.json(),
+      handler('strict'),
+    );
+    app.post(
+      '/lenient',
+      idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }),
+      express.json(),
+      handler('lenient'),
+    );
     const post = await listen(app);
     const refused = await problemOf(await post('/strict'));
     expect([refused.status, refused.body.type]).toEqual([400, 'urn:idem:problem:idempotency-key-missing']);
@@ -206,6 +247,8 @@ describe('idem/express', () => {
   });
 
   it('validates its options by name', () => {
-    expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', maxBodyBytes: -1 })).toThrow('Expected `maxBodyBytes` to be a positive integer, got -1.');
+    expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', maxBodyBytes: -1 })).toThrow(
+      'Expected `maxBodyBytes` to be a positive integer, got -1.',
+    );
   });
 });

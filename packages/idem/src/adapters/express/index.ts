@@ -4,7 +4,15 @@
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import type { Engine, OutcomeKind } from '../../core/engine.js';
-import { createGate, responseTooLarge, storedResponse, type Claim, type GateRequest, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import {
+  createGate,
+  responseTooLarge,
+  storedResponse,
+  type Claim,
+  type GateRequest,
+  type HandlerContext,
+  type IdempotencyOptions,
+} from '../../http/middleware.js';
 import { BodyTooLargeError, joinBytes, replayParts, storableHeaders } from '../../http/replay.js';
 import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
 
@@ -29,13 +37,21 @@ const CONTEXT = 'idempotency';
  *     res.status(201).location(`/v1/charges/${charge.id}`).json(charge)
  *   })
  */
-export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): RequestHandler & { readonly engine: Engine<Tx> } {
+export function idempotency<Tx = never>(
+  options: ExpressIdempotencyOptions<Tx>,
+): RequestHandler & { readonly engine: Engine<Tx> } {
   const gate = createGate<Tx, Request>(options);
-  const middleware = async function idempotencyMiddleware(req: Request, res: ExpressResponse, next: NextFunction): Promise<void> {
+  const middleware = async function idempotencyMiddleware(
+    req: Request,
+    res: ExpressResponse,
+    next: NextFunction,
+  ): Promise<void> {
     const admission = await gate.admit(new ExpressRequest(req));
     if (admission.kind === 'answer') {
       // A replay is written from the stored parts directly; other answers (problems) from their Response.
-      const { status, headers, body } = admission.replay ? replayParts(admission.replay) : await responseParts(admission.response);
+      const { status, headers, body } = admission.replay
+        ? replayParts(admission.replay)
+        : await responseParts(admission.response);
       res.statusCode = status;
       for (const [name, value] of headers) res.setHeader(name, value);
       res.end(body);
@@ -100,7 +116,11 @@ function buffered(req: IncomingMessage, limit: number): Uint8Array | undefined {
   if (req.readableEnded || req.readableFlowing === true || req.readableDidRead) return undefined;
   const size = req.readableLength;
   // Complete, or holding all the bytes its Content-Length declares (node:http marks it complete a moment later).
-  if (!req.complete && (req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== String(size))) return undefined;
+  if (
+    !req.complete &&
+    (req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== String(size))
+  )
+    return undefined;
   if (size > limit) throw new BodyTooLargeError(limit);
   if (size === 0) return NO_BYTES;
   const chunks = (req as unknown as { readonly readableBuffer?: Iterable<unknown> }).readableBuffer;
@@ -139,7 +159,8 @@ function readSlowly(req: IncomingMessage, limit: number): Promise<Uint8Array> {
       if (!req.complete) return;
       const body = joinBytes(chunks, size);
       // Node emits 'end' on the next tick only if the buffer is still empty then: this puts the bytes back first.
-      if (size > 0) req.unshift(chunks.length === 1 ? chunks[0] : Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+      if (size > 0)
+        req.unshift(chunks.length === 1 ? chunks[0] : Buffer.from(body.buffer, body.byteOffset, body.byteLength));
       stop();
       resolve(body);
     };
@@ -300,7 +321,14 @@ function heldEnd(this: Capturing, first?: unknown, second?: unknown, third?: unk
   state.message = this.statusMessage;
   state.headers = this.getHeaders();
   if (chunk !== undefined && chunk !== null) keep(state, chunk, typeof second === 'function' ? undefined : second);
-  const callback = typeof first === 'function' ? first : typeof second === 'function' ? second : typeof third === 'function' ? third : undefined;
+  const callback =
+    typeof first === 'function'
+      ? first
+      : typeof second === 'function'
+        ? second
+        : typeof third === 'function'
+          ? third
+          : undefined;
   void finish(this, state, callback as (() => void) | undefined);
   return this;
 }
@@ -372,24 +400,36 @@ function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLeng
       const value = sent[name];
       if (value !== undefined && name !== 'content-length') res.setHeader(name, value);
     }
-    if (bodyLength === undefined && sent['content-length'] !== undefined) res.setHeader('content-length', sent['content-length']);
+    if (bodyLength === undefined && sent['content-length'] !== undefined)
+      res.setHeader('content-length', sent['content-length']);
     return;
   }
   const length = sent['content-length'];
-  if (length !== undefined && bodyLength !== undefined && String(length) !== String(bodyLength)) res.removeHeader('content-length');
+  if (length !== undefined && bodyLength !== undefined && String(length) !== String(bodyLength))
+    res.removeHeader('content-length');
 }
 
 /** Node's own check on a status code (`writeHead` throws it): a three-digit integer from 100. */
 function checkStatus(status: unknown): void {
   if (typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 999) return;
-  throw Object.assign(new RangeError(`Invalid status code: ${String(status)}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' });
+  throw Object.assign(new RangeError(`Invalid status code: ${String(status)}`), {
+    code: 'ERR_HTTP_INVALID_STATUS_CODE',
+  });
 }
 
 /** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
 function checkChunk(chunk: unknown): void {
   if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
-  const got = chunk === null ? 'null' : typeof chunk === 'object' ? `an instance of ${chunk.constructor?.name ?? 'Object'}` : `type ${typeof chunk}`;
-  throw nodeError('ERR_INVALID_ARG_TYPE', `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`);
+  const got =
+    chunk === null
+      ? 'null'
+      : typeof chunk === 'object'
+        ? `an instance of ${chunk.constructor?.name ?? 'Object'}`
+        : `type ${typeof chunk}`;
+  throw nodeError(
+    'ERR_INVALID_ARG_TYPE',
+    `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`,
+  );
 }
 
 function nodeError(code: string, message: string): TypeError {
@@ -413,7 +453,11 @@ function foldHeaders(res: ServerResponse, headers: unknown): void {
   if (typeof headers === 'object' && headers !== null) {
     for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
       if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
-      else if (Array.isArray(value)) res.setHeader(name, value.map((item) => String(item as string)));
+      else if (Array.isArray(value))
+        res.setHeader(
+          name,
+          value.map((item) => String(item as string)),
+        );
     }
   }
 }

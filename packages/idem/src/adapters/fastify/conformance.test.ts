@@ -16,7 +16,12 @@ const fastifyHarness: AdapterHarness = {
   supports: { compression: true },
   async serve({ options, compress, handler }) {
     const app = Fastify({ forceCloseConnections: true });
-    await app.register(idempotency({ ...options, scope: (request) => (request.headers['x-tenant'] as string | undefined) ?? 'acct_suite' }));
+    await app.register(
+      idempotency({
+        ...options,
+        scope: (request) => (request.headers['x-tenant'] as string | undefined) ?? 'acct_suite',
+      }),
+    );
     if (compress) await app.register(fastifyCompress, { global: true });
     app.post('/v1/charges', async (request, reply) => {
       const search = request.url.indexOf('?');
@@ -27,11 +32,20 @@ const fastifyHarness: AdapterHarness = {
       });
       switch (answer.style) {
         case 'json':
-          return reply.code(answer.status).headers(answer.headers ?? {}).send(answer.json);
+          return reply
+            .code(answer.status)
+            .headers(answer.headers ?? {})
+            .send(answer.json);
         case 'stream':
-          return reply.code(answer.status).headers(answer.headers ?? {}).send(Readable.from(answer.chunks));
+          return reply
+            .code(answer.status)
+            .headers(answer.headers ?? {})
+            .send(Readable.from(answer.chunks));
         case 'empty':
-          return reply.code(answer.status).headers(answer.headers ?? {}).send();
+          return reply
+            .code(answer.status)
+            .headers(answer.headers ?? {})
+            .send();
         case 'throw':
           throw new Error(answer.message);
         case 'raw-end':
@@ -57,5 +71,6 @@ describeAdapterConformance({
   effect: (tx: Database.Database, ref) => {
     tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
   },
-  countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+  countEffects: async (ref, store) =>
+    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
 });

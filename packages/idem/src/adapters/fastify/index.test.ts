@@ -34,11 +34,17 @@ async function chargesApp() {
   app.post('/v1/charges', async (request, reply) => {
     const n = count('json');
     const { amount } = request.body as { amount: number };
-    return reply.code(201).header('location', `/v1/charges/ch_${n}`).send({ id: `ch_${n}`, amount });
+    return reply
+      .code(201)
+      .header('location', `/v1/charges/ch_${n}`)
+      .send({ id: `ch_${n}`, amount });
   });
   app.post('/web-response', async () => {
     const n = count('web-response');
-    return new Response(`{"id":"re_${n}"}`, { status: 201, headers: { 'content-type': 'application/json', location: `/v1/refunds/re_${n}` } });
+    return new Response(`{"id":"re_${n}"}`, {
+      status: 201,
+      headers: { 'content-type': 'application/json', location: `/v1/refunds/re_${n}` },
+    });
   });
   app.post('/declined', async () => {
     count('declined');
@@ -57,7 +63,11 @@ async function chargesApp() {
     app.inject({
       method: 'POST',
       url,
-      headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+      headers: {
+        'content-type': 'application/json',
+        ...(key === undefined ? {} : { 'idempotency-key': key }),
+        ...headers,
+      },
       payload: typeof body === 'string' ? body : JSON.stringify(body),
     });
   return { app, store, post, runs, record: (key: string, scope = 'acct_anonymous') => store.get(recordPk(scope, key)) };
@@ -111,7 +121,11 @@ describe('idem/fastify', () => {
   it('scopes keys by the account authenticated in onRequest', async () => {
     const app = await chargesApp();
     const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_bob' }, body: { amount: 7 } });
+    const bob = await app.post('/v1/charges', {
+      key: 'k1',
+      headers: { authorization: 'Bearer acct_bob' },
+      body: { amount: 7 },
+    });
     expect([alice.body, bob.body]).toEqual(['{"id":"ch_1","amount":50000}', '{"id":"ch_2","amount":7}']);
     expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
     expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
@@ -145,6 +159,8 @@ describe('idem/fastify', () => {
     expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', required: 'yes' as never })).toThrow(
       'Expected `required` to be a boolean or a function, got "yes".',
     );
-    expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', mismatchStatus: 409 as 400 })).toThrow('Expected `mismatchStatus` to be 400 or 422, got 409.');
+    expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', mismatchStatus: 409 as 400 })).toThrow(
+      'Expected `mismatchStatus` to be 400 or 422, got 409.',
+    );
   });
 });

@@ -6,9 +6,25 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
 import type { StoredResponse } from '../../core/record.js';
-import { createGate, responseTooLarge, storedResponse, type Claim, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import {
+  createGate,
+  responseTooLarge,
+  storedResponse,
+  type Claim,
+  type HandlerContext,
+  type IdempotencyOptions,
+} from '../../http/middleware.js';
 import { BodyTooLargeError, bodyFor, readBytes, replayParts, storableHeaders } from '../../http/replay.js';
-import { headerPairs, headerValue, NO_BYTES, NULL_BODY_STATUSES, readStream, responseParts, toBuffer, toBytes } from '../shared.js';
+import {
+  headerPairs,
+  headerValue,
+  NO_BYTES,
+  NULL_BODY_STATUSES,
+  readStream,
+  responseParts,
+  toBuffer,
+  toBytes,
+} from '../shared.js';
 
 /** Per-route settings: `config: { idempotency: { required: true } }`, or `idempotency: false` to leave a route alone. */
 export type FastifyRouteIdempotency = false | { readonly required?: boolean };
@@ -56,7 +72,8 @@ export function idempotency<Tx = never>({
   if (typeof required !== 'boolean' && typeof required !== 'function') {
     throw configError('required', 'a boolean or a function', required);
   }
-  const routeOf = (request: FastifyRequest): FastifyRouteIdempotency | undefined => request.routeOptions.config.idempotency;
+  const routeOf = (request: FastifyRequest): FastifyRouteIdempotency | undefined =>
+    request.routeOptions.config.idempotency;
   const gate = createGate<Tx, FastifyRequest>({
     ...options,
     required: (request) => {
@@ -72,7 +89,8 @@ export function idempotency<Tx = never>({
     if (!app.hasRequestDecorator('idempotency')) app.decorateRequest('idempotency', null);
 
     app.addHook('preParsing', async (request, reply, payload) => {
-      if (!covered(request) || !gate.mayClaim(request.method, (name) => headerValue(request.headers, name))) return payload;
+      if (!covered(request) || !gate.mayClaim(request.method, (name) => headerValue(request.headers, name)))
+        return payload;
       let body: Uint8Array;
       try {
         body = await readStream(payload, gate.maxBodyBytes);
@@ -162,7 +180,12 @@ interface Captured {
 }
 
 /** The serialized payload `onSend` sees (string, bytes, Node or Web stream, or a Web `Response`) as a stored response. */
-async function capture(reply: FastifyReply, payload: unknown, limit: number, replayHeaders: readonly string[]): Promise<Captured> {
+async function capture(
+  reply: FastifyReply,
+  payload: unknown,
+  limit: number,
+  replayHeaders: readonly string[],
+): Promise<Captured> {
   const stored = (status: number, headers: Array<[string, string]>, body: Uint8Array): StoredResponse => ({
     status,
     headers: storableHeaders(headers, replayHeaders),
@@ -174,10 +197,15 @@ async function capture(reply: FastifyReply, payload: unknown, limit: number, rep
     const merged = [...headers.filter(([name]) => !payload.headers.has(name)), ...payload.headers];
     return {
       stored: stored(payload.status, merged, body),
-      payload: new Response(bodyFor(payload.status, body), { status: payload.status, statusText: payload.statusText, headers: payload.headers }),
+      payload: new Response(bodyFor(payload.status, body), {
+        status: payload.status,
+        statusText: payload.statusText,
+        headers: payload.headers,
+      }),
     };
   }
-  if (payload === undefined || payload === null) return { stored: stored(reply.statusCode, headers, NO_BYTES), payload };
+  if (payload === undefined || payload === null)
+    return { stored: stored(reply.statusCode, headers, NO_BYTES), payload };
   if (isNodeStream(payload)) {
     const body = await readStream(payload, limit);
     return { stored: stored(reply.statusCode, headers, body), payload: Buffer.from(body) };

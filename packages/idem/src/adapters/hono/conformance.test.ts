@@ -57,5 +57,6 @@ describeAdapterConformance({
   effect: (tx: Database.Database, ref) => {
     tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
   },
-  countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+  countEffects: async (ref, store) =>
+    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
 });

@@ -24,7 +24,12 @@ function chargesApp(options: Partial<HonoIdempotencyOptions<undefined>> = {}) {
     c.set('account', /^Bearer (\S+)$/.exec(c.req.header('authorization') ?? '')?.[1] ?? 'acct_anonymous');
     await next();
   });
-  const guard = idempotency<undefined>({ store, ttlMs: DAY, scope: (c) => (c as unknown as { get(k: 'account'): string }).get('account'), ...options });
+  const guard = idempotency<undefined>({
+    store,
+    ttlMs: DAY,
+    scope: (c) => (c as unknown as { get(k: 'account'): string }).get('account'),
+    ...options,
+  });
   const strict = idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant', required: true });
 
   app.post('/v1/charges', guard, async (c) => {
@@ -77,10 +82,17 @@ function chargesApp(options: Partial<HonoIdempotencyOptions<undefined>> = {}) {
     },
   );
 
-  const post = async (path: string, { key, body = { amount: 50000, currency: 'usd' }, headers = {} }: PostOptions = {}): Promise<Response> =>
+  const post = async (
+    path: string,
+    { key, body = { amount: 50000, currency: 'usd' }, headers = {} }: PostOptions = {},
+  ): Promise<Response> =>
     app.request(path, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...(key === undefined ? {} : { 'idempotency-key': key }), ...headers },
+      headers: {
+        'content-type': 'application/json',
+        ...(key === undefined ? {} : { 'idempotency-key': key }),
+        ...headers,
+      },
       body: typeof body === 'string' ? body : JSON.stringify(body),
     });
   return { store, post, runs, record: (key: string, scope = 'acct_anonymous') => store.get(recordPk(scope, key)) };
@@ -119,7 +131,11 @@ describe('idem/hono', () => {
     const first = await app.post('/declined', { key: 'k1' });
     const retry = await app.post('/declined', { key: 'k1' });
     expect([first.status, await first.text()]).toEqual([402, 'card_declined']);
-    expect([retry.status, await retry.text(), retry.headers.get('idempotent-replayed')]).toEqual([402, 'card_declined', 'true']);
+    expect([retry.status, await retry.text(), retry.headers.get('idempotent-replayed')]).toEqual([
+      402,
+      'card_declined',
+      'true',
+    ]);
     expect(app.runs).toEqual({ declined: 1 });
     const record = await app.record('k1');
     expect([record?.status, record?.retryable]).toEqual(['failed', false]);
@@ -140,8 +156,15 @@ describe('idem/hono', () => {
   it('scopes keys by the account an auth middleware set on the context', async () => {
     const app = chargesApp();
     const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_bob' }, body: { amount: 7 } });
-    expect([await alice.text(), await bob.text()]).toEqual(['{"id":"ch_1","amount":50000}', '{"id":"ch_2","amount":7}']);
+    const bob = await app.post('/v1/charges', {
+      key: 'k1',
+      headers: { authorization: 'Bearer acct_bob' },
+      body: { amount: 7 },
+    });
+    expect([await alice.text(), await bob.text()]).toEqual([
+      '{"id":"ch_1","amount":50000}',
+      '{"id":"ch_2","amount":7}',
+    ]);
     expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
     expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
     expect(app.runs).toEqual({ json: 2 });
@@ -168,5 +191,4 @@ describe('idem/hono', () => {
     expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([201, 'true']);
     expect(app.runs).toEqual({ 'pre-read': 1 });
   });
-
 });

@@ -44,7 +44,12 @@ function answer(res: PlatformResponse, status: number, headers: Record<string, s
 }
 
 /** Applies a method's decorators and its parameters' decorators, as `@Post() create(@Body() body, ...)` would. */
-function route(type: { prototype: object }, method: string, decorators: MethodDecorator[], parameters: ParameterDecorator[]): void {
+function route(
+  type: { prototype: object },
+  method: string,
+  decorators: MethodDecorator[],
+  parameters: ParameterDecorator[],
+): void {
   const descriptor = Object.getOwnPropertyDescriptor(type.prototype, method) as PropertyDescriptor;
   for (const decorate of decorators) decorate(type.prototype, method, descriptor);
   parameters.forEach((decorate, index) => decorate(type.prototype, method, index));
@@ -57,13 +62,21 @@ function nestHarness(platform: 'express' | 'fastify'): AdapterHarness {
     async serve({ options, compress, handler }) {
       const STORE = Symbol('store');
       class StoreModule {}
-      const stores: DynamicModule = { module: StoreModule, providers: [{ provide: STORE, useValue: options.store }], exports: [STORE] };
+      const stores: DynamicModule = {
+        module: StoreModule,
+        providers: [{ provide: STORE, useValue: options.store }],
+        exports: [STORE],
+      };
 
       class ChargesController {
         async create(body: unknown, req: NestRequest, res: PlatformResponse): Promise<unknown> {
           const url = req.originalUrl ?? req.url;
           const search = url.indexOf('?');
-          const reply: SuiteReply = await handler({ body, query: search === -1 ? '' : url.slice(search), context: idempotencyContext(req) });
+          const reply: SuiteReply = await handler({
+            body,
+            query: search === -1 ? '' : url.slice(search),
+            context: idempotencyContext(req),
+          });
           switch (reply.style) {
             case 'json':
               answer(res, reply.status, reply.headers);
@@ -113,12 +126,19 @@ function nestHarness(platform: 'express' | 'fastify'): AdapterHarness {
           },
         };
       }
-      const app = await NestFactory.create<NestFastifyApplication>(AppModule, new FastifyAdapter({ forceCloseConnections: true }), {
-        rawBody: true,
-        logger: false,
-      });
+      const app = await NestFactory.create<NestFastifyApplication>(
+        AppModule,
+        new FastifyAdapter({ forceCloseConnections: true }),
+        {
+          rawBody: true,
+          logger: false,
+        },
+      );
       // @fastify/compress is typed against the repo's fastify, Nest's adapter brings its own copy: same plugin API.
-      if (compress) await app.register(fastifyCompress as unknown as Parameters<NestFastifyApplication['register']>[0], { global: true });
+      if (compress)
+        await app.register(fastifyCompress as unknown as Parameters<NestFastifyApplication['register']>[0], {
+          global: true,
+        });
       await app.listen(0, '127.0.0.1');
       const server: Server = app.getHttpServer();
       return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => app.close() };
@@ -141,6 +161,7 @@ for (const platform of ['express', 'fastify'] as const) {
     effect: (tx: Database.Database, ref) => {
       tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
     },
-    countEffects: async (ref, store) => (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+    countEffects: async (ref, store) =>
+      (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
   });
 }

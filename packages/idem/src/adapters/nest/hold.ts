@@ -8,7 +8,12 @@ import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } fr
 
 /** What the application asked Node to send, as it would have reached the wire. */
 export type HeldResponse =
-  | { readonly kind: 'response'; readonly status: number; readonly headers: Array<[string, string]>; readonly body: Uint8Array }
+  | {
+      readonly kind: 'response';
+      readonly status: number;
+      readonly headers: Array<[string, string]>;
+      readonly body: Uint8Array;
+    }
   | { readonly kind: 'too-large'; readonly error: BodyTooLargeError };
 
 /**
@@ -175,7 +180,8 @@ function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLeng
   for (const name of res.getHeaderNames()) if (!(name in sent)) res.removeHeader(name);
   for (const [name, value] of Object.entries(sent)) {
     if (value === undefined) continue;
-    if (name === 'content-length' && bodyLength !== undefined && String(value) !== String(bodyLength)) res.removeHeader(name);
+    if (name === 'content-length' && bodyLength !== undefined && String(value) !== String(bodyLength))
+      res.removeHeader(name);
     else if (res.getHeader(name) !== value) res.setHeader(name, value);
   }
 }
@@ -183,8 +189,16 @@ function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLeng
 /** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
 function checkChunk(chunk: unknown): void {
   if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
-  const got = chunk === null ? 'null' : typeof chunk === 'object' ? `an instance of ${chunk.constructor?.name ?? 'Object'}` : `type ${typeof chunk}`;
-  throw nodeError('ERR_INVALID_ARG_TYPE', `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`);
+  const got =
+    chunk === null
+      ? 'null'
+      : typeof chunk === 'object'
+        ? `an instance of ${chunk.constructor?.name ?? 'Object'}`
+        : `type ${typeof chunk}`;
+  throw nodeError(
+    'ERR_INVALID_ARG_TYPE',
+    `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`,
+  );
 }
 
 function nodeError(code: string, message: string): TypeError {
@@ -208,7 +222,11 @@ function foldHeaders(res: ServerResponse, headers: unknown): void {
   if (typeof headers === 'object' && headers !== null) {
     for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
       if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
-      else if (Array.isArray(value)) res.setHeader(name, value.map((item) => String(item as string)));
+      else if (Array.isArray(value))
+        res.setHeader(
+          name,
+          value.map((item) => String(item as string)),
+        );
     }
   }
 }

@@ -39,7 +39,13 @@ import type { IdempotencyRecord } from '../../core/record.js';
 import type { HandlerContext } from '../../http/middleware.js';
 import { postgresStore, type PostgresStore } from '../../stores/postgres/index.js';
 import { POSTGRES_URL, serviceAvailable } from '../../../../../test/services.js';
-import { Idempotent, IdempotencyContext, IdempotencyInterceptor, IdempotencyModule, type NestRequest } from './index.js';
+import {
+  Idempotent,
+  IdempotencyContext,
+  IdempotencyInterceptor,
+  IdempotencyModule,
+  type NestRequest,
+} from './index.js';
 
 const available = await serviceAvailable('PostgreSQL', POSTGRES_URL);
 const ACCOUNT = 'acct_nest';
@@ -111,7 +117,12 @@ class AuthGuard implements CanActivate {
 }
 
 /** A method's and its parameters' decorators, applied as `@Post() @Idempotent() create(@Body() body)` would. */
-function route(type: { prototype: object }, method: string, decorators: MethodDecorator[], parameters: ParameterDecorator[] = []): void {
+function route(
+  type: { prototype: object },
+  method: string,
+  decorators: MethodDecorator[],
+  parameters: ParameterDecorator[] = [],
+): void {
   const descriptor = Object.getOwnPropertyDescriptor(type.prototype, method) as PropertyDescriptor;
   for (const decorate of decorators) decorate(type.prototype, method, descriptor);
   parameters.forEach((decorate, index) => decorate(type.prototype, method, index));
@@ -123,7 +134,9 @@ class ChargesController {
   async charge(body: ChargeBody, idem: HandlerContext<Tx> | undefined): Promise<object> {
     const n = await this.work.run(body);
     if (body.amount === 402) throw new HttpException({ error: 'card_declined', ref: body.ref }, 402);
-    idem?.declare({ effects: (tx) => tx.query(`INSERT INTO ${ledgerTable} (ref, record_id) VALUES ($1, $2)`, [body.ref, idem.id]) });
+    idem?.declare({
+      effects: (tx) => tx.query(`INSERT INTO ${ledgerTable} (ref, record_id) VALUES ($1, $2)`, [body.ref, idem.id]),
+    });
     return { id: `ch_${n}`, amount: body.amount, record: idem?.id ?? null };
   }
 
@@ -141,7 +154,10 @@ class ChargesController {
    * An Observable of work already started: Nest tears it down when its client goes away (announced once the
    * server has seen the connection close), and a 402 is thrown from it.
    */
-  watch(body: ChargeBody, req: { raw?: { socket?: NodeJS.EventEmitter }; socket?: NodeJS.EventEmitter }): Observable<object> {
+  watch(
+    body: ChargeBody,
+    req: { raw?: { socket?: NodeJS.EventEmitter }; socket?: NodeJS.EventEmitter },
+  ): Observable<object> {
     (req.raw ?? req).socket?.once('close', () => this.work.notify(`closed ${body.ref}`));
     return from(this.work.run(body)).pipe(
       map((n) => {
@@ -168,7 +184,10 @@ class ChargesController {
   }
 
   /** Answers through `@Res()`, then throws: the exception filter writes a second answer after the first. */
-  async rawThenThrow(body: ChargeBody, res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } }): Promise<void> {
+  async rawThenThrow(
+    body: ChargeBody,
+    res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } },
+  ): Promise<void> {
     const payload = { id: `raw_${await this.work.run(body)}` };
     if (res.code) res.code(201).send(payload);
     else res.status?.(201).json(payload);
@@ -176,7 +195,10 @@ class ChargesController {
   }
 
   /** Answers through the platform's own response (`@Res()` without passthrough): Nest sends nothing for it. */
-  async raw(body: ChargeBody, res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } }): Promise<void> {
+  async raw(
+    body: ChargeBody,
+    res: { code?(n: number): { send(b: unknown): unknown }; status?(n: number): { json(b: unknown): unknown } },
+  ): Promise<void> {
     const payload = { id: `raw_${await this.work.run(body)}` };
     if (res.code) res.code(201).send(payload);
     else res.status?.(201).json(payload);
@@ -185,11 +207,19 @@ class ChargesController {
 Controller('v1')(ChargesController);
 UseGuards(AuthGuard)(ChargesController);
 Inject(WORK)(ChargesController, undefined, 0);
-route(ChargesController, 'charge', [Post('charges'), Idempotent({ required: true, fingerprintFields: { exclude: ['sentAt'] } })], [Body(), IdempotencyContext()]);
+route(
+  ChargesController,
+  'charge',
+  [Post('charges'), Idempotent({ required: true, fingerprintFields: { exclude: ['sentAt'] } })],
+  [Body(), IdempotencyContext()],
+);
 route(
   ChargesController,
   'payout',
-  [Post('payouts'), Idempotent({ classify: (status) => (status === 422 ? 'release' : undefined), ttlFor: () => 2 * DAY })],
+  [
+    Post('payouts'),
+    Idempotent({ classify: (status) => (status === 422 ? 'release' : undefined), ttlFor: () => 2 * DAY }),
+  ],
   [Body(), IdempotencyContext()],
 );
 route(ChargesController, 'webhook', [Post('webhooks'), Idempotent(false)], [Body()]);
@@ -252,7 +282,11 @@ describe.skipIf(!available)('idem/nest', () => {
     };
   };
 
-  const appModule = (work: Work, errors: unknown[], routeOptions: { controllers?: Array<new (...args: never[]) => unknown> } = {}) => {
+  const appModule = (
+    work: Work,
+    errors: unknown[],
+    routeOptions: { controllers?: Array<new (...args: never[]) => unknown> } = {},
+  ) => {
     class AppModule {}
     Module({
       imports: [
@@ -274,7 +308,11 @@ describe.skipIf(!available)('idem/nest', () => {
 
   async function start(
     platform: Platform,
-    { rawBody = true, sends, controllers }: { rawBody?: boolean; sends?: Map<string, number>; controllers?: Array<new (...args: never[]) => unknown> } = {},
+    {
+      rawBody = true,
+      sends,
+      controllers,
+    }: { rawBody?: boolean; sends?: Map<string, number>; controllers?: Array<new (...args: never[]) => unknown> } = {},
   ) {
     const work = new Work();
     const errors: unknown[] = [];
@@ -283,17 +321,24 @@ describe.skipIf(!available)('idem/nest', () => {
     if (platform === 'express') {
       app = await NestFactory.create<NestExpressApplication>(AppModule, { rawBody, logger: false });
     } else {
-      const fastify = await NestFactory.create<NestFastifyApplication>(AppModule, new FastifyAdapter({ forceCloseConnections: true }), {
-        rawBody,
-        logger: false,
-      });
+      const fastify = await NestFactory.create<NestFastifyApplication>(
+        AppModule,
+        new FastifyAdapter({ forceCloseConnections: true }),
+        {
+          rawBody,
+          logger: false,
+        },
+      );
       if (sends) {
         // How many times Fastify runs its send pipeline per request: once, whatever Idem holds meanwhile.
-        fastify.getHttpAdapter().getInstance().addHook('onSend', async (request, _reply, payload) => {
-          const ref = request.headers['x-ref'] as string;
-          sends.set(ref, (sends.get(ref) ?? 0) + 1);
-          return payload;
-        });
+        fastify
+          .getHttpAdapter()
+          .getInstance()
+          .addHook('onSend', async (request, _reply, payload) => {
+            const ref = request.headers['x-ref'] as string;
+            sends.set(ref, (sends.get(ref) ?? 0) + 1);
+            return payload;
+          });
       }
       app = fastify;
     }
@@ -306,9 +351,14 @@ describe.skipIf(!available)('idem/nest', () => {
       work,
       errors,
       store,
-      post: (path: string, body: ChargeBody, headers: Record<string, string> = {}, signal?: AbortSignal) => post(`${url}${path}`, body, headers, signal),
+      post: (path: string, body: ChargeBody, headers: Record<string, string> = {}, signal?: AbortSignal) =>
+        post(`${url}${path}`, body, headers, signal),
       record: (key: string): Promise<IdempotencyRecord | null> => store.get(recordPk(ACCOUNT, key)),
-      ledger: async (ref: string) => Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${ledgerTable} WHERE ref = $1`, [ref])).rows[0]?.n),
+      ledger: async (ref: string) =>
+        Number(
+          (await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${ledgerTable} WHERE ref = $1`, [ref])).rows[0]
+            ?.n,
+        ),
       close: async () => {
         work.openAll();
         server.closeAllConnections();
@@ -345,7 +395,12 @@ describe.skipIf(!available)('idem/nest', () => {
         first.headers.get('content-type'),
       ]);
       expect(Buffer.from(retry.bytes).equals(Buffer.from(first.bytes))).toBe(true);
-      expect([served.work.runs.get(ref), await served.ledger(ref), record?.status, record?.response?.status]).toEqual([1, 1, 'succeeded', 201]);
+      expect([served.work.runs.get(ref), await served.ledger(ref), record?.status, record?.response?.status]).toEqual([
+        1,
+        1,
+        'succeeded',
+        201,
+      ]);
     });
 
     it('a duplicate while the first runs gets 409 key-in-use; the first then answers 201, once', async () => {
@@ -356,7 +411,11 @@ describe.skipIf(!available)('idem/nest', () => {
       const first = served.post('/v1/charges', { ref, amount: 500, hold: true }, { 'idempotency-key': key });
       await begun;
       const duplicate = await served.post('/v1/charges', { ref, amount: 500, hold: true }, { 'idempotency-key': key });
-      expect([duplicate.status, duplicate.problem, duplicate.headers.get('retry-after')]).toEqual([409, 'urn:idem:problem:idempotency-key-in-use', '1']);
+      expect([duplicate.status, duplicate.problem, duplicate.headers.get('retry-after')]).toEqual([
+        409,
+        'urn:idem:problem:idempotency-key-in-use',
+        '1',
+      ]);
       open();
       expect((await first).status).toBe(201);
       expect([served.work.runs.get(ref), await served.ledger(ref)]).toEqual([1, 1]);
@@ -365,10 +424,27 @@ describe.skipIf(!available)('idem/nest', () => {
     it('the same key with another amount: 400 key-reused; another sentAt (excluded by the route) is the same request', async () => {
       const ref = newRef();
       const key = randomUUID();
-      const first = await served.post('/v1/charges', { ref, amount: 500, sentAt: '2026-01-01T00:00:00Z' }, { 'idempotency-key': key });
-      const resent = await served.post('/v1/charges', { ref, amount: 500, sentAt: '2026-01-01T00:00:09Z' }, { 'idempotency-key': key });
-      const other = await served.post('/v1/charges', { ref, amount: 501, sentAt: '2026-01-01T00:00:00Z' }, { 'idempotency-key': key });
-      expect([first.status, resent.status, resent.headers.get('idempotent-replayed'), resent.text]).toEqual([201, 201, 'true', first.text]);
+      const first = await served.post(
+        '/v1/charges',
+        { ref, amount: 500, sentAt: '2026-01-01T00:00:00Z' },
+        { 'idempotency-key': key },
+      );
+      const resent = await served.post(
+        '/v1/charges',
+        { ref, amount: 500, sentAt: '2026-01-01T00:00:09Z' },
+        { 'idempotency-key': key },
+      );
+      const other = await served.post(
+        '/v1/charges',
+        { ref, amount: 501, sentAt: '2026-01-01T00:00:00Z' },
+        { 'idempotency-key': key },
+      );
+      expect([first.status, resent.status, resent.headers.get('idempotent-replayed'), resent.text]).toEqual([
+        201,
+        201,
+        'true',
+        first.text,
+      ]);
       expect([other.status, other.problem]).toEqual([400, 'urn:idem:problem:idempotency-key-reused']);
       expect(served.work.runs.get(ref)).toBe(1);
     });
@@ -376,7 +452,11 @@ describe.skipIf(!available)('idem/nest', () => {
     it('a route with required: true refuses a keyless request (400 key-missing) before the handler', async () => {
       const ref = newRef();
       const answer = await served.post('/v1/charges', { ref, amount: 500 });
-      expect([answer.status, answer.problem, served.work.runs.get(ref)]).toEqual([400, 'urn:idem:problem:idempotency-key-missing', undefined]);
+      expect([answer.status, answer.problem, served.work.runs.get(ref)]).toEqual([
+        400,
+        'urn:idem:problem:idempotency-key-missing',
+        undefined,
+      ]);
     });
 
     it('a thrown HttpException(402) is the recorded answer: final, replayed byte for byte, no ledger row', async () => {
@@ -387,7 +467,12 @@ describe.skipIf(!available)('idem/nest', () => {
       expect([first.status, first.text]).toEqual([402, `{"error":"card_declined","ref":"${ref}"}`]);
       expect([retry.status, retry.text, retry.headers.get('idempotent-replayed')]).toEqual([402, first.text, 'true']);
       const record = await served.record(key);
-      expect([record?.status, record?.retryable, served.work.runs.get(ref), await served.ledger(ref)]).toEqual(['failed', false, 1, 0]);
+      expect([record?.status, record?.retryable, served.work.runs.get(ref), await served.ledger(ref)]).toEqual([
+        'failed',
+        false,
+        1,
+        0,
+      ]);
     });
 
     it("per-route classify releases a 422 (the fixed payload runs with the same key); per-route ttlFor sets the record's life", async () => {
@@ -395,7 +480,11 @@ describe.skipIf(!available)('idem/nest', () => {
       const key = randomUUID();
       const invalid = await served.post('/v1/payouts', { ref, amount: 500 }, { 'idempotency-key': key });
       expect([invalid.status, await served.record(key)]).toEqual([422, null]);
-      const fixed = await served.post('/v1/payouts', { ref, amount: 500, destination: 'ba_1' }, { 'idempotency-key': key });
+      const fixed = await served.post(
+        '/v1/payouts',
+        { ref, amount: 500, destination: 'ba_1' },
+        { 'idempotency-key': key },
+      );
       expect([fixed.status, fixed.text]).toEqual([201, '{"id":"po_2","destination":"ba_1","protected":true}']);
       const record = await served.record(key);
       expect([record?.status, (record?.expiresAt ?? 0) - (record?.claimedAt ?? 0)]).toEqual(['succeeded', 2 * DAY]);
@@ -436,7 +525,9 @@ describe.skipIf(!available)('idem/nest', () => {
         const gone = new AbortController();
         const begun = served.work.started(ref);
         const closed = served.work.when(`closed ${ref}`);
-        const attempt = served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
+        const attempt = served
+          .post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key }, gone.signal)
+          .catch((error: unknown) => error);
         await begun;
         gone.abort();
         expect(await attempt).toBeInstanceOf(Error);
@@ -444,17 +535,19 @@ describe.skipIf(!available)('idem/nest', () => {
         const probe = await served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key });
         expect([probe.status, probe.problem]).toEqual([409, 'urn:idem:problem:idempotency-key-in-use']);
         open();
-        await expect.poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 }).not.toBe('in_progress');
+        await expect
+          .poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 })
+          .not.toBe('in_progress');
         const record = await served.record(key);
         const retry = await served.post('/v1/watch', { ref, amount, hold: true }, { 'idempotency-key': key });
-        expect([record?.status, record?.response?.status, retry.status, retry.text, retry.headers.get('idempotent-replayed'), served.work.runs.get(ref)]).toEqual([
-          outcome,
-          status,
-          status,
-          text.replace('REF', ref),
-          'true',
-          1,
-        ]);
+        expect([
+          record?.status,
+          record?.response?.status,
+          retry.status,
+          retry.text,
+          retry.headers.get('idempotent-replayed'),
+          served.work.runs.get(ref),
+        ]).toEqual([outcome, status, status, text.replace('REF', ref), 'true', 1]);
       },
     );
 
@@ -463,13 +556,19 @@ describe.skipIf(!available)('idem/nest', () => {
       const key = randomUUID();
       const gone = new AbortController();
       const streaming = served.work.when(`streaming ${ref}`);
-      const attempt = served.post('/v1/receipts', { ref, amount: 1 }, { 'idempotency-key': key }, gone.signal).catch((error: unknown) => error);
+      const attempt = served
+        .post('/v1/receipts', { ref, amount: 1 }, { 'idempotency-key': key }, gone.signal)
+        .catch((error: unknown) => error);
       await streaming;
       gone.abort();
       expect(await attempt).toBeInstanceOf(Error);
-      await expect.poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 }).toBe('failed');
+      await expect
+        .poll(async () => (await served.record(key))?.status, { timeout: 5_000, interval: 20 })
+        .toBe('failed');
       const record = await served.record(key);
-      expect([record?.retryable, record?.response, served.app.get(IdempotencyInterceptor).engine.activeLeases]).toEqual([true, null, 0]);
+      expect([record?.retryable, record?.response, served.app.get(IdempotencyInterceptor).engine.activeLeases]).toEqual(
+        [true, null, 0],
+      );
     });
 
     it('a second answer after the first end (an exception filter after @Res()) changes neither the answer nor its framing', async () => {
@@ -478,77 +577,114 @@ describe.skipIf(!available)('idem/nest', () => {
       const first = await served.post('/v1/raw-then-throw', { ref, amount: 1 }, { 'idempotency-key': key });
       const retry = await served.post('/v1/raw-then-throw', { ref, amount: 1 }, { 'idempotency-key': key });
       const record = await served.record(key);
-      expect([first.status, first.text, first.headers.get('content-length'), first.headers.get('content-type')]).toEqual([
+      expect([
+        first.status,
+        first.text,
+        first.headers.get('content-length'),
+        first.headers.get('content-type'),
+      ]).toEqual([201, '{"id":"raw_1"}', '14', 'application/json; charset=utf-8']);
+      expect([record?.response?.status, retry.status, retry.text, served.work.runs.get(ref)]).toEqual([
+        201,
         201,
         '{"id":"raw_1"}',
-        '14',
-        'application/json; charset=utf-8',
+        1,
       ]);
-      expect([record?.response?.status, retry.status, retry.text, served.work.runs.get(ref)]).toEqual([201, 201, '{"id":"raw_1"}', 1]);
     });
 
     it('a request the guard refuses claims nothing: 403, and no store round trip', async () => {
       const ref = newRef();
       const trips = served.store.roundTrips;
-      const answer = await served.post('/v1/charges', { ref, amount: 500 }, { 'idempotency-key': randomUUID(), authorization: 'Bearer nope' });
+      const answer = await served.post(
+        '/v1/charges',
+        { ref, amount: 500 },
+        { 'idempotency-key': randomUUID(), authorization: 'Bearer nope' },
+      );
       expect([answer.status, served.store.roundTrips - trips, served.work.runs.get(ref)]).toEqual([403, 0, undefined]);
     });
   });
 
-  it.each(['express', 'fastify'] as const)('without rawBody: true a keyed request is refused with 500, and onError says why (%s)', async (platform) => {
-    const served = await start(platform, { rawBody: false });
-    try {
-      const ref = newRef();
-      const answer = await served.post('/v1/charges', { ref, amount: 500 }, { 'idempotency-key': randomUUID() });
-      expect([answer.status, answer.problem, served.work.runs.get(ref)]).toEqual([500, 'urn:idem:problem:internal-error', undefined]);
-      expect(served.errors.map((error) => (error as Error).message)).toEqual([expect.stringContaining('{ rawBody: true }')]);
-    } finally {
-      await served.close();
-    }
-  });
+  it.each(['express', 'fastify'] as const)(
+    'without rawBody: true a keyed request is refused with 500, and onError says why (%s)',
+    async (platform) => {
+      const served = await start(platform, { rawBody: false });
+      try {
+        const ref = newRef();
+        const answer = await served.post('/v1/charges', { ref, amount: 500 }, { 'idempotency-key': randomUUID() });
+        expect([answer.status, answer.problem, served.work.runs.get(ref)]).toEqual([
+          500,
+          'urn:idem:problem:internal-error',
+          undefined,
+        ]);
+        expect(served.errors.map((error) => (error as Error).message)).toEqual([
+          expect.stringContaining('{ rawBody: true }'),
+        ]);
+      } finally {
+        await served.close();
+      }
+    },
+  );
 
   it.each([
     ['express', [SandboxCharges, LiveCharges]],
     ['express', [LiveCharges, SandboxCharges]],
     ['fastify', [SandboxCharges, LiveCharges]],
-  ] as const)('controllers that inherit one handler keep their own @Idempotent decision (%s)', async (platform, controllers) => {
-    const served = await start(platform, { controllers: [...controllers] });
-    try {
-      const key = randomUUID();
-      const live = await served.post('/live/charges', { ref: newRef(), amount: 1 }, { 'idempotency-key': key });
-      const keyless = await served.post('/live/charges', { ref: newRef(), amount: 1 });
-      const sandbox = await served.post('/sandbox/charges', { ref: newRef(), amount: 1 }, { 'idempotency-key': randomUUID() });
-      expect([live.status, live.text, keyless.status, keyless.problem, sandbox.status, sandbox.text]).toEqual([
-        201,
-        '{"protected":true}',
-        400,
-        'urn:idem:problem:idempotency-key-missing',
-        201,
-        '{"protected":null}',
-      ]);
-    } finally {
-      await served.close();
-    }
-  });
+  ] as const)(
+    'controllers that inherit one handler keep their own @Idempotent decision (%s)',
+    async (platform, controllers) => {
+      const served = await start(platform, { controllers: [...controllers] });
+      try {
+        const key = randomUUID();
+        const live = await served.post('/live/charges', { ref: newRef(), amount: 1 }, { 'idempotency-key': key });
+        const keyless = await served.post('/live/charges', { ref: newRef(), amount: 1 });
+        const sandbox = await served.post(
+          '/sandbox/charges',
+          { ref: newRef(), amount: 1 },
+          { 'idempotency-key': randomUUID() },
+        );
+        expect([live.status, live.text, keyless.status, keyless.problem, sandbox.status, sandbox.text]).toEqual([
+          201,
+          '{"protected":true}',
+          400,
+          'urn:idem:problem:idempotency-key-missing',
+          201,
+          '{"protected":null}',
+        ]);
+      } finally {
+        await served.close();
+      }
+    },
+  );
 
   it('Fastify runs its send pipeline once per request while Idem holds the reply', async () => {
     const sends = new Map<string, number>();
     const served = await start('fastify', { sends });
     try {
       const key = randomUUID();
-      const first = await served.post('/v1/charges', { ref: 'r1', amount: 500 }, { 'idempotency-key': key, 'x-ref': 'first' });
-      const retry = await served.post('/v1/charges', { ref: 'r1', amount: 500 }, { 'idempotency-key': key, 'x-ref': 'replay' });
+      const first = await served.post(
+        '/v1/charges',
+        { ref: 'r1', amount: 500 },
+        { 'idempotency-key': key, 'x-ref': 'first' },
+      );
+      const retry = await served.post(
+        '/v1/charges',
+        { ref: 'r1', amount: 500 },
+        { 'idempotency-key': key, 'x-ref': 'replay' },
+      );
       // A route answering through @Res() sends without Nest awaiting it: Fastify must still see it as sent.
       const rawKey = randomUUID();
       const raw = await served.post('/v1/raw', { ref: 'r2', amount: 1 }, { 'idempotency-key': rawKey, 'x-ref': 'raw' });
       // Its replay is written to the Node response directly (Nest sends nothing for such a route), past onSend.
-      const rawRetry = await served.post('/v1/raw', { ref: 'r2', amount: 1 }, { 'idempotency-key': rawKey, 'x-ref': 'raw-replay' });
-      expect([first.status, retry.headers.get('idempotent-replayed'), raw.status, rawRetry.headers.get('idempotent-replayed')]).toEqual([
-        201,
-        'true',
-        201,
-        'true',
-      ]);
+      const rawRetry = await served.post(
+        '/v1/raw',
+        { ref: 'r2', amount: 1 },
+        { 'idempotency-key': rawKey, 'x-ref': 'raw-replay' },
+      );
+      expect([
+        first.status,
+        retry.headers.get('idempotent-replayed'),
+        raw.status,
+        rawRetry.headers.get('idempotent-replayed'),
+      ]).toEqual([201, 'true', 201, 'true']);
       expect(Object.fromEntries(sends)).toEqual({ first: 1, replay: 1, raw: 1 });
     } finally {
       await served.close();
@@ -585,6 +721,7 @@ async function post(url: string, body: ChargeBody, headers: Record<string, strin
   const bytes = new Uint8Array(await response.arrayBuffer());
   const text = new TextDecoder().decode(bytes);
   let problem: unknown;
-  if (response.headers.get('content-type') === 'application/problem+json') problem = (JSON.parse(text) as { type: unknown }).type;
+  if (response.headers.get('content-type') === 'application/problem+json')
+    problem = (JSON.parse(text) as { type: unknown }).type;
   return { status: response.status, headers: response.headers, bytes, text, problem };
 }

@@ -18,7 +18,15 @@ import {
   type OptionalFactoryDependency,
   type Provider,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR, BaseExceptionFilter, DiscoveryModule, DiscoveryService, HttpAdapterHost, MetadataScanner, Reflector } from '@nestjs/core';
+import {
+  APP_INTERCEPTOR,
+  BaseExceptionFilter,
+  DiscoveryModule,
+  DiscoveryService,
+  HttpAdapterHost,
+  MetadataScanner,
+  Reflector,
+} from '@nestjs/core';
 import { Observable, of } from 'rxjs';
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
@@ -59,7 +67,9 @@ export type NestIdempotencyOptions<Tx = never, Req = NestRequest> = IdempotencyO
  * Per-route options of `@Idempotent()`: any option but the store and the event hook, which the app shares.
  * They are merged over the module's (a controller's over the module's, a method's over its controller's).
  */
-export type IdempotentRouteOptions<Tx = never, Req = NestRequest> = Partial<Omit<NestIdempotencyOptions<Tx, Req>, 'store' | 'onEvent'>>;
+export type IdempotentRouteOptions<Tx = never, Req = NestRequest> = Partial<
+  Omit<NestIdempotencyOptions<Tx, Req>, 'store' | 'onEvent'>
+>;
 
 /** `IdempotencyModule.forRootAsync`: the options made by a factory, with its dependencies injected. */
 export interface IdempotencyModuleAsyncOptions<Tx = never, Req = NestRequest> extends Pick<ModuleMetadata, 'imports'> {
@@ -90,12 +100,15 @@ const contexts = new WeakMap<object, HandlerContext<unknown>>();
  * @Idempotent({ required: true, fingerprintFields: { exclude: ['metadata.sentAt'] } })
  * create(@Body() body: CreateCharge) { ... }
  */
-export function Idempotent<Tx = never, Req = NestRequest>(options: IdempotentRouteOptions<Tx, Req> | false = {}): CustomDecorator<string> {
+export function Idempotent<Tx = never, Req = NestRequest>(
+  options: IdempotentRouteOptions<Tx, Req> | false = {},
+): CustomDecorator<string> {
   if (options !== false && (typeof options !== 'object' || options === null)) {
     throw configError('@Idempotent(options)', 'an options object, or false to leave the route alone', options);
   }
   for (const name of ['store', 'onEvent'] as const) {
-    if (options !== false && name in options) throw configError(name, `set on IdempotencyModule, not per route`, '@Idempotent');
+    if (options !== false && name in options)
+      throw configError(name, `set on IdempotencyModule, not per route`, '@Idempotent');
   }
   return SetMetadata(ROUTE_OPTIONS, options);
 }
@@ -117,8 +130,8 @@ export function idempotencyContext<Tx = never>(request: object): HandlerContext<
  * @example
  * create(@Body() body: CreateCharge, @IdempotencyContext() idem: HandlerContext<never>) { ... }
  */
-export const IdempotencyContext: () => ParameterDecorator = createParamDecorator((_data: unknown, context: ExecutionContext) =>
-  idempotencyContext(context.switchToHttp().getRequest<object>()),
+export const IdempotencyContext: () => ParameterDecorator = createParamDecorator(
+  (_data: unknown, context: ExecutionContext) => idempotencyContext(context.switchToHttp().getRequest<object>()),
 );
 
 /** What the interceptor holds per route: the gate, or `null` for a route left alone. */
@@ -222,7 +235,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
         if (!adapter) return void claim.fail();
         try {
           if ('error' in outcome) new BaseExceptionFilter(adapter).catch(outcome.error, context);
-          else void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() => holding.abandon());
+          else
+            void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() =>
+              holding.abandon(),
+            );
         } catch {
           holding.abandon();
         }
@@ -236,8 +252,14 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     if (!byHandler) this.#routes.set(type, (byHandler = new Map<object, RouteGate>()));
     const known = byHandler.get(handler);
     if (known !== undefined) return known;
-    const onClass = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(ROUTE_OPTIONS, type as () => unknown);
-    const onMethod = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(ROUTE_OPTIONS, handler as () => unknown);
+    const onClass = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(
+      ROUTE_OPTIONS,
+      type as () => unknown,
+    );
+    const onMethod = this.#reflector.get<IdempotentRouteOptions<unknown, NestRequest> | false | undefined>(
+      ROUTE_OPTIONS,
+      handler as () => unknown,
+    );
     let gate: RouteGate;
     if (onMethod === false || (onMethod === undefined && onClass === false)) gate = null;
     else if (onMethod === undefined && onClass === undefined) gate = this.#gate;
@@ -274,8 +296,13 @@ export class IdempotencyModule {
     return dynamicModule([{ provide: IDEMPOTENCY_OPTIONS, useValue: options }], []);
   }
 
-  static forRootAsync<Tx = never, Req = NestRequest>({ imports = [], inject = [], useFactory }: IdempotencyModuleAsyncOptions<Tx, Req>): DynamicModule {
-    if (typeof useFactory !== 'function') throw configError('useFactory', 'a function returning the options', useFactory);
+  static forRootAsync<Tx = never, Req = NestRequest>({
+    imports = [],
+    inject = [],
+    useFactory,
+  }: IdempotencyModuleAsyncOptions<Tx, Req>): DynamicModule {
+    if (typeof useFactory !== 'function')
+      throw configError('useFactory', 'a function returning the options', useFactory);
     return dynamicModule([{ provide: IDEMPOTENCY_OPTIONS, useFactory, inject }], imports);
   }
 }
@@ -313,7 +340,11 @@ type Outcome = { readonly value: unknown } | { readonly error: unknown };
  * destroyed before its end (the platform destroys it when the client goes away mid-body), the response will never
  * end, and it is abandoned (the key settles failed, retryable) rather than renewed for good.
  */
-function owned(source: Observable<unknown>, holding: Holding, orphaned: (outcome: Outcome) => void): Observable<unknown> {
+function owned(
+  source: Observable<unknown>,
+  holding: Holding,
+  orphaned: (outcome: Outcome) => void,
+): Observable<unknown> {
   return new Observable<unknown>((subscriber) => {
     let attached = true;
     let last: Outcome = { value: undefined };
@@ -347,12 +378,20 @@ function watch(file: StreamableFile, holding: Holding): void {
 }
 
 /** Records what the platform would send; the replacement (problem) when it could not be. Never rejects. */
-async function record(claim: Claim<unknown>, held: HeldResponse, replayHeaders: readonly string[]): Promise<Response | undefined> {
+async function record(
+  claim: Claim<unknown>,
+  held: HeldResponse,
+  replayHeaders: readonly string[],
+): Promise<Response | undefined> {
   if (held.kind === 'too-large') {
     const stored = await responseTooLarge(held.error);
     return (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
   }
-  const stored: StoredResponse = { status: held.status, headers: storableHeaders(held.headers, replayHeaders), body: held.body };
+  const stored: StoredResponse = {
+    status: held.status,
+    headers: storableHeaders(held.headers, replayHeaders),
+    body: held.body,
+  };
   return claim.complete(stored);
 }
 
@@ -369,7 +408,8 @@ function rawBody(request: NestRequest, limit: number): Uint8Array {
     return raw;
   }
   const length = headerValue(request.headers, 'content-length');
-  if (headerValue(request.headers, 'transfer-encoding') === null && (length === null || length === '0')) return NO_BYTES;
+  if (headerValue(request.headers, 'transfer-encoding') === null && (length === null || length === '0'))
+    return NO_BYTES;
   throw new Error(RAW_BODY_MISSING);
 }
 

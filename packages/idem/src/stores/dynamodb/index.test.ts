@@ -77,7 +77,11 @@ const RENAMED: DynamoDBAttributeNames = {
   responseHeaders: 'ResponseHeaders',
   responseBody: 'ResponseBody',
 };
-const SINGLE_TABLE = { attributes: RENAMED, sortKey: { name: 'SK', value: 'IDEMPOTENCY' }, listIndex: 'byScope' } as const;
+const SINGLE_TABLE = {
+  attributes: RENAMED,
+  sortKey: { name: 'SK', value: 'IDEMPOTENCY' },
+  listIndex: 'byScope',
+} as const;
 
 // The same contract in a single-table layout: every attribute renamed, a composite key, list through a GSI.
 describeStoreConformance({
@@ -213,9 +217,11 @@ describe('dynamodb store against dynalite', () => {
     const winner = results.find((r) => r.kind === 'claimed')?.record as IdempotencyRecord;
     for (const r of results) expect(r.record.token).toBe(winner.token);
     expect(winner.id).toBe(first.id);
-    expect(await store.complete({ pk: first.pk, token: first.token, now: T0 + LEASE, outcome: failedOutcome })).toEqual({
-      ok: false,
-    });
+    expect(await store.complete({ pk: first.pk, token: first.token, now: T0 + LEASE, outcome: failedOutcome })).toEqual(
+      {
+        ok: false,
+      },
+    );
   });
 
   it('a takeover whose item was replaced after it was read is refused, re-read, and keeps the stored id', async () => {
@@ -253,7 +259,9 @@ describe('dynamodb store against dynalite', () => {
     const { store, table } = await recordingStore();
     const req = request({ now: T0 + 1_234 });
     await store.claim(req);
-    const raw = await local.client.send(new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }));
+    const raw = await local.client.send(
+      new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }),
+    );
     expect(req.pk).toBe(`IDEMPOTENCY#acct_dynamo#${req.key}`);
     expect(raw.Item).toEqual({
       pk: { S: req.pk },
@@ -272,9 +280,16 @@ describe('dynamodb store against dynalite', () => {
     });
 
     const body = new Uint8Array([0x00, 0xff, 0x7b]);
-    const outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: { status: 201, headers: [['x-a', 'b']], body } } as const;
+    const outcome = {
+      status: 'succeeded',
+      retryable: false,
+      resultId: 'ch_1',
+      response: { status: 201, headers: [['x-a', 'b']], body },
+    } as const;
     expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2_000, outcome })).toEqual({ ok: true });
-    const done = await local.client.send(new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }));
+    const done = await local.client.send(
+      new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }),
+    );
     expect(done.Item?.status).toEqual({ S: 'succeeded' });
     expect(done.Item?.resultId).toEqual({ S: 'ch_1' });
     expect(done.Item?.responseStatus).toEqual({ N: '201' });
@@ -288,9 +303,13 @@ describe('dynamodb store against dynalite', () => {
     await store.claim(req);
     sent.length = 0;
     const expiresAt = T0 + 2 * TTL + 1_001;
-    expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 5_000, leaseMs: LEASE, expiresAt })).toEqual({ ok: true });
+    expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 5_000, leaseMs: LEASE, expiresAt })).toEqual({
+      ok: true,
+    });
     expect(kinds(sent)).toEqual(['UpdateItemCommand']);
-    const raw = await local.client.send(new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }));
+    const raw = await local.client.send(
+      new GetItemCommand({ TableName: table, Key: { pk: { S: req.pk } }, ConsistentRead: true }),
+    );
     expect([raw.Item?.leaseExpiresAt, raw.Item?.expiresAt, raw.Item?.expiresAtMs]).toEqual([
       { N: String(T0 + 5_000 + LEASE) },
       { N: String(T0 / 1000 + 122) },
@@ -303,7 +322,11 @@ describe('dynamodb store against dynalite', () => {
     const req = request();
     await store.claim(req);
     const raw = await local.client.send(
-      new GetItemCommand({ TableName: table, Key: { PK: { S: req.pk }, SK: { S: 'IDEMPOTENCY' } }, ConsistentRead: true }),
+      new GetItemCommand({
+        TableName: table,
+        Key: { PK: { S: req.pk }, SK: { S: 'IDEMPOTENCY' } },
+        ConsistentRead: true,
+      }),
     );
     expect(Object.keys(raw.Item ?? {}).sort()).toEqual(
       [
@@ -350,7 +373,11 @@ describe('dynamodb store against dynalite', () => {
     // Every attribute name at 255 bytes, the sort key's value at 1,024, the pk at DynamoDB's 2,048.
     const long = (name: string) => name.padEnd(255, '_');
     const attributes = Object.fromEntries(Object.keys(DEFAULT_ATTRIBUTE_NAMES).map((field) => [field, long(field)]));
-    const { store } = await recordingStore({ attributes, sortKey: { name: long('sortKey'), value: 'S'.repeat(1_024) }, listIndex: 'byScope' });
+    const { store } = await recordingStore({
+      attributes,
+      sortKey: { name: long('sortKey'), value: 'S'.repeat(1_024) },
+      listIndex: 'byScope',
+    });
     expect(store.maxResponseBytes).toBe(DYNAMODB_MAX_RESPONSE_BYTES);
     const key = 'k'.repeat(255);
     const scope = 's'.repeat(2_048 - 'IDEMPOTENCY#'.length - 1 - key.length);
@@ -358,8 +385,14 @@ describe('dynamodb store against dynalite', () => {
     expect(Buffer.byteLength(req.pk)).toBe(2_048);
     expect((await store.claim(req)).kind).toBe('claimed');
     // Split between body and headers; the headers carry characters JSON escapes.
-    const headers: Array<[string, string]> = Array.from({ length: 40 }, (_, i) => [`x-header-${i}`, `"${'v'.repeat(90)}\\"`]);
-    const headerBytes = headers.reduce((sum, [name, value]) => sum + Buffer.byteLength(name) + Buffer.byteLength(value), 0);
+    const headers: Array<[string, string]> = Array.from({ length: 40 }, (_, i) => [
+      `x-header-${i}`,
+      `"${'v'.repeat(90)}\\"`,
+    ]);
+    const headerBytes = headers.reduce(
+      (sum, [name, value]) => sum + Buffer.byteLength(name) + Buffer.byteLength(value),
+      0,
+    );
     const body = Uint8Array.from({ length: DYNAMODB_MAX_RESPONSE_BYTES - headerBytes }, (_, i) => (i * 31) % 256);
     const response = { status: 200, headers, body };
     const outcome = { status: 'succeeded', retryable: false, resultId: 'r'.repeat(2_048), response } as const;
@@ -390,11 +423,20 @@ describe('dynamodb store against dynalite', () => {
         return {
           PutRequest: {
             Item: {
-              pk: { S: other.pk }, scope: { S: other.scope }, key: { S: other.key }, status: { S: 'succeeded' },
-              fingerprint: { S: other.fingerprint }, id: { S: other.id }, token: { S: other.token },
-              claimedAt: { N: String(other.now) }, leaseExpiresAt: { N: String(other.now + LEASE) },
-              expiresAt: { N: String((other.now + TTL) / 1000) }, expiresAtMs: { N: String(other.now + TTL) },
-              retryable: { BOOL: false }, responseStatus: { N: '201' }, responseHeaders: { S: '[]' },
+              pk: { S: other.pk },
+              scope: { S: other.scope },
+              key: { S: other.key },
+              status: { S: 'succeeded' },
+              fingerprint: { S: other.fingerprint },
+              id: { S: other.id },
+              token: { S: other.token },
+              claimedAt: { N: String(other.now) },
+              leaseExpiresAt: { N: String(other.now + LEASE) },
+              expiresAt: { N: String((other.now + TTL) / 1000) },
+              expiresAtMs: { N: String(other.now + TTL) },
+              retryable: { BOOL: false },
+              responseStatus: { N: '201' },
+              responseHeaders: { S: '[]' },
               responseBody: { B: new Uint8Array(1_000) },
             },
           },
@@ -413,7 +455,10 @@ describe('dynamodb store against dynalite', () => {
       await store.get(mine[0]?.pk ?? ''),
     ]);
     expect(listed[1]?.status).toBe('failed');
-    expect((await store.list({ scope: 'acct_dynamo', limit: 2 })).map((r) => r.key)).toEqual([mine[2]?.key, mine[1]?.key]);
+    expect((await store.list({ scope: 'acct_dynamo', limit: 2 })).map((r) => r.key)).toEqual([
+      mine[2]?.key,
+      mine[1]?.key,
+    ]);
   });
 
   it('list through an index that projects every attribute is the Query alone', async () => {
@@ -492,7 +537,11 @@ describe('dynamodb store against dynalite', () => {
     const table = tableName();
     const clients = [0, 1, 2].map(
       () =>
-        new DynamoDBClient({ region: 'local', endpoint: local.endpoint, credentials: { accessKeyId: 'a', secretAccessKey: 'b' } }),
+        new DynamoDBClient({
+          region: 'local',
+          endpoint: local.endpoint,
+          credentials: { accessKeyId: 'a', secretAccessKey: 'b' },
+        }),
     );
     for (const client of clients) track({ close: async () => client.destroy() });
     const stores = clients.map((client) => dynamodbStore({ client, table }));
@@ -528,7 +577,14 @@ describe('dynamodb store against dynalite', () => {
       { AttributeName: 'scope', AttributeType: 'S' },
       { AttributeName: 'claimedAt', AttributeType: 'N' },
     ]);
-    expect(Table?.GlobalSecondaryIndexes?.map(({ IndexName, KeySchema, Projection, IndexStatus }) => ({ IndexName, KeySchema, Projection, IndexStatus }))).toEqual([
+    expect(
+      Table?.GlobalSecondaryIndexes?.map(({ IndexName, KeySchema, Projection, IndexStatus }) => ({
+        IndexName,
+        KeySchema,
+        Projection,
+        IndexStatus,
+      })),
+    ).toEqual([
       {
         IndexName: DEFAULT_LIST_INDEX,
         KeySchema: [
@@ -567,9 +623,9 @@ describe('dynamodb store against dynalite', () => {
     expect(() => dynamodbStore({ client, table: 'idem', listIndex: '' })).toThrow(
       'Expected `listIndex` to be a DynamoDB index name (3-255 of a-z A-Z 0-9 _ . -), got "".',
     );
-    expect(() => dynamodbStore({ client, table: 'idem', attributes: { pkk: 'PK' } as Partial<DynamoDBAttributeNames> })).toThrow(
-      'Expected `attributes.pkk` to be one of pk, scope,',
-    );
+    expect(() =>
+      dynamodbStore({ client, table: 'idem', attributes: { pkk: 'PK' } as Partial<DynamoDBAttributeNames> }),
+    ).toThrow('Expected `attributes.pkk` to be one of pk, scope,');
     expect(() => dynamodbStore({ client, table: 'idem', attributes: { status: '' } })).toThrow(
       'Expected `attributes.status` to be a non-empty string of at most 255 bytes, got "".',
     );

@@ -82,7 +82,6 @@ import type {
 } from '../contract.js';
 import { claimedRecord, decodeHeaders, encodeHeaders, isClaimable } from '../contract.js';
 
-
 /**
  * The subset of `DynamoDBClient` the store uses: `send` with these commands. Pass your own client (its region,
  * credentials, retry policy); the store never destroys it.
@@ -283,8 +282,16 @@ export function dynamodbStore({
     }
   }
   if (sortKey !== undefined) {
-    if (typeof sortKey?.name !== 'string' || sortKey.name.length === 0 || Buffer.byteLength(sortKey.name) > MAX_ATTRIBUTE_NAME_BYTES) {
-      throw configError('sortKey.name', `a non-empty string of at most ${MAX_ATTRIBUTE_NAME_BYTES} bytes`, sortKey?.name);
+    if (
+      typeof sortKey?.name !== 'string' ||
+      sortKey.name.length === 0 ||
+      Buffer.byteLength(sortKey.name) > MAX_ATTRIBUTE_NAME_BYTES
+    ) {
+      throw configError(
+        'sortKey.name',
+        `a non-empty string of at most ${MAX_ATTRIBUTE_NAME_BYTES} bytes`,
+        sortKey?.name,
+      );
     }
     if (typeof sortKey.value !== 'string' || sortKey.value.length === 0) {
       throw configError('sortKey.value', 'a non-empty string', sortKey.value);
@@ -418,13 +425,17 @@ class DynamoStore implements DynamoDBStore {
       if (refused?.token === request.token) return { kind: 'claimed', record: refused };
       seen = refused;
     }
-    throw new Error(`dynamodb claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} attempts (constant contention)`);
+    throw new Error(
+      `dynamodb claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} attempts (constant contention)`,
+    );
   }
 
   async complete({ pk, token, outcome, effects }: CompleteRequest): Promise<WriteResult> {
     this.#open();
     if (effects !== undefined) {
-      throw new Error('dynamodb store has no transaction for effects; key the work’s own write on the record id instead');
+      throw new Error(
+        'dynamodb store has no transaction for effects; key the work’s own write on the record id instead',
+      );
     }
     const values: Item = {
       ':token': str(token),
@@ -441,7 +452,11 @@ class DynamoStore implements DynamoDBStore {
     }
     if (outcome.response === null) remove.push('#responseStatus', '#responseHeaders', '#responseBody');
     else {
-      set.push('#responseStatus = :responseStatus', '#responseHeaders = :responseHeaders', '#responseBody = :responseBody');
+      set.push(
+        '#responseStatus = :responseStatus',
+        '#responseHeaders = :responseHeaders',
+        '#responseBody = :responseBody',
+      );
       values[':responseStatus'] = num(outcome.response.status);
       values[':responseHeaders'] = str(encodeHeaders(outcome.response.headers));
       values[':responseBody'] = { B: outcome.response.body };
@@ -617,7 +632,8 @@ class DynamoStore implements DynamoDBStore {
       let pending: Item[] | undefined = keys.slice(i, i + 100).map(keyOf);
       // UnprocessedKeys (throttling, or 16 MB per answer) are asked for again; each attempt is a round trip.
       for (let attempt = 0; pending && pending.length > 0; attempt++) {
-        if (attempt >= MAX_CLAIM_ATTEMPTS) throw new Error(`dynamodb list of ${this.#table}: BatchGetItem left keys unread`);
+        if (attempt >= MAX_CLAIM_ATTEMPTS)
+          throw new Error(`dynamodb list of ${this.#table}: BatchGetItem left keys unread`);
         const { Responses, UnprocessedKeys }: BatchGetItemCommandOutput = await this.#via('list')(
           new BatchGetItemCommand({ RequestItems: { [this.#table]: { Keys: pending, ConsistentRead: true } } }),
         );
@@ -685,7 +701,9 @@ class DynamoStore implements DynamoDBStore {
     }
 
     try {
-      const { TimeToLiveDescription: ttl } = await this.#via('createTable')(new DescribeTimeToLiveCommand({ TableName: this.#table }));
+      const { TimeToLiveDescription: ttl } = await this.#via('createTable')(
+        new DescribeTimeToLiveCommand({ TableName: this.#table }),
+      );
       const on = ttl?.TimeToLiveStatus === 'ENABLED' || ttl?.TimeToLiveStatus === 'ENABLING';
       if (!(on && ttl?.AttributeName === n.expiresAt)) {
         await this.#via('createTable')(

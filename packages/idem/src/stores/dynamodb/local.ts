@@ -47,7 +47,8 @@ export interface LocalDynamo {
  * await local.close()
  */
 export async function startLocalDynamo({ port = 0, tableStateMs = 0 }: LocalDynamoOptions = {}): Promise<LocalDynamo> {
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw configError('port', 'an integer from 0 to 65535', port);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535)
+    throw configError('port', 'an integer from 0 to 65535', port);
   if (!Number.isFinite(tableStateMs) || tableStateMs < 0) {
     throw configError('tableStateMs', 'a non-negative number', tableStateMs);
   }

@@ -46,11 +46,17 @@ export function memoryStore({
   maxRecordsPerScope = Math.ceil(maxRecords / 10),
   onRoundTrip,
 }: MemoryStoreOptions = {}): IdempotencyStore<undefined> {
-  if (!Number.isSafeInteger(maxRecords) || maxRecords <= 0) throw configError('maxRecords', 'a positive integer', maxRecords);
+  if (!Number.isSafeInteger(maxRecords) || maxRecords <= 0)
+    throw configError('maxRecords', 'a positive integer', maxRecords);
   if (!Number.isSafeInteger(maxRecordsPerScope) || maxRecordsPerScope <= 0 || maxRecordsPerScope > maxRecords) {
-    throw configError('maxRecordsPerScope', `a positive integer no larger than maxRecords (${maxRecords})`, maxRecordsPerScope);
+    throw configError(
+      'maxRecordsPerScope',
+      `a positive integer no larger than maxRecords (${maxRecords})`,
+      maxRecordsPerScope,
+    );
   }
-  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') throw configError('onRoundTrip', 'a function', onRoundTrip);
+  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function')
+    throw configError('onRoundTrip', 'a function', onRoundTrip);
   const records = new Map<string, IdempotencyRecord>();
   /** Each scope's pks, kept with `records`: the per-scope cap and `list` read one scope, never the whole map. */
   const perScope = new Map<string, Set<string>>();
@@ -119,17 +125,20 @@ export function memoryStore({
       records.set(request.pk, record);
       return { kind: 'claimed', record };
     }),
-    complete: traced('complete', async ({ pk, token, outcome, effects }: CompleteRequest<undefined>): Promise<WriteResult> => {
-      open();
-      const record = held(pk, token);
-      if (!record) return { ok: false };
-      if (effects) {
-        const value = effects(undefined);
-        if (value instanceof Promise) throw new Error('memory store effects must be synchronous');
-      }
-      records.set(pk, { ...record, ...outcome });
-      return { ok: true };
-    }),
+    complete: traced(
+      'complete',
+      async ({ pk, token, outcome, effects }: CompleteRequest<undefined>): Promise<WriteResult> => {
+        open();
+        const record = held(pk, token);
+        if (!record) return { ok: false };
+        if (effects) {
+          const value = effects(undefined);
+          if (value instanceof Promise) throw new Error('memory store effects must be synchronous');
+        }
+        records.set(pk, { ...record, ...outcome });
+        return { ok: true };
+      },
+    ),
     renew: traced('renew', async ({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> => {
       open();
       const record = held(pk, token);

@@ -43,7 +43,10 @@ describe.skipIf(!available)('mysql store', () => {
   });
 
   /** A fresh table per store, made by the store's own `migrate()`; `drop()` removes it. */
-  const isolated = async (on: MysqlPool<mysql.PoolConnection> = pool, options: { preparedStatements?: boolean } = {}) => {
+  const isolated = async (
+    on: MysqlPool<mysql.PoolConnection> = pool,
+    options: { preparedStatements?: boolean } = {},
+  ) => {
     const table = `idem_${hex()}`;
     const store = mysqlStore<mysql.PoolConnection>({ pool: on, table, ...options });
     await store.migrate();
@@ -169,7 +172,17 @@ describe.skipIf(!available)('mysql store', () => {
     connection.query(
       `INSERT INTO \`${table}\` (pk, scope, \`key\`, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at)
        VALUES (?, ?, ?, 'in_progress', ?, ?, ?, ?, ?, ?)`,
-      [req.pk, req.scope, req.key, req.fingerprint, req.id, req.token, req.now, req.now + req.leaseMs, req.now + req.ttlMs],
+      [
+        req.pk,
+        req.scope,
+        req.key,
+        req.fingerprint,
+        req.id,
+        req.token,
+        req.now,
+        req.now + req.leaseMs,
+        req.now + req.ttlMs,
+      ],
     );
   /**
    * Polls until a claim on `table` is executing its upsert (state `Update`) while our transaction holds the row:
@@ -238,39 +251,47 @@ describe.skipIf(!available)('mysql store', () => {
 
     it.each([
       { name: 'a dead lease', finish: null, now: T0 + LEASE },
-      { name: 'a retryable failure', finish: { status: 'failed' as const, retryable: true, resultId: null, response: null }, now: T0 + 2 },
+      {
+        name: 'a retryable failure',
+        finish: { status: 'failed' as const, retryable: true, resultId: null, response: null },
+        now: T0 + 2,
+      },
       { name: 'an expired record', finish: succeeded, now: T0 + TTL },
-    ])('a claim that waited on a concurrent takeover of $name sees the live claim, not the version it queued behind', async ({
-      finish,
-      now,
-    }) => {
-      const { table, store, drop } = await isolated();
-      const blocker = await pool.getConnection();
-      try {
-        const first = request();
-        await store.claim(first);
-        if (finish) await store.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: finish });
-        // Another process takes the record over; its transaction is still open.
-        const otherToken = randomUUID();
-        await blocker.query('START TRANSACTION');
-        await blocker.query(
-          `UPDATE \`${table}\` SET status = 'in_progress', token = ?, lease_expires_at = ?, expires_at = ? WHERE pk = ?`,
-          [otherToken, now + LEASE, now + TTL, first.pk],
-        );
-        const measure = trips(store);
-        const pending = store.claim({ ...first, token: randomUUID(), id: randomUUID(), now });
-        await blockedOn(table);
-        await blocker.query('COMMIT');
-        const result = await pending;
-        expect([result.kind, result.record.status, result.record.token]).toEqual(['existing', 'in_progress', otherToken]);
-        expect(measure()).toBe(1);
-        expect((await store.get(first.pk))?.token).toBe(otherToken);
-      } finally {
-        await blocker.query('ROLLBACK'); // a no-op after COMMIT; frees the row if the test failed half-way
-        blocker.release();
-        await drop();
-      }
-    });
+    ])(
+      'a claim that waited on a concurrent takeover of $name sees the live claim, not the version it queued behind',
+      async ({ finish, now }) => {
+        const { table, store, drop } = await isolated();
+        const blocker = await pool.getConnection();
+        try {
+          const first = request();
+          await store.claim(first);
+          if (finish) await store.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: finish });
+          // Another process takes the record over; its transaction is still open.
+          const otherToken = randomUUID();
+          await blocker.query('START TRANSACTION');
+          await blocker.query(
+            `UPDATE \`${table}\` SET status = 'in_progress', token = ?, lease_expires_at = ?, expires_at = ? WHERE pk = ?`,
+            [otherToken, now + LEASE, now + TTL, first.pk],
+          );
+          const measure = trips(store);
+          const pending = store.claim({ ...first, token: randomUUID(), id: randomUUID(), now });
+          await blockedOn(table);
+          await blocker.query('COMMIT');
+          const result = await pending;
+          expect([result.kind, result.record.status, result.record.token]).toEqual([
+            'existing',
+            'in_progress',
+            otherToken,
+          ]);
+          expect(measure()).toBe(1);
+          expect((await store.get(first.pk))?.token).toBe(otherToken);
+        } finally {
+          await blocker.query('ROLLBACK'); // a no-op after COMMIT; frees the row if the test failed half-way
+          blocker.release();
+          await drop();
+        }
+      },
+    );
 
     /**
      * The pool sends the claim's two statements as two queries, with `between` run on another connection in the
@@ -318,7 +339,10 @@ describe.skipIf(!available)('mysql store', () => {
         const holder = request();
         await store.claim(holder);
         const split = mysqlStore({
-          pool: splitting(async () => void (await store.complete({ pk: holder.pk, token: holder.token, now: T0 + 1, outcome: succeeded }))),
+          pool: splitting(
+            async () =>
+              void (await store.complete({ pk: holder.pk, token: holder.token, now: T0 + 1, outcome: succeeded })),
+          ),
           table,
         });
         const result = await split.claim({ ...holder, token: randomUUID(), now: T0 + 1 });
@@ -340,7 +364,12 @@ describe.skipIf(!available)('mysql store', () => {
       const deadlocking = {
         query: (sql: string, values?: unknown[]) => {
           if (sql.includes('ON DUPLICATE KEY UPDATE') && failures++ === 0) {
-            return Promise.reject(Object.assign(new Error('Deadlock found when trying to get lock'), { errno: 1213, code: 'ER_LOCK_DEADLOCK' }));
+            return Promise.reject(
+              Object.assign(new Error('Deadlock found when trying to get lock'), {
+                errno: 1213,
+                code: 'ER_LOCK_DEADLOCK',
+              }),
+            );
           }
           return pool.query(sql, values);
         },
@@ -362,12 +391,20 @@ describe.skipIf(!available)('mysql store', () => {
       try {
         const deadlocks: unknown[] = [];
         const stores = pools.map((p) =>
-          mysqlStore<mysql.PoolConnection>({ pool: p, table, onRoundTrip: (trip) => void (trip.error && deadlocks.push(trip.error)) }),
+          mysqlStore<mysql.PoolConnection>({
+            pool: p,
+            table,
+            onRoundTrip: (trip) => void (trip.error && deadlocks.push(trip.error)),
+          }),
         );
         const base = request();
         const results = await Promise.all(
           Array.from({ length: 200 }, (_, i) =>
-            (stores[i % 3] as MysqlStore<mysql.PoolConnection>).claim({ ...base, token: randomUUID(), id: randomUUID() }),
+            (stores[i % 3] as MysqlStore<mysql.PoolConnection>).claim({
+              ...base,
+              token: randomUUID(),
+              id: randomUUID(),
+            }),
           ),
         );
         const winners = results.filter((r) => r.kind === 'claimed');
@@ -376,7 +413,9 @@ describe.skipIf(!available)('mysql store', () => {
         expect(results.filter((r) => r.record.token === token).length).toBe(200);
         expect((await mysqlStore({ pool, table }).get(base.pk))?.token).toBe(token);
         const total = stores.reduce((sum, s) => sum + s.roundTrips, 0);
-        console.log(`mysql: 200 contended claims took ${total} round trips; ${deadlocks.length} deadlock victims ran again`);
+        console.log(
+          `mysql: 200 contended claims took ${total} round trips; ${deadlocks.length} deadlock victims ran again`,
+        );
         expect(deadlocks.every((error) => (error as { errno?: number }).errno === 1213)).toBe(true);
         expect(total).toBe(200 + deadlocks.length);
       } finally {
@@ -400,14 +439,14 @@ describe.skipIf(!available)('mysql store', () => {
         const replay = await store.claim({ ...done, ...again });
         const mismatch = await store.claim({ ...done, ...again, fingerprint: 'e'.repeat(64) });
         const busy = await store.claim({ ...live, ...again });
-        expect([replay.kind, replay.record.status, mismatch.kind, mismatch.record.token, busy.kind, busy.record.token]).toEqual([
-          'existing',
-          'succeeded',
-          'existing',
-          done.token,
-          'existing',
-          live.token,
-        ]);
+        expect([
+          replay.kind,
+          replay.record.status,
+          mismatch.kind,
+          mismatch.record.token,
+          busy.kind,
+          busy.record.token,
+        ]).toEqual(['existing', 'succeeded', 'existing', done.token, 'existing', live.token]);
         expect([await rowOf(table, done.pk), await rowOf(table, live.pk)]).toEqual(before);
       } finally {
         await drop();
@@ -440,7 +479,12 @@ describe.skipIf(!available)('mysql store', () => {
         const req = request();
         await store.claim(req);
         await expect(
-          store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: { ...succeeded, resultId: 'r'.repeat(1025) } }),
+          store.complete({
+            pk: req.pk,
+            token: req.token,
+            now: T0 + 1,
+            outcome: { ...succeeded, resultId: 'r'.repeat(1025) },
+          }),
         ).rejects.toThrow('mysql store: resultId is 1025 bytes, longer than its column (1024 bytes)');
         expect(measure()).toBe(1);
       } finally {
@@ -453,8 +497,11 @@ describe.skipIf(!available)('mysql store', () => {
     const withLedger = async () => {
       const isolatedStore = await isolated();
       const ledger = `\`${isolatedStore.table}_ledger\``;
-      await pool.query(`CREATE TABLE ${ledger} (record_id VARCHAR(64) PRIMARY KEY, amount INT NOT NULL) ENGINE = InnoDB`);
-      const charges = async () => (await pool.query<mysql.RowDataPacket[]>(`SELECT record_id, amount FROM ${ledger}`))[0];
+      await pool.query(
+        `CREATE TABLE ${ledger} (record_id VARCHAR(64) PRIMARY KEY, amount INT NOT NULL) ENGINE = InnoDB`,
+      );
+      const charges = async () =>
+        (await pool.query<mysql.RowDataPacket[]>(`SELECT record_id, amount FROM ${ledger}`))[0];
       const drop = async () => {
         await pool.query(`DROP TABLE IF EXISTS ${ledger}`);
         await isolatedStore.drop();
@@ -542,7 +589,9 @@ describe.skipIf(!available)('mysql store', () => {
         expect(await charges()).toEqual([]);
         expect((await store.get(req.pk))?.status).toBe('in_progress');
         // The connection came back clean: the same token completes now.
-        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({ ok: true });
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({
+          ok: true,
+        });
       } finally {
         await drop();
       }
@@ -579,7 +628,8 @@ describe.skipIf(!available)('mysql store', () => {
         const run = { scope, key: randomUUID(), fingerprint: 'a'.repeat(64) };
         const work = async ({ id }: { id: string }) => ({
           response: { status: 201, headers: [], body: new TextEncoder().encode(id) },
-          effects: (tx: mysql.PoolConnection) => tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES (?, 500)`, [id]),
+          effects: (tx: mysql.PoolConnection) =>
+            tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES (?, 500)`, [id]),
         });
         const first = await engine.run(run, work);
         const again = await engine.run(run, work);
@@ -595,13 +645,25 @@ describe.skipIf(!available)('mysql store', () => {
   describe('sweep and list', () => {
     const expire = async (table: string, count: number, at = T0, scope = 'old') => {
       const tag = randomUUID();
-      const rows = Array.from({ length: count }, (_, g) => [`IDEMPOTENCY#${scope}#${g}-${tag}`, scope, `${g}-${tag}`, 'succeeded', 'f', 'id', 't', at, at, at]);
+      const rows = Array.from({ length: count }, (_, g) => [
+        `IDEMPOTENCY#${scope}#${g}-${tag}`,
+        scope,
+        `${g}-${tag}`,
+        'succeeded',
+        'f',
+        'id',
+        't',
+        at,
+        at,
+        at,
+      ]);
       await pool.query(
         `INSERT INTO \`${table}\` (pk, scope, \`key\`, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at) VALUES ?`,
         [rows],
       );
     };
-    const count = async (table: string) => Number((await pool.query<mysql.RowDataPacket[]>(`SELECT count(*) AS n FROM \`${table}\``))[0][0]?.n);
+    const count = async (table: string) =>
+      Number((await pool.query<mysql.RowDataPacket[]>(`SELECT count(*) AS n FROM \`${table}\``))[0][0]?.n);
 
     it('deletes 1200 expired records in batches of 500: 3 round trips, the 5 live ones stay', async () => {
       const { table, store, drop } = await isolated();
@@ -645,15 +707,21 @@ describe.skipIf(!available)('mysql store', () => {
           const [rows] = await pool.query<mysql.RowDataPacket[]>(`EXPLAIN ${sql}`, values);
           return rows.map((r) => [String(r.key), String(r.Extra ?? '').includes('filesort')]);
         };
-        expect(await explain(`SELECT pk FROM \`${table}\` WHERE scope = ? ORDER BY claimed_at DESC, pk DESC LIMIT 10`, [Buffer.from('old')])).toEqual([
-          [`${table}_scope_claimed_at_idx`, false],
-        ]);
-        expect(await explain(`DELETE FROM \`${table}\` WHERE expires_at <= ? ORDER BY expires_at LIMIT 500`, [T0])).toEqual([
-          [`${table}_expires_at_idx`, false],
-        ]);
+        expect(
+          await explain(`SELECT pk FROM \`${table}\` WHERE scope = ? ORDER BY claimed_at DESC, pk DESC LIMIT 10`, [
+            Buffer.from('old'),
+          ]),
+        ).toEqual([[`${table}_scope_claimed_at_idx`, false]]);
+        expect(
+          await explain(`DELETE FROM \`${table}\` WHERE expires_at <= ? ORDER BY expires_at LIMIT 500`, [T0]),
+        ).toEqual([[`${table}_expires_at_idx`, false]]);
         // And the statements the store sends are those.
         const seen: string[] = [];
-        const observed = mysqlStore({ pool, table, onRoundTrip: (trip) => void seen.push((trip.request as { sql: string }).sql) });
+        const observed = mysqlStore({
+          pool,
+          table,
+          onRoundTrip: (trip) => void seen.push((trip.request as { sql: string }).sql),
+        });
         await observed.list({ scope: 'old', limit: 10 });
         await observed.sweep({ now: T0 - 1 });
         expect(seen).toEqual([
@@ -679,7 +747,11 @@ describe.skipIf(!available)('mysql store', () => {
           `SELECT DISTINCT index_name AS name FROM information_schema.STATISTICS WHERE table_schema = ? AND table_name = ? ORDER BY index_name`,
           [database, table],
         );
-        expect(rows.map((r) => String(r.name)).sort()).toEqual(['PRIMARY', `${table}_expires_at_idx`, `${table}_scope_claimed_at_idx`]);
+        expect(rows.map((r) => String(r.name)).sort()).toEqual([
+          'PRIMARY',
+          `${table}_expires_at_idx`,
+          `${table}_scope_claimed_at_idx`,
+        ]);
       } finally {
         await Promise.all(pools.map((p) => p.end()));
         await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
@@ -719,8 +791,12 @@ describe.skipIf(!available)('mysql store', () => {
         'Expected `table` to be an identifier of letters, digits and _ (not starting with a digit, at most 40 characters), got "records; DROP TABLE x".',
       );
       expect(() => mysqlStore({ pool: {} as never })).toThrow(/^Expected `pool` to be a mysql2\/promise Pool/);
-      expect(() => mysqlStore({ pool, maxResponseBytes: 0 })).toThrow('Expected `maxResponseBytes` to be a positive integer, got 0.');
-      expect(() => mysqlStore({ pool, onRoundTrip: 'log' as never })).toThrow('Expected `onRoundTrip` to be a function, got "log".');
+      expect(() => mysqlStore({ pool, maxResponseBytes: 0 })).toThrow(
+        'Expected `maxResponseBytes` to be a positive integer, got 0.',
+      );
+      expect(() => mysqlStore({ pool, onRoundTrip: 'log' as never })).toThrow(
+        'Expected `onRoundTrip` to be a function, got "log".',
+      );
       const single = mysql.createPool({ uri: url, connectionLimit: 1 });
       try {
         expect(() => mysqlStore({ pool: single })).toThrow(
@@ -729,7 +805,10 @@ describe.skipIf(!available)('mysql store', () => {
       } finally {
         await single.end();
       }
-      const noExecute = { query: pool.query.bind(pool), getConnection: pool.getConnection.bind(pool) } as unknown as MysqlPool;
+      const noExecute = {
+        query: pool.query.bind(pool),
+        getConnection: pool.getConnection.bind(pool),
+      } as unknown as MysqlPool;
       expect(() => mysqlStore({ pool: noExecute })).toThrow(/^Expected `pool` to be a pool with execute\(\)/);
       expect(mysqlStore({ pool: noExecute, preparedStatements: false }).name).toBe('mysql');
     });
@@ -786,12 +865,9 @@ describe.skipIf(!available)('mysql store', () => {
         await store.claim(req);
         const [claim] = seen;
         const [header, rows] = claim?.response as [{ affectedRows: number }, Array<Record<string, unknown>>];
-        expect([claim?.op, header.affectedRows, rows.length, Buffer.from(rows[0]?.token as Buffer).toString()]).toEqual([
-          'claim',
-          1,
-          1,
-          req.token,
-        ]);
+        expect([claim?.op, header.affectedRows, rows.length, Buffer.from(rows[0]?.token as Buffer).toString()]).toEqual(
+          ['claim', 1, 1, req.token],
+        );
         expect((claim?.request as { sql: string }).sql).toContain('ON DUPLICATE KEY UPDATE');
         await store.claim({ ...req, token: randomUUID(), now: T0 + 1 });
         await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
@@ -851,7 +927,9 @@ describe.skipIf(!available)('mysql store', () => {
         const req = request();
         expect((await store.claim(req)).kind).toBe('claimed');
         expect((await store.claim(request({ key: req.key }))).record.token).toBe(req.token);
-        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({ ok: true });
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({
+          ok: true,
+        });
         expect([calls, store.roundTrips]).toEqual([3, 3]);
       } finally {
         await drop();

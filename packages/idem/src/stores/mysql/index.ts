@@ -69,7 +69,9 @@ export interface MysqlRoundTripRequest {
   readonly values?: readonly MysqlValue[];
 }
 
-export interface MysqlStoreOptions<Connection extends MysqlPoolConnection = MysqlPoolConnection> extends RoundTripObserver {
+export interface MysqlStoreOptions<
+  Connection extends MysqlPoolConnection = MysqlPoolConnection,
+> extends RoundTripObserver {
   /** A `mysql2/promise` pool created with `multipleStatements: true`, in the database that holds the table. */
   readonly pool: MysqlPool<Connection>;
   /** The records table. Default `idempotency_records`. A plain identifier of at most 40 characters. */
@@ -191,14 +193,21 @@ export function mysqlStore<Tx extends MysqlQueryable = MysqlQueryable>({
     throw configError('pool', 'a mysql2/promise Pool (an object with query() and getConnection())');
   }
   if (multipleStatementsOff(pool)) {
-    throw configError('pool', 'a pool created with multipleStatements: true (a claim is one round trip of two statements)');
+    throw configError(
+      'pool',
+      'a pool created with multipleStatements: true (a claim is one round trip of two statements)',
+    );
   }
   checkIdentifier('table', table);
   if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
-  if (endPoolOnClose && typeof pool.end !== 'function') throw configError('pool', 'a pool with end() when endPoolOnClose is true');
+  if (endPoolOnClose && typeof pool.end !== 'function')
+    throw configError('pool', 'a pool with end() when endPoolOnClose is true');
   if (typeof preparedStatements !== 'boolean') throw configError('preparedStatements', 'a boolean', preparedStatements);
   if (preparedStatements && typeof pool.execute !== 'function') {
-    throw configError('pool', 'a pool with execute() when preparedStatements is true (or set preparedStatements: false)');
+    throw configError(
+      'pool',
+      'a pool with execute() when preparedStatements is true (or set preparedStatements: false)',
+    );
   }
   if (!Number.isSafeInteger(maxResponseBytes) || maxResponseBytes <= 0) {
     throw configError('maxResponseBytes', 'a positive integer', maxResponseBytes);
@@ -252,7 +261,13 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
    * Every query the store sends goes through here, so `roundTrips` counts each one and `onRoundTrip` sees it.
    * `prepare` sends it with `execute` when `preparedStatements` is on.
    */
-  #send(op: RoundTrip['op'], on: MysqlQueryable, sql: string, values?: MysqlValue[], prepare = false): Promise<unknown> {
+  #send(
+    op: RoundTrip['op'],
+    on: MysqlQueryable,
+    sql: string,
+    values?: MysqlValue[],
+    prepare = false,
+  ): Promise<unknown> {
     if (this.#closed) return Promise.reject(new Error('mysql store is closed'));
     this.#roundTrips++;
     const sent = (
@@ -277,7 +292,13 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   }
 
   /** A statement with named values, bound in the statement's order. */
-  #run(op: RoundTrip['op'], on: MysqlQueryable, statement: Statement, params: Record<string, MysqlValue>, prepare = false) {
+  #run(
+    op: RoundTrip['op'],
+    on: MysqlQueryable,
+    statement: Statement,
+    params: Record<string, MysqlValue>,
+    prepare = false,
+  ) {
     return this.#send(op, on, statement.sql, bind(statement, params), prepare);
   }
 
@@ -292,7 +313,11 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   async migrate(): Promise<void> {
     // CREATE TABLE IF NOT EXISTS is atomic under InnoDB's metadata lock: a second migrator finds the table made.
     await this.#send('migrate', this.#pool, mysqlSchemaSql({ table: this.#table }).trim());
-    const rows = (await this.#send('migrate', this.#pool, 'SELECT @@max_allowed_packet AS max_allowed_packet')) as Row[];
+    const rows = (await this.#send(
+      'migrate',
+      this.#pool,
+      'SELECT @@max_allowed_packet AS max_allowed_packet',
+    )) as Row[];
     const packet = Number(rows[0]?.max_allowed_packet);
     const needed = requiredPacket(this.maxResponseBytes);
     if (!(packet >= needed)) {
@@ -363,7 +388,8 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   async complete({ pk, token, outcome, effects }: CompleteRequest<Tx>): Promise<WriteResult> {
     if (outcome.resultId !== null) checkLengths({ resultId: outcome.resultId });
     const params = { pk: bin(pk), token: bin(token), ...outcomeParams(outcome) };
-    if (!effects) return { ok: affected(await this.#run('complete', this.#pool, this.#sql.complete, params, true)) === 1 };
+    if (!effects)
+      return { ok: affected(await this.#run('complete', this.#pool, this.#sql.complete, params, true)) === 1 };
     // The work's writes first, then the fenced update: if the token no longer matches, both roll back. The row
     // lock is only held from the UPDATE to the COMMIT, so claims of this key (which lock the row) are not kept
     // waiting while the effects run.
@@ -526,7 +552,9 @@ function outcomeParams({ status, retryable, resultId, response }: Outcome): Reco
     resultId: resultId === null ? null : bin(resultId),
     responseStatus: response?.status ?? null,
     responseHeaders: response ? bin(encodeHeaders(response.headers)) : null,
-    responseBody: response ? Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength) : null,
+    responseBody: response
+      ? Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength)
+      : null,
   };
 }
 
@@ -607,7 +635,11 @@ function multipleStatementsOff(pool: unknown): boolean {
 
 function checkIdentifier(name: string, value: unknown): void {
   if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
-    throw configError(name, 'an identifier of letters, digits and _ (not starting with a digit, at most 40 characters)', value);
+    throw configError(
+      name,
+      'an identifier of letters, digits and _ (not starting with a digit, at most 40 characters)',
+      value,
+    );
   }
 }
 

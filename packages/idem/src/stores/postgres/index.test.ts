@@ -96,7 +96,17 @@ describe.skipIf(!available)('postgres store', () => {
     client.query(
       `INSERT INTO ${table} (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at, expires_at)
        VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7, $8, $9)`,
-      [req.pk, req.scope, req.key, req.fingerprint, req.id, req.token, req.now, req.now + req.leaseMs, req.now + req.ttlMs],
+      [
+        req.pk,
+        req.scope,
+        req.key,
+        req.fingerprint,
+        req.id,
+        req.token,
+        req.now,
+        req.now + req.leaseMs,
+        req.now + req.ttlMs,
+      ],
     );
   /** Polls until one backend is waiting on a lock in `schema` (a claim blocked behind our open transaction). */
   const blockedOn = async (schema: string) => {
@@ -140,15 +150,19 @@ describe.skipIf(!available)('postgres store', () => {
       try {
         const first = request();
         await store.claim(first);
-        await store.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: { status: 'failed', retryable: true, resultId: null, response: null } });
+        await store.complete({
+          pk: first.pk,
+          token: first.token,
+          now: T0 + 1,
+          outcome: { status: 'failed', retryable: true, resultId: null, response: null },
+        });
         // Another process reclaims the retryable failure; its transaction is still open.
         const otherToken = randomUUID();
         await blocker.query('BEGIN');
-        await blocker.query(`UPDATE ${table} SET status = 'in_progress', token = $2, lease_expires_at = $3 WHERE pk = $1`, [
-          first.pk,
-          otherToken,
-          T0 + 2 + LEASE,
-        ]);
+        await blocker.query(
+          `UPDATE ${table} SET status = 'in_progress', token = $2, lease_expires_at = $3 WHERE pk = $1`,
+          [first.pk, otherToken, T0 + 2 + LEASE],
+        );
         const measure = trips(store);
         const pending = store.claim({ ...first, token: randomUUID(), id: randomUUID(), now: T0 + 2 });
         await blockedOn(schema);
@@ -185,7 +199,11 @@ describe.skipIf(!available)('postgres store', () => {
         await blockedOn(schema);
         await blocker.query('COMMIT');
         const result = await pending;
-        expect([result.kind, result.record.status, result.record.token]).toEqual(['existing', 'in_progress', otherToken]);
+        expect([result.kind, result.record.status, result.record.token]).toEqual([
+          'existing',
+          'in_progress',
+          otherToken,
+        ]);
         expect(measure()).toBe(2);
       } finally {
         blocker.release();
@@ -234,7 +252,9 @@ describe.skipIf(!available)('postgres store', () => {
         expect((await postgresStore({ pool, schema }).get(base.pk))?.token).toBe(token);
         const total = stores.reduce((sum, s) => sum + s.roundTrips, 0);
         const extra = total - 200;
-        console.log(`postgres: 200 contended claims took ${total} round trips; ${extra} re-ran after the READ COMMITTED gap`);
+        console.log(
+          `postgres: 200 contended claims took ${total} round trips; ${extra} re-ran after the READ COMMITTED gap`,
+        );
         expect(extra).toBeGreaterThanOrEqual(0);
         expect(extra).toBeLessThanOrEqual(199);
       } finally {
@@ -285,7 +305,10 @@ describe.skipIf(!available)('postgres store', () => {
         const live = request();
         await store.claim(live);
         // The same store, on one connection inside an open transaction, so Postgres can tell whether it wrote.
-        const onClient = { query: client.query.bind(client), connect: () => Promise.reject(new Error('not used by claim')) };
+        const onClient = {
+          query: client.query.bind(client),
+          connect: () => Promise.reject(new Error('not used by claim')),
+        };
         const inTx = postgresStore({ pool: onClient, schema });
         const xid = async () =>
           (await client.query<{ xid: string | null }>('SELECT txid_current_if_assigned()::text AS xid')).rows[0]?.xid;
@@ -302,9 +325,10 @@ describe.skipIf(!available)('postgres store', () => {
         expect(await xid()).not.toBeNull();
         await client.query('ROLLBACK');
         // A lock would have left the refusing transaction's id in xmax, even after the rollback.
-        const { rows } = await pool.query<{ xmax: string }>(`SELECT xmax::text FROM ${table} WHERE pk = ANY($1) ORDER BY pk`, [
-          [done.pk, live.pk],
-        ]);
+        const { rows } = await pool.query<{ xmax: string }>(
+          `SELECT xmax::text FROM ${table} WHERE pk = ANY($1) ORDER BY pk`,
+          [[done.pk, live.pk]],
+        );
         expect(rows).toEqual([{ xmax: '0' }, { xmax: '0' }]);
       } finally {
         client.release();
@@ -435,7 +459,9 @@ describe.skipIf(!available)('postgres store', () => {
         expect(await charges()).toEqual([]);
         expect((await store.get(req.pk))?.status).toBe('in_progress');
         // The connection came back clean: the same token completes now.
-        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({ ok: true });
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({
+          ok: true,
+        });
       } finally {
         await drop();
       }
@@ -494,7 +520,8 @@ describe.skipIf(!available)('postgres store', () => {
          FROM generate_series(1, $3) AS g`,
         [T0, randomUUID(), count],
       );
-    const count = async (table: string) => (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n;
+    const count = async (table: string) =>
+      (await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${table}`)).rows[0]?.n;
 
     it('deletes 1200 expired records in batches of 500: 3 round trips, the 5 live ones stay', async () => {
       const { table, store, drop } = await isolated();
@@ -568,7 +595,9 @@ describe.skipIf(!available)('postgres store', () => {
         .join('\n')
         .trim();
       expect(statements).toBe(postgresSchemaSql().trim());
-      expect(postgresSchemaSql({ schema: 'payments', table: 'keys' }).split('\n')[0]).toBe('CREATE SCHEMA IF NOT EXISTS "payments";');
+      expect(postgresSchemaSql({ schema: 'payments', table: 'keys' }).split('\n')[0]).toBe(
+        'CREATE SCHEMA IF NOT EXISTS "payments";',
+      );
     });
 
     it('validates options, naming the one that is wrong', () => {
@@ -583,7 +612,9 @@ describe.skipIf(!available)('postgres store', () => {
       const { schema, drop } = await isolated();
       const one = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
       const prepared = async () =>
-        (await one.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).rows.map((r) => r.name);
+        (await one.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name')).rows.map(
+          (r) => r.name,
+        );
       try {
         const plain = postgresStore({ pool: one, schema, preparedStatements: false });
         const req = request();
@@ -634,7 +665,9 @@ describe.skipIf(!available)('postgres store', () => {
         const store = postgresStore({ pool: textOnly, schema, preparedStatements: false });
         const req = request();
         expect((await store.claim(req)).kind).toBe('claimed');
-        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({ ok: true });
+        expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({
+          ok: true,
+        });
         expect((await store.get(req.pk))?.status).toBe('succeeded');
         expect(() => postgresStore({ pool, preparedStatements: 'yes' as never })).toThrow(
           'Expected `preparedStatements` to be a boolean, got "yes".',
@@ -848,7 +881,11 @@ describe.skipIf(!available)('postgres store', () => {
     it('a statement that fails is reported with its error', async () => {
       const own = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
       const trips: RoundTrip[] = [];
-      const store = postgresStore({ pool: own, schema: 'idem_never_created', onRoundTrip: (trip) => void trips.push(trip) });
+      const store = postgresStore({
+        pool: own,
+        schema: 'idem_never_created',
+        onRoundTrip: (trip) => void trips.push(trip),
+      });
       try {
         const failure = await store.get('IDEMPOTENCY#x#y').then(
           () => undefined,
@@ -883,7 +920,13 @@ describe.skipIf(!available)('postgres store', () => {
         const lost = await store.claim(request({ key: req.key, token: randomUUID() }));
         expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
         const effects = (tx: pg.PoolClient) => tx.query(`INSERT INTO ${ledger} VALUES ($1)`, [won.record.id]);
-        const completed = await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded, effects });
+        const completed = await store.complete({
+          pk: req.pk,
+          token: req.token,
+          now: T0 + 1,
+          outcome: succeeded,
+          effects,
+        });
         expect(completed).toEqual({ ok: true });
         expect((await store.get(req.pk))?.status).toBe('succeeded');
         expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
@@ -914,7 +957,9 @@ describe.skipIf(!available)('postgres store', () => {
         const text = (trip.request as { text: string }).text;
         const what = text.startsWith('WITH cur') ? 'claim' : text.startsWith('WITH done') ? 'complete' : text;
         if (trip.error !== undefined) return `${what}: ${(trip.error as { code?: string }).code}`;
-        return what === 'claim' || what === 'complete' ? `${what}: ${(trip.response as { rowCount: number }).rowCount}` : what;
+        return what === 'claim' || what === 'complete'
+          ? `${what}: ${(trip.response as { rowCount: number }).rowCount}`
+          : what;
       };
       const ledgerOf = async (schema: string) => {
         const ledger = `"${schema}".ledger`;
@@ -938,7 +983,8 @@ describe.skipIf(!available)('postgres store', () => {
           });
           expect(result).toEqual({ kind: 'committed', record: await store.get(req.pk) });
           expect(seen.slice(0, 4).map(shape)).toEqual(['BEGIN', 'claim: 1', 'complete: 1', 'COMMIT']);
-          const xmin = async (from: string) => (await pool.query<{ x: string }>(`SELECT xmin::text AS x FROM ${from}`)).rows;
+          const xmin = async (from: string) =>
+            (await pool.query<{ x: string }>(`SELECT xmin::text AS x FROM ${from}`)).rows;
           const [recordXmin, ledgerXmin] = [await xmin(table), await xmin(ledger)];
           expect(recordXmin.length).toBe(1);
           expect(ledgerXmin).toEqual(recordXmin);
@@ -962,8 +1008,11 @@ describe.skipIf(!available)('postgres store', () => {
         try {
           const ledger = await ledgerOf(schema);
           const req = request();
-          const write = (tx: pg.PoolClient, id: string) => tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [id]);
-          expect(await store.runLocal({ ...req, work: async (tx, record) => (await write(tx, record.id), null) })).toEqual({
+          const write = (tx: pg.PoolClient, id: string) =>
+            tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [id]);
+          expect(
+            await store.runLocal({ ...req, work: async (tx, record) => (await write(tx, record.id), null) }),
+          ).toEqual({
             kind: 'rolled-back',
           });
           const boom = new Error('boom');
@@ -1021,7 +1070,11 @@ describe.skipIf(!available)('postgres store', () => {
             const ledger = await ledgerOf(schema);
             const winner = postgresStore<pg.PoolClient>({ pool: own, schema });
             const loserTrips: RoundTrip[] = [];
-            const loser = postgresStore<pg.PoolClient>({ pool: own, schema, onRoundTrip: (trip) => void loserTrips.push(trip) });
+            const loser = postgresStore<pg.PoolClient>({
+              pool: own,
+              schema,
+              onRoundTrip: (trip) => void loserTrips.push(trip),
+            });
             const req = request();
             let started!: () => void;
             const winnerHolds = new Promise<void>((resolve) => (started = resolve));
@@ -1030,7 +1083,8 @@ describe.skipIf(!available)('postgres store', () => {
             const first$ = winner.runLocal({
               ...req,
               work: async (tx, record) => {
-                level = (await tx.query<{ transaction_isolation: string }>('SHOW transaction_isolation')).rows[0]?.transaction_isolation;
+                level = (await tx.query<{ transaction_isolation: string }>('SHOW transaction_isolation')).rows[0]
+                  ?.transaction_isolation;
                 started();
                 await blockedOn(schema); // the loser's INSERT waits on our uncommitted row
                 await tx.query(`INSERT INTO ${ledger} (record_id, amount) VALUES ($1, 500)`, [record.id]);
@@ -1038,7 +1092,12 @@ describe.skipIf(!available)('postgres store', () => {
               },
             });
             await winnerHolds;
-            const second = await loser.runLocal({ ...req, token: randomUUID(), id: randomUUID(), work: () => (loserRuns++, succeeded) });
+            const second = await loser.runLocal({
+              ...req,
+              token: randomUUID(),
+              id: randomUUID(),
+              work: () => (loserRuns++, succeeded),
+            });
             const won = await first$;
             expect([level, won.kind, second.kind, loserRuns]).toEqual([isolation, 'committed', 'existing', 0]);
             expect(second.kind === 'existing' && second.record.token).toBe(req.token);

@@ -68,7 +68,9 @@ export interface PostgresRoundTripRequest {
   readonly values?: readonly unknown[];
 }
 
-export interface PostgresStoreOptions<Client extends PostgresPoolClient = PostgresPoolClient> extends RoundTripObserver {
+export interface PostgresStoreOptions<
+  Client extends PostgresPoolClient = PostgresPoolClient,
+> extends RoundTripObserver {
   readonly pool: PostgresPool<Client>;
   /** Schema of the records table. Default `public`. A plain identifier (letters, digits, `_`), quoted as given. */
   readonly schema?: string;
@@ -212,7 +214,8 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
   checkIdentifier('schema', schema);
   checkIdentifier('table', table);
   if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
-  if (endPoolOnClose && typeof pool.end !== 'function') throw configError('pool', 'a pool with end() when endPoolOnClose is true');
+  if (endPoolOnClose && typeof pool.end !== 'function')
+    throw configError('pool', 'a pool with end() when endPoolOnClose is true');
   if (typeof preparedStatements !== 'boolean') throw configError('preparedStatements', 'a boolean', preparedStatements);
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
@@ -320,7 +323,9 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
       await this.#query('migrate', client, 'SELECT pg_advisory_xact_lock(hashtext($1))', [lock]);
       // Checked first: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the database even when the
       // schema exists, and many application roles lack it.
-      const found = await this.#query('migrate', client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [this.#schema]);
+      const found = await this.#query('migrate', client, 'SELECT 1 FROM pg_namespace WHERE nspname = $1', [
+        this.#schema,
+      ]);
       if (found.rows.length === 0) await this.#query('migrate', client, createSchema);
       for (const statement of rest) await this.#query('migrate', client, statement);
       return true;
@@ -377,7 +382,8 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
 
   /** `claimBarrier` only: polls until another backend waits on this transaction's uncommitted row (bounded). */
   async #heldUntilWaitedOn(client: PostgresQueryable): Promise<void> {
-    const waiting = 'SELECT count(*)::int AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))';
+    const waiting =
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE pg_backend_pid() = ANY (pg_blocking_pids(pid))';
     for (let poll = 0; poll < 200; poll++) {
       const { rows } = await this.#query('claim', client, waiting);
       if (((rows[0] as { n?: number } | undefined)?.n ?? 0) > 0) return;
@@ -484,7 +490,8 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
       } finally {
         client.release(broken);
       }
-      if (attempt >= MAX_CLAIM_ATTEMPTS) throw new Error(`postgres runLocal of ${String(retry)} after ${MAX_CLAIM_ATTEMPTS} transactions`);
+      if (attempt >= MAX_CLAIM_ATTEMPTS)
+        throw new Error(`postgres runLocal of ${String(retry)} after ${MAX_CLAIM_ATTEMPTS} transactions`);
     }
   }
 
@@ -557,7 +564,10 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   /**
    * BEGIN, `body`, then COMMIT when it returns true, ROLLBACK when it returns false or throws (rethrown).
    */
-  async #transaction(op: RoundTrip['op'], body: (client: Tx & PostgresPoolClient) => Promise<boolean>): Promise<boolean> {
+  async #transaction(
+    op: RoundTrip['op'],
+    body: (client: Tx & PostgresPoolClient) => Promise<boolean>,
+  ): Promise<boolean> {
     if (this.#closed) throw new Error('postgres store is closed');
     const client = await this.#pool.connect();
     // Set when BEGIN/COMMIT/ROLLBACK itself fails: the connection's state is unknown, so the pool discards it.
@@ -693,7 +703,11 @@ function toBytes(value: unknown): Uint8Array {
 
 function checkIdentifier(name: string, value: unknown): void {
   if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
-    throw configError(name, 'an identifier of letters, digits and _ (not starting with a digit, at most 48 characters)', value);
+    throw configError(
+      name,
+      'an identifier of letters, digits and _ (not starting with a digit, at most 48 characters)',
+      value,
+    );
   }
 }
 

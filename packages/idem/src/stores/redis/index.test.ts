@@ -65,7 +65,8 @@ const recordKey = (store: RedisStore, pk: string): string => {
   return `${store.prefix}{${pk.slice(0, end)}}${pk.slice(end)}`;
 };
 /** The sorted set indexing a scope's records: `<prefix>{IDEMPOTENCY#<scope>}:claims`. */
-const indexKey = (store: RedisStore, scopeName: string): string => `${store.prefix}{${recordPk(scopeName, '').slice(0, -1)}}:claims`;
+const indexKey = (store: RedisStore, scopeName: string): string =>
+  `${store.prefix}{${recordPk(scopeName, '').slice(0, -1)}}:claims`;
 
 /** CRC16-XMODEM, the checksum Redis Cluster uses for hash slots. */
 function crc16(bytes: Uint8Array): number {
@@ -140,7 +141,12 @@ describe.skipIf(!available)('redis store', () => {
     } = {},
   ): Promise<RedisStore> {
     const connection = await driver.connect();
-    const store = redisStore({ client: wrap(connection.client), prefix, ...(onRoundTrip ? { onRoundTrip } : {}), ...replicas });
+    const store = redisStore({
+      client: wrap(connection.client),
+      prefix,
+      ...(onRoundTrip ? { onRoundTrip } : {}),
+      ...replicas,
+    });
     if (load) await store.load();
     return Object.create(store, {
       close: {
@@ -210,7 +216,9 @@ describe.skipIf(!available)('redis store', () => {
           expect(pttl).toBeLessThanOrEqual(TTL);
           // A renewal past the claim's expiry: the key must live until the new expiresAt, not die at the old one.
           const expiresAt = T0 + 1 + 2 * TTL;
-          expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt })).toEqual({ ok: true });
+          expect(await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt })).toEqual({
+            ok: true,
+          });
           const renewed = await admin.pttl(key);
           expect(renewed).toBeGreaterThan(TTL);
           expect(renewed).toBeLessThanOrEqual(2 * TTL);
@@ -234,7 +242,12 @@ describe.skipIf(!available)('redis store', () => {
           await store.claim(req);
           const body = Uint8Array.from({ length: 256 }, (_, i) => i);
           const headers: Array<[string, string]> = [['content-type', 'application/octet-stream']];
-          const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_bin', response: { status: 200, headers, body } };
+          const outcome: Outcome = {
+            status: 'succeeded',
+            retryable: false,
+            resultId: 'ch_bin',
+            response: { status: 200, headers, body },
+          };
           expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome })).toEqual({ ok: true });
           const expected = Array.from({ length: 256 }, (_, i) => i);
           const record = await store.get(req.pk);
@@ -256,8 +269,14 @@ describe.skipIf(!available)('redis store', () => {
         const note = (numKeys: number, keysAndArgs: string[]) => calls.push(keysAndArgs.slice(0, numKeys));
         const store = await isolated(driver, {
           wrap: (client) => ({
-            evalsha: (sha, numKeys, ...keysAndArgs) => (note(numKeys, keysAndArgs), client.evalsha(sha, numKeys, ...keysAndArgs)),
-            eval: (source, numKeys, ...keysAndArgs) => (note(numKeys, keysAndArgs), client.eval(source, numKeys, ...keysAndArgs)),
+            evalsha: (sha, numKeys, ...keysAndArgs) => (
+              note(numKeys, keysAndArgs),
+              client.evalsha(sha, numKeys, ...keysAndArgs)
+            ),
+            eval: (source, numKeys, ...keysAndArgs) => (
+              note(numKeys, keysAndArgs),
+              client.eval(source, numKeys, ...keysAndArgs)
+            ),
             script: (load, source) => client.script(load, source),
             scan: (...args) => client.scan(...args),
           }),
@@ -270,7 +289,12 @@ describe.skipIf(!available)('redis store', () => {
           await store.claim(a);
           await store.claim({ ...a, token: randomUUID() });
           await store.renew({ pk: a.pk, token: a.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
-          await store.complete({ pk: a.pk, token: a.token, now: T0 + 2, outcome: { status: 'failed', retryable: true, resultId: null, response: null } });
+          await store.complete({
+            pk: a.pk,
+            token: a.token,
+            now: T0 + 2,
+            outcome: { status: 'failed', retryable: true, resultId: null, response: null },
+          });
           await store.get(a.pk);
           await store.claim(b);
           await store.list({ scope, limit: 10 });
@@ -305,16 +329,26 @@ describe.skipIf(!available)('redis store', () => {
         ];
         /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
         const claimedFields = (req: ClaimRequest) => [
-          'scope', req.scope,
-          'key', req.key,
-          'status', 'in_progress',
-          'fingerprint', req.fingerprint,
-          'id', req.id,
-          'token', req.token,
-          'claimedAt', String(req.now),
-          'leaseExpiresAt', String(req.now + req.leaseMs),
-          'expiresAt', String(req.now + req.ttlMs),
-          'retryable', '0',
+          'scope',
+          req.scope,
+          'key',
+          req.key,
+          'status',
+          'in_progress',
+          'fingerprint',
+          req.fingerprint,
+          'id',
+          req.id,
+          'token',
+          req.token,
+          'claimedAt',
+          String(req.now),
+          'leaseExpiresAt',
+          String(req.now + req.leaseMs),
+          'expiresAt',
+          String(req.now + req.ttlMs),
+          'retryable',
+          '0',
         ];
 
         it('load() reports one SCRIPT LOAD per script, answered with its SHA', async () => {
@@ -323,11 +357,17 @@ describe.skipIf(!available)('redis store', () => {
           try {
             await store.load();
             const byScript = [...trips].sort((a, b) =>
-              String((a.request as { script: string }).script).localeCompare(String((b.request as { script: string }).script)),
+              String((a.request as { script: string }).script).localeCompare(
+                String((b.request as { script: string }).script),
+              ),
             );
             expect(byScript).toEqual(
               Object.values(SCRIPTS)
-                .map(({ name, sha }) => ({ op: 'load', request: { command: 'SCRIPT LOAD', script: name }, response: sha }))
+                .map(({ name, sha }) => ({
+                  op: 'load',
+                  request: { command: 'SCRIPT LOAD', script: name },
+                  response: sha,
+                }))
                 .sort((a, b) => a.request.script.localeCompare(b.request.script)),
             );
             expect(trips.length).toBe(store.roundTrips);
@@ -346,7 +386,12 @@ describe.skipIf(!available)('redis store', () => {
             expect(trips).toEqual([
               {
                 op: 'claim',
-                request: { command: 'EVALSHA', script: 'claim', keys: [recordKey(store, req.pk), indexKey(store, scope)], args: claimArgs(store, req) },
+                request: {
+                  command: 'EVALSHA',
+                  script: 'claim',
+                  keys: [recordKey(store, req.pk), indexKey(store, scope)],
+                  args: claimArgs(store, req),
+                },
                 response: [1, claimedFields(req)],
               },
             ]);
@@ -393,17 +438,30 @@ describe.skipIf(!available)('redis store', () => {
             await store.claim(req);
             await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome });
             await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome }); // its own resend: 1
-            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: { ...outcome, status: 'failed' } });
+            await store.complete({
+              pk: req.pk,
+              token: req.token,
+              now: T0 + 2,
+              outcome: { ...outcome, status: 'failed' },
+            });
             await store.get(req.pk);
             await store.list({ scope, limit: 10 });
             expect(trips.length).toBe(store.roundTrips - before);
             const args = [req.token, 'succeeded', '0', '1', 'ch_1', '0', '', '', ''];
             const completion = { command: 'EVALSHA', script: 'complete', keys: [key], args };
-            const fields = [...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)), 'resultId', 'ch_1'];
+            const fields = [
+              ...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)),
+              'resultId',
+              'ch_1',
+            ];
             expect(trips.slice(1)).toEqual([
               { op: 'complete', request: completion, response: 1 },
               { op: 'complete', request: completion, response: 1 },
-              { op: 'complete', request: { ...completion, args: [req.token, 'failed', ...args.slice(2)] }, response: 0 },
+              {
+                op: 'complete',
+                request: { ...completion, args: [req.token, 'failed', ...args.slice(2)] },
+                response: 0,
+              },
               { op: 'get', request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] }, response: fields },
               {
                 op: 'list',
@@ -459,15 +517,51 @@ describe.skipIf(!available)('redis store', () => {
               `redis claim of ${recordKey(store, req.pk)}: written on the primary, not acknowledged: WAIT reached 0 of 1 replicas in 20 ms`,
             );
             const base = `${store.prefix}{IDEMPOTENCY#${scope}}#`;
-            const args = [String(T0), req.fingerprint, req.token, req.id, String(T0 + LEASE), String(T0 + TTL), String(TTL), scope, req.key, base, req.key];
+            const args = [
+              String(T0),
+              req.fingerprint,
+              req.token,
+              req.id,
+              String(T0 + LEASE),
+              String(T0 + TTL),
+              String(TTL),
+              scope,
+              req.key,
+              base,
+              req.key,
+            ];
             const fields = [
-              'scope', scope, 'key', req.key, 'status', 'in_progress', 'fingerprint', req.fingerprint, 'id', req.id, 'token', req.token,
-              'claimedAt', String(T0), 'leaseExpiresAt', String(T0 + LEASE), 'expiresAt', String(T0 + TTL), 'retryable', '0',
+              'scope',
+              scope,
+              'key',
+              req.key,
+              'status',
+              'in_progress',
+              'fingerprint',
+              req.fingerprint,
+              'id',
+              req.id,
+              'token',
+              req.token,
+              'claimedAt',
+              String(T0),
+              'leaseExpiresAt',
+              String(T0 + LEASE),
+              'expiresAt',
+              String(T0 + TTL),
+              'retryable',
+              '0',
             ];
             expect(trips).toEqual([
               {
                 op: 'claim',
-                request: { command: 'EVALSHA', script: 'claim', keys: [recordKey(store, req.pk), indexKey(store, scope)], args, wait: [1, 20] },
+                request: {
+                  command: 'EVALSHA',
+                  script: 'claim',
+                  keys: [recordKey(store, req.pk), indexKey(store, scope)],
+                  args,
+                  wait: [1, 20],
+                },
                 response: [[1, fields], 0],
               },
             ]);
@@ -489,18 +583,24 @@ describe.skipIf(!available)('redis store', () => {
             const stale = randomUUID();
             const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
             expect(await store.complete({ pk: req.pk, token: stale, now: T0 + 1, outcome })).toEqual({ ok: false });
-            expect(await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL })).toEqual({ ok: false });
+            expect(
+              await store.renew({ pk: req.pk, token: stale, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL }),
+            ).toEqual({ ok: false });
             expect(await store.release({ pk: req.pk, token: stale })).toEqual({ ok: false });
             const unacknowledged = (op: string, pk: string) =>
               `redis ${op} of ${recordKey(store, pk)}: written on the primary, not acknowledged: WAIT reached 0 of 1 replicas in 20 ms`;
-            await expect(store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL })).rejects.toThrow(
-              unacknowledged('renew', req.pk),
+            await expect(
+              store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL }),
+            ).rejects.toThrow(unacknowledged('renew', req.pk));
+            await expect(store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome })).rejects.toThrow(
+              unacknowledged('complete', req.pk),
             );
-            await expect(store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome })).rejects.toThrow(unacknowledged('complete', req.pk));
             expect((await plain.get(req.pk))?.status).toBe('succeeded');
             const held = claimRequest();
             await plain.claim(held);
-            await expect(store.release({ pk: held.pk, token: held.token })).rejects.toThrow(unacknowledged('release', held.pk));
+            await expect(store.release({ pk: held.pk, token: held.token })).rejects.toThrow(
+              unacknowledged('release', held.pk),
+            );
             expect(await plain.get(held.pk)).toBeNull();
           } finally {
             await store.close();
@@ -518,7 +618,10 @@ describe.skipIf(!available)('redis store', () => {
               return { response: { status: 201, headers: [], body: new Uint8Array() } };
             });
             const error = (await run.catch((thrown: unknown) => thrown)) as { code?: string; cause?: Error };
-            expect([error.code, error.cause?.message.endsWith('WAIT reached 0 of 1 replicas in 20 ms')]).toEqual(['STORE_UNAVAILABLE', true]);
+            expect([error.code, error.cause?.message.endsWith('WAIT reached 0 of 1 replicas in 20 ms')]).toEqual([
+              'STORE_UNAVAILABLE',
+              true,
+            ]);
             expect(ran).toBe(0);
             expect(engine.activeLeases).toBe(0);
           } finally {
@@ -537,7 +640,10 @@ describe.skipIf(!available)('redis store', () => {
             pipeline: () => {
               const inner = (client.pipeline as () => RedisPipeline).call(client);
               const outer: RedisPipeline = {
-                evalsha: (_sha, numKeys, ...keysAndArgs) => (inner.evalsha('0'.repeat(40), numKeys, ...keysAndArgs), outer),
+                evalsha: (_sha, numKeys, ...keysAndArgs) => (
+                  inner.evalsha('0'.repeat(40), numKeys, ...keysAndArgs),
+                  outer
+                ),
                 eval: (source, numKeys, ...keysAndArgs) => (inner.eval(source, numKeys, ...keysAndArgs), outer),
                 wait: (replicas, timeout) => (inner.wait(replicas, timeout), outer),
                 exec: () => inner.exec(),
@@ -545,7 +651,11 @@ describe.skipIf(!available)('redis store', () => {
               return outer;
             },
           });
-          const store = await isolated(driver, { replicas: wait, wrap: unknownSha, onRoundTrip: (trip) => void trips.push(trip) });
+          const store = await isolated(driver, {
+            replicas: wait,
+            wrap: unknownSha,
+            onRoundTrip: (trip) => void trips.push(trip),
+          });
           const plain = await isolated(driver, { prefix: store.prefix, onRoundTrip: (trip) => void trips.push(trip) });
           try {
             trips.length = 0;
@@ -560,7 +670,10 @@ describe.skipIf(!available)('redis store', () => {
               ['EVALSHA', 'NOSCRIPT', undefined],
               ['EVAL', null, 0],
             ]);
-            expect(trips.map((trip) => (trip.request as { wait?: unknown }).wait)).toEqual([[1, 20], [1, 20]]);
+            expect(trips.map((trip) => (trip.request as { wait?: unknown }).wait)).toEqual([
+              [1, 20],
+              [1, 20],
+            ]);
             trips.length = 0;
             expect((await plain.claim(claimRequest())).kind).toBe('claimed');
             expect(trips.map((trip) => 'wait' in (trip.request as object))).toEqual([false]);
@@ -595,7 +708,9 @@ describe.skipIf(!available)('redis store', () => {
       prune: ['ARGV[1] .. member', 'KEYS[1]'],
     };
     for (const { name, source } of Object.values(SCRIPTS)) {
-      const aliases = new Map([...source.matchAll(/local (\w+) = (KEYS\[\d+\]|ARGV\[\d+\])\n/g)].map((m) => [m[1], m[2]] as const));
+      const aliases = new Map(
+        [...source.matchAll(/local (\w+) = (KEYS\[\d+\]|ARGV\[\d+\])\n/g)].map((m) => [m[1], m[2]] as const),
+      );
       const kept = /^keepIndex\((\w+|KEYS\[\d+\]),/m.exec(source)?.[1];
       if (kept !== undefined) aliases.set('index', aliases.get(kept) ?? kept);
       const targets = [...source.matchAll(/redis\.call\('\w+', ([^,)]+)/g)].map((m) =>
@@ -763,7 +878,13 @@ describe.skipIf(!available)('redis store', () => {
       // A claim files its key and removes the two oldest members whose records are gone.
       const live = claimRequest({ now: T0 + 10 });
       await store.claim(live);
-      expect(await admin.zrange(index, '0', '-1')).toEqual([brief[2]?.key, brief[3]?.key, brief[4]?.key, live.key, anchor.key]);
+      expect(await admin.zrange(index, '0', '-1')).toEqual([
+        brief[2]?.key,
+        brief[3]?.key,
+        brief[4]?.key,
+        live.key,
+        anchor.key,
+      ]);
       // Sweep removes the rest (and deletes no live record).
       expect(await store.sweep({ now: T0 + 10 })).toBe(0);
       expect(await admin.zrange(index, '0', '-1')).toEqual([live.key, anchor.key]);
@@ -826,7 +947,9 @@ describe.skipIf(!available)('redis store', () => {
       const req = claimRequest();
       await store.claim(req);
       const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: null, response: null };
-      await expect(store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome, effects: () => 1 })).rejects.toMatchObject({
+      await expect(
+        store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome, effects: () => 1 }),
+      ).rejects.toMatchObject({
         code: 'CONFIG_INVALID',
       });
       expect((await store.get(req.pk))?.status).toBe('in_progress');
@@ -855,9 +978,15 @@ describe.skipIf(!available)('redis store', () => {
     expect(() => redisStore({ client: {} as RedisClient })).toThrow(
       'Expected `client` to be a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client)).',
     );
-    expect(() => redisStore({ client: admin, prefix: 'a{b' })).toThrow('Expected `prefix` to be a string without `{` or `}`, got "a{b".');
-    expect(() => redisStore({ client: admin, scanCount: 0 })).toThrow('Expected `scanCount` to be a positive integer, got 0.');
-    expect(() => redisStore({ client: admin, replicas: 1.5 })).toThrow('Expected `replicas` to be a non-negative integer, got 1.5.');
+    expect(() => redisStore({ client: admin, prefix: 'a{b' })).toThrow(
+      'Expected `prefix` to be a string without `{` or `}`, got "a{b".',
+    );
+    expect(() => redisStore({ client: admin, scanCount: 0 })).toThrow(
+      'Expected `scanCount` to be a positive integer, got 0.',
+    );
+    expect(() => redisStore({ client: admin, replicas: 1.5 })).toThrow(
+      'Expected `replicas` to be a non-negative integer, got 1.5.',
+    );
     expect(() => redisStore({ client: admin, replicas: 1, replicaTimeoutMs: 0 })).toThrow(
       'Expected `replicaTimeoutMs` to be a positive integer (WAIT 0 would wait forever), got 0.',
     );

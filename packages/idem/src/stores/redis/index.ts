@@ -157,7 +157,8 @@ export function fromNodeRedis<Node>(client: NodeRedisClient | NodeRedisCluster<N
     evalsha: (sha, numKeys, ...keysAndArgs) => client.evalSha(sha, split(numKeys, keysAndArgs)),
     eval: (source, numKeys, ...keysAndArgs) => client.eval(source, split(numKeys, keysAndArgs)),
     script: (_load, source) => {
-      if ('nodeClient' in client) return Promise.reject(new Error('fromNodeRedis: a cluster loads scripts through nodes()'));
+      if ('nodeClient' in client)
+        return Promise.reject(new Error('fromNodeRedis: a cluster loads scripts through nodes()'));
       return client.scriptLoad(source);
     },
     scan: async (cursor, _match, pattern, _count, count) => {
@@ -196,7 +197,9 @@ function nodeRedisPipeline(
         // node-redis's MultiErrorReply: every reply, errors included, and which ones are errors.
         const { replies, errorIndexes } = error as { replies?: unknown[]; errorIndexes?: number[] };
         if (!Array.isArray(replies) || !Array.isArray(errorIndexes)) throw error;
-        return replies.map((reply, i): [Error | null, unknown] => (errorIndexes.includes(i) ? [reply as Error, null] : [null, reply]));
+        return replies.map((reply, i): [Error | null, unknown] =>
+          errorIndexes.includes(i) ? [reply as Error, null] : [null, reply],
+        );
       }
     },
   };
@@ -220,7 +223,10 @@ export type RedisRoundTripRequest =
       readonly args: readonly string[];
       readonly wait?: readonly [replicas: number, timeoutMs: number];
     }
-  | { readonly command: 'SCAN'; readonly args: readonly [cursor: string, 'MATCH', pattern: string, 'COUNT', count: number] }
+  | {
+      readonly command: 'SCAN';
+      readonly args: readonly [cursor: string, 'MATCH', pattern: string, 'COUNT', count: number];
+    }
   | { readonly command: 'SCRIPT LOAD'; readonly script: RedisScript['name'] };
 
 export interface RedisStoreOptions extends RoundTripObserver {
@@ -289,9 +295,13 @@ export function redisStore({
     throw configError('replicaTimeoutMs', 'a positive integer (WAIT 0 would wait forever)', replicaTimeoutMs);
   }
   if (replicas > 0 && typeof client.pipeline !== 'function') {
-    throw configError('client', 'a client with pipeline() when `replicas` is set (an ioredis client, or fromNodeRedis(client) of one with multi())');
+    throw configError(
+      'client',
+      'a client with pipeline() when `replicas` is set (an ioredis client, or fromNodeRedis(client) of one with multi())',
+    );
   }
-  if (client.nodes !== undefined && typeof client.nodes !== 'function') throw configError('client', 'a client whose nodes is a function');
+  if (client.nodes !== undefined && typeof client.nodes !== 'function')
+    throw configError('client', 'a client whose nodes is a function');
   if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
     throw configError('onRoundTrip', 'a function', onRoundTrip);
   }
@@ -330,7 +340,12 @@ export function redisStore({
   const keys = (pk: string) => redisKeys(prefix, pk);
 
   /** One script call for `op`: one `EVALSHA`, plus one `EVAL` if the server answers `NOSCRIPT`. */
-  async function run(op: RoundTrip['op'], script: RedisScript, names: readonly string[], ...args: string[]): Promise<unknown> {
+  async function run(
+    op: RoundTrip['op'],
+    script: RedisScript,
+    names: readonly string[],
+    ...args: string[]
+  ): Promise<unknown> {
     const request = (command: 'EVALSHA' | 'EVAL') => () => ({ command, script: script.name, keys: [...names], args });
     try {
       return await send(op, request('EVALSHA'), () => client.evalsha(script.sha, names.length, ...names, ...args));
@@ -364,7 +379,8 @@ export function redisStore({
           if (command === 'EVALSHA') pipeline.evalsha(script.sha, names.length, ...names, ...args);
           else pipeline.eval(script.source, names.length, ...names, ...args);
           const replies = await pipeline.wait(replicas, replicaTimeoutMs).exec();
-          if (!Array.isArray(replies) || replies.length !== 2) throw new Error(`redis ${op}: the pipeline with WAIT returned ${String(replies)}`);
+          if (!Array.isArray(replies) || replies.length !== 2)
+            throw new Error(`redis ${op}: the pipeline with WAIT returned ${String(replies)}`);
           const [[error, reply] = [null, undefined], [waitError, reached] = [null, undefined]] = replies;
           if (error) throw error;
           return [reply, waitError ?? reached];
@@ -391,14 +407,22 @@ export function redisStore({
     }
     const [reply, reached] = result;
     if (wrote(reply) && !(typeof reached === 'number' && reached >= replicas)) {
-      const got = reached instanceof Error ? `WAIT failed (${reached.message})` : `WAIT reached ${String(reached)} of ${replicas} replicas in ${replicaTimeoutMs} ms`;
+      const got =
+        reached instanceof Error
+          ? `WAIT failed (${reached.message})`
+          : `WAIT reached ${String(reached)} of ${replicas} replicas in ${replicaTimeoutMs} ms`;
       throw new Error(`redis ${op} of ${names[0]}: written on the primary, not acknowledged: ${got}`);
     }
     return reply;
   }
 
   /** Pages of keys matching `pattern` on `node`, one `SCAN` round trip per page. */
-  async function* scan(node: RedisNodeClient, op: RoundTrip['op'], pattern: string, count: number): AsyncGenerator<string[]> {
+  async function* scan(
+    node: RedisNodeClient,
+    op: RoundTrip['op'],
+    pattern: string,
+    count: number,
+  ): AsyncGenerator<string[]> {
     const seen = new Set<string>();
     let cursor = '0';
     do {
@@ -421,7 +445,8 @@ export function redisStore({
     if (!client.nodes) return [client];
     const found = await client.nodes(role);
     // An ioredis Cluster knows its nodes once it is ready: before, `nodes()` is empty and would load or sweep nothing.
-    if (found.length === 0) throw new Error('redis store: the Cluster client knows no nodes yet (await its connect() first)');
+    if (found.length === 0)
+      throw new Error('redis store: the Cluster client knows no nodes yet (await its connect() first)');
     return found;
   };
 
@@ -442,7 +467,8 @@ export function redisStore({
               () => ({ command: 'SCRIPT LOAD', script: name }),
               () => node.script('LOAD', source),
             );
-            if (loaded !== sha) throw new Error(`redis SCRIPT LOAD of ${name} returned ${String(loaded)}, expected ${sha}`);
+            if (loaded !== sha)
+              throw new Error(`redis SCRIPT LOAD of ${name} returned ${String(loaded)}, expected ${sha}`);
           }),
         ),
       );
@@ -484,7 +510,10 @@ export function redisStore({
 
     async complete({ pk, token, outcome, effects }: CompleteRequest): Promise<WriteResult> {
       if (effects !== undefined) {
-        throw configError('effects', 'absent: Redis cannot commit them with the record; key the work’s writes on the record id');
+        throw configError(
+          'effects',
+          'absent: Redis cannot commit them with the record; key the work’s writes on the record id',
+        );
       }
       const { status, retryable, resultId, response } = outcome;
       return written(
@@ -501,7 +530,9 @@ export function redisStore({
           response === null ? '0' : '1',
           response === null ? '' : String(response.status),
           response === null ? '' : encodeHeaders(response.headers),
-          response === null ? '' : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
+          response === null
+            ? ''
+            : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
         ),
       );
     },
@@ -509,7 +540,18 @@ export function redisStore({
     async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
       const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
       const { record, index } = keys(pk);
-      return written(await write('renew', SCRIPTS.renew, [record, index], wroteOne, token, String(now + leaseMs), String(expiresAt), ttlMs));
+      return written(
+        await write(
+          'renew',
+          SCRIPTS.renew,
+          [record, index],
+          wroteOne,
+          token,
+          String(now + leaseMs),
+          String(expiresAt),
+          ttlMs,
+        ),
+      );
     },
 
     async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
@@ -529,18 +571,20 @@ export function redisStore({
           const found = page.map((key) => parseKey(prefix, key)).filter((keys) => keys !== undefined);
           const records = found.filter((keys) => keys.kind === 'record');
           // Each call deletes at most one record, so a chunk no larger than what is left never overshoots `limit`.
-          for (let i = 0; i < records.length && deleted < limit; ) {
+          for (let i = 0; i < records.length && deleted < limit;) {
             const chunk = records.slice(i, i + Math.min(records.length, limit - deleted));
             i += chunk.length;
             const replies = await Promise.all(
-              chunk.map(({ record, index, member }) => run('sweep', SCRIPTS.sweep, [record, index], String(now), member)),
+              chunk.map(({ record, index, member }) =>
+                run('sweep', SCRIPTS.sweep, [record, index], String(now), member),
+              ),
             );
             deleted += replies.filter((reply) => reply === 1).length;
           }
           if (deleted >= limit) break primaries;
           // Members whose records expired natively, which no claim or list has pruned yet.
           for (const { index, base } of found.filter((keys) => keys.kind === 'index')) {
-            for (let start = 0, checked = batchSize; checked === batchSize; ) {
+            for (let start = 0, checked = batchSize; checked === batchSize;) {
               const reply = await run('sweep', SCRIPTS.prune, [index], base, String(start), String(batchSize));
               [start, , checked] = reply as [number, number, number];
             }
@@ -554,8 +598,16 @@ export function redisStore({
       if (!(limit > 0)) return [];
       const { index, base } = redisKeys(prefix, recordPk(scope, ''));
       for (;;) {
-        const reply = await run('list', SCRIPTS.list, [index], base, String(Math.floor(limit)), String(LIST_PRUNE_BUDGET));
-        if (!Array.isArray(reply) || !Array.isArray(reply[1])) throw new Error(`redis list script returned an unexpected reply for ${scope}`);
+        const reply = await run(
+          'list',
+          SCRIPTS.list,
+          [index],
+          base,
+          String(Math.floor(limit)),
+          String(LIST_PRUNE_BUDGET),
+        );
+        if (!Array.isArray(reply) || !Array.isArray(reply[1]))
+          throw new Error(`redis list script returned an unexpected reply for ${scope}`);
         // 1: it stopped after pruning its budget of expired members; the next call picks up where it left off.
         if (reply[0] === 1) continue;
         return (reply[1] as unknown[]).map((fields) => {
@@ -582,7 +634,8 @@ const LIST_PRUNE_BUDGET = 1_000;
  */
 function redisKeys(prefix: string, pk: string): { record: string; index: string; base: string; member: string } {
   const end = pk.indexOf('#', PK_PREFIX.length);
-  if (!pk.startsWith(PK_PREFIX) || end === -1) throw new Error(`redis store: ${pk} is not a record pk (IDEMPOTENCY#<scope>#<key>)`);
+  if (!pk.startsWith(PK_PREFIX) || end === -1)
+    throw new Error(`redis store: ${pk} is not a record pk (IDEMPOTENCY#<scope>#<key>)`);
   const tag = `${prefix}{${pk.slice(0, end)}}`;
   const member = pk.slice(end + 1);
   return { record: `${tag}#${member}`, index: `${tag}:claims`, base: `${tag}#`, member };

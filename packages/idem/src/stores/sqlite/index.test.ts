@@ -58,8 +58,11 @@ const succeeded: Outcome = {
 /** A store with a `ledger` table beside the records, as the demo has. */
 async function storeWithLedger() {
   const store = await freshStore();
-  store.database.exec('CREATE TABLE ledger (charge_id TEXT PRIMARY KEY, record_id TEXT NOT NULL UNIQUE, amount INTEGER NOT NULL)');
-  const ledger = () => store.database.prepare('SELECT charge_id, record_id, amount FROM ledger ORDER BY charge_id').all();
+  store.database.exec(
+    'CREATE TABLE ledger (charge_id TEXT PRIMARY KEY, record_id TEXT NOT NULL UNIQUE, amount INTEGER NOT NULL)',
+  );
+  const ledger = () =>
+    store.database.prepare('SELECT charge_id, record_id, amount FROM ledger ORDER BY charge_id').all();
   return { store, ledger };
 }
 
@@ -67,7 +70,10 @@ describe('sqlite store: options and schema', () => {
   it('validates its options at once, naming the option', () => {
     const database = new Database(':memory:');
     expect(() => sqliteStore({ database: undefined as unknown as Database.Database })).toThrow(
-      expect.objectContaining({ code: 'CONFIG_INVALID', message: 'Expected `database` to be an open better-sqlite3 Database.' }),
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: 'Expected `database` to be an open better-sqlite3 Database.',
+      }),
     );
     expect(() => sqliteStore({ database, table: 'idem records; --' })).toThrow(
       expect.objectContaining({
@@ -76,9 +82,14 @@ describe('sqlite store: options and schema', () => {
           'Expected `table` to be an SQL identifier (letters, digits and _, not starting with a digit or sqlite_), got "idem records; --".',
       }),
     );
-    expect(() => sqliteStore({ database, table: 'sqlite_records' })).toThrow(expect.objectContaining({ code: 'CONFIG_INVALID' }));
+    expect(() => sqliteStore({ database, table: 'sqlite_records' })).toThrow(
+      expect.objectContaining({ code: 'CONFIG_INVALID' }),
+    );
     expect(() => sqliteStore({ database, busyTimeoutMs: -1 })).toThrow(
-      expect.objectContaining({ code: 'CONFIG_INVALID', message: 'Expected `busyTimeoutMs` to be a non-negative integer, got -1.' }),
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: 'Expected `busyTimeoutMs` to be a non-negative integer, got -1.',
+      }),
     );
     database.close();
   });
@@ -95,7 +106,9 @@ describe('sqlite store: options and schema', () => {
 
   it('migrate() is idempotent and creates exactly the DDL of schema.sql', async () => {
     const master = (database: Database.Database) =>
-      database.prepare("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name").all();
+      database
+        .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
+        .all();
     const store = await freshStore();
     await store.migrate();
     const fromFile = new Database(freshFile());
@@ -111,11 +124,16 @@ describe('sqlite store: options and schema', () => {
   });
 
   it('uses the table it is given, and sqliteSchema() names its indexes after it', async () => {
-    expect(sqliteSchema('payments_idem')).toContain('CREATE INDEX IF NOT EXISTS "payments_idem_expires_at" ON "payments_idem"');
+    expect(sqliteSchema('payments_idem')).toContain(
+      'CREATE INDEX IF NOT EXISTS "payments_idem_expires_at" ON "payments_idem"',
+    );
     const store = await freshStore({ table: 'payments_idem' });
     const req = claimRequest();
     await store.claim(req);
-    const tables = store.database.prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").pluck().all();
+    const tables = store.database
+      .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+      .pluck()
+      .all();
     expect(tables).toEqual(['payments_idem']);
     expect(store.database.prepare('SELECT token FROM payments_idem').pluck().all()).toEqual([req.token]);
     await store.close();
@@ -125,7 +143,12 @@ describe('sqlite store: options and schema', () => {
     const store = await freshStore();
     const req = claimRequest();
     await store.claim(req);
-    await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: { ...succeeded, status: 'failed', retryable: true } });
+    await store.complete({
+      pk: req.pk,
+      token: req.token,
+      now: T0 + 1,
+      outcome: { ...succeeded, status: 'failed', retryable: true },
+    });
     const row = store.database
       .prepare(
         `SELECT typeof(claimed_at) AS t_claimed, claimed_at, lease_expires_at, expires_at, retryable,
@@ -249,7 +272,9 @@ describe('sqlite store: effects commit with the completion, in one transaction',
     expect(ledger()).toEqual([]);
     expect(await store.get(req.pk)).toEqual(before);
     // The holder can still complete afterwards: nothing was left half-written.
-    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({ ok: true });
+    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({
+      ok: true,
+    });
     await store.close();
   });
 
@@ -414,7 +439,9 @@ describe('sqlite store: two processes racing on one database file', () => {
     for (const output of outputs) {
       expect({ code: output.code, stderr: output.stderr }).toEqual({ code: 0, stderr: '' });
     }
-    const reports = outputs.map((output) => JSON.parse(output.lines.at(-1) ?? '{}') as { pid: number; results: ChildResult[] });
+    const reports = outputs.map(
+      (output) => JSON.parse(output.lines.at(-1) ?? '{}') as { pid: number; results: ChildResult[] },
+    );
     for (const report of reports) expect(report.results.length).toBe(N * keys.length);
     const all = reports.flatMap((report) => report.results);
     for (const key of keys) {
@@ -511,7 +538,11 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     expect(trips.map((trip) => trip.op)).toEqual(['open', 'open', 'migrate']);
     expect(trips.slice(0, 2)).toEqual([
       { op: 'open', request: { statements: [{ sql: 'PRAGMA busy_timeout = 5000' }] }, response: [[{ timeout: 5000 }]] },
-      { op: 'open', request: { statements: [{ sql: 'PRAGMA journal_mode = WAL' }] }, response: [[{ journal_mode: 'wal' }]] },
+      {
+        op: 'open',
+        request: { statements: [{ sql: 'PRAGMA journal_mode = WAL' }] },
+        response: [[{ journal_mode: 'wal' }]],
+      },
     ]);
     expect(trips[2]).toEqual({ op: 'migrate', request: { statements: [{ sql: sqliteSchema() }] }, response: [null] });
     expect(trips.length).toBe(store.roundTrips);
@@ -529,7 +560,12 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     expect(trips).toEqual([
       {
         op: 'claim',
-        request: { statements: [{ sql: select, params: { pk: req.pk } }, { sql: upsert?.sql, params: claimParams(req) }] },
+        request: {
+          statements: [
+            { sql: select, params: { pk: req.pk } },
+            { sql: upsert?.sql, params: claimParams(req) },
+          ],
+        },
         response: [[], [claimedRow(req)]],
       },
     ]);
@@ -547,7 +583,11 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
     expect((await store.claim(loser)).kind).toBe('existing');
     expect(trips).toEqual([
-      { op: 'claim', request: { statements: [{ sql: select, params: { pk: winner.pk } }] }, response: [[claimedRow(winner)]] },
+      {
+        op: 'claim',
+        request: { statements: [{ sql: select, params: { pk: winner.pk } }] },
+        response: [[claimedRow(winner)]],
+      },
     ]);
     await store.close();
   });
@@ -589,7 +629,9 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     const late = claimRequest({ key: rival.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
     const result = await store.claim(late);
     expect([result.kind, result.record.token, store.roundTrips - 2]).toEqual(['existing', rival.token, 1]);
-    expect(trips.map((trip) => statementsOf(trip).map((statement) => statement.sql.split(' ')[0]))).toEqual([['SELECT', 'INSERT', 'SELECT']]);
+    expect(trips.map((trip) => statementsOf(trip).map((statement) => statement.sql.split(' ')[0]))).toEqual([
+      ['SELECT', 'INSERT', 'SELECT'],
+    ]);
     expect(trips[0]?.response).toEqual([[], [], [claimedRow(rival)]]);
     await store.close();
     await other.close();
@@ -634,7 +676,16 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     await store.sweep({ now: T0 + TTL });
     expect(store.roundTrips - before).toBe(8);
     expect(trips.length).toBe(8);
-    expect(trips.map((trip) => trip.op)).toEqual(['claim', 'renew', 'complete', 'complete', 'get', 'list', 'release', 'sweep']);
+    expect(trips.map((trip) => trip.op)).toEqual([
+      'claim',
+      'renew',
+      'complete',
+      'complete',
+      'get',
+      'list',
+      'release',
+      'sweep',
+    ]);
     // The claim's trip is two statements (the read, then the upsert); every other operation is one.
     expect(trips.map((trip) => (trip.response as unknown[]).length)).toEqual([2, 1, 1, 1, 1, 1, 1, 1]);
     expect(trips[1]?.response).toEqual([{ changes: 1 }]);
@@ -660,7 +711,9 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     const effects = () => {
       throw boom;
     };
-    await expect(store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded, effects })).rejects.toBe(boom);
+    await expect(
+      store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded, effects }),
+    ).rejects.toBe(boom);
     const [update] = statementsOf(trips[0]);
     expect(trips).toEqual([
       {
@@ -702,7 +755,9 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     expect([won.kind, won.record.token]).toEqual(['claimed', req.token]);
     const lost = await store.claim(claimRequest({ key: req.key, token: randomUUID() }));
     expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
-    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({ ok: true });
+    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({
+      ok: true,
+    });
     expect((await store.get(req.pk))?.status).toBe('succeeded');
     expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
     const boom = new Error('effects failed');
@@ -721,7 +776,10 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
   it('refuses an onRoundTrip that is not a function', () => {
     const database = new Database(':memory:');
     expect(() => sqliteStore({ database, onRoundTrip: 'log' as never })).toThrow(
-      expect.objectContaining({ code: 'CONFIG_INVALID', message: 'Expected `onRoundTrip` to be a function, got "log".' }),
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: 'Expected `onRoundTrip` to be a function, got "log".',
+      }),
     );
     database.close();
   });
@@ -730,7 +788,9 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
 describe('sqlite store: runLocal, the claim, the work and the completion in one transaction', () => {
   const committed: Outcome = succeeded;
   const insertLedger = (db: SqliteDatabase, recordId: string): void =>
-    void db.prepare('INSERT INTO ledger (charge_id, record_id, amount) VALUES (?, ?, ?)').run(`ch_${recordId}`, recordId, 500);
+    void db
+      .prepare('INSERT INTO ledger (charge_id, record_id, amount) VALUES (?, ?, ?)')
+      .run(`ch_${recordId}`, recordId, 500);
 
   it('a new key: one round trip; the claim, the ledger row and the outcome commit together', async () => {
     const { store, ledger } = await storeWithLedger();
@@ -759,7 +819,9 @@ describe('sqlite store: runLocal, the claim, the work and the completion in one 
   it('work that returns null or throws rolls back its rows and the claim: no record, no ledger row', async () => {
     const { store, ledger } = await storeWithLedger();
     const req = claimRequest();
-    expect(await store.runLocal({ ...req, work: (db, record) => (insertLedger(db, record.id), null) })).toEqual({ kind: 'rolled-back' });
+    expect(await store.runLocal({ ...req, work: (db, record) => (insertLedger(db, record.id), null) })).toEqual({
+      kind: 'rolled-back',
+    });
     const boom = new Error('boom');
     await expect(
       store.runLocal({
@@ -781,10 +843,16 @@ describe('sqlite store: runLocal, the claim, the work and the completion in one 
     let runs = 0;
     const work = (db: SqliteDatabase, record: { id: string }) => (runs++, insertLedger(db, record.id), committed);
     const refused = await store.runLocal({ ...claimRequest({ key: held.key, now: T0 + LEASE - 1 }), work });
-    expect([refused.kind, refused.kind === 'existing' && refused.record.token, runs]).toEqual(['existing', held.token, 0]);
+    expect([refused.kind, refused.kind === 'existing' && refused.record.token, runs]).toEqual([
+      'existing',
+      held.token,
+      0,
+    ]);
     const taken = await store.runLocal({ ...claimRequest({ key: held.key, now: T0 + LEASE }), work });
     expect([taken.kind, taken.kind === 'committed' && taken.record.id, runs]).toEqual(['committed', held.id, 1]);
-    expect(await store.complete({ pk: held.pk, token: held.token, now: T0 + LEASE, outcome: committed })).toEqual({ ok: false });
+    expect(await store.complete({ pk: held.pk, token: held.token, now: T0 + LEASE, outcome: committed })).toEqual({
+      ok: false,
+    });
     expect(ledger()).toEqual([{ charge_id: `ch_${held.id}`, record_id: held.id, amount: 500 }]);
     await store.close();
   });
@@ -809,7 +877,10 @@ describe('sqlite store: runLocal from 4 processes on one new key', () => {
     const key = randomUUID();
     const N = 4;
     const children = Array.from({ length: N }, () => {
-      const proc = spawn(process.execPath, ['--import', 'tsx', child, file, key], { cwd: root, stdio: ['pipe', 'pipe', 'pipe'] });
+      const proc = spawn(process.execPath, ['--import', 'tsx', child, file, key], {
+        cwd: root,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
       const lines = createInterface({ input: proc.stdout });
       const waiting = new Map<string, () => void>();
       const seen: string[] = [];
@@ -819,7 +890,8 @@ describe('sqlite store: runLocal from 4 processes on one new key', () => {
       });
       let stderr = '';
       proc.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-      const hear = (line: string) => (seen.includes(line) ? Promise.resolve() : new Promise<void>((resolve) => waiting.set(line, resolve)));
+      const hear = (line: string) =>
+        seen.includes(line) ? Promise.resolve() : new Promise<void>((resolve) => waiting.set(line, resolve));
       const done = new Promise<{ code: number | null; stderr: string; last: string }>((resolve) =>
         proc.on('close', (code) => resolve({ code, stderr, last: seen.at(-1) ?? '' })),
       );
@@ -834,7 +906,10 @@ describe('sqlite store: runLocal from 4 processes on one new key', () => {
     first.tell('release');
     const outputs = await Promise.all(children.map((c) => c.done));
     for (const output of outputs) expect({ code: output.code, stderr: output.stderr }).toEqual({ code: 0, stderr: '' });
-    const [winner, ...losers] = outputs.map((output) => JSON.parse(output.last) as ChildReport) as [ChildReport, ...ChildReport[]];
+    const [winner, ...losers] = outputs.map((output) => JSON.parse(output.last) as ChildReport) as [
+      ChildReport,
+      ...ChildReport[],
+    ];
     // The winner: its read found nothing; in the transaction, its upsert returned its row and the UPDATE changed it.
     expect([winner.replayed, winner.status, winner.trips]).toEqual([false, 201, [[0], [1, { changes: 1 }]]]);
     for (const loser of losers) {

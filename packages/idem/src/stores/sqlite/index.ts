@@ -228,14 +228,34 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   };
   /** The statement's first row (a single-row upsert's `RETURNING`, a lookup by pk); reported as a row list. */
   const one = (sql: string, params: Record<string, unknown>): Row | undefined =>
-    execute(sql, params, () => statement(sql).get(params) as Row | undefined, (row) => (row === undefined ? [] : [row]));
+    execute(
+      sql,
+      params,
+      () => statement(sql).get(params) as Row | undefined,
+      (row) => (row === undefined ? [] : [row]),
+    );
   const all = (sql: string, params: Record<string, unknown>): Row[] =>
-    execute(sql, params, () => statement(sql).all(params) as Row[], (rows) => rows);
+    execute(
+      sql,
+      params,
+      () => statement(sql).all(params) as Row[],
+      (rows) => rows,
+    );
   const run = (sql: string, params: Record<string, unknown>): number =>
-    execute(sql, params, () => statement(sql).run(params).changes, (changes) => ({ changes }));
+    execute(
+      sql,
+      params,
+      () => statement(sql).run(params).changes,
+      (changes) => ({ changes }),
+    );
 
   const pragma = (source: string): unknown =>
-    execute(`PRAGMA ${source}`, undefined, () => database.pragma(source), (rows) => rows);
+    execute(
+      `PRAGMA ${source}`,
+      undefined,
+      () => database.pragma(source),
+      (rows) => rows,
+    );
 
   trip('open', () => pragma(`busy_timeout = ${busyTimeoutMs}`));
   trip('open', () => pragma('journal_mode = WAL'));
@@ -367,7 +387,9 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
   const refusal = (request: ClaimRequest): { kind: 'existing'; record: IdempotencyRecord } | undefined => {
     const row = one(sql.get, { pk: request.pk });
     const seen = row === undefined ? null : toRecord(row);
-    return seen && !isClaimable(seen, request.fingerprint, request.now) ? { kind: 'existing', record: seen } : undefined;
+    return seen && !isClaimable(seen, request.fingerprint, request.now)
+      ? { kind: 'existing', record: seen }
+      : undefined;
   };
 
   return {
@@ -379,7 +401,14 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     },
     async migrate(): Promise<void> {
       const ddl = sqliteSchema(table);
-      trip('migrate', () => execute(ddl, undefined, () => database.exec(ddl), () => null));
+      trip('migrate', () =>
+        execute(
+          ddl,
+          undefined,
+          () => database.exec(ddl),
+          () => null,
+        ),
+      );
     },
     // A refusal (a replay, a mismatch, a live lease) is answered from a plain read, without the write lock: a row
     // that refuses the claim stops refusing only by expiring or lapsing (judged at `now`) or by its owner's fenced
@@ -416,7 +445,8 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     // Batched so no single statement holds the write lock for long, with a turn of the event loop between
     // batches so traffic in this process is served meanwhile. Each batch is one round trip.
     async sweep({ now, batchSize = 1_000, limit = Infinity }: SweepRequest): Promise<number> {
-      if (!Number.isSafeInteger(batchSize) || batchSize <= 0) throw configError('batchSize', 'a positive integer', batchSize);
+      if (!Number.isSafeInteger(batchSize) || batchSize <= 0)
+        throw configError('batchSize', 'a positive integer', batchSize);
       if (!(Number.isSafeInteger(limit) || limit === Infinity) || limit < 0) {
         throw configError('limit', 'a non-negative integer', limit);
       }
@@ -488,7 +518,11 @@ function toRecord(row: Row): IdempotencyRecord {
 
 function checkTable(table: unknown): asserts table is string {
   if (typeof table !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(table) || /^sqlite_/i.test(table)) {
-    throw configError('table', 'an SQL identifier (letters, digits and _, not starting with a digit or sqlite_)', table);
+    throw configError(
+      'table',
+      'an SQL identifier (letters, digits and _, not starting with a digit or sqlite_)',
+      table,
+    );
   }
 }
 
