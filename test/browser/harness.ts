@@ -182,9 +182,7 @@ export async function seriousViolations(page: Page): Promise<AxeViolation[]> {
     const axe = (
       window as unknown as {
         axe: {
-          run(
-            context: Document,
-          ): Promise<{
+          run(context: Document): Promise<{
             violations: Array<{ id: string; impact: string | null; help: string; nodes: Array<{ target: unknown[] }> }>;
           }>;
         };

@@ -257,12 +257,10 @@ function openLedgerDb(path: string): Database.Database {
  */
 async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
   const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-  const nodes = seeds
-    ?.split(',')
-    .map((seed) => ({
-      host: seed.slice(0, seed.lastIndexOf(':')),
-      port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
-    }));
+  const nodes = seeds?.split(',').map((seed) => ({
+    host: seed.slice(0, seed.lastIndexOf(':')),
+    port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
+  }));
   if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
     throw new ConfigError(`IDEM_STORE=redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
   }

@@ -149,12 +149,10 @@ export async function openStore(
   if (/^(rediss?|redis-cluster):\/\//.test(raw)) {
     // redis-cluster://host:port[,host:port…]: the seed nodes of a Redis Cluster (as the demo reads them).
     const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-    const nodes = seeds
-      ?.split(',')
-      .map((seed) => ({
-        host: seed.slice(0, seed.lastIndexOf(':')),
-        port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
-      }));
+    const nodes = seeds?.split(',').map((seed) => ({
+      host: seed.slice(0, seed.lastIndexOf(':')),
+      port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
+    }));
     if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
       throw new StoreUrlError(`redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
     }
