@@ -111,7 +111,15 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     expect((await charge(production.url, { 'idem-lab-delay-ms': '60000' })).status).toBe(201);
     const key = randomUUID();
     const held = charge(lab.url, { 'idem-lab-delay-ms': '1200', 'idempotency-key': key });
-    await new Promise((r) => setTimeout(r, 300));
+    // Until the record shows the first attempt holding the key (polled, bounded), not a fixed wait.
+    for (let i = 0; ; i++) {
+      const list = (await (await fetch(`${lab.url}/v1/idempotency_records`, { headers: ALICE })).json()) as {
+        data: Array<{ key: string; status: string }>;
+      };
+      if (list.data.some((r) => r.key === key && r.status === 'in_progress')) break;
+      if (i > 400) throw new Error(`the record for ${key} was never in_progress`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
     expect((await charge(lab.url, { 'idempotency-key': key })).status).toBe(409);
     expect((await held).status).toBe(201);
   });

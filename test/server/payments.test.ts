@@ -8,6 +8,18 @@ import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
 
 const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
 
+/** Polls (bounded) until Alice's record for `key` is `in_progress`: the request has claimed and is working. */
+async function held(url: string, key: string): Promise<void> {
+  for (let i = 0; i < 400; i++) {
+    const list = (await (await api(url).get('/v1/idempotency_records')).json()) as {
+      data: Array<{ key: string; status: string }>;
+    };
+    if (list.data.some((r) => r.key === key && r.status === 'in_progress')) return;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error(`the record for ${key} was never in_progress`);
+}
+
 describe('payments API over TCP (SQLite)', () => {
   const dir = tempDir();
   let server: DemoProcess;
@@ -230,7 +242,7 @@ describe('payments API process lifecycle', () => {
     const doomed = api(first.url)
       .charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '30000' })
       .catch((error: unknown) => error);
-    await new Promise((r) => setTimeout(r, 500));
+    await held(first.url, key);
     expect(await first.stop('SIGKILL')).toBe('SIGKILL');
     expect(await doomed).toEqual(new TypeError('fetch failed'));
 
@@ -262,8 +274,9 @@ describe('payments API process lifecycle', () => {
   it('SIGTERM drains the in-flight request before exiting 0', async () => {
     const dir = tempDir();
     const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db` });
-    const pending = api(server.url).charge($500, { 'idempotency-key': randomUUID(), 'idem-lab-delay-ms': '800' });
-    await new Promise((r) => setTimeout(r, 200));
+    const key = randomUUID();
+    const pending = api(server.url).charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '800' });
+    await held(server.url, key);
     const exited = server.stop('SIGTERM');
     const answer = await pending;
     expect(answer.status).toBe(201);

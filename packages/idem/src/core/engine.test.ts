@@ -259,10 +259,18 @@ describe('engine.run', () => {
   it('can wait for the in-flight outcome and replay it instead of answering 409', async () => {
     const store = memoryStore();
     const first = createEngine({ store, ttlMs: DAY });
-    const waiting = createEngine({ store, ttlMs: DAY, waitForOutcomeMs: 5_000 });
+    // The slow work ends once the waiting engine has polled the store for its outcome (its first `get`).
+    let polled = () => {};
+    const waitingPolled = new Promise<void>((resolve) => (polled = resolve));
+    const waiting = createEngine({
+      store,
+      ttlMs: DAY,
+      waitForOutcomeMs: 5_000,
+      onEvent: (e) => e.type === 'store_op' && e.op === 'get' && polled(),
+    });
     const request = { scope: 's', key: 'k', fingerprint: 'f' };
     const slow = first.run(request, async () => {
-      await new Promise((r) => setTimeout(r, 120));
+      await waitingPolled;
       return answer(201, '{"slow":true}');
     });
     await tick();

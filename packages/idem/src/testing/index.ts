@@ -354,8 +354,13 @@ export function describeStoreConformance<Tx>({
 
       const slow = { ...run, key: randomUUID() };
       let release = () => {};
-      const first = engine.run(slow, () => new Promise((resolve) => (release = () => resolve(ok))));
-      await new Promise((r) => setTimeout(r, 50));
+      let started = () => {};
+      const running = new Promise<void>((resolve) => (started = resolve));
+      const first = engine.run(slow, () => {
+        started(); // the claim has landed: the work runs under it
+        return new Promise((resolve) => (release = () => resolve(ok)));
+      });
+      await running;
       measure();
       await expect(engine.run(slow, async () => ok)).rejects.toMatchObject({ code: 'IN_FLIGHT', retryAfterMs: LEASE });
       expect(measure()).toBe(refusedClaimTrips);
