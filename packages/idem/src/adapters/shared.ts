@@ -1,6 +1,7 @@
 /**
  * @module Helpers the Node-based adapters (Express, Fastify) share: header lists, stream reading, answers.
  */
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import { BodyTooLargeError, joinBytes } from '../http/replay.js';
 
@@ -94,4 +95,81 @@ export async function responseParts(
   response: Response,
 ): Promise<{ status: number; headers: Array<[string, string]>; body: Buffer }> {
   return { status: response.status, headers: [...response.headers], body: Buffer.from(await response.arrayBuffer()) };
+}
+
+/**
+ * Puts the response's headers back to the snapshot taken at `end()`. Usually nothing touched them since, and they
+ * stay as they are; a `Content-Length` that does not match the bytes sent (one set before the last write) is
+ * removed, so Node frames the body itself. `bodyLength` is undefined for a HEAD answer, which keeps the handler's
+ * own Content-Length (it describes the body it did not send).
+ */
+export function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLength: number | undefined): void {
+  const current = res.getHeaders();
+  let same = true;
+  let count = 0;
+  for (const name in sent) {
+    count++;
+    if (current[name] !== sent[name]) {
+      same = false;
+      break;
+    }
+  }
+  if (same) for (const _ in current) if (--count < 0) break;
+  const length = sent['content-length'];
+  // A Content-Length stays only where it describes the bytes sent (or, on a HEAD answer, the body not sent).
+  const lengthTrue = length !== undefined && (bodyLength === undefined || String(length) === String(bodyLength));
+  if (!same || count !== 0) {
+    for (const name in current) res.removeHeader(name);
+    for (const name in sent) {
+      const value = sent[name];
+      if (value !== undefined && (name !== 'content-length' || lengthTrue)) res.setHeader(name, value);
+    }
+    return;
+  }
+  if (length !== undefined && !lengthTrue) res.removeHeader('content-length');
+}
+
+/** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
+export function checkChunk(chunk: unknown): void {
+  if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
+  const got =
+    chunk === null
+      ? 'null'
+      : typeof chunk === 'object'
+        ? `an instance of ${chunk.constructor?.name ?? 'Object'}`
+        : `type ${typeof chunk}`;
+  throw nodeError(
+    'ERR_INVALID_ARG_TYPE',
+    `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`,
+  );
+}
+
+export function nodeError(code: string, message: string): TypeError {
+  return Object.assign(new TypeError(message), { code });
+}
+
+/** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */
+export function foldHeaders(res: ServerResponse, headers: unknown): void {
+  if (Array.isArray(headers)) {
+    const pairs: Array<[string, string]> = [];
+    if (headers.every((item) => Array.isArray(item))) {
+      for (const [name, value] of headers as Array<[string, string]>) pairs.push([String(name), String(value)]);
+    } else {
+      for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([String(headers[i]), String(headers[i + 1])]);
+    }
+    const grouped = new Map<string, string[]>();
+    for (const [name, value] of pairs) grouped.set(name, [...(grouped.get(name) ?? []), value]);
+    for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? (values[0] as string) : values);
+    return;
+  }
+  if (typeof headers === 'object' && headers !== null) {
+    for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
+      if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
+      else if (Array.isArray(value))
+        res.setHeader(
+          name,
+          value.map((item) => String(item as string)),
+        );
+    }
+  }
 }

@@ -115,7 +115,13 @@ export function fingerprintsEqual(a: string, b: string): boolean {
   return constantTimeEqual(a, b);
 }
 
-function isJsonType(contentType: string | null | undefined): boolean {
+/**
+ * True for a JSON media type (`application/json`, `*+json`): the bodies the fingerprint canonicalises.
+ *
+ * @example
+ * isJsonType('application/merge-patch+json; charset=utf-8') // → true
+ */
+export function isJsonType(contentType: string | null | undefined): boolean {
   if (!contentType) return false;
   if (contentType === 'application/json') return true;
   const type = (contentType.split(';')[0] ?? '').trim().toLowerCase();

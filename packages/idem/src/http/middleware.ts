@@ -13,7 +13,7 @@ import {
 } from '../core/engine.js';
 import { selectFields, type FieldRule } from '../core/fields.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
-import { fingerprint, utf8Length } from '../core/fingerprint.js';
+import { fingerprint, isJsonType, utf8Length } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import { problem, problemFor } from './problem.js';
@@ -370,7 +370,7 @@ export function createGate<Tx, Req>({
   ): Promise<{ contentType: string | null; body: Uint8Array }> {
     if (fingerprintBody)
       return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
-    if (!fingerprintFields || !isJson(contentType)) return { contentType, body };
+    if (!fingerprintFields || !isJsonType(contentType)) return { contentType, body };
     let text: string;
     try {
       text = new TextDecoder('utf-8', { fatal: true }).decode(body);
@@ -445,12 +445,6 @@ const PLAIN_PATH = /^\/(?:[A-Za-z0-9_~-]+(?:\/[A-Za-z0-9_~-]*)*)?$/;
 function target(url: string): { pathname: string; search: string } {
   if (PLAIN_PATH.test(url)) return { pathname: url, search: '' };
   return new URL(url, 'http://idem.invalid');
-}
-
-function isJson(contentType: string | null): boolean {
-  if (!contentType) return false;
-  const type = (contentType.split(';')[0] ?? '').trim().toLowerCase();
-  return type === 'application/json' || type.endsWith('+json');
 }
 
 /**

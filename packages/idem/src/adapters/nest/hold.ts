@@ -4,7 +4,17 @@
  */
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BodyTooLargeError, joinBytes } from '../../http/replay.js';
-import { headerPairs, NO_BYTES, NULL_BODY_STATUSES, responseParts, toBuffer } from '../shared.js';
+import {
+  checkChunk,
+  foldHeaders,
+  headerPairs,
+  NO_BYTES,
+  nodeError,
+  NULL_BODY_STATUSES,
+  responseParts,
+  restoreHeaders,
+  toBuffer,
+} from '../shared.js';
 
 /** What the application asked Node to send, as it would have reached the wire. */
 export type HeldResponse =
@@ -169,64 +179,4 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
     },
     abandon,
   };
-}
-
-/**
- * Puts the response's headers back to the snapshot taken at `end()`. A `Content-Length` that does not match the
- * bytes sent is removed, so Node frames the body itself; `bodyLength` is undefined for a HEAD answer, which keeps
- * the application's own Content-Length (it describes the body it did not send).
- */
-function restoreHeaders(res: ServerResponse, sent: OutgoingHttpHeaders, bodyLength: number | undefined): void {
-  for (const name of res.getHeaderNames()) if (!(name in sent)) res.removeHeader(name);
-  for (const [name, value] of Object.entries(sent)) {
-    if (value === undefined) continue;
-    if (name === 'content-length' && bodyLength !== undefined && String(value) !== String(bodyLength))
-      res.removeHeader(name);
-    else if (res.getHeader(name) !== value) res.setHeader(name, value);
-  }
-}
-
-/** Node's own check on a chunk passed to `write`/`end`: a string, a Buffer or a Uint8Array. */
-function checkChunk(chunk: unknown): void {
-  if (typeof chunk === 'string' || chunk instanceof Uint8Array) return;
-  const got =
-    chunk === null
-      ? 'null'
-      : typeof chunk === 'object'
-        ? `an instance of ${chunk.constructor?.name ?? 'Object'}`
-        : `type ${typeof chunk}`;
-  throw nodeError(
-    'ERR_INVALID_ARG_TYPE',
-    `The "chunk" argument must be of type string or an instance of Buffer or Uint8Array. Received ${got}`,
-  );
-}
-
-function nodeError(code: string, message: string): TypeError {
-  return Object.assign(new TypeError(message), { code });
-}
-
-/** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */
-function foldHeaders(res: ServerResponse, headers: unknown): void {
-  if (Array.isArray(headers)) {
-    const pairs: Array<[string, string]> = [];
-    if (headers.every((item) => Array.isArray(item))) {
-      for (const [name, value] of headers as Array<[string, string]>) pairs.push([String(name), String(value)]);
-    } else {
-      for (let i = 0; i + 1 < headers.length; i += 2) pairs.push([String(headers[i]), String(headers[i + 1])]);
-    }
-    const grouped = new Map<string, string[]>();
-    for (const [name, value] of pairs) grouped.set(name, [...(grouped.get(name) ?? []), value]);
-    for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? (values[0] as string) : values);
-    return;
-  }
-  if (typeof headers === 'object' && headers !== null) {
-    for (const [name, value] of Object.entries(headers as Record<string, unknown>)) {
-      if (typeof value === 'string' || typeof value === 'number') res.setHeader(name, String(value));
-      else if (Array.isArray(value))
-        res.setHeader(
-          name,
-          value.map((item) => String(item as string)),
-        );
-    }
-  }
 }
