@@ -199,6 +199,11 @@ export interface IdempotencyStore<Tx = never> {
    * it was. A refusal writes nothing and returns `existing`. Stores without it do not offer local mode.
    */
   runLocal?(request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult>;
+  /**
+   * How `runLocal` takes its work: `'async'` — it may await while the transaction waits (PostgreSQL), so an HTTP
+   * route can run its handler inside (the `local` option); `'sync'` — it must return at once (SQLite).
+   */
+  readonly localWork?: 'sync' | 'async';
   /** Deletes records with `expiresAt <= now`; returns how many. Stores with native expiry may return 0. */
   sweep(request: SweepRequest): Promise<number>;
   /** A scope's records, newest claim first (for operators and the demo). */

@@ -19,7 +19,7 @@ const charge = (
 const setup = (options: Partial<Parameters<typeof idempotency>[0]> = {}) => {
   const store = memoryStore();
   let runs = 0;
-  let last: HandlerContext<undefined> | undefined;
+  let last: HandlerContext<unknown> | undefined;
   const handle = idempotency({ store, ttlMs: DAY, scope: (r) => r.headers.get('x-account') ?? 'acct_a', ...options })(
     async (request, context) => {
       runs++;

@@ -12,6 +12,7 @@ import {
   type WorkContext,
 } from '../core/engine.js';
 import { selectFields, type FieldRule } from '../core/fields.js';
+import { runLocal, type LocalWorkResult } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprint, isJsonType, utf8Length } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
@@ -42,6 +43,11 @@ export interface HandlerContext<Tx> extends WorkContext {
   readonly protected: boolean;
   /** Declare the outcome, result id or transactional effects before returning the response. */
   declare(declaration: Declaration<Tx>): void;
+  /**
+   * On a `local` route: the transaction that holds the claim (a pg client inside `BEGIN`). Write through it only;
+   * its writes commit with the record, or roll back with it. Undefined on other routes.
+   */
+  readonly tx?: Tx;
 }
 
 export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<Tx>) => Response | Promise<Response>;
@@ -103,6 +109,15 @@ export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx>
   readonly maxResponseBytes?: number;
   /** Called with errors the handler threw (answered as a 500 problem). Default `console.error`. */
   readonly onError?: (error: unknown, request: Req) => void;
+  /**
+   * Database-local work, opt-in per route: the claim, the handler's writes (through `context.tx`) and the record's
+   * completion run in ONE transaction with one commit; a concurrent duplicate waits on the key's row, then replays.
+   * Safe only when every write of the handler goes to the store's own database through `tx` and it calls nothing
+   * outside it (no processor, no HTTP call, no message): a rollback undoes the writes, never an outside call. A
+   * retryable answer (5xx, 408, 429) or a throw rolls everything back and frees the key. Needs a store whose
+   * transactions can wait for the handler (PostgreSQL); see docs/STORES.md. Default false.
+   */
+  readonly local?: boolean;
 }
 
 /** A handler wrapped by {@link idempotency}, and the engine it runs on. */
@@ -146,7 +161,8 @@ export interface Answer {
 export interface Claim<Tx> {
   readonly kind: 'run';
   readonly context: HandlerContext<Tx>;
-  readonly lease: Lease<Tx>;
+  /** The lease the handler runs under; null on a `local` route, where the open transaction holds the key. */
+  readonly lease: Lease<Tx> | null;
   /** The request body the fingerprint was computed over. */
   readonly body: Uint8Array;
   /**
@@ -219,9 +235,11 @@ export function createGate<Tx, Req>({
   maxBodyBytes = MiB,
   maxResponseBytes = MiB,
   onError = (error) => console.error('idem: handler failed', error),
+  local = false,
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
-  const { onEvent } = engineOptions;
+  const { onEvent, generateId } = engineOptions;
+  const localOptions = { ...(generateId ? { generateId } : {}), ...(onEvent ? { onEvent } : {}) };
   if (typeof scope !== 'function' && scope !== 'single-tenant') {
     throw configError(
       'scope',
@@ -259,8 +277,16 @@ export function createGate<Tx, Req>({
       throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);
     }
   }
+  if (typeof local !== 'boolean') throw configError('local', 'a boolean', local);
   const keyName = keyHeader.toLowerCase();
   const engine = createEngine(engineOptions);
+  if (local && (typeof engine.store.runLocal !== 'function' || engine.store.localWork !== 'async')) {
+    throw configError(
+      'local',
+      'false with this store: a local route needs a store whose transactions can wait for the handler (PostgreSQL); on SQLite call runLocal() with synchronous work inside the handler',
+      local,
+    );
+  }
   const responseLimit = Math.min(maxResponseBytes, engine.store.maxResponseBytes ?? Infinity);
   const protectedMethods = new Set(methods.map((m) => m.toUpperCase()));
   const fingerprinted = fingerprintHeaders.map((h) => h.toLowerCase());
@@ -337,7 +363,7 @@ export function createGate<Tx, Req>({
         ttlMs === undefined
           ? { scope: tenant, key, fingerprint: print, route: url.pathname }
           : { scope: tenant, key, fingerprint: print, route: url.pathname, ttlMs };
-      return await claim(run, body, request.native);
+      return await (local ? claimLocal(run, body, request.native) : claim(run, body, request.native));
     } catch (error) {
       refusedEvent(error, request.url);
       return { kind: 'answer', response: answerFor(error, request.native) };
@@ -424,6 +450,85 @@ export function createGate<Tx, Req>({
         await lease.fail();
       },
     };
+  }
+
+  /**
+   * A local route's claim: the store opens the transaction and claims the key in it; once it has, the handler runs
+   * with `tx`, and `complete` hands its response back into the transaction, which writes the record and commits.
+   * A record in the way is answered at once, as `claim` does; nothing of this attempt is visible before the commit.
+   */
+  function claimLocal(request: RunRequest, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
+    return new Promise<Admission<Tx>>((admitted) => {
+      let started = false;
+      const done = runLocal(
+        engine,
+        request,
+        (tx, { scope, key, id, reclaimed }) =>
+          new Promise<LocalWorkResult>((finish, abort) => {
+            started = true;
+            let declared: Declaration<Tx> = {};
+            /** Runs the declared effects in the transaction, then hands the outcome over; a throw rolls back. */
+            const settle = async (result: LocalWorkResult): Promise<void> => {
+              try {
+                if (declared.effects) await declared.effects(tx);
+                finish(declared.resultId === undefined ? result : { ...result, resultId: declared.resultId });
+              } catch (error) {
+                abort(error instanceof Error ? error : new Error(String(error)));
+              }
+            };
+            let settled = false;
+            admitted({
+              kind: 'run',
+              body,
+              lease: null,
+              context: {
+                scope,
+                key,
+                id,
+                reclaimed,
+                signal: NEVER_ABORTED,
+                protected: true,
+                tx,
+                declare: (d) => (declared = { ...declared, ...d }),
+              },
+              async complete(response, outcome) {
+                if (settled) return undefined;
+                settled = true;
+                if (responseSize(response) > responseLimit) {
+                  const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
+                  await settle({ response: stored, outcome: 'failed-final' });
+                  return (await committed()) ?? storedResponse(stored);
+                }
+                const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
+                await settle(chosen === undefined ? { response } : { response, outcome: chosen });
+                return committed();
+              },
+              async fail() {
+                if (settled) return;
+                settled = true;
+                abort(new Error('idem: the handler produced no response'));
+                await done.catch(() => {});
+              },
+            });
+          }),
+        localOptions,
+      );
+      /** Resolves once the transaction ended: undefined when it committed (or rolled back a retryable answer). */
+      const committed = (): Promise<Response | undefined> =>
+        done.then(
+          () => undefined,
+          (error: unknown) => answerFor(error, native),
+        );
+      // Settled before the work started: the key was someone else's (a replay or a refusal), or the store failed.
+      done.then(
+        (result) => {
+          if (!started) admitted(replayAnswer(result.response));
+        },
+        (error: unknown) => {
+          if (!started) admitted({ kind: 'answer', response: answerFor(error, native) });
+        },
+      );
+    });
   }
 
   const mayClaim = (method: string, header: (name: string) => string | null | undefined): boolean =>

@@ -121,7 +121,7 @@ export function Idempotent<Tx = never, Req = NestRequest>(
  * const { id } = idempotencyContext(request) ?? {}
  */
 export function idempotencyContext<Tx = never>(request: object): HandlerContext<Tx> | undefined {
-  return contexts.get(request);
+  return contexts.get(request) as HandlerContext<Tx> | undefined;
 }
 
 /**

@@ -228,6 +228,8 @@ export function postgresStore<Tx extends PostgresQueryable = PostgresQueryable>(
 
 class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   readonly name = 'postgres';
+  /** The work may await: it runs on the transaction's own connection, which nothing else uses meanwhile. */
+  readonly localWork = 'async';
   readonly #pool: PostgresPool<Tx & PostgresPoolClient>;
   readonly #schema: string;
   readonly #table: string;

@@ -394,6 +394,8 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
 
   return {
     name: 'sqlite',
+    // The work must return at once: the transaction is on the process's one connection (see `runLocal`).
+    localWork: 'sync',
     database,
     table,
     get roundTrips() {
