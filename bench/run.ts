@@ -377,6 +377,8 @@ function instructions(): Promise<Results['instructions']> {
 
 const STORES = ['memory', 'sqlite', 'postgres', 'redis'] as const;
 type StoreName = (typeof STORES)[number];
+/** Stores whose bench server serves `/pay-local` (database-local work). */
+const LOCAL_STORES: ReadonlySet<StoreName> = new Set(['sqlite', 'postgres']);
 const PEERS = [
   { mode: 'ei', name: 'express-idempotency 1.0.6 + Redis adapter', trips: 'new 3 (GET, SET, SET), replay 1 (GET)' },
   {
@@ -400,7 +402,8 @@ interface Results {
   plain: Load;
   plainRuns: Load[];
   idem: Record<StoreName, { new: Load; replay: Load; cached: Load; trips: Awaited<ReturnType<typeof roundTrips>> }>;
-  floor: Record<StoreName, { write: Load; write2: Load; read: Load }>;
+  /** `local`: database-local work on the same route (`/pay-local`, SQL stores only). */
+  floor: Record<StoreName, { write: Load; write2: Load; read: Load; local?: Load }>;
   peers: Array<{ mode: string; name: string; trips: string; new: Load; replay: Load; correctness: Correctness }>;
   idemCorrectness: Correctness;
   /** Idem's new keys on a store that keeps nothing (bench/server.ts `null`): the layer's own cost. */
@@ -616,6 +619,7 @@ async function main(): Promise<void> {
       slots.set(`${store}:write`, await prepare(server, '/floor/write', 'new'));
       slots.set(`${store}:write2`, await prepare(server, '/floor/write2', 'new'));
       slots.set(`${store}:read`, await prepare(server, '/floor/read', 'replay'));
+      if (LOCAL_STORES.has(store)) slots.set(`${store}:local`, await prepare(server, '/pay-local', 'new'));
     }
     results.peers = [];
     const peerCorrectness = new Map<string, Correctness>();
@@ -656,6 +660,7 @@ async function main(): Promise<void> {
         write: get(`${store}:write`),
         write2: get(`${store}:write2`),
         read: get(`${store}:read`),
+        ...(LOCAL_STORES.has(store) ? { local: get(`${store}:local`) } : {}),
       };
     }
     for (const peer of peers) {
@@ -781,6 +786,19 @@ function targets(r: Results): Target[] {
     measured: `${(pgFloor1 * 100).toFixed(0)} % of 1 raw INSERT … ON CONFLICT (${r0(r.floor.postgres.write.rps)} req/s); ${(pgFloor2 * 100).toFixed(0)} % of the raw INSERT + UPDATE pair (${r0(r.floor.postgres.write2.rps)} req/s)`,
     met: pgFloor1 >= 0.9,
   });
+  // Issue 15, item 4: database-local work (claim, the handler's ledger row and the record in one transaction)
+  // against one raw INSERT … ON CONFLICT on the same route.
+  for (const store of ['sqlite', 'postgres'] as const) {
+    const local = r.floor[store]?.local;
+    if (!local) continue;
+    const ratio = local.rps / r.floor[store].write.rps;
+    out.push({
+      name: `Local new keys ≥ 0.9× one raw INSERT … ON CONFLICT on the same route (${store})`,
+      measured: `${ratio.toFixed(2)}× (${r0(local.rps)} / ${r0(r.floor[store].write.rps)} req/s); the lease path: ${(r.idem[store].new.rps / r.floor[store].write.rps).toFixed(2)}×`,
+      met: ratio >= 0.9,
+      ratio: ratio / 0.9,
+    });
+  }
   const added = (l: Load) => l.cpuUs - r.plain.cpuUs;
   for (const kind of ['new', 'replay'] as const) {
     // Replays: Idem with its cache (a peer has none to turn on); new keys never touch the cache.
@@ -909,14 +927,14 @@ function report(r: Results): void {
   }
   lines.push('', "## Floor: the store's raw operations on the same route", '');
   lines.push(
-    '| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read |',
-    '|---|---:|---:|---:|---:|---:|---:|',
+    '| store | raw conditional write req/s | raw write + update req/s | raw point read req/s | Idem new / write | Idem new / write+update | Idem replay / read | Idem local new req/s | local / write |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
   );
   for (const store of STORES) {
     const f = r.floor[store];
     const i = r.idem[store];
     lines.push(
-      `| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} |`,
+      `| ${store} | ${r0(f.write.rps)} | ${r0(f.write2.rps)} | ${r0(f.read.rps)} | ${pct(i.new.rps, f.write.rps)} | ${pct(i.new.rps, f.write2.rps)} | ${pct(i.replay.rps, f.read.rps)} | ${f.local ? r0(f.local.rps) : '—'} | ${f.local ? pct(f.local.rps, f.write.rps) : '—'} |`,
     );
   }
   lines.push('', '![Idem against the raw floor](bench/floor.svg)');
@@ -1075,6 +1093,7 @@ function report(r: Results): void {
     { label: `${store}: Idem new keys`, value: r.idem[store].new.rps },
     { label: `${store}: raw write floor`, value: r.floor[store].write.rps },
     { label: `${store}: raw write+update floor`, value: r.floor[store].write2.rps },
+    ...(r.floor[store].local ? [{ label: `${store}: Idem local new keys`, value: r.floor[store].local.rps }] : []),
     { label: `${store}: Idem replays`, value: r.idem[store].replay.rps },
     { label: `${store}: raw read floor`, value: r.floor[store].read.rps },
   ]);

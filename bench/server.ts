@@ -22,8 +22,9 @@ import { join } from 'node:path';
 import { rmSync } from 'node:fs';
 import { Readable } from 'node:stream';
 import type { IIdempotencyDataAdapter } from 'express-idempotency';
+import type { PoolClient } from 'pg';
 import type { ClaimRequest, IdempotencyStore } from 'idem';
-import { idempotency } from 'idem/express';
+import { idempotency, idempotencyContext } from 'idem/express';
 
 const MODE = process.env.BENCH_MODE ?? 'plain';
 const FRAMEWORK = process.env.BENCH_FRAMEWORK ?? 'express';
@@ -147,6 +148,12 @@ interface Opened {
   claim(key: string): Promise<unknown>;
   update(key: string): Promise<unknown>;
   read(key: string): Promise<unknown>;
+  /**
+   * SQL stores: the route's handlers for database-local work (`/pay-local`) — the claim, a ledger row written by
+   * the handler and the record in one transaction. PostgreSQL: Idem's `local: true` route option; SQLite, whose
+   * local work must be synchronous: `runLocal` called inside the handler, with the work inlined.
+   */
+  local?: express.RequestHandler[];
 }
 
 async function openStore(): Promise<Opened> {
@@ -248,8 +255,66 @@ async function openStore(): Promise<Opened> {
         );
       return count;
     };
+    database.exec('CREATE TABLE IF NOT EXISTS ledger (ref TEXT PRIMARY KEY, amount INTEGER NOT NULL)');
+    const ledger = database.prepare('INSERT INTO ledger (ref, amount) VALUES (?, ?)');
+    const { createEngine, fingerprint, parseKey, runLocal } = await import('idem');
+    const { problemFor } = await import('idem/http');
+    const engine = createEngine({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS });
+    const local: express.RequestHandler = (req, res) => {
+      const bytes = req.body as Buffer;
+      const key = keyOf(req);
+      const print = fingerprint({
+        method: req.method,
+        path: req.path,
+        query: '',
+        contentType: req.get('content-type') ?? null,
+        body: bytes,
+        headers: [],
+      });
+      const send = ({
+        status,
+        headers,
+        body,
+      }: {
+        status: number;
+        headers: ReadonlyArray<readonly [string, string]>;
+        body: Uint8Array;
+      }) => {
+        res.status(status);
+        for (const [name, value] of headers) res.setHeader(name, value);
+        res.end(body);
+      };
+      runLocal(engine, { scope: 'single-tenant', key: parseKey(key), fingerprint: print }, (db, { id }) => {
+        const { amount } = JSON.parse(bytes.toString('utf8')) as { amount: number };
+        executions.set(key, (executions.get(key) ?? 0) + 1);
+        ledger.run(id, amount);
+        const charge = { id: `ch_${id.slice(0, 12)}`, amount };
+        return {
+          response: {
+            status: 201,
+            headers: [
+              ['content-type', 'application/json; charset=utf-8'],
+              ['location', `/v1/charges/${charge.id}`],
+            ],
+            body: Buffer.from(JSON.stringify(charge)),
+          },
+          resultId: charge.id,
+        };
+      }).then(
+        ({ response }) => send(response),
+        async (error: unknown) => {
+          const problem = problemFor(error as never);
+          send({
+            status: problem.status,
+            headers: [...problem.headers],
+            body: new Uint8Array(await problem.arrayBuffer()),
+          });
+        },
+      );
+    };
     return {
       store: store as unknown as IdempotencyStore<never>,
+      local: [express.raw({ type: '*/*' }), local],
       claim: async (key) => insert.run(key, 'in_progress', Date.now() + TTL_MS).changes,
       update: async (key) => update.run(key).changes,
       read: async (key) => select.get(key),
@@ -266,6 +331,12 @@ async function openStore(): Promise<Opened> {
     await pool.query(
       `CREATE TABLE IF NOT EXISTS ${floor} (k text PRIMARY KEY, v text NOT NULL, expires_at bigint NOT NULL)`,
     );
+    // The local route's own pool, pipelined: BEGIN travels with the claim, the UPDATE with COMMIT (docs/STORES.md).
+    const pipelined = new pg.Pool({ connectionString: PG_URL, max: 10, pipeline: true });
+    const localStore = postgresStore({ pool: pipelined, schema });
+    cleanups.push(() => pipelined.end());
+    const insertLedger = `INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`;
+    await pool.query(`CREATE TABLE IF NOT EXISTS "${schema}".ledger (ref text PRIMARY KEY, amount integer NOT NULL)`);
     cleanups.push(async () => {
       await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
       await pool.end();
@@ -295,8 +366,26 @@ async function openStore(): Promise<Opened> {
       await pool.query(`ANALYZE "${schema}".idempotency_records`);
       return count;
     };
+    const local: express.RequestHandler = async (req, res) => {
+      const context = idempotencyContext<PoolClient>(res);
+      const charge = await work(keyOf(req));
+      await context?.tx?.query({ name: 'bench_ledger', text: insertLedger, values: [charge.id, charge.amount] });
+      res.status(201).location(`/v1/charges/${charge.id}`).json(charge);
+    };
     return {
       store: store as unknown as IdempotencyStore<never>,
+      local: [
+        idempotency({
+          store: localStore,
+          scope: 'single-tenant',
+          ttlMs: TTL_MS,
+          leaseMs: LEASE_MS,
+          local: true,
+          onError: () => {},
+        }) as express.RequestHandler,
+        express.json(),
+        local,
+      ],
       claim: (key) =>
         pool.query(`INSERT INTO ${floor} (k, v, expires_at) VALUES ($1, 'in_progress', $2) ON CONFLICT DO NOTHING`, [
           key,
@@ -378,6 +467,7 @@ async function mount(): Promise<void> {
         onError: () => {},
       });
       app.post('/pay-cached', cached, express.json(), handler);
+      if (ops.local) app.post('/pay-local', ...ops.local);
     }
     // The floor, on the same backend and the same Express app. A new key: the raw conditional write only
     // (`write`), or the raw conditional write and the conditional terminal update around the work (`write2`: the
