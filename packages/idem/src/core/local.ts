@@ -15,7 +15,7 @@ import {
 import { configError, IdempotencyError, isIdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
-import type { IdempotencyRecord, Outcome, StoredResponse } from './record.js';
+import { LocalWorkAbortedError, type IdempotencyRecord, type Outcome, type StoredResponse } from './record.js';
 
 /** What local work sees. No lease and no `signal`: the transaction holds the key until it ends, and nothing takes it over. */
 export interface LocalContext {
@@ -143,6 +143,8 @@ export async function runLocal<Tx>(
   } catch (error) {
     // SQLite's refusal of asynchronous work, even if that work has failed since.
     if (isIdempotencyError(error, 'CONFIG_INVALID') && error !== failure?.error) throw error;
+    // The work broke its own transaction (a failed statement it caught): the work's failure, not an outage.
+    if (!failure && error instanceof LocalWorkAbortedError) failure = { error };
     if (failure) {
       // The work threw: rolled back with everything it wrote, and the key is free.
       emit({

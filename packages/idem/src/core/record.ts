@@ -104,6 +104,15 @@ export type LocalTransactionWork<Tx> = (
   record: IdempotencyRecord,
 ) => Outcome | null | PromiseLike<Outcome | null>;
 
+/**
+ * What a store's `runLocal` rejects with when the work itself left the transaction unable to commit (PostgreSQL:
+ * it caught a failed statement of its own and answered anyway). Everything rolled back; the work's fault, not the
+ * store's, so it is answered as the handler's error (500), not as an outage (503).
+ */
+export class LocalWorkAbortedError extends Error {
+  override readonly name = 'LocalWorkAbortedError';
+}
+
 /** A claim, and the work to run in its transaction if it wins (carried in the request, as `effects` are). */
 export interface LocalTransactionRequest<Tx = never> extends ClaimRequest {
   readonly work: LocalTransactionWork<Tx>;

@@ -200,6 +200,75 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     expect(stored?.resultId).toBe('tr_1');
   });
 
+  it('tx refuses statements once the transaction has ended (a late write cannot land in another transaction)', async () => {
+    const db = await backend();
+    let kept: pg.PoolClient | undefined;
+    const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (_request, context) => {
+      kept = context.tx as pg.PoolClient;
+      await db.insert(kept, `${context.id}-debit`, 500);
+      return Response.json({ ok: true }, { status: 201 });
+    });
+    expect((await handle(post(randomUUID()))).status).toBe(201);
+    expect(() => kept?.query('SELECT 1')).toThrow(
+      'idem: this transaction has ended; local work may use `tx` only until it answers',
+    );
+    expect(() => kept?.release()).toThrow('idem: the store releases this connection; local work must not');
+    expect(await db.ledger()).toHaveLength(1);
+  });
+
+  it('a handler that never answers does not keep a connection the server ended: the next key is served', async () => {
+    const db = await backend();
+    // One connection, whose idle transactions the server ends after 200 ms.
+    const pool = new pg.Pool({
+      connectionString: POSTGRES_URL,
+      max: 1,
+      connectionTimeoutMillis: 10_000,
+      options: '-c idle_in_transaction_session_timeout=200',
+    });
+    pools.push(pool);
+    const store = postgresStore<pg.PoolClient>({ pool, schema: db.store.schema });
+    const started = signal();
+    let runs = 0;
+    const handle = idempotency({ store, scope: 'single-tenant', local: true })(async (_request, context) => {
+      runs++;
+      if (runs === 1) {
+        started.resolve();
+        return new Promise<Response>(() => {}); // never answers
+      }
+      await db.insert(context.tx as pg.PoolClient, context.id, 500);
+      return Response.json({ ok: true }, { status: 201 });
+    });
+    void handle(post(randomUUID()));
+    await started.promise;
+    const next = await handle(post(randomUUID()));
+    expect([next.status, runs, (await db.ledger()).length]).toEqual([201, 2, 1]);
+  });
+
+  it('a handler that catches its own failed statement and answers 422 gets a 500, not a store outage', async () => {
+    const db = await backend();
+    const errors: unknown[] = [];
+    const handle = idempotency({
+      store: db.store,
+      scope: 'single-tenant',
+      local: true,
+      onError: (error) => errors.push(error),
+    })(async (_request, context) => {
+      const tx = context.tx as pg.PoolClient;
+      await db.insert(tx, context.id, 500);
+      try {
+        await db.insert(tx, context.id, 500); // a duplicate ref: the transaction is aborted now
+      } catch {
+        return Response.json({ declined: true }, { status: 422 });
+      }
+      return Response.json({ ok: true }, { status: 201 });
+    });
+    const answer = await handle(post(randomUUID()));
+    expect(answer.status).toBe(500);
+    expect(((await answer.json()) as { type: string }).type).toBe('urn:idem:problem:internal-error');
+    expect((errors[0] as Error).message).toMatch(/aborted the transaction \(SQLSTATE 25P02\)/);
+    expect([await db.ledger(), await db.records()]).toEqual([[], []]);
+  });
+
   it('a store that is down answers 503 and runs nothing', async () => {
     const pool = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none', max: 1 });
     pools.push(pool);

@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
+import { LocalWorkAbortedError, type LocalTransactionRequest, type LocalTransactionResult } from '../../core/record.js';
 import type {
   ClaimRequest,
   ClaimResult,
@@ -464,12 +464,20 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
           retry = `${pk} kept meeting concurrent transactions`;
         } else {
           let outcome: Outcome | null;
+          // The work gets the connection behind a guard that refuses statements once the transaction has ended
+          // (a late write would otherwise run in whatever transaction the pooled connection serves next), and the
+          // wait for it ends if the connection does (the server ended an idle transaction, or was killed):
+          // otherwise a handler that never answers would hold a dead connection out of the pool for good.
+          const guard = guarded(client);
           try {
-            outcome = await work(client, record);
+            outcome = await Promise.race([work(guard.tx, record), guard.lost]);
           } catch (error) {
-            await rollback();
+            guard.end();
+            if (guard.connectionLost) broken = asError(error);
+            else await rollback();
             throw error;
           }
+          guard.end();
           if (outcome === null) {
             await rollback();
             return { kind: 'rolled-back' };
@@ -479,6 +487,13 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
           if (updated.status === 'rejected') {
             // Pipelined, the COMMIT behind it has already ended the aborted transaction (as a ROLLBACK).
             if (committed?.status !== 'fulfilled') await rollback();
+            if (sqlState(updated.reason) === '25P02') {
+              // The work caught a failed statement of its own and answered anyway: nothing can commit now.
+              throw new LocalWorkAbortedError(
+                `postgres store: a statement of the work on \`tx\` failed and aborted the transaction (SQLSTATE 25P02), so nothing of ${pk} was committed; let that error propagate, or wrap the statement in a SAVEPOINT`,
+                { cause: updated.reason },
+              );
+            }
             if (sqlState(updated.reason) !== '22012') throw updated.reason;
             // Unreachable unless the work deleted or rewrote the row it was handed: nothing was committed.
             throw new Error(`postgres store: runLocal of ${pk} found its own claim gone before the completion`);
@@ -715,6 +730,60 @@ function checkIdentifier(name: string, value: unknown): void {
 
 function quote(identifier: string): string {
   return `"${identifier}"`;
+}
+
+/**
+ * The connection as local work sees it: `tx` refuses statements (and `release`) once `end()` was called, and
+ * `lost` rejects if the connection ends or fails while the work runs.
+ */
+function guarded<Client extends PostgresPoolClient>(
+  client: Client,
+): {
+  tx: Client;
+  lost: Promise<never>;
+  connectionLost: boolean;
+  end(): void;
+} {
+  const events = client as unknown as {
+    once?(event: string, listener: (error?: unknown) => void): unknown;
+    off?(event: string, listener: (error?: unknown) => void): unknown;
+  };
+  let open = true;
+  let fail = (_error: Error): void => {};
+  const state = {
+    connectionLost: false,
+    lost: new Promise<never>((_resolve, reject) => (fail = reject)),
+    tx: new Proxy(client, {
+      get(target, name) {
+        if (name === 'release') {
+          return () => {
+            throw new Error('idem: the store releases this connection; local work must not');
+          };
+        }
+        if (name === 'query' && !open) {
+          return () => {
+            throw new Error('idem: this transaction has ended; local work may use `tx` only until it answers');
+          };
+        }
+        const value: unknown = Reflect.get(target, name, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    }),
+    end(): void {
+      open = false;
+      events.off?.('error', onLost);
+      events.off?.('end', onLost);
+    },
+  };
+  function onLost(error?: unknown): void {
+    state.connectionLost = true;
+    fail(error instanceof Error ? error : new Error('postgres store: the connection ended during local work'));
+  }
+  // Never unhandled: the race above settles on it only when it rejects first.
+  state.lost.catch(() => undefined);
+  events.once?.('error', onLost);
+  events.once?.('end', onLost);
+  return state;
 }
 
 function sqlState(error: unknown): unknown {
