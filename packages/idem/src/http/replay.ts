@@ -76,6 +76,31 @@ export function storableHeaders(
   return kept;
 }
 
+/**
+ * {@link storableHeaders} over a Node header map (`res.getHeaders()`: lower-case names, a list for a repeated
+ * header), without making a pair for every header first: the same pairs, in the same order.
+ *
+ * @example
+ * storableNodeHeaders(res.getHeaders(), DEFAULT_REPLAY_HEADERS)
+ */
+export function storableNodeHeaders(
+  headers: Readonly<Record<string, string | number | readonly string[] | undefined>>,
+  allow: readonly string[],
+): Array<[string, string]> {
+  const allowed = allowedSet(allow);
+  const kept: Array<[string, string]> = [];
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined) continue;
+    const lower = name.toLowerCase();
+    if (!(allowed.has(lower) || REPRESENTATION_HEADERS.has(lower)) || NEVER_REPLAYED.has(lower)) continue;
+    if (typeof value === 'string') kept.push([lower, value]);
+    else if (Array.isArray(value)) for (const item of value as readonly unknown[]) kept.push([lower, String(item)]);
+    else kept.push([lower, String(value)]);
+  }
+  return kept;
+}
+
 /** The allow-lists seen so far, lower-cased: an adapter passes the same list on every response. */
 const allowedSets = new WeakMap<readonly string[], ReadonlySet<string>>();
 function allowedSet(allow: readonly string[]): ReadonlySet<string> {

@@ -13,11 +13,10 @@ import {
   type HandlerContext,
   type IdempotencyOptions,
 } from '../../http/middleware.js';
-import { BodyTooLargeError, joinBytes, replayParts, storableHeaders } from '../../http/replay.js';
+import { BodyTooLargeError, joinBytes, replayParts, storableNodeHeaders } from '../../http/replay.js';
 import {
   checkChunk,
   foldHeaders,
-  headerPairs,
   headerValue,
   NO_BYTES,
   nodeError,
@@ -88,9 +87,10 @@ export function idempotencyContext<Tx = never>(res: ExpressResponse): HandlerCon
 
 /** The gate's view of an Express request: one object, its methods shared (no closures made per request). */
 class ExpressRequest implements GateRequest<Request> {
-  readonly native: Request;
-  readonly method: string;
-  readonly url: string;
+  // Declared, not defined: assigned once in the constructor (a class field would be defined first, then assigned).
+  declare readonly native: Request;
+  declare readonly method: string;
+  declare readonly url: string;
   constructor(req: Request) {
     this.native = req;
     this.method = req.method;
@@ -367,7 +367,7 @@ async function finish(res: ServerResponse, state: Held<unknown>, callback: (() =
   } else {
     const empty = head || NULL_BODY_STATUSES.has(status);
     body = empty ? NO_BYTES : joinBytes(state.chunks, state.size);
-    const headers = storableHeaders(headerPairs(sent), state.replayHeaders);
+    const headers = storableNodeHeaders(sent, state.replayHeaders);
     replacement = await claim.complete({ status, headers, body });
   }
   if (!state.held) return; // destroyed meanwhile: nothing to send
