@@ -263,10 +263,18 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
   // Under Express every response has a hidden class of its own (its prototype is set per request), so each
   // property added to it would make V8 build yet another one: about 4 µs apiece, most of what holding a response
   // cost (measured: see docs/BENCHMARKS.md). A property deleted out of order turns the object into a dictionary
-  // first, where the six additions below are table inserts.
-  (res as unknown as Record<symbol, unknown>)[SCRATCH] = 0;
-  (res as Capturing)[HELD] = held;
-  delete (res as unknown as Record<symbol, unknown>)[SCRATCH];
+  // first, where the six additions below are table inserts. The property deleted is EventEmitter's first own one,
+  // `_events`, put straight back: no hidden class is made at all (adding a scratch property to delete made two).
+  const own = res as unknown as Record<PropertyKey, unknown>;
+  const events = own._events;
+  if (Object.hasOwn(own, '_events') && Reflect.deleteProperty(own, '_events')) {
+    own._events = events;
+    (res as Capturing)[HELD] = held;
+  } else {
+    own[SCRATCH] = 0;
+    (res as Capturing)[HELD] = held;
+    delete own[SCRATCH];
+  }
   res.writeHead = heldWriteHead;
   res.flushHeaders = heldFlushHeaders;
   res.write = heldWrite as ServerResponse['write'];
