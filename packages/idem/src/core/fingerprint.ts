@@ -226,29 +226,48 @@ class CanonicalParser {
 
   #object(depth: number): string {
     this.#pos++;
-    const members = new Map<string, string>();
-    if (!this.#peek('}')) {
-      do {
-        this.skipWhitespace();
-        if (this.#text[this.#pos] !== '"') throw new SyntaxError('expected a key');
-        // A key without escapes is its own source text between the quotes (what JSON.parse would give).
-        const start = this.#pos;
-        const key = this.#scanString()
-          ? this.#text.slice(start + 1, this.#pos - 1)
-          : (JSON.parse(this.#text.slice(start, this.#pos)) as string);
-        this.#expect(':');
-        members.delete(key); // last duplicate wins, as in JSON.parse
-        members.set(key, this.value(depth + 1));
-      } while (this.#peek(','));
-      this.#expect('}');
-    }
-    const keys = [...members.keys()].sort();
+    if (this.#peek('}')) return '{}';
+    // Members as they come: each key, and its member text (`"key":value`). Keys usually come in order (many
+    // encoders sort them, or write them in a fixed order that happens to be sorted): then the members are
+    // already canonical, and no map or sort is needed.
+    const keys: string[] = [];
+    const members: string[] = [];
+    let ordered = true;
+    do {
+      this.skipWhitespace();
+      if (this.#text[this.#pos] !== '"') throw new SyntaxError('expected a key');
+      // A key without escapes is its own source text between the quotes (what JSON.parse would give), and its
+      // source text with the quotes is what JSON.stringify writes for it.
+      const start = this.#pos;
+      let key: string;
+      let name: string;
+      if (this.#scanString()) {
+        name = this.#text.slice(start, this.#pos);
+        key = name.slice(1, -1);
+      } else {
+        key = JSON.parse(this.#text.slice(start, this.#pos)) as string;
+        name = JSON.stringify(key);
+      }
+      this.#expect(':');
+      if (ordered && keys.length > 0 && !(key > (keys[keys.length - 1] as string))) ordered = false;
+      keys.push(key);
+      members.push(`${name}:${this.value(depth + 1)}`);
+    } while (this.#peek(','));
+    this.#expect('}');
     // Built with `+=`, not `join`: V8 keeps concatenations as ropes and flattens once, at the hash; a join copies
     // the whole subtree at every level, which made a deeply nested 1 MiB body cost depth × size (548× JSON.parse).
     let out = '{';
-    for (let i = 0; i < keys.length; i++) {
-      const key = keys[i] as string;
-      out += `${i === 0 ? '' : ','}${JSON.stringify(key)}:${members.get(key) as string}`;
+    if (ordered) {
+      for (let i = 0; i < members.length; i++) out += i === 0 ? members[i] : `,${members[i] as string}`;
+      return `${out}}`;
+    }
+    // Out of order, or a duplicate key: sorted, the last duplicate winning (as in JSON.parse).
+    const last = new Map<string, number>();
+    for (let i = 0; i < keys.length; i++) last.set(keys[i] as string, i);
+    const sorted = [...last.keys()].sort();
+    for (let i = 0; i < sorted.length; i++) {
+      const member = members[last.get(sorted[i] as string) as number] as string;
+      out += i === 0 ? member : `,${member}`;
     }
     return `${out}}`;
   }
