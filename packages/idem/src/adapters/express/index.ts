@@ -203,6 +203,11 @@ interface Held<Tx> {
   readonly flushHeaders: (this: ServerResponse) => void;
   readonly destroy: (this: ServerResponse, error?: Error) => ServerResponse;
   chunks: Buffer[];
+  /**
+   * The body as the handler wrote it, when that was one string in UTF-8 (what `res.send` writes): sent as that
+   * string, Node writes it in one piece with the head; sent as bytes, the head and the body go out as two chunks.
+   */
+  text: string | undefined;
   size: number;
   tooLarge: BodyTooLargeError | undefined;
   /** True until the recorded response (or its replacement) is written, or the response is destroyed. */
@@ -251,6 +256,7 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
     flushHeaders: res.flushHeaders,
     destroy: res.destroy,
     chunks: [],
+    text: undefined,
     size: 0,
     tooLarge: undefined,
     held: true,
@@ -285,6 +291,12 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
 function keep(state: Held<unknown>, chunk: unknown, encoding: unknown): void {
   if (state.tooLarge) return;
   const bytes = toBuffer(chunk, encoding);
+  state.text =
+    state.chunks.length === 0 &&
+    typeof chunk === 'string' &&
+    (encoding === undefined || encoding === 'utf8' || encoding === 'utf-8')
+      ? chunk
+      : undefined;
   state.size += bytes.byteLength;
   if (state.size > state.limit) {
     state.tooLarge = new BodyTooLargeError(state.limit);
@@ -391,8 +403,11 @@ async function finish(res: ServerResponse, state: Held<unknown>, callback: (() =
     res.statusMessage = message;
     restoreHeaders(res, sent, head ? undefined : body.byteLength);
   }
-  if (callback) state.end.call(res, body, callback);
-  else state.end.call(res, body);
+  // The same bytes either way: the handler's own UTF-8 string is what was recorded, encoded.
+  const out =
+    !replacement && body.byteLength > 0 && state.chunks.length === 1 && state.text !== undefined ? state.text : body;
+  if (callback) state.end.call(res, out, callback);
+  else state.end.call(res, out);
 }
 
 /** Node's own check on a status code (`writeHead` throws it): a three-digit integer from 100. */
