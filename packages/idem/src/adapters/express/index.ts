@@ -64,7 +64,7 @@ export function idempotency<Tx = never>(
         : await responseParts(admission.response);
       res.statusCode = status;
       for (const [name, value] of headers) res.setHeader(name, value);
-      res.end(body);
+      res.end(asText(body));
       return;
     }
     (res.locals as Record<string, unknown>)[CONTEXT] = admission.context;
@@ -72,6 +72,25 @@ export function idempotency<Tx = never>(
     next();
   };
   return Object.assign(middleware, { engine: gate.engine });
+}
+
+/** Strict UTF-8 (a bad byte throws); without `stream` it keeps no state between calls, so one serves all. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** Answers up to this size are written as text when they are UTF-8 (see {@link asText}). */
+const TEXT_LIMIT = 16_384;
+
+/**
+ * A small answer's bytes as the string they encode, when they are valid UTF-8: Node writes a string body in one
+ * piece with the head, bytes as a second chunk. Valid UTF-8 decodes and encodes back to the same bytes.
+ */
+function asText(body: Uint8Array): string | Uint8Array {
+  if (body.byteLength === 0 || body.byteLength > TEXT_LIMIT) return body;
+  try {
+    return UTF8.decode(body);
+  } catch {
+    return body;
+  }
 }
 
 /**
