@@ -62,6 +62,7 @@ export function idempotency<Tx = never>(
       const { status, headers, body } = admission.replay
         ? replayParts(admission.replay)
         : await responseParts(admission.response);
+      toDictionary(res);
       res.statusCode = status;
       for (const [name, value] of headers) res.setHeader(name, value);
       res.end(asText(body));
@@ -241,6 +242,7 @@ interface Held<Tx> {
 /** The response's {@link Held} state, on one symbol-keyed property (the wrappers below are shared, not per request). */
 const HELD = Symbol('idem.held');
 const SCRATCH = Symbol('idem.scratch');
+const SCRATCH_2 = Symbol('idem.scratch.2');
 type Capturing = ServerResponse & { [HELD]: Held<unknown> };
 
 /**
@@ -285,26 +287,35 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
     headers: undefined,
   };
   /* eslint-enable @typescript-eslint/unbound-method */
-  // Under Express every response has a hidden class of its own (its prototype is set per request), so each
-  // property added to it would make V8 build yet another one: about 4 µs apiece, most of what holding a response
-  // cost (measured: see docs/BENCHMARKS.md). A property deleted out of order turns the object into a dictionary
-  // first, where the six additions below are table inserts. The property deleted is EventEmitter's first own one,
-  // `_events`, put straight back: no hidden class is made at all (adding a scratch property to delete made two).
-  const own = res as unknown as Record<PropertyKey, unknown>;
-  const events = own._events;
-  if (Object.hasOwn(own, '_events') && Reflect.deleteProperty(own, '_events')) {
-    own._events = events;
-    (res as Capturing)[HELD] = held;
-  } else {
-    own[SCRATCH] = 0;
-    (res as Capturing)[HELD] = held;
-    delete own[SCRATCH];
-  }
+  toDictionary(res);
+  (res as Capturing)[HELD] = held;
   res.writeHead = heldWriteHead;
   res.flushHeaders = heldFlushHeaders;
   res.write = heldWrite as ServerResponse['write'];
   res.end = heldEnd as ServerResponse['end'];
   res.destroy = heldDestroy;
+}
+
+/**
+ * Turns a response into a dictionary (V8's slow properties) without adding a property. Under Express every
+ * response has a hidden class of its own (its prototype is set per request), so each property added to it would
+ * make V8 build yet another one: about 4 µs apiece, most of what holding a response cost (measured: see
+ * docs/BENCHMARKS.md); and every later access to it, by Node and Express, misses its inline cache. A property
+ * deleted out of order turns the object into a dictionary, where additions are table inserts and responses share
+ * a hidden class. The property deleted is EventEmitter's first own one, `_events`, put straight back; a scratch
+ * property added and deleted is the fallback for a response without an own, configurable `_events`.
+ */
+function toDictionary(res: ServerResponse): void {
+  const own = res as unknown as Record<PropertyKey, unknown>;
+  const events = own._events;
+  if (Object.hasOwn(own, '_events') && Reflect.deleteProperty(own, '_events')) {
+    own._events = events;
+  } else {
+    own[SCRATCH] = 0;
+    own[SCRATCH_2] = 0;
+    delete own[SCRATCH];
+    delete own[SCRATCH_2];
+  }
 }
 
 function keep(state: Held<unknown>, chunk: unknown, encoding: unknown): void {
