@@ -120,6 +120,9 @@ class ExpressRequest implements GateRequest<Request> {
     return headerValue(this.native.headers, name);
   }
   body(limit: number): Promise<Uint8Array> {
+    // Read only for a keyed request: from here on Express, its body parser and Node touch `req` as a dictionary
+    // (see toDictionary), which costs them less than its hidden class of its own.
+    toDictionary(this.native);
     return readAndRestore(this.native, limit);
   }
 }
@@ -297,15 +300,16 @@ function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, limit: number, repla
 }
 
 /**
- * Turns a response into a dictionary (V8's slow properties) without adding a property. Under Express every
- * response has a hidden class of its own (its prototype is set per request), so each property added to it would
- * make V8 build yet another one: about 4 µs apiece, most of what holding a response cost (measured: see
- * docs/BENCHMARKS.md); and every later access to it, by Node and Express, misses its inline cache. A property
- * deleted out of order turns the object into a dictionary, where additions are table inserts and responses share
- * a hidden class. The property deleted is EventEmitter's first own one, `_events`, put straight back; a scratch
- * property added and deleted is the fallback for a response without an own, configurable `_events`.
+ * Turns a request or response into a dictionary (V8's slow properties) without adding a property. Under Express
+ * every request and response has a hidden class of its own (their prototypes are set per request), so each
+ * property added to one (a held response's wrappers; `req.body` from a body parser) makes V8 build yet another:
+ * about 4 µs apiece (measured: see docs/BENCHMARKS.md); and every later access to it, by Node and Express, misses
+ * its inline cache. A property deleted out of order turns the object into a dictionary, where additions are table
+ * inserts and objects share a hidden class. The property deleted is EventEmitter's first own one, `_events`, put
+ * straight back; a scratch property added and deleted is the fallback for an object without an own, configurable
+ * `_events`. Nothing observable changes but the position of `_events` among the object's keys.
  */
-function toDictionary(res: ServerResponse): void {
+function toDictionary(res: ServerResponse | IncomingMessage): void {
   const own = res as unknown as Record<PropertyKey, unknown>;
   const events = own._events;
   if (Object.hasOwn(own, '_events') && Reflect.deleteProperty(own, '_events')) {
