@@ -136,7 +136,45 @@ export function replayParts(stored: StoredResponse): {
   body: Uint8Array;
 } {
   const body = bodyFor(stored.status, stored.body) === null ? new Uint8Array(0) : stored.body;
-  return { status: stored.status, headers: [...replayHeaders(stored)], body };
+  return { status: stored.status, headers: replayPairs(stored.headers) ?? [...replayHeaders(stored)], body };
+}
+
+/** An HTTP token (a header name a `Headers` object accepts). */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+/**
+ * A header value a `Headers` object keeps as it is: bytes (no code unit above 0xFF), no NUL, CR or LF, and no
+ * whitespace at either end to strip.
+ */
+const PLAIN_VALUE = /^(?:[^\0\r\n\t \u0100-\uffff](?:[^\0\r\n\u0100-\uffff]*[^\0\r\n\t \u0100-\uffff])?)?$/;
+
+/**
+ * What `[...replayHeaders(stored)]` yields — lower-case names in sorted order, the values of a repeated name
+ * joined with `, `, the replay marker last set — built without a `Headers` object, for the usual stored headers
+ * (lower-case tokens, values with nothing to strip, no `set-cookie`). Undefined for anything else, which takes the
+ * `Headers` path (and its errors) as before.
+ */
+function replayPairs(stored: ReadonlyArray<readonly [string, string]>): Array<[string, string]> | undefined {
+  const pairs: Array<[string, string]> = [];
+  for (let i = 0; i < stored.length; i++) {
+    const [name, value] = stored[i] as readonly [string, string];
+    if (!TOKEN.test(name) || name !== name.toLowerCase() || name === 'set-cookie' || !PLAIN_VALUE.test(value))
+      return undefined;
+    if (name === REPLAYED_HEADER) continue; // replaced by the marker below, as `set` does
+    let joined = false;
+    for (const pair of pairs) {
+      if (pair[0] !== name) continue;
+      pair[1] = `${pair[1]}, ${value}`;
+      joined = true;
+      break;
+    }
+    if (!joined) pairs.push([name, value]);
+  }
+  pairs.push([REPLAYED_HEADER, 'true']);
+  return pairs.length === 1 ? pairs : pairs.sort(byName);
+}
+
+function byName(a: readonly [string, string], b: readonly [string, string]): number {
+  return a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
 }
 
 function replayHeaders(stored: StoredResponse): Headers {
