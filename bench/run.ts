@@ -631,7 +631,12 @@ async function main(): Promise<void> {
     }
     for (let round = 1; round <= SETTINGS.rounds; round++) {
       progress(`round ${round}/${SETTINGS.rounds}: ${slots.size} measurements of ${SETTINGS.seconds} s`);
-      for (const slot of slots.values()) await slice(slot);
+      // A different order each round (rotated, and reversed every other round): what runs just before a route —
+      // PostgreSQL's checkpoints after the SQL routes' writes, say — must not always fall on the same routes.
+      const order = [...slots.values()];
+      const shift = Math.floor(((round - 1) * order.length) / SETTINGS.rounds);
+      const rotated = [...order.slice(shift), ...order.slice(0, shift)];
+      for (const slot of round % 2 === 0 ? rotated.reverse() : rotated) await slice(slot);
     }
     const get = (id: string): Load => combine(slots.get(id) as Slot);
     results.plain = get('plain');
@@ -1017,7 +1022,7 @@ function report(r: Results): void {
     '',
     `**Machine:** ${m.cpu}, ${m.memory}, Linux ${m.kernel}, Node ${m.node}, PostgreSQL ${m.postgres}, Redis ${m.redis}. Shared and noisy: load average at start ${m.loadStart}, at end ${m.loadEnd} (1/5/15 min) — other work was running. Server processes, PostgreSQL, Redis and autocannon share the same 2 cores.`,
     '',
-    `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike; req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
+    `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike, in an order rotated each round and reversed every other round, so that no route always follows the same one (the SQL routes leave PostgreSQL checkpointing); req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
     '',
     ...(r.skipped?.length || r.settings.rounds < 4 || r.settings.seconds < 3
       ? [
