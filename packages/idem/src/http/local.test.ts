@@ -204,8 +204,9 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     const db = await backend();
     let kept: pg.PoolClient | undefined;
     const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (_request, context) => {
-      kept = context.tx as pg.PoolClient;
-      await db.insert(kept, `${context.id}-debit`, 500);
+      const tx = context.tx as pg.PoolClient;
+      kept = tx;
+      await db.insert(tx, `${context.id}-debit`, 500);
       return Response.json({ ok: true }, { status: 201 });
     });
     expect((await handle(post(randomUUID()))).status).toBe(201);
