@@ -5,15 +5,7 @@ import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
-import type {
-  ClaimRequest,
-  ClaimResult,
-  IdempotencyRecord,
-  IdempotencyStore,
-  Outcome,
-  StoredResponse,
-  WriteResult,
-} from './record.js';
+import type { IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from './record.js';
 
 const HOUR = 3_600_000;
 /** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
@@ -329,28 +321,9 @@ export function createEngine<Tx = never>({
       for (;;) {
         const token = generateId();
         const freshId = generateId();
-        const claimRequest: ClaimRequest = {
-          pk,
-          scope,
-          key,
-          fingerprint,
-          token,
-          id: freshId,
-          now: clock.now(),
-          leaseMs,
-          ttlMs: recordTtl,
-        };
-        let claim: ClaimResult;
-        if (onEvent) {
-          claim = await call('claim', () => store.claim(claimRequest));
-        } else {
-          // The store's own promise, awaited here: no wrapper promise and no extra turn of the microtask queue.
-          try {
-            claim = await store.claim(claimRequest);
-          } catch (error) {
-            throw storeFailure('claim', error);
-          }
-        }
+        const claim = await call('claim', () =>
+          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs: recordTtl }),
+        );
         if (claim.kind === 'claimed') {
           const reclaimed = claim.record.id !== freshId;
           if (reclaimed) emit({ type: 'takeover', ...subject(request, claim.record.id) });
@@ -606,33 +579,24 @@ export function createEngine<Tx = never>({
         };
         // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
         const final = kind !== 'failed-retryable' ? effects : undefined;
-        let written: WriteResult;
-        if (final === undefined && !onEvent) {
-          try {
-            written = await store.complete({ pk, token, now: clock.now(), outcome, effects: undefined });
-          } catch (error) {
-            throw storeFailure('complete', error);
-          }
-        } else {
-          written = await call(
-            'complete',
-            final === undefined
-              ? () => store.complete({ pk, token, now: clock.now(), outcome, effects: undefined })
-              : async () => {
-                  try {
-                    return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
-                  } catch (error) {
-                    // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-                    // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-                    // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
-                    const current = await store.get(pk).catch(() => undefined);
-                    if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
-                      return { ok: false };
-                    throw error;
-                  }
-                },
-          );
-        }
+        const written = await call(
+          'complete',
+          final === undefined
+            ? () => store.complete({ pk, token, now: clock.now(), outcome, effects: undefined })
+            : async () => {
+                try {
+                  return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
+                } catch (error) {
+                  // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+                  // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+                  // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+                  const current = await store.get(pk).catch(() => undefined);
+                  if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
+                    return { ok: false };
+                  throw error;
+                }
+              },
+        );
         if (!written.ok) return this.#written(this.#refused('complete'));
         if (onEvent)
           emit({
@@ -757,12 +721,8 @@ function sleep(clock: Clock, ms: number): Promise<void> {
   return new Promise((resolve) => (clock === systemClock ? setTimeout(resolve, ms) : clock.setTimeout(resolve, ms)));
 }
 
-/** `String.prototype.isWellFormed` where the runtime has it (Node ≥ 20, current browsers and workers). */
-const nativeWellFormed = (String.prototype as { isWellFormed?: (this: string) => boolean }).isWellFormed;
-
 /** True when `text` has no lone surrogate (what `String.prototype.isWellFormed` tells, on every runtime). */
 function wellFormed(text: string): boolean {
-  if (nativeWellFormed !== undefined) return nativeWellFormed.call(text);
   for (let i = 0; i < text.length; i++) {
     const code = text.charCodeAt(i);
     if (code < 0xd800 || code > 0xdfff) continue;
