@@ -241,23 +241,15 @@ export function createEngine<Tx = never>({
   };
 
   /** Every store call goes through here: timed (when someone listens), and a backend failure becomes STORE_UNAVAILABLE. */
-  function call<T>(op: StoreOp, fn: () => Promise<T>): Promise<T> {
-    if (onEvent) return timed(op, fn);
-    try {
-      return Promise.resolve(fn()).then(undefined, unavailable[op]);
-    } catch (error) {
-      return Promise.reject(storeFailure(op, error));
-    }
-  }
-  async function timed<T>(op: StoreOp, fn: () => Promise<T>): Promise<T> {
-    const started = performance.now();
+  async function call<T>(op: StoreOp, fn: () => Promise<T>): Promise<T> {
+    const started = onEvent ? performance.now() : 0;
     try {
       const value = await fn();
-      emit({ type: 'store_op', op, ms: performance.now() - started, ok: true });
+      if (onEvent) emit({ type: 'store_op', op, ms: performance.now() - started, ok: true });
       return value;
     } catch (error) {
-      emit({ type: 'store_op', op, ms: performance.now() - started, ok: false, error });
-      throw storeFailure(op, error);
+      if (onEvent) emit({ type: 'store_op', op, ms: performance.now() - started, ok: false, error });
+      throw new IdempotencyError('STORE_UNAVAILABLE', `The idempotency store failed during ${op}.`, { cause: error });
     }
   }
 
@@ -393,147 +385,60 @@ export function createEngine<Tx = never>({
   }
 
   /**
-   * The leases waiting for their next renewal, oldest first. Every lease waits the same `renewEveryMs`, so the
-   * order they join in is the order they fall due: one timer serves them all (armed for the first, and left to
-   * fire once more after the last one settles) instead of a timer made and cleared per lease.
+   * Holds a claimed record: renews it every `renewEveryMs` (pushing `expiresAt` along, so a live lease never
+   * expires by TTL) and aborts the work's signal if the lease is lost. Settling stops the renewals first; a
+   * renewal already in flight is conditional on `in_progress` and changes nothing after the completion.
    */
-  let first: HeldLease | undefined;
-  let last: HeldLease | undefined;
-  let timerArmed = false;
-  // Due times on the timers' own time line: the monotonic clock under the system clock (a wall-clock step must
-  // not hold a renewal back), the injected clock's `now()` otherwise.
-  const timeline = clock === systemClock ? () => performance.now() : () => clock.now();
+  function hold(record: IdempotencyRecord, reclaimed: boolean, route: string | undefined): Lease<Tx> {
+    const { pk, token, scope, key } = record;
+    const about: KeyEventFields = { scope, key, id: record.id, ...(route === undefined ? {} : { route }) };
+    const startedAt = clock.now();
+    // Made when the work first reads `signal` (or when the lease is lost): most work never reads it, and an
+    // AbortController is among the costliest objects a lease would make.
+    let controller: AbortController | undefined;
+    let timer: unknown;
+    let expiresAt = record.expiresAt;
+    let settlement: Promise<Settlement> | undefined;
+    activeLeases++;
 
-  /**
-   * A claimed record, held: renewed every `renewEveryMs` (pushing `expiresAt` along, so a live lease never expires
-   * by TTL), its signal aborted if the lease is lost. Settling stops the renewals first; a renewal already in
-   * flight is conditional on `in_progress` and changes nothing after the completion. One object per lease, its
-   * logic on the prototype: what the work sees (`scope`, `key`, `id`, `reclaimed`, `signal`, `settled` and the
-   * three settling functions) are its own properties, the rest is private.
-   */
-  class HeldLease implements Lease<Tx> {
-    readonly scope: string;
-    readonly key: string;
-    readonly id: string;
-    readonly reclaimed: boolean;
-    readonly signal: AbortSignal;
-    settled = false;
-    readonly complete = (result: WorkResult<Tx>): Promise<Settlement> => this.#settle(OP_COMPLETE, result);
-    readonly fail = (): Promise<Settlement> => this.#settle(OP_FAIL, undefined);
-    readonly release = (): Promise<Settlement> => this.#settle(OP_RELEASE, undefined);
-    readonly #record: IdempotencyRecord;
-    readonly #route: string | undefined;
-    readonly #startedAt: number;
-    readonly #controller: AbortController;
-    #expiresAt: number;
-    #settlement: Promise<Settlement> | undefined = undefined;
-    /** The renewal queue: when this lease falls due, and its neighbours while it waits. */
-    #due = 0;
-    #queued = false;
-    #before: HeldLease | undefined = undefined;
-    #after: HeldLease | undefined = undefined;
-
-    /** The timer's callback: renews the leases due, then waits for the next one. */
-    static readonly #wake = (): void => {
-      timerArmed = false;
-      const now = timeline();
-      while (first !== undefined && first.#due <= now) {
-        const lease = first;
-        lease.#unqueue();
-        void lease.#renew();
-      }
-      if (first !== undefined) HeldLease.#arm(first.#due - now);
-    };
-
-    static #arm(ms: number): void {
-      timerArmed = true;
-      clock.setTimeout(HeldLease.#wake, ms);
-    }
-
-    static #enqueue(lease: HeldLease): void {
-      lease.#due = timeline() + renewEveryMs;
-      lease.#queued = true;
-      lease.#before = last;
-      if (last === undefined) first = lease;
-      else last.#after = lease;
-      last = lease;
-      if (!timerArmed) HeldLease.#arm(renewEveryMs);
-    }
-
-    #unqueue(): void {
-      if (!this.#queued) return;
-      this.#queued = false;
-      const before = this.#before;
-      const after = this.#after;
-      if (before === undefined) first = after;
-      else before.#after = after;
-      if (after === undefined) last = before;
-      else after.#before = before;
-      this.#before = this.#after = undefined;
-    }
-
-    constructor(record: IdempotencyRecord, reclaimed: boolean, route: string | undefined) {
-      this.scope = record.scope;
-      this.key = record.key;
-      this.id = record.id;
-      this.reclaimed = reclaimed;
-      // Made up front: every caller of the HTTP layer reads it at once, and an own data property survives a spread.
-      this.#controller = new AbortController();
-      this.signal = this.#controller.signal;
-      this.#record = record;
-      this.#route = route;
-      this.#startedAt = clock.now();
-      this.#expiresAt = record.expiresAt;
-      activeLeases++;
-      HeldLease.#enqueue(this);
-    }
-
-    #about(): KeyEventFields {
-      const { scope, key, id } = this;
-      const route = this.#route;
-      return route === undefined ? { scope, key, id } : { scope, key, id, route };
-    }
-
-    async #renew(): Promise<void> {
-      if (this.settled) return;
-      const { pk, token } = this.#record;
+    const renew = async (): Promise<void> => {
+      if (settlement) return;
       try {
         const now = clock.now();
-        const expiresAt = (this.#expiresAt = Math.max(this.#expiresAt, now + leaseMs));
+        expiresAt = Math.max(expiresAt, now + leaseMs);
         const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
-        if (!renewed.ok && !this.settled) {
-          if (onEvent) emit({ type: 'lease_lost', ...this.#about() });
-          this.#controller.abort(new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'));
+        if (!renewed.ok && !settlement) {
+          emit({ type: 'lease_lost', ...about });
+          (controller ??= new AbortController()).abort(
+            new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'),
+          );
           return;
         }
       } catch {
         // The store is unreachable: try again next tick. If the lease lapses meanwhile, completion is fenced.
       }
-      if (!this.settled) HeldLease.#enqueue(this);
-    }
+      if (!settlement) timer = clock.setTimeout(() => void renew(), renewEveryMs);
+    };
+    timer = clock.setTimeout(() => void renew(), renewEveryMs);
 
-    /** The first settlement wins; later calls return it. The renewals stop before the write. */
-    #settle(op: number, result: WorkResult<Tx> | undefined): Promise<Settlement> {
-      if (this.#settlement) return this.#settlement;
-      this.settled = true;
-      this.#unqueue();
-      this.#settlement =
-        op === OP_COMPLETE
-          ? this.#complete(result as WorkResult<Tx>)
-          : op === OP_FAIL
-            ? this.#fail()
-            : this.#release(null);
-      return this.#settlement;
-    }
-
-    /** Every settlement ends here, once: the lease is no longer active. */
-    #written(settlement: Settlement): Settlement {
-      activeLeases--;
+    /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
+    const written = async (write: Promise<Settlement>): Promise<Settlement> => {
+      try {
+        return await write;
+      } catch (error) {
+        return { ok: false, error: error as IdempotencyError };
+      } finally {
+        activeLeases--;
+      }
+    };
+    const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
+      if (settlement) return settlement;
+      clock.clearTimeout(timer);
+      settlement = written(write());
       return settlement;
-    }
-
-    #refused(op: StoreOp): Settlement {
-      if (onEvent) emit({ type: 'stale_write_refused', ...this.#about(), op });
+    };
+    const refusedWrite = (op: StoreOp): Settlement => {
+      emit({ type: 'stale_write_refused', ...about, op });
       return {
         ok: false,
         error: new IdempotencyError(
@@ -544,100 +449,76 @@ export function createEngine<Tx = never>({
           },
         ),
       };
-    }
+    };
 
-    async #release(status: number | null): Promise<Settlement> {
-      const { pk, token } = this.#record;
-      try {
-        const released = await call('release', () => store.release({ pk, token }));
-        if (!released.ok) return this.#written(this.#refused('release'));
-        if (onEvent)
-          emit({
-            type: 'executed',
-            ...this.#about(),
-            outcome: 'release',
-            status,
-            ms: clock.now() - this.#startedAt,
-          });
-        return this.#written({ ok: true, record: null });
-      } catch (error) {
-        return this.#written({ ok: false, error: error as IdempotencyError });
-      }
-    }
+    const release = async (status: number | null = null): Promise<Settlement> => {
+      const released = await call('release', () => store.release({ pk, token }));
+      if (!released.ok) return refusedWrite('release');
+      emit({ type: 'executed', ...about, outcome: 'release', status, ms: clock.now() - startedAt });
+      return { ok: true, record: null };
+    };
 
-    async #complete({ response, outcome: declared, resultId, effects }: WorkResult<Tx>): Promise<Settlement> {
-      try {
-        const kind = declared ?? classifyStatus(response.status);
-        if (kind === 'release') return await this.#release(response.status);
-        const record = this.#record;
-        const { pk, token } = record;
-        const outcome: Outcome = {
-          status: kind === 'succeeded' ? 'succeeded' : 'failed',
-          retryable: kind === 'failed-retryable',
-          resultId: resultId ?? null,
-          response,
-        };
-        // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
-        const final = kind !== 'failed-retryable' ? effects : undefined;
-        const written = await call(
-          'complete',
-          final === undefined
-            ? () => store.complete({ pk, token, now: clock.now(), outcome, effects: undefined })
-            : async () => {
-                try {
-                  return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
-                } catch (error) {
-                  // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-                  // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-                  // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
-                  const current = await store.get(pk).catch(() => undefined);
-                  if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
-                    return { ok: false };
-                  throw error;
-                }
-              },
-        );
-        if (!written.ok) return this.#written(this.#refused('complete'));
-        if (onEvent)
-          emit({
-            type: 'executed',
-            ...this.#about(),
-            outcome: kind,
-            status: response.status,
-            ms: clock.now() - this.#startedAt,
-          });
-        const completed = withOutcome(record, outcome, this.#expiresAt);
-        remember(completed);
-        return this.#written({ ok: true, record: completed });
-      } catch (error) {
-        return this.#written({ ok: false, error: error as IdempotencyError });
-      }
-    }
+    const complete = async ({
+      response,
+      outcome: declared,
+      resultId,
+      effects,
+    }: WorkResult<Tx>): Promise<Settlement> => {
+      const kind = declared ?? classifyStatus(response.status);
+      if (kind === 'release') return release(response.status);
+      const outcome: Outcome = {
+        status: kind === 'succeeded' ? 'succeeded' : 'failed',
+        retryable: kind === 'failed-retryable',
+        resultId: resultId ?? null,
+        response,
+      };
+      // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
+      const final = kind !== 'failed-retryable' ? effects : undefined;
+      const written = await call('complete', async () => {
+        try {
+          return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
+        } catch (error) {
+          // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+          // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+          // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+          if (final === undefined) throw error;
+          const current = await store.get(pk).catch(() => undefined);
+          if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
+            return { ok: false };
+          throw error;
+        }
+      });
+      if (!written.ok) return refusedWrite('complete');
+      emit({ type: 'executed', ...about, outcome: kind, status: response.status, ms: clock.now() - startedAt });
+      const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
+      remember(completed);
+      return { ok: true, record: completed };
+    };
 
-    async #fail(): Promise<Settlement> {
-      const { pk, token } = this.#record;
-      try {
-        // Nothing was promised to the client, so the next attempt may run the work again.
-        const failed = failedRetryable();
-        const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
-        if (!written.ok) return this.#written(this.#refused('complete'));
-        if (onEvent)
-          emit({
-            type: 'executed',
-            ...this.#about(),
-            outcome: 'failed-retryable',
-            status: null,
-            ms: clock.now() - this.#startedAt,
-          });
-        return this.#written({ ok: true, record: withOutcome(this.#record, failed, this.#expiresAt) });
-      } catch (error) {
-        return this.#written({ ok: false, error: error as IdempotencyError });
-      }
-    }
-  }
+    const fail = async (): Promise<Settlement> => {
+      // Nothing was promised to the client, so the next attempt may run the work again.
+      const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
+      const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
+      if (!written.ok) return refusedWrite('complete');
+      emit({ type: 'executed', ...about, outcome: 'failed-retryable', status: null, ms: clock.now() - startedAt });
+      return { ok: true, record: { ...record, ...failed, expiresAt } };
+    };
 
-  function hold(record: IdempotencyRecord, reclaimed: boolean, route: string | undefined): Lease<Tx> {
-    return new HeldLease(record, reclaimed, route);
+    return {
+      scope,
+      key,
+      id: record.id,
+      reclaimed,
+      get signal() {
+        return (controller ??= new AbortController()).signal;
+      },
+      get settled() {
+        return settlement !== undefined;
+      },
+      complete: (result) => settle(() => complete(result)),
+      fail: () => settle(fail),
+      release: () => settle(() => release()),
+    };
   }
 
   return {
@@ -652,43 +533,6 @@ export function createEngine<Tx = never>({
     },
   };
 }
-
-const OP_COMPLETE = 0;
-const OP_FAIL = 1;
-const OP_RELEASE = 2;
-
-/** The outcome of work that failed before it answered: nothing was promised, the next attempt may run it again. */
-function failedRetryable(): Outcome {
-  return { status: 'failed', retryable: true, resultId: null, response: null };
-}
-
-/** The record with its outcome written, and the `expiresAt` its renewals reached. */
-function withOutcome(record: IdempotencyRecord, outcome: Outcome, expiresAt: number): IdempotencyRecord {
-  return { ...record, ...outcome, expiresAt };
-}
-
-function storeFailure(op: StoreOp, error: unknown): IdempotencyError {
-  return new IdempotencyError('STORE_UNAVAILABLE', `The idempotency store failed during ${op}.`, { cause: error });
-}
-
-/** A rejection handler per store operation (made once): the failure as STORE_UNAVAILABLE. */
-const unavailable: Readonly<Record<StoreOp, (error: unknown) => never>> = {
-  claim: (error) => {
-    throw storeFailure('claim', error);
-  },
-  complete: (error) => {
-    throw storeFailure('complete', error);
-  },
-  renew: (error) => {
-    throw storeFailure('renew', error);
-  },
-  release: (error) => {
-    throw storeFailure('release', error);
-  },
-  get: (error) => {
-    throw storeFailure('get', error);
-  },
-};
 
 function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
   return route === undefined ? { scope, key, id } : { scope, key, id, route };
