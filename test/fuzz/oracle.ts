@@ -96,12 +96,13 @@ export function chargeOf(body: Uint8Array): ChargeParams | undefined {
 export function expected(request: SeenRequest): Expected {
   const refused = (status: number): Expected => ({ status, charges: false, records: false });
   const path = request.target.split('?')[0] ?? '';
-  // The HTTP bridge counts body bytes before any route or credential is looked at.
-  if (request.body.byteLength > MiB) return refused(413);
+  // The HTTP bridge decides on the head first (app.admit): outside /v1/ and for a caller without a valid API key the
+  // body is never read, so its size cannot matter. Only an admitted POST's body is counted, and past 1 MiB it is 413.
   if (!path.startsWith('/v1/')) return refused(404);
   const authorized =
     request.authorization !== null && /^Bearer (\S+)$/.exec(trimOws(request.authorization))?.[1] === API_KEY;
   if (!authorized) return refused(401);
+  if (request.method !== 'GET' && request.method !== 'HEAD' && request.body.byteLength > MiB) return refused(413);
   if (path === '/v1/charges') {
     if (request.method === 'GET') return { status: 200, charges: false, records: false };
     if (request.method !== 'POST') return refused(405);

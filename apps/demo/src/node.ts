@@ -100,15 +100,19 @@ export function serve(
       // Garbage after a complete request (e.g. a body longer than its Content-Length): that request is being
       // answered; let the answer out, then close. Answering 400 here would hide a charge behind an error.
       pending.res.shouldKeepAlive = false;
-      pending.res.once('finish', () => socket.end());
+      pending.res.once('finish', () => endLingering(socket));
       return;
     }
+    // Our answer is out and the client is still sending: the parser fails again on each chunk, which is dropped.
+    // Cutting here would reset the connection over the unread bytes, and the client could lose the answer.
+    if (socket.writableEnded) return;
     if (error.code === 'ECONNRESET' || !socket.writable) {
       socket.destroy();
       return;
     }
     const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-    socket.end(
+    endLingering(
+      socket,
       status === 408
         ? rawProblem(408, 'request-timeout', 'The request did not arrive in time: its headers, or the whole request.')
         : rawProblem(
@@ -214,11 +218,15 @@ async function answerEarly(
     await write(res, response, close || expectsContinue);
     return;
   }
-  const socket = req.socket;
   const bytes = await rawResponse(response, req.method === 'HEAD');
   // A pipelined request's answer waits its turn: node gives a response the socket only once the answers before it
   // are written, and writing to the socket before then would put this one ahead of theirs (a charge's 201 lost).
   if (!res.socket) await new Promise((resolve) => res.once('socket', resolve));
+  endLingering(req.socket, bytes);
+}
+
+/** Ends `socket` after `bytes` (a FIN), then cuts it LINGER_MS later unless the client has closed by then. */
+function endLingering(socket: Socket, bytes: string | Buffer = ''): void {
   const cut = setTimeout(() => socket.destroy(), LINGER_MS);
   socket.once('close', () => clearTimeout(cut));
   socket.end(bytes);
