@@ -45,7 +45,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { decodeHeaders, encodeHeaders } from '../contract.js';
+import { claimedRecord, decodeHeaders, encodeHeaders } from '../contract.js';
 import { SCRIPTS, type RedisScript } from './scripts.js';
 
 /**
@@ -503,9 +503,13 @@ export function redisStore({
       if (!Array.isArray(reply) || (reply[0] !== 0 && reply[0] !== 1)) {
         throw new Error(`redis claim script returned an unexpected reply for ${pk}`);
       }
+      if (reply[0] === 1) {
+        if (typeof reply[1] !== 'string') throw new Error(`redis claim script returned no id for ${pk}`);
+        return { kind: 'claimed', record: { ...claimedRecord(null, request), id: reply[1] } };
+      }
       const record = decode(pk, reply[1]);
       if (record === null) throw new Error(`redis claim script returned no record for ${pk}`);
-      return { kind: reply[0] === 1 ? 'claimed' : 'existing', record };
+      return { kind: 'existing', record };
     },
 
     async complete({ pk, token, outcome, effects }: CompleteRequest): Promise<WriteResult> {
