@@ -299,10 +299,12 @@ describe.skipIf(!available)('redis store', () => {
           await store.claim(b);
           await store.list({ scope, limit: 10 });
           await store.release({ pk: b.pk, token: b.token });
+          expect(calls.length).toBe(8);
+          // How many script calls a sweep makes depends on how SCAN pages the shared server's whole keyspace.
           await store.sweep({ now: T0 + TTL });
+          expect(calls.length).toBeGreaterThan(8);
           const mine = [recordKey(store, a.pk), indexKey(store, scope)];
           const odds = [recordKey(store, b.pk), indexKey(store, odd)];
-          expect(calls.length).toBe(10);
           expect([...new Set(calls.flat())].sort()).toEqual([...mine, ...odds].sort());
           for (const call of calls) expect(new Set(call.map(keySlot)).size).toBe(1);
           expect(new Set(mine.map(keySlot))).toEqual(new Set([crc16(Buffer.from(`IDEMPOTENCY#${scope}`)) % 16_384]));
@@ -376,7 +378,7 @@ describe.skipIf(!available)('redis store', () => {
           }
         });
 
-        it('a fresh claim is one EVALSHA of the claim script, answered [1, the record’s fields]', async () => {
+        it('a fresh claim is one EVALSHA of the claim script, answered [1, the id]: the rest is the request’s', async () => {
           const trips: RoundTrip[] = [];
           const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });
           try {
@@ -392,7 +394,7 @@ describe.skipIf(!available)('redis store', () => {
                   keys: [recordKey(store, req.pk), indexKey(store, scope)],
                   args: claimArgs(store, req),
                 },
-                response: [1, claimedFields(req)],
+                response: [1, req.id],
               },
             ]);
           } finally {
@@ -530,28 +532,6 @@ describe.skipIf(!available)('redis store', () => {
               base,
               req.key,
             ];
-            const fields = [
-              'scope',
-              scope,
-              'key',
-              req.key,
-              'status',
-              'in_progress',
-              'fingerprint',
-              req.fingerprint,
-              'id',
-              req.id,
-              'token',
-              req.token,
-              'claimedAt',
-              String(T0),
-              'leaseExpiresAt',
-              String(T0 + LEASE),
-              'expiresAt',
-              String(T0 + TTL),
-              'retryable',
-              '0',
-            ];
             expect(trips).toEqual([
               {
                 op: 'claim',
@@ -562,7 +542,7 @@ describe.skipIf(!available)('redis store', () => {
                   args,
                   wait: [1, 20],
                 },
-                response: [[1, fields], 0],
+                response: [[1, req.id], 0],
               },
             ]);
             expect(store.roundTrips).toBe(8 + 1);
