@@ -577,13 +577,19 @@ const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
  * @example
  * const stored = await responseTooLarge(new BodyTooLargeError(1_048_576))
  */
-export async function responseTooLarge(error: BodyTooLargeError): Promise<StoredResponse> {
-  const response = problem({
-    status: 500,
-    slug: 'response-too-large',
-    title: 'Response too large to store',
-    detail: error.message,
-  });
+export function responseTooLarge(error: BodyTooLargeError): Promise<StoredResponse> {
+  return storedProblem('response-too-large', 'Response too large to store', error.message);
+}
+
+/**
+ * A 500 problem as a stored response: what is recorded, final, when the work ran but its own response cannot be
+ * (too large; written around the adapter). The key then answers this problem and never runs its work again.
+ *
+ * @example
+ * await lease.complete({ response: await storedProblem('response-not-recorded', 'Response not recorded', detail), outcome: 'failed-final' })
+ */
+export async function storedProblem(slug: string, title: string, detail: string): Promise<StoredResponse> {
+  const response = problem({ status: 500, slug, title, detail });
   return {
     status: response.status,
     headers: storableHeaders(response.headers, ['content-type']),

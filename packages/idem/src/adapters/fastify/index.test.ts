@@ -46,6 +46,12 @@ async function chargesApp() {
       headers: { 'content-type': 'application/json', location: `/v1/refunds/re_${n}` },
     });
   });
+  app.post('/hijacked', async (_request, reply) => {
+    const n = count('hijacked');
+    reply.hijack();
+    reply.raw.writeHead(201, { 'content-type': 'application/json' });
+    reply.raw.end(`{"id":"ch_h${n}"}`);
+  });
   app.post('/declined', async () => {
     count('declined');
     throw Object.assign(new Error('card_declined'), { statusCode: 402 });
@@ -100,6 +106,24 @@ describe('idem/fastify', () => {
       { 'content-type': 'application/json', location: '/v1/refunds/re_1', 'idempotent-replayed': 'true' },
     ]);
     expect(app.runs).toEqual({ 'web-response': 1 });
+  });
+
+  it('a hijacked reply is recorded as a final 500 problem: the work never runs twice for its key', async () => {
+    const app = await chargesApp();
+    const first = await app.post('/hijacked', { key: 'h1' });
+    expect([first.statusCode, first.body]).toEqual([201, '{"id":"ch_h1"}']);
+    // The record is written after the hijacked answer went out: wait for it to leave in_progress.
+    for (let i = 0; i < 200 && (await app.record('h1'))?.status === 'in_progress'; i++)
+      await new Promise((resolve) => setImmediate(resolve));
+    const record = await app.record('h1');
+    expect([record?.status, record?.retryable, record?.response?.status]).toEqual(['failed', false, 500]);
+    const retry = await app.post('/hijacked', { key: 'h1' });
+    expect([retry.statusCode, retry.json<{ type: string }>().type, retry.headers['idempotent-replayed']]).toEqual([
+      500,
+      'urn:idem:problem:response-not-recorded',
+      'true',
+    ]);
+    expect(app.runs).toEqual({ hijacked: 1 });
   });
 
   it("replays a final refusal written by Fastify's error handler", async () => {

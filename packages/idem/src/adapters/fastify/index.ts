@@ -9,6 +9,7 @@ import type { StoredResponse } from '../../core/record.js';
 import {
   createGate,
   responseTooLarge,
+  storedProblem,
   storedResponse,
   type Claim,
   type HandlerContext,
@@ -157,12 +158,14 @@ export function idempotency<Tx = never>({
       return replacement ? replace(reply, replacement) : captured.payload;
     });
 
-    // A reply that bypassed onSend (hijacked) or never produced a payload must not hold the lease forever.
+    // A reply that bypassed onSend (`reply.hijack()`, then written to the socket) has gone out unseen: the work
+    // ran, perhaps moved money, and what it answered cannot be replayed. Recorded as a final failure, so a retry
+    // gets a problem rather than a second run; a retryable record here would run the work again.
     app.addHook('onResponse', async (request) => {
       const state = states.get(request);
       if (state?.claim && state.phase === 'running') {
         state.phase = 'done';
-        await state.claim.fail();
+        await state.claim.complete(await storedProblem(...NOT_RECORDED), 'failed-final');
       }
     });
   };
@@ -172,6 +175,12 @@ export function idempotency<Tx = never>({
     [Symbol.for('fastify.display-name')]: 'idem',
   });
 }
+
+const NOT_RECORDED = [
+  'response-not-recorded',
+  'Response not recorded',
+  'The handler answered around Idem (reply.hijack()), so its response was not recorded; this key will not run again.',
+] as const;
 
 interface Captured {
   readonly stored: StoredResponse;
