@@ -7,6 +7,11 @@
  * With the store `express-null` (Idem's Express middleware on the null store) or `express-plain` (the same Express
  * route without Idem, no key), the requests go through a real Express 5 app on node:http over loopback, one at a
  * time from a keep-alive client in the same process: what the HTTP benchmark's new-key and no-key routes run, counted.
+ * `express-redis` is Idem's middleware on the Redis store over node-redis (`fromNodeRedis`), `express-ioredis` the
+ * same over ioredis, and `express-ni` @node-idempotency/core on its own Redis adapter (node-redis), wrapped as the
+ * HTTP benchmark wraps it (bench/ni.ts), and `express-floor` the route with no layer, only a new key's two commands
+ * (SET NX, SET XX) through ioredis: the Express + Redis comparison, on the Redis at BENCH_REDIS_URL, one request
+ * at a time, so the server's replies arrive in the same order every run.
  */
 import { request as httpRequest, Agent } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -15,9 +20,12 @@ import { idempotency as expressIdempotency } from '../packages/idem/src/adapters
 import { idempotency } from '../packages/idem/src/http/middleware.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
+import { fromNodeRedis, redisStore, type NodeRedisClient } from '../packages/idem/src/stores/redis/index.js';
+import { niRoute } from './ni.js';
 
 const [kind = 'new', storeName = 'memory', countText = '100'] = process.argv.slice(2);
 const count = Number(countText);
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 /**
  * A store that does no work of its own: it keeps the one record last written in a variable, with no copies, no
@@ -62,7 +70,7 @@ function nullStore(): IdempotencyStore {
 
 let ids = 0;
 if (storeName.startsWith('express-')) {
-  await viaExpress(storeName === 'express-plain');
+  await viaExpress(storeName.slice('express-'.length));
   process.exit(0);
 }
 const store = storeName === 'null' ? nullStore() : memoryStore();
@@ -116,25 +124,68 @@ for (let i = 0; i < count; i++) {
 release?.();
 
 /** `count` requests of `kind` through Express on node:http (see the module comment). */
-async function viaExpress(plain: boolean): Promise<void> {
+async function viaExpress(route: string): Promise<void> {
   const app = express();
   app.disable('x-powered-by');
   app.disable('etag');
-  const route = (_req: express.Request, res: express.Response) => {
-    res.status(201).location('/v1/charges/ch_0123456789ab').json({ id: 'ch_0123456789ab', amount: 500 });
+  const charge = { id: 'ch_0123456789ab', amount: 500 };
+  const answer = (_req: express.Request, res: express.Response) => {
+    res.status(201).location('/v1/charges/ch_0123456789ab').json(charge);
   };
-  if (plain) {
-    app.post('/pay', express.json(), route);
-  } else {
-    const guard = expressIdempotency({
-      store: nullStore(),
-      scope: 'single-tenant',
-      ttlMs: 3_600_000,
-      leaseMs: 60_000,
-      generateId: () => `id-${++ids}`,
-      onError: () => {},
+  const options = {
+    scope: 'single-tenant' as const,
+    ttlMs: 3_600_000,
+    leaseMs: 60_000,
+    generateId: () => `id-${++ids}`,
+  };
+  // bench/instructions.ts deletes these keys afterwards, outside the count.
+  const prefix = process.env.BENCH_INSTR_PREFIX ?? `instr:${process.pid}:`;
+  const cleanups: Array<() => Promise<unknown>> = [];
+  if (route === 'plain') {
+    app.post('/pay', express.json(), answer);
+  } else if (route === 'null') {
+    app.post('/pay', expressIdempotency({ ...options, store: nullStore(), onError: () => {} }), express.json(), answer);
+  } else if (route === 'redis' || route === 'ioredis') {
+    let client;
+    if (route === 'redis') {
+      const { createClient } = await import('@redis/client');
+      const nodeRedis = await createClient({ url: REDIS_URL }).connect();
+      cleanups.push(() => nodeRedis.quit());
+      client = fromNodeRedis(nodeRedis as unknown as NodeRedisClient);
+    } else {
+      const { Redis } = await import('ioredis');
+      const ioredis = new Redis(REDIS_URL);
+      cleanups.push(() => ioredis.quit());
+      client = ioredis;
+    }
+    const store = redisStore({ client, prefix });
+    await store.load();
+    app.post('/pay', expressIdempotency({ ...options, store, onError: () => {} }), express.json(), answer);
+  } else if (route === 'floor') {
+    // No idempotency layer: the two commands a new key's budget allows (SET NX, then SET XX), through ioredis.
+    const { Redis } = await import('ioredis');
+    const redis = new Redis(REDIS_URL);
+    cleanups.push(() => redis.quit());
+    app.post('/pay', express.json(), async (req, res) => {
+      const key = `${prefix}floor:${req.get('idempotency-key') ?? ''}`;
+      await redis.set(key, 'in_progress', 'PX', 60_000, 'NX');
+      answer(req, res);
+      await redis.set(key, 'done', 'PX', 60_000, 'XX');
     });
-    app.post('/pay', guard, express.json(), route);
+  } else if (route === 'ni') {
+    const { Idempotency } = await import('@node-idempotency/core');
+    const { RedisStorageAdapter } = await import('@node-idempotency/storage-adapter-redis');
+    const storage = new RedisStorageAdapter({ url: REDIS_URL });
+    await storage.connect();
+    cleanups.push(() => storage.disconnect());
+    const ni = new Idempotency(storage, { cacheKeyPrefix: `${prefix}ni`, cacheTTLMS: 60_000 });
+    app.post(
+      '/pay',
+      express.json(),
+      niRoute(ni, () => Promise.resolve(charge)),
+    );
+  } else {
+    throw new Error(`unknown store express-${route}`);
   }
   const server = app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
@@ -155,6 +206,7 @@ async function viaExpress(plain: boolean): Promise<void> {
       req.once('error', reject);
       req.end(body);
     });
+  const plain = route === 'plain';
   if (!plain && kind === 'replay') await post('hot');
   const expected = kind === 'new' || kind === 'replay' ? 201 : 0;
   for (let i = 0; i < count; i++) {
@@ -163,4 +215,5 @@ async function viaExpress(plain: boolean): Promise<void> {
   }
   agent.destroy();
   server.close();
+  for (const cleanup of cleanups) await cleanup();
 }

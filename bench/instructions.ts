@@ -8,9 +8,13 @@
  * set-up requests cancel out. V8 runs single-threaded and predictable, so the JIT does the same work each time.
  * The `express-*` rows are the HTTP benchmark's routes (bench/instructions-run.ts): Express's own cost with no key
  * (`express-plain`), and Idem's Express middleware on a store that keeps nothing (`express-null`); their
- * difference is what Idem adds to an Express request. `BENCH_INSTR_ONLY=new/express-null,…` counts only those.
+ * difference is what Idem adds to an Express request. `express-ioredis` is Idem on Redis through ioredis (the HTTP
+ * benchmark's client), `express-redis` through node-redis 6, `express-ni` @node-idempotency on its own adapter
+ * (node-redis 4), `express-floor` a new key's two raw commands through ioredis; the Express rows are also counted
+ * late (`@1000-2000`, see LATE). `BENCH_INSTR_ONLY=new/express-null,…`
+ * counts only those; runs go two at a time (`BENCH_INSTR_PARALLEL`).
  */
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -18,17 +22,37 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const BASELINE = join(ROOT, 'docs', 'bench', 'instructions.json');
-/** What is counted: each request kind through the Web layer on each store, then Express over node:http. */
-const CASES: ReadonlyArray<readonly [kind: string, store: string]> = [
-  ...['null', 'memory'].flatMap((store) =>
-    ['new', 'replay', 'mismatch', 'conflict'].map((kind) => [kind, store] as const),
-  ),
-  ['new', 'express-plain'],
-  ['new', 'express-null'],
-  ['replay', 'express-null'],
-];
 const N1 = Number(process.env.BENCH_INSTR_N1 ?? 100);
 const N2 = Number(process.env.BENCH_INSTR_N2 ?? 400);
+/**
+ * The Express + Redis comparison is also counted from request 1,000 to 2,000 (`@1000-2000`), closer to a server
+ * that has run for a while. V8's optimizing compiler stays a large share of every Express count even there
+ * (callgrind, Idem on ioredis: 1.05 M of 2.63 M per new key at 100..400, 1.11 M of 2.20 M at 1,000..2,000; Express
+ * alone: 0.77 M of 1.69 M at 1,000..2,000): `--single-threaded` compiles on the main thread, where it is counted.
+ */
+const LATE = [1_000, 2_000] as const;
+/** What is counted: each request kind through the Web layer on each store, then Express over node:http. */
+const CASES: ReadonlyArray<{ kind: string; store: string; window?: readonly [number, number] }> = [
+  ...['null', 'memory'].flatMap((store) => ['new', 'replay', 'mismatch', 'conflict'].map((kind) => ({ kind, store }))),
+  { kind: 'new', store: 'express-plain' },
+  { kind: 'new', store: 'express-null' },
+  { kind: 'replay', store: 'express-null' },
+  ...['express-redis', 'express-ni'].flatMap((store) => ['new', 'replay'].map((kind) => ({ kind, store }))),
+  { kind: 'new', store: 'express-ioredis' },
+  ...['express-plain', 'express-null', 'express-floor', 'express-ioredis', 'express-ni'].map((store) => ({
+    kind: 'new',
+    store,
+    window: LATE,
+  })),
+];
+/** A case's name in the table and the baseline: `kind/store`, with `@n1-n2` when its window is not N1..N2. */
+const nameOf = ({ kind, store, window }: (typeof CASES)[number]) =>
+  `${kind}/${store}${window ? `@${window[0]}-${window[1]}` : ''}`;
+/** The Redis the `express-redis`, `-ioredis` and `-ni` runs use; their keys are deleted at the end. */
+const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const PREFIX = `instr:${process.pid}:`;
+/** valgrind runs at once: counts do not depend on it (each run is one single-threaded process). */
+const PARALLEL = Math.max(1, Number(process.env.BENCH_INSTR_PARALLEL ?? 2));
 const TOLERANCE = 0.05;
 
 type Counts = Record<string, number>;
@@ -69,48 +93,64 @@ if (built.status !== 0) fail(`could not bundle bench/instructions-run.ts: ${buil
  */
 const NODE_FLAGS = ['--single-threaded', '--predictable', '--no-warnings', '--initial-old-space-size=256'];
 
-/** Instructions for one run of `count` requests (the whole process). */
-function count(kind: string, store: string, requests: number): number {
-  const out = join(work, `cg.${kind}.${store}.${requests}.out`);
-  const run = spawnSync(
-    'valgrind',
-    [
-      '--tool=callgrind',
-      `--callgrind-out-file=${out}`,
-      process.execPath,
-      ...NODE_FLAGS,
-      bundle,
-      kind,
-      store,
-      String(requests),
-    ],
-    { encoding: 'utf8' },
-  );
-  const match = /Collected : (\d+)/.exec(run.stderr);
-  if (run.status !== 0 || !match)
-    fail(
-      `${kind}/${store} x${requests} failed: ${run.stderr
+let runs = 0;
+/** Instructions for one run of `count` requests (the whole process), under its own Redis key prefix. */
+function count(kind: string, store: string, requests: number): Promise<number> {
+  const run = ++runs;
+  const out = join(work, `cg.${run}.out`);
+  const args = ['--tool=callgrind', `--callgrind-out-file=${out}`, process.execPath, ...NODE_FLAGS, bundle];
+  const child = spawn('valgrind', [...args, kind, store, String(requests)], {
+    env: { ...process.env, BENCH_REDIS_URL: REDIS_URL, BENCH_INSTR_PREFIX: `${PREFIX}${run}:` },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  return new Promise((resolve) =>
+    child.once('close', (status) => {
+      const match = /Collected : (\d+)/.exec(stderr);
+      const why = stderr
         .split('\n')
         .filter((l) => !l.startsWith('=='))
         .join(' ')
-        .trim()}`,
-    );
-  rmSync(out, { force: true });
-  return Number(match[1]);
+        .trim();
+      if (status !== 0 || !match) fail(`${kind}/${store} x${requests} failed: ${why}`);
+      rmSync(out, { force: true });
+      resolve(Number(match[1]));
+    }),
+  );
 }
 
 const only = (process.env.BENCH_INSTR_ONLY ?? '').split(',').filter(Boolean);
 const counts: Counts = {};
-for (const [kind, store] of CASES) {
-  if (only.length > 0 && !only.includes(`${kind}/${store}`)) continue;
-  const started = Date.now();
-  const perRequest = Math.round((count(kind, store, N2) - count(kind, store, N1)) / (N2 - N1));
-  counts[`${kind}/${store}`] = perRequest;
-  progress(
-    `${kind.padEnd(8)} on ${store.padEnd(13)} ${perRequest.toLocaleString('en-US').padStart(12)} instructions/request (${((Date.now() - started) / 1000).toFixed(0)} s)`,
+const todo = CASES.filter((c) => only.length === 0 || only.includes(nameOf(c)));
+/** Each case's two runs, PARALLEL runs at a time; the counts are reported in CASES order. */
+const pending = todo.flatMap((c) => (c.window ?? [N1, N2]).map((n) => ({ c, n })));
+const totals = new Map<string, number>();
+async function worker(): Promise<void> {
+  for (let job = pending.shift(); job; job = pending.shift()) {
+    const { c, n } = job;
+    const started = Date.now();
+    totals.set(`${nameOf(c)}#${n}`, await count(c.kind, c.store, n));
+    progress(`${nameOf(c).padEnd(32)} x${n} counted (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+  }
+}
+await Promise.all(Array.from({ length: PARALLEL }, worker));
+for (const c of todo) {
+  const [n1, n2] = c.window ?? [N1, N2];
+  const perRequest = Math.round(
+    ((totals.get(`${nameOf(c)}#${n2}`) as number) - (totals.get(`${nameOf(c)}#${n1}`) as number)) / (n2 - n1),
   );
+  counts[nameOf(c)] = perRequest;
+  progress(`${nameOf(c).padEnd(32)} ${perRequest.toLocaleString('en-US').padStart(12)} instructions/request`);
 }
 rmSync(work, { recursive: true, force: true });
+if (Object.keys(counts).some((name) => /redis|-ni|-floor/.test(name))) {
+  const { createClient } = await import('@redis/client');
+  const redis = await createClient({ url: REDIS_URL }).connect();
+  for await (const keys of redis.scanIterator({ MATCH: `${PREFIX}*`, COUNT: 1000 }))
+    if (keys.length > 0) await redis.del(keys);
+  await redis.quit();
+}
 
 const baseline: { counts: Counts } | undefined = existsSync(BASELINE)
   ? (JSON.parse(readFileSync(BASELINE, 'utf8')) as { counts: Counts })
@@ -135,6 +175,15 @@ const idemOnExpress = (counts['new/express-null'] ?? NaN) - (counts['new/express
 if (Number.isFinite(idemOnExpress))
   console.log(
     `\nIdem's Express middleware adds ${idemOnExpress.toLocaleString('en-US')} instructions to a new-key request.`,
+  );
+const late = (store: string) => counts[`new/${store}@${LATE[0]}-${LATE[1]}`] ?? NaN;
+const [idemAdds, niAdds] = [
+  late('express-ioredis') - late('express-plain'),
+  late('express-ni') - late('express-plain'),
+];
+if (Number.isFinite(idemAdds) && Number.isFinite(niAdds))
+  console.log(
+    `On Express + Redis, requests ${LATE[0]} to ${LATE[1]}: Idem (ioredis) adds ${idemAdds.toLocaleString('en-US')} instructions to a new key, @node-idempotency (node-redis 4) ${niAdds.toLocaleString('en-US')} (${(idemAdds / niAdds).toFixed(2)}x).`,
   );
 if (process.argv.includes('--update')) {
   writeFileSync(
