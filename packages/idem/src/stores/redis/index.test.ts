@@ -428,6 +428,25 @@ describe.skipIf(!available)('redis store', () => {
           }
         });
 
+        it('a resend meeting its own token answers the record as it stands, renewed or completed since', async () => {
+          const store = await isolated(driver);
+          try {
+            const req = claimRequest();
+            await store.claim(req);
+            await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL + 1 });
+            const renewed = await store.claim(req); // the client resending the first claim after a lost reply
+            expect([renewed.kind, renewed.record]).toEqual(['claimed', await store.get(req.pk)]);
+            expect(renewed.record.leaseExpiresAt).toBe(T0 + 1 + LEASE);
+            const outcome = { status: 'failed', retryable: true, resultId: null, response: null } as const;
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome });
+            const completed = await store.claim(req);
+            expect([completed.record.status, completed.record.retryable]).toEqual(['failed', true]);
+            expect(completed.record).toEqual(await store.get(req.pk));
+          } finally {
+            await store.close();
+          }
+        });
+
         it('reports as many trips as roundTrips counts: claim, complete, get, and list’s one script call', async () => {
           const trips: RoundTrip[] = [];
           const store = await isolated(driver, { onRoundTrip: (trip) => void trips.push(trip) });

@@ -503,13 +503,13 @@ export function redisStore({
       if (!Array.isArray(reply) || (reply[0] !== 0 && reply[0] !== 1)) {
         throw new Error(`redis claim script returned an unexpected reply for ${pk}`);
       }
-      if (reply[0] === 1) {
-        if (typeof reply[1] !== 'string') throw new Error(`redis claim script returned no id for ${pk}`);
+      // A won claim answers its id (the rest is the request's); a refusal, or a resend meeting its own token, the
+      // whole record as it stands.
+      if (reply[0] === 1 && typeof reply[1] === 'string')
         return { kind: 'claimed', record: { ...claimedRecord(null, request), id: reply[1] } };
-      }
       const record = decode(pk, reply[1]);
       if (record === null) throw new Error(`redis claim script returned no record for ${pk}`);
-      return { kind: 'existing', record };
+      return { kind: reply[0] === 1 ? 'claimed' : 'existing', record };
     },
 
     async complete({ pk, token, outcome, effects }: CompleteRequest): Promise<WriteResult> {

@@ -50,7 +50,8 @@ end
  * member (the record key is `base .. member`).
  * Returns `{1, id}` when claimed (the rest of the record is the request's, so it does not travel back) and
  * `{0, HGETALL}` (the record in the way) when not — one round trip either way. The id is the request's, or on a
- * takeover the record's own (a key keeps one id for life).
+ * takeover the record's own (a key keeps one id for life). A resend finding its own token answers `{1, HGETALL}`:
+ * the record as it stands, which may have moved on since the first run wrote it.
  * The condition is `isClaimable` from core/record.ts, evaluated against the engine's `now`, not Redis TIME.
  * A claim also files the key in its scope's index (score `claimedAt`), and removes from the index's oldest end up
  * to two members whose records have expired, so the index stays about as large as the scope's live records.
@@ -66,7 +67,7 @@ local member = ARGV[11]
 local current = redis.call('HMGET', record, 'status', 'fingerprint', 'id', 'leaseExpiresAt', 'expiresAt', 'retryable', 'token')
 local status = current[1]
 if status and current[7] == ARGV[3] then
-  return {1, current[3]}
+  return {1, redis.call('HGETALL', record)}
 end
 if status and tonumber(current[5]) > now then
   local claimable = current[2] == fingerprint and (
