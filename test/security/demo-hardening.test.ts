@@ -321,6 +321,37 @@ describe('the body is read only after authentication', () => {
     expect(sender.socket.destroyed).toBe(true);
   });
 
+  it('garbage after a complete charge, still arriving, never resets the charge’s 201 away', async () => {
+    // A body longer than its Content-Length: the charge is complete, the rest is garbage the client keeps sending
+    // and reads its answer only afterwards. Node closed the socket the moment the 201 was written, over the
+    // garbage: a reset, and 0 of 10 such clients got their 201 (found by the hostile review).
+    const charge = bare(
+      'POST',
+      '/v1/charges',
+      [
+        ['Host', '127.0.0.1'],
+        ['Authorization', ALICE],
+        ['Content-Type', 'application/json'],
+        ['Idempotency-Key', randomUUID()],
+        ['Content-Length', String(CHARGE.length)],
+      ],
+      `${CHARGE}TRAILING`,
+    );
+    const sender = await hold(server.url, charge);
+    sender.socket.pause(); // reads nothing until it has sent all it has
+    const errors: string[] = [];
+    sender.socket.on('error', (error: Error & { code?: string }) => errors.push(error.code ?? error.message));
+    for (let i = 0; i < 30 && !sender.socket.destroyed; i++) {
+      await new Promise<void>((done) => sender.socket.write(Buffer.alloc(4096, 0x47), () => done()));
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    sender.socket.resume();
+    sender.socket.end();
+    await sender.closed;
+    expect(errors).toEqual([]);
+    expect([...sender.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1])).toEqual(['201']);
+  });
+
   it('a framing error whose body is still arriving is answered 400, and the rest is read and dropped, never reset', async () => {
     // Two Content-Lengths: the parser refuses the head while the client is still sending. Cutting the connection
     // over the bytes still arriving resets it, and a client that had not yet read its 400 lost it (11 of 216

@@ -99,8 +99,10 @@ export function serve(
     if (pending?.req.complete && !pending.res.writableFinished) {
       // Garbage after a complete request (e.g. a body longer than its Content-Length): that request is being
       // answered; let the answer out, then close. Answering 400 here would hide a charge behind an error.
+      // Node closes the connection once that answer is written (`destroySoon`), over the garbage still arriving:
+      // a reset, which a client still sending sees instead of its 201. It lingers instead, as any early answer does.
       pending.res.shouldKeepAlive = false;
-      pending.res.once('finish', () => endLingering(socket));
+      socket.destroySoon = () => endLingering(socket);
       return;
     }
     // Our answer is out and the client is still sending: the parser fails again on each chunk, which is dropped.
