@@ -179,7 +179,7 @@ export function idempotency<Tx = never>({
 const NOT_RECORDED = [
   'response-not-recorded',
   'Response not recorded',
-  'The handler answered around Idem (reply.hijack()), so its response was not recorded; this key will not run again.',
+  'The response went out around Idem (reply.hijack(), or an onSend hook that failed before Idem’s), so it was not recorded; this key will not run again.',
 ] as const;
 
 interface Captured {
