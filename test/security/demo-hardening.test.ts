@@ -28,6 +28,21 @@ const CHARGE = '{"amount":500}';
 const bare = (method: string, target: string, headers: ReadonlyArray<readonly [string, string]>, body = '') =>
   rawRequest(method, target, headers, body, { bare: true });
 
+/** A keyed charge by Alice as raw bytes, its Content-Length the charge's; `after` follows it on the wire. */
+const alicesCharge = (after = '') =>
+  bare(
+    'POST',
+    '/v1/charges',
+    [
+      ['Host', '127.0.0.1'],
+      ['Authorization', ALICE],
+      ['Content-Type', 'application/json'],
+      ['Idempotency-Key', randomUUID()],
+      ['Content-Length', String(CHARGE.length)],
+    ],
+    CHARGE + after,
+  );
+
 /** Status, content type and problem type of a raw outcome; the outcome's kind when nothing was answered. */
 function summary(outcome: RawOutcome): unknown {
   if (outcome.kind !== 'response') return outcome.kind;
@@ -284,18 +299,7 @@ describe('the body is read only after authentication', () => {
   });
 
   it('pipelined behind a charge, an early 401 waits its turn: the charge’s 201 comes first, then the 401', async () => {
-    const charge = bare(
-      'POST',
-      '/v1/charges',
-      [
-        ['Host', '127.0.0.1'],
-        ['Authorization', ALICE],
-        ['Content-Type', 'application/json'],
-        ['Idempotency-Key', randomUUID()],
-        ['Content-Length', String(CHARGE.length)],
-      ],
-      CHARGE,
-    );
+    const charge = alicesCharge();
     const refused = bare(
       'POST',
       '/v1/charges',
@@ -325,18 +329,7 @@ describe('the body is read only after authentication', () => {
     // A body longer than its Content-Length: the charge is complete, the rest is garbage the client keeps sending
     // and reads its answer only afterwards. Node closed the socket the moment the 201 was written, over the
     // garbage: a reset, and 0 of 10 such clients got their 201 (found by the hostile review).
-    const charge = bare(
-      'POST',
-      '/v1/charges',
-      [
-        ['Host', '127.0.0.1'],
-        ['Authorization', ALICE],
-        ['Content-Type', 'application/json'],
-        ['Idempotency-Key', randomUUID()],
-        ['Content-Length', String(CHARGE.length)],
-      ],
-      `${CHARGE}TRAILING`,
-    );
+    const charge = alicesCharge('TRAILING');
     const sender = await hold(server.url, charge);
     sender.socket.pause(); // reads nothing until it has sent all it has
     const errors: string[] = [];
