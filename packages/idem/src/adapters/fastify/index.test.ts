@@ -1,3 +1,4 @@
+import { connect, type AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
@@ -124,6 +125,82 @@ describe('idem/fastify', () => {
       'true',
     ]);
     expect(app.runs).toEqual({ hijacked: 1 });
+  });
+
+  it('a hijacked reply the client left before it finished is recorded final too: never 409 for good', async () => {
+    const store = memoryStore();
+    const app = Fastify();
+    apps.push(app);
+    await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+    let runs = 0;
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    app.post('/hijacked', async (_request, reply) => {
+      runs++;
+      reply.hijack();
+      reply.raw.writeHead(201, { 'content-type': 'application/json' });
+      started();
+      // The client goes away in the middle of the answer; the handler never ends it.
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as AddressInfo;
+    const socket = connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write(
+      'POST /hijacked HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: h2\r\ncontent-length: 2\r\n\r\n{}',
+    );
+    await running;
+    socket.destroy();
+    const record = async () => store.get(recordPk('single-tenant', 'h2'));
+    await expect.poll(async () => (await record())?.status, { timeout: 5_000, interval: 10 }).toBe('failed');
+    expect([(await record())?.retryable, (await record())?.response?.status]).toEqual([false, 500]);
+    const retry = await app.inject({
+      method: 'POST',
+      url: '/hijacked',
+      headers: { 'content-type': 'application/json', 'idempotency-key': 'h2' },
+      payload: '{}',
+    });
+    expect([retry.statusCode, retry.json<{ type: string }>().type]).toEqual([
+      500,
+      'urn:idem:problem:response-not-recorded',
+    ]);
+    expect(runs).toBe(1);
+  });
+
+  it('handlerTimeout answers a final problem: a retry never runs the work beside the handler still running', async () => {
+    const store = memoryStore();
+    const app = Fastify();
+    apps.push(app);
+    await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+    let runs = 0;
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let finished!: () => void;
+    const done = new Promise<void>((resolve) => (finished = resolve));
+    app.post('/slow', { handlerTimeout: 50 }, async (_request, reply) => {
+      runs++;
+      await held; // ignores request.signal, as a handler awaiting a payment provider may
+      finished();
+      return reply.code(201).send({ id: 'ch_slow' });
+    });
+    const post = () =>
+      app.inject({
+        method: 'POST',
+        url: '/slow',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 't1' },
+        payload: '{}',
+      });
+    const first = await post();
+    const retry = await post();
+    release();
+    await done;
+    const late = await post();
+    const type = 'urn:idem:problem:handler-timed-out';
+    expect([first.statusCode, first.json<{ type: string }>().type]).toEqual([500, type]);
+    for (const again of [retry, late])
+      expect([again.statusCode, again.body, again.headers['idempotent-replayed']]).toEqual([500, first.body, 'true']);
+    const record = await store.get(recordPk('single-tenant', 't1'));
+    expect([record?.status, record?.retryable, runs]).toEqual(['failed', false, 1]);
   });
 
   it("replays a final refusal written by Fastify's error handler", async () => {

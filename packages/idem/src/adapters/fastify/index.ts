@@ -47,6 +47,8 @@ interface State<Tx> {
   body?: Uint8Array;
   claim?: Claim<Tx>;
   phase: 'running' | 'completing' | 'done';
+  /** Fastify's handlerTimeout fired: the handler may still be running. */
+  timedOut?: boolean;
 }
 
 /**
@@ -130,8 +132,26 @@ export function idempotency<Tx = never>({
       request.idempotency = admission.context;
       if (admission.kind === 'pass') return;
       // A client that goes away does not release the key: the handler goes on and its outcome is recorded.
-      states.set(request, { claim: admission, phase: 'running' });
+      const state: State<Tx> = { claim: admission, phase: 'running' };
+      states.set(request, state);
+      // A reply that bypassed onSend (`reply.hijack()`, then written to the socket or cut short by the client; or
+      // an app's onSend hook that failed before Idem's) has gone out unseen: the work ran, perhaps moved money,
+      // and what it answered cannot be replayed. Recorded as a final failure, so a retry gets a problem rather
+      // than a second run; a retryable record here would run the work again. `close` follows `finish`, and comes
+      // alone when the client left: either way nothing more will pass through onSend once the reply is sent.
+      reply.raw.once('close', () => {
+        if (state.phase !== 'running' || !reply.sent) return;
+        state.phase = 'done';
+        void storedProblem(...NOT_RECORDED).then((stored) => admission.complete(stored, 'failed-final'));
+      });
       return;
+    });
+
+    // Fastify's handlerTimeout answers 503 while the handler may still be running (it only aborts
+    // `request.signal`). A retryable record would let a retry run the work beside it, so the key ends final.
+    app.addHook('onError', async (request, _reply, error) => {
+      const state = states.get(request);
+      if (state?.claim && (error as { code?: unknown }).code === 'FST_ERR_HANDLER_TIMEOUT') state.timedOut = true;
     });
 
     app.addHook('onSend', async (request, reply, payload) => {
@@ -139,6 +159,12 @@ export function idempotency<Tx = never>({
       const claim = state?.claim;
       if (!state || !claim || state.phase !== 'running') return payload;
       state.phase = 'completing';
+      if (state.timedOut) {
+        const stored = await storedProblem(...TIMED_OUT);
+        const replacement = (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
+        state.phase = 'done';
+        return replace(reply, replacement);
+      }
       let captured: Captured;
       try {
         captured = await capture(reply, payload, gate.maxResponseBytes, gate.replayHeaders);
@@ -158,16 +184,6 @@ export function idempotency<Tx = never>({
       return replacement ? replace(reply, replacement) : captured.payload;
     });
 
-    // A reply that bypassed onSend (`reply.hijack()`, then written to the socket) has gone out unseen: the work
-    // ran, perhaps moved money, and what it answered cannot be replayed. Recorded as a final failure, so a retry
-    // gets a problem rather than a second run; a retryable record here would run the work again.
-    app.addHook('onResponse', async (request) => {
-      const state = states.get(request);
-      if (state?.claim && state.phase === 'running') {
-        state.phase = 'done';
-        await state.claim.complete(await storedProblem(...NOT_RECORDED), 'failed-final');
-      }
-    });
   };
   return Object.assign(plugin, {
     engine: gate.engine,
@@ -180,6 +196,12 @@ const NOT_RECORDED = [
   'response-not-recorded',
   'Response not recorded',
   'The response went out around Idem (reply.hijack(), or an onSend hook that failed before Idem’s), so it was not recorded; this key will not run again.',
+] as const;
+
+const TIMED_OUT = [
+  'handler-timed-out',
+  'Handler timed out',
+  'The handler ran past its handlerTimeout and may still be running, so its outcome is unknown; this key will not run again.',
 ] as const;
 
 interface Captured {
