@@ -2,6 +2,7 @@ import { connect, type AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
+import type { IdempotencyStore } from '../../core/record.js';
 import { memoryStore } from '../../stores/memory/index.js';
 import { idempotency } from './index.js';
 
@@ -127,82 +128,6 @@ describe('idem/fastify', () => {
     expect(app.runs).toEqual({ hijacked: 1 });
   });
 
-  it('a hijacked reply the client left before it finished is recorded final too: never 409 for good', async () => {
-    const store = memoryStore();
-    const app = Fastify();
-    apps.push(app);
-    await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
-    let runs = 0;
-    let started!: () => void;
-    const running = new Promise<void>((resolve) => (started = resolve));
-    app.post('/hijacked', async (_request, reply) => {
-      runs++;
-      reply.hijack();
-      reply.raw.writeHead(201, { 'content-type': 'application/json' });
-      started();
-      // The client goes away in the middle of the answer; the handler never ends it.
-    });
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const { port } = app.server.address() as AddressInfo;
-    const socket = connect(port, '127.0.0.1');
-    socket.on('error', () => {});
-    socket.write(
-      'POST /hijacked HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: h2\r\ncontent-length: 2\r\n\r\n{}',
-    );
-    await running;
-    socket.destroy();
-    const record = async () => store.get(recordPk('single-tenant', 'h2'));
-    await expect.poll(async () => (await record())?.status, { timeout: 5_000, interval: 10 }).toBe('failed');
-    expect([(await record())?.retryable, (await record())?.response?.status]).toEqual([false, 500]);
-    const retry = await app.inject({
-      method: 'POST',
-      url: '/hijacked',
-      headers: { 'content-type': 'application/json', 'idempotency-key': 'h2' },
-      payload: '{}',
-    });
-    expect([retry.statusCode, retry.json<{ type: string }>().type]).toEqual([
-      500,
-      'urn:idem:problem:response-not-recorded',
-    ]);
-    expect(runs).toBe(1);
-  });
-
-  it('handlerTimeout answers a final problem: a retry never runs the work beside the handler still running', async () => {
-    const store = memoryStore();
-    const app = Fastify();
-    apps.push(app);
-    await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
-    let runs = 0;
-    let release!: () => void;
-    const held = new Promise<void>((resolve) => (release = resolve));
-    let finished!: () => void;
-    const done = new Promise<void>((resolve) => (finished = resolve));
-    app.post('/slow', { handlerTimeout: 50 }, async (_request, reply) => {
-      runs++;
-      await held; // ignores request.signal, as a handler awaiting a payment provider may
-      finished();
-      return reply.code(201).send({ id: 'ch_slow' });
-    });
-    const post = () =>
-      app.inject({
-        method: 'POST',
-        url: '/slow',
-        headers: { 'content-type': 'application/json', 'idempotency-key': 't1' },
-        payload: '{}',
-      });
-    const first = await post();
-    const retry = await post();
-    release();
-    await done;
-    const late = await post();
-    const type = 'urn:idem:problem:handler-timed-out';
-    expect([first.statusCode, first.json<{ type: string }>().type]).toEqual([500, type]);
-    for (const again of [retry, late])
-      expect([again.statusCode, again.body, again.headers['idempotent-replayed']]).toEqual([500, first.body, 'true']);
-    const record = await store.get(recordPk('single-tenant', 't1'));
-    expect([record?.status, record?.retryable, runs]).toEqual(['failed', false, 1]);
-  });
-
   it("replays a final refusal written by Fastify's error handler", async () => {
     const app = await chargesApp();
     const first = await app.post('/declined', { key: 'k1' });
@@ -264,4 +189,156 @@ describe('idem/fastify', () => {
       'Expected `mismatchStatus` to be 400 or 422, got 409.',
     );
   });
+});
+
+/** A promise and the function that resolves it: events are ordered by these, never by sleeping. */
+function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** One guarded app on `store` (single tenant), and a keyed POST to it through inject. */
+async function guardedApp(store: IdempotencyStore) {
+  const app = Fastify();
+  apps.push(app);
+  await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+  const post = (url: string, key: string) =>
+    app.inject({
+      method: 'POST',
+      url,
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      payload: '{}',
+    });
+  const record = (key: string) => store.get(recordPk('single-tenant', key));
+  return { app, post, record };
+}
+
+const TIMEOUT_BODY =
+  /^\{"statusCode":503,"code":"FST_ERR_HANDLER_TIMEOUT","error":"Service Unavailable","message":"Request timed out after 50 ms on route '\/slow'"\}$/;
+
+describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
+  it.each(['ignores', 'rejects on'])(
+    'a handler that %s the timeout signal: its 503 is recorded final, and no retry runs the work beside it',
+    async (mode) => {
+      const { app, post, record } = await guardedApp(memoryStore());
+      let runs = 0;
+      const held = signal();
+      const done = signal();
+      app.post('/slow', { handlerTimeout: 50 }, async (request, reply) => {
+        runs++;
+        const aborted = new Promise<void>((resolve, reject) =>
+          request.signal.addEventListener('abort', () =>
+            mode === 'ignores' ? resolve() : reject(request.signal.reason as Error),
+          ),
+        );
+        try {
+          await (mode === 'ignores' ? held.promise : Promise.race([held.promise, aborted]));
+        } finally {
+          done.resolve();
+        }
+        return reply.code(201).send({ id: 'ch_slow' });
+      });
+      const first = await post('/slow', 't1');
+      const retry = await post('/slow', 't1');
+      held.resolve();
+      await done.promise;
+      const late = await post('/slow', 't1');
+      expect([first.statusCode, first.body]).toEqual([503, expect.stringMatching(TIMEOUT_BODY)]);
+      for (const again of [retry, late])
+        expect([again.statusCode, again.body, again.headers['idempotent-replayed']]).toEqual([503, first.body, 'true']);
+      const kept = await record('t1');
+      expect([kept?.status, kept?.retryable, runs]).toEqual(['failed', false, 1]);
+    },
+  );
+
+  it('a timeout while the claim is on its way frees the key: the handler never ran, and the retry runs it once', async () => {
+    const inner = memoryStore();
+    const claimed = signal();
+    let first = true;
+    const store: IdempotencyStore = {
+      ...inner,
+      claim: async (request) => {
+        if (first) {
+          first = false;
+          await claimed.promise;
+        }
+        return inner.claim(request);
+      },
+    };
+    const { app, post, record } = await guardedApp(store);
+    let runs = 0;
+    app.post('/slow', { handlerTimeout: 50 }, async (_request, reply) => reply.code(201).send({ id: `ch_${++runs}` }));
+    const answered = await post('/slow', 't2');
+    claimed.resolve();
+    await expect.poll(async () => (await record('t2'))?.status, { timeout: 5_000, interval: 10 }).toBe('failed');
+    const retry = await post('/slow', 't2');
+    expect([answered.statusCode, retry.statusCode, retry.body, runs]).toEqual([503, 201, '{"id":"ch_1"}', 1]);
+  });
+
+  it('a timeout while the answer is being recorded: the client gets the recorded answer, not the 503', async () => {
+    const inner = memoryStore();
+    const timedOut = signal();
+    const store: IdempotencyStore = {
+      ...inner,
+      complete: async (request) => {
+        await timedOut.promise;
+        return inner.complete(request);
+      },
+    };
+    const { app, post, record } = await guardedApp(store);
+    app.addHook('onError', async (_request, _reply, error) => {
+      if ((error as { code?: string }).code === 'FST_ERR_HANDLER_TIMEOUT') timedOut.resolve();
+    });
+    let runs = 0;
+    app.post('/slow', { handlerTimeout: 50 }, async (_request, reply) => reply.code(201).send({ id: `ch_${++runs}` }));
+    const first = await post('/slow', 't3');
+    const retry = await post('/slow', 't3');
+    expect([first.statusCode, first.body, retry.statusCode, retry.body, runs]).toEqual([
+      201,
+      '{"id":"ch_1"}',
+      201,
+      '{"id":"ch_1"}',
+      1,
+    ]);
+    expect((await record('t3'))?.status).toBe('succeeded');
+  });
+
+  it.each(['hijacks while it answers', 'hijacks after', 'returns nothing after'])(
+    'a handler that %s its client left is recorded final: never 409 for good',
+    async (when) => {
+      const store = memoryStore();
+      const { app, post, record } = await guardedApp(store);
+      let runs = 0;
+      const started = signal();
+      app.post('/hijacked', async (_request, reply) => {
+        runs++;
+        const left = new Promise((resolve) => reply.raw.once('close', resolve));
+        started.resolve();
+        if (when !== 'hijacks while it answers') await left;
+        if (when === 'returns nothing after') return;
+        reply.hijack();
+        reply.raw.writeHead(201, { 'content-type': 'application/json' });
+        // The client goes away in the middle of the answer; the handler never ends it.
+      });
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = app.server.address() as AddressInfo;
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(
+        'POST /hijacked HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: h2\r\ncontent-length: 2\r\n\r\n{}',
+      );
+      await started.promise;
+      socket.destroy();
+      await expect.poll(async () => (await record('h2'))?.status, { timeout: 5_000, interval: 10 }).toBe('failed');
+      const kept = await record('h2');
+      expect([kept?.retryable, kept?.response?.status]).toEqual([false, 500]);
+      const retry = await post('/hijacked', 'h2');
+      expect([retry.statusCode, retry.json<{ type: string }>().type, runs]).toEqual([
+        500,
+        'urn:idem:problem:response-not-recorded',
+        1,
+      ]);
+    },
+  );
 });

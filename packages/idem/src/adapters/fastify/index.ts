@@ -49,6 +49,8 @@ interface State<Tx> {
   phase: 'running' | 'completing' | 'done';
   /** Fastify's handlerTimeout fired: the handler may still be running. */
   timedOut?: boolean;
+  /** Once onSend has begun recording: what the record holds (undefined when the work failed and is retryable). */
+  recorded?: Promise<Parts | undefined>;
 }
 
 /**
@@ -131,24 +133,58 @@ export function idempotency<Tx = never>({
       }
       request.idempotency = admission.context;
       if (admission.kind === 'pass') return;
+      if (reply.sent) {
+        // Answered while the claim was on its way (handlerTimeout): Fastify will not run the handler.
+        await admission.fail();
+        return;
+      }
       // A client that goes away does not release the key: the handler goes on and its outcome is recorded.
       const state: State<Tx> = { claim: admission, phase: 'running' };
       states.set(request, state);
-      // A reply that bypassed onSend (`reply.hijack()`, then written to the socket or cut short by the client; or
-      // an app's onSend hook that failed before Idem's) has gone out unseen: the work ran, perhaps moved money,
-      // and what it answered cannot be replayed. Recorded as a final failure, so a retry gets a problem rather
-      // than a second run; a retryable record here would run the work again. `close` follows `finish`, and comes
-      // alone when the client left: either way nothing more will pass through onSend once the reply is sent.
-      reply.raw.once('close', () => {
-        if (state.phase !== 'running' || !reply.sent) return;
-        state.phase = 'done';
-        void storedProblem(...NOT_RECORDED).then((stored) => admission.complete(stored, 'failed-final'));
-      });
+      // After the reply is written or abandoned: see `bypassed`.
+      reply.raw.once('close', () => bypassed(request, reply));
       return;
     });
 
-    // Fastify's handlerTimeout answers 503 while the handler may still be running (it only aborts
-    // `request.signal`). A retryable record would let a retry run the work beside it, so the key ends final.
+    // Each covered route's handler, so the plugin knows when it has returned: see `bypassed`.
+    app.addHook('onRoute', (route) => {
+      if (route.config?.idempotency === false) return;
+      const handler = route.handler;
+      route.handler = function guarded(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
+        const result: unknown = handler.call(this, request, reply);
+        if (isThenable(result)) {
+          const after = (value: unknown) => bypassed(request, reply, value === undefined);
+          result.then(after, () => bypassed(request, reply));
+        } else {
+          bypassed(request, reply);
+        }
+        return result;
+      };
+    });
+
+    /**
+     * A reply that bypassed onSend has gone out unseen: the work ran, perhaps moved money, and what it answered
+     * cannot be replayed — `reply.hijack()` (then written to the socket, or abandoned by the client), an app's
+     * onSend hook that failed before Idem's, or an async handler that returned nothing after its client left
+     * (Fastify sends nothing then). Recorded as a final failure, so a retry gets a problem rather than a second
+     * run; a retryable record would run the work again. Checked when the handler returns and when the reply
+     * closes (`close` follows `finish`, and comes alone when the client left), whichever is later.
+     */
+    function bypassed(request: FastifyRequest, reply: FastifyReply, returnedNothing = false): void {
+      const state = states.get(request);
+      if (!state?.claim || state.phase !== 'running') return;
+      const socket = request.raw.socket;
+      const gone = request.raw.aborted || !socket || socket.destroyed;
+      if (!reply.sent && !(returnedNothing && gone)) return;
+      state.phase = 'done';
+      const claim = state.claim;
+      void storedProblem(...NOT_RECORDED).then((stored) => claim.complete(stored, 'failed-final'));
+    }
+
+    // Fastify's handlerTimeout answers (503) while the handler may still be running: it only aborts
+    // `request.signal`. A retryable record would let a retry run the work beside it, so that answer is recorded
+    // final. Its own bytes, not a problem of Idem's: a handler rejecting on the abort makes Fastify write the same
+    // error again, straight to the socket, and whichever goes out first, the record holds the same answer.
     app.addHook('onError', async (request, _reply, error) => {
       const state = states.get(request);
       if (state?.claim && (error as { code?: unknown }).code === 'FST_ERR_HANDLER_TIMEOUT') state.timedOut = true;
@@ -157,33 +193,56 @@ export function idempotency<Tx = never>({
     app.addHook('onSend', async (request, reply, payload) => {
       const state = states.get(request);
       const claim = state?.claim;
-      if (!state || !claim || state.phase !== 'running') return payload;
-      state.phase = 'completing';
-      if (state.timedOut) {
-        const stored = await storedProblem(...TIMED_OUT);
-        const replacement = (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
-        state.phase = 'done';
-        return replace(reply, replacement);
+      if (!state || !claim) return payload;
+      if (state.phase !== 'running') {
+        // A second send while or after the first was recorded (handlerTimeout firing meanwhile, or a handler that
+        // rejected after it answered): the client gets what the record holds, never an answer it does not.
+        const recorded = await state.recorded;
+        return recorded ? writeParts(reply, recorded) : payload;
       }
+      state.phase = 'completing';
+      const settled = settle(claim, reply, payload, state.timedOut === true);
+      state.recorded = settled.then(
+        (outcome) => outcome.recorded,
+        () => undefined,
+      );
+      try {
+        return (await settled).write;
+      } finally {
+        state.phase = 'done';
+      }
+    });
+
+    /**
+     * Records the reply's payload (final after a handlerTimeout) and says what to write: the payload itself, or the
+     * problem that replaced it; `recorded` is what any later send of this reply writes instead.
+     */
+    async function settle(
+      claim: Claim<Tx>,
+      reply: FastifyReply,
+      payload: unknown,
+      timedOut: boolean,
+    ): Promise<{ write: unknown; recorded: Parts }> {
       let captured: Captured;
       try {
         captured = await capture(reply, payload, gate.maxResponseBytes, gate.replayHeaders);
       } catch (error) {
         if (!(error instanceof BodyTooLargeError)) {
-          state.phase = 'done';
           await claim.fail();
           throw error;
         }
         const stored = await responseTooLarge(error);
-        const replacement = (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
-        state.phase = 'done';
-        return replace(reply, replacement);
+        const answered = await responseParts((await claim.complete(stored, 'failed-final')) ?? storedResponse(stored));
+        return { write: writeParts(reply, answered), recorded: answered };
       }
-      const replacement = await claim.complete(captured.stored);
-      state.phase = 'done';
-      return replacement ? replace(reply, replacement) : captured.payload;
-    });
-
+      const replacement = await claim.complete(captured.stored, timedOut ? 'failed-final' : undefined);
+      if (replacement) {
+        const answered = await responseParts(replacement);
+        return { write: writeParts(reply, answered), recorded: answered };
+      }
+      const { status, headers, body } = captured.stored;
+      return { write: captured.payload, recorded: { status, headers, body: Buffer.from(body) } };
+    }
   };
   return Object.assign(plugin, {
     engine: gate.engine,
@@ -195,13 +254,7 @@ export function idempotency<Tx = never>({
 const NOT_RECORDED = [
   'response-not-recorded',
   'Response not recorded',
-  'The response went out around Idem (reply.hijack(), or an onSend hook that failed before Idem’s), so it was not recorded; this key will not run again.',
-] as const;
-
-const TIMED_OUT = [
-  'handler-timed-out',
-  'Handler timed out',
-  'The handler ran past its handlerTimeout and may still be running, so its outcome is unknown; this key will not run again.',
+  'The response did not pass through Idem (reply.hijack(), an onSend hook that failed before Idem’s, or a handler that returned nothing after its client left), so it was not recorded; this key will not run again.',
 ] as const;
 
 interface Captured {
@@ -254,13 +307,23 @@ function isNodeStream(value: unknown): value is Readable {
   return typeof value === 'object' && value !== null && typeof (value as { pipe?: unknown }).pipe === 'function';
 }
 
+/** An answer as written: status, headers and body bytes. */
+interface Parts {
+  readonly status: number;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly body: Buffer;
+}
+
 /** Replaces the reply's status, headers and payload from inside `onSend` (nothing has been written yet). */
-async function replace(reply: FastifyReply, response: Response): Promise<Buffer> {
-  const { status, headers, body } = await responseParts(response);
+function writeParts(reply: FastifyReply, { status, headers, body }: Parts): Buffer {
   for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
   reply.code(status);
   for (const [name, value] of headers) reply.header(name, value);
   return body;
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
 
 /** Sends an answer (replay or problem) from a hook; the caller returns `reply` so Fastify stops there. */
