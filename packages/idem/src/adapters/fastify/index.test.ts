@@ -1,5 +1,5 @@
 import { connect, type AddressInfo } from 'node:net';
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import type { IdempotencyStore } from '../../core/record.js';
@@ -304,8 +304,8 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
     expect((await record('t3'))?.status).toBe('succeeded');
   });
 
-  it.each(['hijacks while it answers', 'hijacks after', 'returns nothing after'])(
-    'a handler that %s its client left is recorded final: never 409 for good',
+  it.each(['while it answers', 'after'])(
+    'a handler that hijacks %s its client left is recorded final: never 409 for good',
     async (when) => {
       const store = memoryStore();
       const { app, post, record } = await guardedApp(store);
@@ -315,8 +315,7 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
         runs++;
         const left = new Promise((resolve) => reply.raw.once('close', resolve));
         started.resolve();
-        if (when !== 'hijacks while it answers') await left;
-        if (when === 'returns nothing after') return;
+        if (when === 'after') await left;
         reply.hijack();
         reply.raw.writeHead(201, { 'content-type': 'application/json' });
         // The client goes away in the middle of the answer; the handler never ends it.
@@ -337,6 +336,61 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
       expect([retry.statusCode, retry.json<{ type: string }>().type, runs]).toEqual([
         500,
         'urn:idem:problem:response-not-recorded',
+        1,
+      ]);
+    },
+  );
+
+  it.each(['returns reply', 'sends behind an async app onSend hook'])(
+    'a handler that %s while its client leaves still has its later answer recorded',
+    async (shape) => {
+      const store = memoryStore();
+      const app = Fastify();
+      apps.push(app);
+      if (shape !== 'returns reply')
+        app.addHook('onSend', async (_request, _reply, payload) => {
+          await new Promise((resolve) => setImmediate(resolve));
+          return payload;
+        });
+      await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+      let runs = 0;
+      const started = signal();
+      const charge = async (reply: FastifyReply) => {
+        await new Promise((resolve) => reply.raw.once('close', resolve));
+        // The provider answers after Fastify has settled `reply` (it does on close) and the handler has returned.
+        await new Promise((resolve) => setImmediate(resolve));
+        return reply.code(201).send({ id: `ch_${runs}` });
+      };
+      app.post('/late', async (_request, reply) => {
+        runs++;
+        started.resolve();
+        if (shape === 'returns reply') {
+          void charge(reply);
+          return reply;
+        }
+        await charge(reply);
+      });
+      await app.listen({ port: 0, host: '127.0.0.1' });
+      const { port } = app.server.address() as AddressInfo;
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.write(
+        'POST /late HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: l1\r\ncontent-length: 2\r\n\r\n{}',
+      );
+      await started.promise;
+      socket.destroy();
+      const record = () => store.get(recordPk('single-tenant', 'l1'));
+      await expect.poll(async () => (await record())?.status, { timeout: 5_000, interval: 10 }).not.toBe('in_progress');
+      const retry = await app.inject({
+        method: 'POST',
+        url: '/late',
+        headers: { 'content-type': 'application/json', 'idempotency-key': 'l1' },
+        payload: '{}',
+      });
+      expect([(await record())?.status, retry.statusCode, retry.body, runs]).toEqual([
+        'succeeded',
+        201,
+        '{"id":"ch_1"}',
         1,
       ]);
     },

@@ -153,8 +153,8 @@ export function idempotency<Tx = never>({
       route.handler = function guarded(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
         const result: unknown = handler.call(this, request, reply);
         if (isThenable(result)) {
-          const after = (value: unknown) => bypassed(request, reply, value === undefined);
-          result.then(after, () => bypassed(request, reply));
+          const after = () => bypassed(request, reply);
+          result.then(after, after);
         } else {
           bypassed(request, reply);
         }
@@ -164,18 +164,16 @@ export function idempotency<Tx = never>({
 
     /**
      * A reply that bypassed onSend has gone out unseen: the work ran, perhaps moved money, and what it answered
-     * cannot be replayed — `reply.hijack()` (then written to the socket, or abandoned by the client), an app's
-     * onSend hook that failed before Idem's, or an async handler that returned nothing after its client left
-     * (Fastify sends nothing then). Recorded as a final failure, so a retry gets a problem rather than a second
-     * run; a retryable record would run the work again. Checked when the handler returns and when the reply
-     * closes (`close` follows `finish`, and comes alone when the client left), whichever is later.
+     * cannot be replayed — `reply.hijack()` (then written to the socket, or abandoned by the client), or an app's
+     * onSend hook that failed before Idem's. Recorded as a final failure, so a retry gets a problem rather than a
+     * second run; a retryable record would run the work again. Checked when the handler returns and when the reply
+     * closes (`close` follows `finish`, and comes alone when the client left): a hijack can come after either.
+     * Only a sent reply counts: one not sent yet may still come through onSend, even when the client has left and
+     * the handler has returned (`return reply`, then `reply.send()` from a callback).
      */
-    function bypassed(request: FastifyRequest, reply: FastifyReply, returnedNothing = false): void {
+    function bypassed(request: FastifyRequest, reply: FastifyReply): void {
       const state = states.get(request);
-      if (!state?.claim || state.phase !== 'running') return;
-      const socket = request.raw.socket;
-      const gone = request.raw.aborted || !socket || socket.destroyed;
-      if (!reply.sent && !(returnedNothing && gone)) return;
+      if (!state?.claim || state.phase !== 'running' || !reply.sent) return;
       state.phase = 'done';
       const claim = state.claim;
       void storedProblem(...NOT_RECORDED).then((stored) => claim.complete(stored, 'failed-final'));
@@ -254,7 +252,7 @@ export function idempotency<Tx = never>({
 const NOT_RECORDED = [
   'response-not-recorded',
   'Response not recorded',
-  'The response did not pass through Idem (reply.hijack(), an onSend hook that failed before Idem’s, or a handler that returned nothing after its client left), so it was not recorded; this key will not run again.',
+  'The response went out around Idem (reply.hijack(), or an onSend hook that failed before Idem’s), so it was not recorded; this key will not run again.',
 ] as const;
 
 interface Captured {
