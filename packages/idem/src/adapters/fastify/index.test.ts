@@ -199,9 +199,10 @@ function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void 
 }
 
 /** One guarded app on `store` (single tenant), and a keyed POST to it through inject. */
-async function guardedApp(store: IdempotencyStore) {
+async function guardedApp(store: IdempotencyStore, before?: (app: FastifyInstance) => void) {
   const app = Fastify();
   apps.push(app);
+  before?.(app);
   await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
   const post = (url: string, key: string) =>
     app.inject({
@@ -211,7 +212,18 @@ async function guardedApp(store: IdempotencyStore) {
       payload: '{}',
     });
   const record = (key: string) => store.get(recordPk('single-tenant', key));
-  return { app, post, record };
+  /** Sends a keyed POST over a real socket, then leaves once the handler has `started`. */
+  const abandon = async (url: string, key: string, started: Promise<void>) => {
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write(
+      `POST ${url} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: ${key}\r\ncontent-length: 2\r\n\r\n{}`,
+    );
+    await started;
+    socket.destroy();
+  };
+  return { app, post, record, abandon };
 }
 
 const TIMEOUT_BODY =
@@ -308,7 +320,7 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
     'a handler that hijacks %s its client left is recorded final: never 409 for good',
     async (when) => {
       const store = memoryStore();
-      const { app, post, record } = await guardedApp(store);
+      const { app, post, record, abandon } = await guardedApp(store);
       let runs = 0;
       const started = signal();
       app.post('/hijacked', async (_request, reply) => {
@@ -320,15 +332,7 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
         reply.raw.writeHead(201, { 'content-type': 'application/json' });
         // The client goes away in the middle of the answer; the handler never ends it.
       });
-      await app.listen({ port: 0, host: '127.0.0.1' });
-      const { port } = app.server.address() as AddressInfo;
-      const socket = connect(port, '127.0.0.1');
-      socket.on('error', () => {});
-      socket.write(
-        'POST /hijacked HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: h2\r\ncontent-length: 2\r\n\r\n{}',
-      );
-      await started.promise;
-      socket.destroy();
+      await abandon('/hijacked', 'h2', started.promise);
       await expect.poll(async () => (await record('h2'))?.status, { timeout: 5_000, interval: 10 }).toBe('failed');
       const kept = await record('h2');
       expect([kept?.retryable, kept?.response?.status]).toEqual([false, 500]);
@@ -344,15 +348,13 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
   it.each(['returns reply', 'sends behind an async app onSend hook'])(
     'a handler that %s while its client leaves still has its later answer recorded',
     async (shape) => {
-      const store = memoryStore();
-      const app = Fastify();
-      apps.push(app);
-      if (shape !== 'returns reply')
-        app.addHook('onSend', async (_request, _reply, payload) => {
-          await new Promise((resolve) => setImmediate(resolve));
-          return payload;
-        });
-      await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+      const { app, post, record, abandon } = await guardedApp(memoryStore(), (early) => {
+        if (shape !== 'returns reply')
+          early.addHook('onSend', async (_request, _reply, payload) => {
+            await new Promise((resolve) => setImmediate(resolve));
+            return payload;
+          });
+      });
       let runs = 0;
       const started = signal();
       const charge = async (reply: FastifyReply) => {
@@ -370,24 +372,12 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
         }
         await charge(reply);
       });
-      await app.listen({ port: 0, host: '127.0.0.1' });
-      const { port } = app.server.address() as AddressInfo;
-      const socket = connect(port, '127.0.0.1');
-      socket.on('error', () => {});
-      socket.write(
-        'POST /late HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: l1\r\ncontent-length: 2\r\n\r\n{}',
-      );
-      await started.promise;
-      socket.destroy();
-      const record = () => store.get(recordPk('single-tenant', 'l1'));
-      await expect.poll(async () => (await record())?.status, { timeout: 5_000, interval: 10 }).not.toBe('in_progress');
-      const retry = await app.inject({
-        method: 'POST',
-        url: '/late',
-        headers: { 'content-type': 'application/json', 'idempotency-key': 'l1' },
-        payload: '{}',
-      });
-      expect([(await record())?.status, retry.statusCode, retry.body, runs]).toEqual([
+      await abandon('/late', 'l1', started.promise);
+      await expect
+        .poll(async () => (await record('l1'))?.status, { timeout: 5_000, interval: 10 })
+        .not.toBe('in_progress');
+      const retry = await post('/late', 'l1');
+      expect([(await record('l1'))?.status, retry.statusCode, retry.body, runs]).toEqual([
         'succeeded',
         201,
         '{"id":"ch_1"}',
