@@ -317,6 +317,24 @@ describe('the body is read only after authentication', () => {
     expect(statuses).toEqual(['201', '401']);
   });
 
+  it('pipelined behind a charge, a malformed request’s 400 waits its turn: the charge’s 201 comes first', async () => {
+    const malformed = bare(
+      'POST',
+      '/v1/charges',
+      [
+        ['Host', '127.0.0.1'],
+        ['Authorization', ALICE],
+        ['Content-Type', 'application/json'],
+        ['Transfer-Encoding', 'chunked'],
+      ],
+      'zz\r\n{}\r\n0\r\n\r\n', // a chunk size that is not hex
+    );
+    const both = await hold(server.url, Buffer.concat([Buffer.from(alicesCharge()), Buffer.from(malformed)]));
+    await both.closed;
+    const statuses = [...both.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1]);
+    expect(statuses).toEqual(['201', '400']);
+  });
+
   it('a refused request whose body is still arriving is answered first, then cut once the body lingers', async () => {
     const sender = await hold(server.url, head('Bearer sk_test_mallory'));
     sender.socket.write(Buffer.alloc(64 * 1024, 0x61)); // some of the body, never all of it

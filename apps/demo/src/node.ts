@@ -63,6 +63,8 @@ export function serve(
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
   const answering = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
+  /** Sockets whose framing-error answer waits behind an earlier answer. */
+  const queued = new WeakSet<Socket>();
   const onRequest = (expectsContinue: boolean) => (req: IncomingMessage, res: ServerResponse) => {
     inFlight++;
     answering.set(req.socket, { req, res });
@@ -112,17 +114,24 @@ export function serve(
       socket.destroy();
       return;
     }
+    if (queued.has(socket)) return;
     const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
-    endLingering(
-      socket,
+    const bytes =
       status === 408
         ? rawProblem(408, 'request-timeout', 'The request did not arrive in time: its headers, or the whole request.')
         : rawProblem(
             status,
             'http-invalid',
             'The request is not valid HTTP/1.1 (its request line, headers or framing).',
-          ),
-    );
+          );
+    if (pending && !pending.res.socket) {
+      // A pipelined request whose framing failed behind an answer still being written (a charge's 201): its 400
+      // waits its turn, as answerEarly's does. Node hands this request's response the socket once those are out.
+      queued.add(socket);
+      pending.res.once('socket', () => endLingering(socket, bytes));
+      return;
+    }
+    endLingering(socket, bytes);
   });
   // Past the cap node closes a new connection at once, unanswered: under a flood of slow connections the ones
   // already held keep being served, and memory stays bounded.
