@@ -203,7 +203,8 @@ async function guardedApp(store: IdempotencyStore, before?: (app: FastifyInstanc
   const app = Fastify();
   apps.push(app);
   before?.(app);
-  await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' }));
+  const plugin = idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' });
+  await app.register(plugin);
   const post = (url: string, key: string) =>
     app.inject({
       method: 'POST',
@@ -223,7 +224,7 @@ async function guardedApp(store: IdempotencyStore, before?: (app: FastifyInstanc
     await started;
     socket.destroy();
   };
-  return { app, post, record, abandon };
+  return { app, post, record, abandon, engine: plugin.engine };
 }
 
 const TIMEOUT_BODY =
@@ -385,4 +386,23 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
       ]);
     },
   );
+
+  it('reply.callNotFound() answers the 404 under the same claim: recorded, replayed, the lease ended', async () => {
+    const { app, post, record, engine } = await guardedApp(memoryStore());
+    let runs = 0;
+    app.post('/v1/charges/:id/capture', async (_request, reply) => {
+      runs++;
+      return reply.callNotFound(); // no such charge
+    });
+    const first = await post('/v1/charges/ch_nope/capture', 'n1');
+    const retry = await post('/v1/charges/ch_nope/capture', 'n1');
+    const kept = await record('n1');
+    expect([first.statusCode, retry.statusCode, retry.body, retry.headers['idempotent-replayed']]).toEqual([
+      404,
+      404,
+      first.body,
+      'true',
+    ]);
+    expect([kept?.status, kept?.retryable, runs, engine.activeLeases]).toEqual(['failed', false, 1, 0]);
+  });
 });

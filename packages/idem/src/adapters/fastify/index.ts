@@ -110,7 +110,9 @@ export function idempotency<Tx = never>({
     });
 
     app.addHook('preHandler', async (request, reply) => {
-      if (!covered(request)) return;
+      // `reply.callNotFound()` runs the preHandler hooks again for the same request: it is already claimed, and its
+      // 404 is recorded under that claim.
+      if (!covered(request) || states.get(request)?.claim) return;
       const admission = await gate.admit({
         native: request,
         method: request.method,
