@@ -199,7 +199,7 @@ function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void 
 }
 
 /** One guarded app on `store` (single tenant), and a keyed POST to it through inject. */
-async function guardedApp(store: IdempotencyStore, before?: (app: FastifyInstance) => void) {
+async function guardedApp(store: IdempotencyStore<undefined>, before?: (app: FastifyInstance) => void) {
   const app = Fastify();
   apps.push(app);
   before?.(app);
@@ -269,7 +269,7 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
     const inner = memoryStore();
     const claimed = signal();
     let first = true;
-    const store: IdempotencyStore = {
+    const store: IdempotencyStore<undefined> = {
       ...inner,
       claim: async (request) => {
         if (first) {
@@ -292,7 +292,7 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
   it('a timeout while the answer is being recorded: the client gets the recorded answer, not the 503', async () => {
     const inner = memoryStore();
     const timedOut = signal();
-    const store: IdempotencyStore = {
+    const store: IdempotencyStore<undefined> = {
       ...inner,
       complete: async (request) => {
         await timedOut.promise;
