@@ -13,6 +13,7 @@
  * (SET NX, SET XX) through ioredis: the Express + Redis comparison, on the Redis at BENCH_REDIS_URL, one request
  * at a time, so the server's replies arrive in the same order every run.
  */
+import { spawn } from 'node:child_process';
 import { request as httpRequest, Agent } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
@@ -209,11 +210,25 @@ async function viaExpress(route: string): Promise<void> {
   const plain = route === 'plain';
   if (!plain && kind === 'replay') await post('hot');
   const expected = kind === 'new' || kind === 'replay' ? 201 : 0;
+  // BENCH_INSTR_FROM: valgrind started with instrumentation off (bench/instructions.ts STEADY); on from that request.
+  const from = Number(process.env.BENCH_INSTR_FROM ?? 0);
   for (let i = 0; i < count; i++) {
+    if (from > 0 && i === from) await instrumentFromHere();
     const status = await post(plain ? undefined : kind === 'new' ? `k${i}` : 'hot');
     if (status !== expected) throw new Error(`express ${kind}: expected ${expected}, got ${status}`);
   }
   agent.destroy();
   server.close();
   for (const cleanup of cleanups) await cleanup();
+}
+
+/** Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered. */
+function instrumentFromHere(): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const control = spawn('callgrind_control', ['-i', 'on', String(process.pid)], { stdio: 'ignore' });
+    control.once('error', reject);
+    control.once('exit', (status) =>
+      status === 0 ? resolve() : reject(new Error(`callgrind_control exited with ${status}`)),
+    );
+  });
 }

@@ -11,7 +11,7 @@
  * difference is what Idem adds to an Express request. `express-ioredis` is Idem on Redis through ioredis (the HTTP
  * benchmark's client), `express-redis` through node-redis 6, `express-ni` @node-idempotency on its own adapter
  * (node-redis 4), `express-floor` a new key's two raw commands through ioredis; the Express rows are also counted
- * late (`@1000-2000`, see LATE). `BENCH_INSTR_ONLY=new/express-null,…`
+ * late (`@1000-2000`, see LATE) and past the warm-up (`@11000-12000`, see STEADY). `BENCH_INSTR_ONLY=new/express-null,…`
  * counts only those; runs go two at a time (`BENCH_INSTR_PARALLEL`).
  */
 import { spawn, spawnSync } from 'node:child_process';
@@ -31,19 +31,27 @@ const N2 = Number(process.env.BENCH_INSTR_N2 ?? 400);
  * alone: 0.77 M of 1.69 M at 1,000..2,000): `--single-threaded` compiles on the main thread, where it is counted.
  */
 const LATE = [1_000, 2_000] as const;
+/**
+ * And from request 11,000 to 12,000 (`@11000-12000`), past the warm-up: V8 has stopped compiling by then
+ * (`--trace-opt` on the Express + Redis routes: about 100 optimizations in requests 1,000 to 2,000, none to 4 in any
+ * thousand after 5,000). callgrind's instrumentation stays off until request STEADY_FROM (`--instr-atstart=no`,
+ * switched on by `callgrind_control`), so the first 10,000 run at valgrind's uninstrumented speed; the two runs
+ * both switch on there, and their difference is the window.
+ */
+const STEADY = [11_000, 12_000] as const;
+const STEADY_FROM = 10_000;
 /** What is counted: each request kind through the Web layer on each store, then Express over node:http. */
-const CASES: ReadonlyArray<{ kind: string; store: string; window?: readonly [number, number] }> = [
+const CASES: ReadonlyArray<{ kind: string; store: string; window?: readonly [number, number]; from?: number }> = [
   ...['null', 'memory'].flatMap((store) => ['new', 'replay', 'mismatch', 'conflict'].map((kind) => ({ kind, store }))),
   { kind: 'new', store: 'express-plain' },
   { kind: 'new', store: 'express-null' },
   { kind: 'replay', store: 'express-null' },
   ...['express-redis', 'express-ni'].flatMap((store) => ['new', 'replay'].map((kind) => ({ kind, store }))),
   { kind: 'new', store: 'express-ioredis' },
-  ...['express-plain', 'express-null', 'express-floor', 'express-ioredis', 'express-ni'].map((store) => ({
-    kind: 'new',
-    store,
-    window: LATE,
-  })),
+  ...['express-plain', 'express-null', 'express-floor', 'express-ioredis', 'express-ni'].flatMap((store) => [
+    { kind: 'new', store, window: LATE },
+    { kind: 'new', store, window: STEADY, from: STEADY_FROM },
+  ]),
 ];
 /** A case's name in the table and the baseline: `kind/store`, with `@n1-n2` when its window is not N1..N2. */
 const nameOf = ({ kind, store, window }: (typeof CASES)[number]) =>
@@ -95,12 +103,19 @@ const NODE_FLAGS = ['--single-threaded', '--predictable', '--no-warnings', '--in
 
 let runs = 0;
 /** Instructions for one run of `count` requests (the whole process), under its own Redis key prefix. */
-function count(kind: string, store: string, requests: number): Promise<number> {
+function count(kind: string, store: string, requests: number, from = 0): Promise<number> {
   const run = ++runs;
   const out = join(work, `cg.${run}.out`);
-  const args = ['--tool=callgrind', `--callgrind-out-file=${out}`, process.execPath, ...NODE_FLAGS, bundle];
+  const args = ['--tool=callgrind', `--callgrind-out-file=${out}`];
+  if (from > 0) args.push('--instr-atstart=no');
+  args.push(process.execPath, ...NODE_FLAGS, bundle);
   const child = spawn('valgrind', [...args, kind, store, String(requests)], {
-    env: { ...process.env, BENCH_REDIS_URL: REDIS_URL, BENCH_INSTR_PREFIX: `${PREFIX}${run}:` },
+    env: {
+      ...process.env,
+      BENCH_REDIS_URL: REDIS_URL,
+      BENCH_INSTR_PREFIX: `${PREFIX}${run}:`,
+      BENCH_INSTR_FROM: String(from),
+    },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   let stderr = '';
@@ -130,7 +145,7 @@ async function worker(): Promise<void> {
   for (let job = pending.shift(); job; job = pending.shift()) {
     const { c, n } = job;
     const started = Date.now();
-    totals.set(`${nameOf(c)}#${n}`, await count(c.kind, c.store, n));
+    totals.set(`${nameOf(c)}#${n}`, await count(c.kind, c.store, n, c.from));
     progress(`${nameOf(c).padEnd(32)} x${n} counted (${((Date.now() - started) / 1000).toFixed(0)} s)`);
   }
 }
@@ -184,6 +199,15 @@ const [idemAdds, niAdds] = [
 if (Number.isFinite(idemAdds) && Number.isFinite(niAdds))
   console.log(
     `On Express + Redis, requests ${LATE[0]} to ${LATE[1]}: Idem (ioredis) adds ${idemAdds.toLocaleString('en-US')} instructions to a new key, @node-idempotency (node-redis 4) ${niAdds.toLocaleString('en-US')} (${(idemAdds / niAdds).toFixed(2)}x).`,
+  );
+const steady = (store: string) => counts[`new/${store}@${STEADY[0]}-${STEADY[1]}`] ?? NaN;
+const [idemSteady, niSteady] = [
+  steady('express-ioredis') - steady('express-plain'),
+  steady('express-ni') - steady('express-plain'),
+];
+if (Number.isFinite(idemSteady) && Number.isFinite(niSteady))
+  console.log(
+    `Requests ${STEADY[0]} to ${STEADY[1]}: Idem (ioredis) adds ${idemSteady.toLocaleString('en-US')}, @node-idempotency ${niSteady.toLocaleString('en-US')} (${(idemSteady / niSteady).toFixed(2)}x).`,
   );
 if (process.argv.includes('--update')) {
   writeFileSync(
