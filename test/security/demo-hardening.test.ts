@@ -29,7 +29,7 @@ const bare = (method: string, target: string, headers: ReadonlyArray<readonly [s
   rawRequest(method, target, headers, body, { bare: true });
 
 /** A keyed charge by Alice as raw bytes, its Content-Length the charge's; `after` follows it on the wire. */
-const alicesCharge = (after = '') =>
+const alicesCharge = (after = '', extra: ReadonlyArray<readonly [string, string]> = []) =>
   bare(
     'POST',
     '/v1/charges',
@@ -39,6 +39,7 @@ const alicesCharge = (after = '') =>
       ['Content-Type', 'application/json'],
       ['Idempotency-Key', randomUUID()],
       ['Content-Length', String(CHARGE.length)],
+      ...extra,
     ],
     CHARGE + after,
   );
@@ -333,6 +334,15 @@ describe('the body is read only after authentication', () => {
     await both.closed;
     const statuses = [...both.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1]);
     expect(statuses).toEqual(['201', '400']);
+  });
+
+  it('a client that half-closes once its slow charge is sent still gets the 201', async () => {
+    // FIN after the request: nothing more to send, still reading. Node's default closed the socket on it, and the
+    // charge was made with no answer for anyone (found by the hostile review, 10/10).
+    const sender = await hold(server.url, alicesCharge('', [['Idem-Lab-Delay-Ms', '300']]));
+    sender.socket.end();
+    await sender.closed;
+    expect([...sender.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1])).toEqual(['201']);
   });
 
   it('a refused request whose body is still arriving is answered first, then cut once the body lingers', async () => {

@@ -90,6 +90,10 @@ export function serve(
     },
     onRequest(false),
   );
+  // A client may close its side once it has sent its request (a FIN) and still read the answer. Node's default
+  // aborts the requests in flight and ends the socket at that FIN: a charge still running was made, and its 201
+  // went nowhere. Half-open, node writes the answers in flight, then closes.
+  (server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
   // `Expect: 100-continue`: the 100 is sent only once the request is admitted, so a refused sender never sends its body.
   server.on('checkContinue', onRequest(true));
   // CONNECT (a proxy tunnel) is not something this server does: a 405 rather than node's silent close.
