@@ -192,7 +192,8 @@ export async function runLocal<Tx>(
   }
 }
 
-function isThenable(value: unknown): value is PromiseLike<unknown> {
+/** Whether `value` is a promise or promise-like: work that returned one is asynchronous. */
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
   return (
     (typeof value === 'object' || typeof value === 'function') &&
     value !== null &&

@@ -5,6 +5,7 @@ import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
+import { isThenable } from '../../core/local.js';
 import type { StoredResponse } from '../../core/record.js';
 import {
   createGate,
@@ -223,6 +224,11 @@ export function idempotency<Tx = never>({
       payload: unknown,
       timedOut: boolean,
     ): Promise<{ write: unknown; recorded: Parts }> {
+      // An answer that replaces the payload: written now, and by any later send.
+      const instead = async (response: Response) => {
+        const answered = await responseParts(response);
+        return { write: writeParts(reply, answered), recorded: answered };
+      };
       let captured: Captured;
       try {
         captured = await capture(reply, payload, gate.maxResponseBytes, gate.replayHeaders);
@@ -232,14 +238,10 @@ export function idempotency<Tx = never>({
           throw error;
         }
         const stored = await responseTooLarge(error);
-        const answered = await responseParts((await claim.complete(stored, 'failed-final')) ?? storedResponse(stored));
-        return { write: writeParts(reply, answered), recorded: answered };
+        return instead((await claim.complete(stored, 'failed-final')) ?? storedResponse(stored));
       }
       const replacement = await claim.complete(captured.stored, timedOut ? 'failed-final' : undefined);
-      if (replacement) {
-        const answered = await responseParts(replacement);
-        return { write: writeParts(reply, answered), recorded: answered };
-      }
+      if (replacement) return instead(replacement);
       const { status, headers, body } = captured.stored;
       return { write: captured.payload, recorded: { status, headers, body: Buffer.from(body) } };
     }
@@ -320,10 +322,6 @@ function writeParts(reply: FastifyReply, { status, headers, body }: Parts): Buff
   reply.code(status);
   for (const [name, value] of headers) reply.header(name, value);
   return body;
-}
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
 
 /** Sends an answer (replay or problem) from a hook; the caller returns `reply` so Fastify stops there. */

@@ -4,6 +4,7 @@
  * transaction as the record's completion (docs/DESIGN.md: The work's own writes).
  */
 import { configError } from '../../core/errors.js';
+import { isThenable } from '../../core/local.js';
 import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
 import type {
   ClaimRequest,
@@ -533,11 +534,3 @@ function checkTable(table: unknown): asserts table is string {
  * the function throws); caught by identity, never seen outside the store.
  */
 const ROLL_BACK = new Error('idem: roll back the local transaction');
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return (
-    (typeof value === 'object' || typeof value === 'function') &&
-    value !== null &&
-    typeof (value as { then?: unknown }).then === 'function'
-  );
-}
