@@ -495,10 +495,7 @@ async function mount(): Promise<void> {
       await handler(req, res);
     });
     app.post('/floor/write2', express.json(), async (req, res) => {
-      const key = keyOf(req);
-      await ops.claim(key);
-      const charge = await work(key);
-      await ops.update(key);
+      const charge = await floorWork(ops, keyOf(req));
       res.status(201).location(`/v1/charges/${charge.id}`).json(charge);
     });
     app.post('/floor/read', express.json(), async (req, res) => {
@@ -605,8 +602,19 @@ export { deleteByPattern };
 // ---- other frameworks ----------------------------------------------------------------------------------------------
 /** The charge every framework answers: 201, a Location, a small JSON body. */
 async function charge(key: string): Promise<{ status: number; location: string; body: string }> {
-  const made = await work(key);
+  return answerFor(await work(key));
+}
+
+function answerFor(made: { id: string; amount: number }): { status: number; location: string; body: string } {
   return { status: 201, location: `/v1/charges/${made.id}`, body: JSON.stringify(made) };
+}
+
+/** The floor's new key: the store's raw conditional write, the work, then the raw conditional terminal update. */
+async function floorWork(ops: Opened, key: string): Promise<{ id: string; amount: number }> {
+  await ops.claim(key);
+  const made = await work(key);
+  await ops.update(key);
+  return made;
 }
 
 /** Counts a request as Express's counter does, and sends `/__` control requests to the Express app. */
@@ -644,14 +652,7 @@ async function mountFramework(): Promise<() => Promise<Server>> {
   // work (the conditional write, then the conditional terminal update): what any layer keeping the key in that
   // store pays at least, on this framework.
   const ops = MODE === 'floor' ? opened : undefined;
-  const pay = ops
-    ? async (key: string) => {
-        await ops.claim(key);
-        const made = await charge(key);
-        await ops.update(key);
-        return made;
-      }
-    : charge;
+  const pay = ops ? async (key: string) => answerFor(await floorWork(ops, key)) : charge;
   if (FRAMEWORK === 'fastify') {
     const { default: Fastify } = await import('fastify');
     let handler: ((req: IncomingMessage, res: ServerResponse) => void) | undefined;
