@@ -21,6 +21,7 @@ import {
   NO_BYTES,
   nodeError,
   NULL_BODY_STATUSES,
+  readAndRestore,
   responseParts,
   restoreHeaders,
   toBuffer,
@@ -123,95 +124,12 @@ class ExpressRequest implements GateRequest<Request> {
     // Read only for a keyed request: from here on Express, its body parser and Node touch `req` as a dictionary
     // (see toDictionary), which costs them less than its hidden class of its own.
     toDictionary(this.native);
-    return readAndRestore(this.native, limit);
+    return readAndRestore(this.native, limit, BODY_ALREADY_READ);
   }
 }
 
 const BODY_ALREADY_READ =
   'idem/express: the request body was already read. Mount idempotency() before express.json() and other body parsers.';
-
-/**
- * Reads the raw body without consuming it. Usually the whole message is already in the request's buffer by the
- * next microtask (node:http parses a small request's body in the same turn as its head): then its bytes are
- * copied from the buffer, which is left as it is for the next reader. Otherwise chunks are read in paused mode
- * and, once the message is complete and before `end` is emitted, put back with `unshift`, so the next reader (a
- * body parser) sees an untouched stream.
- */
-function readAndRestore(req: IncomingMessage, limit: number): Promise<Uint8Array> {
-  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(BODY_ALREADY_READ));
-  return Promise.resolve(req).then((request) => buffered(request, limit) ?? readSlowly(request, limit));
-}
-
-/**
- * The complete body, copied from the request's own buffer without reading it; undefined when that is not the
- * whole story (the message is not complete yet, someone read from it, or its buffer is not plain bytes).
- */
-function buffered(req: IncomingMessage, limit: number): Uint8Array | undefined {
-  if (req.readableEnded || req.readableFlowing === true || req.readableDidRead) return undefined;
-  const size = req.readableLength;
-  // Complete, or holding all the bytes its Content-Length declares (node:http marks it complete a moment later).
-  if (
-    !req.complete &&
-    (req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== String(size))
-  )
-    return undefined;
-  if (size > limit) throw new BodyTooLargeError(limit);
-  if (size === 0) return NO_BYTES;
-  const chunks = (req as unknown as { readonly readableBuffer?: Iterable<unknown> }).readableBuffer;
-  if (!chunks || typeof chunks[Symbol.iterator] !== 'function') return undefined;
-  const body = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    if (chunk === null) continue; // an entry already consumed (Node keeps them as null in its buffer array)
-    if (!(chunk instanceof Uint8Array) || offset + chunk.byteLength > size) return undefined;
-    body.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return offset === size ? body : undefined;
-}
-
-function readSlowly(req: IncomingMessage, limit: number): Promise<Uint8Array> {
-  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(BODY_ALREADY_READ));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const stop = (): void => {
-      req.off('readable', onReadable);
-      req.off('end', onEnd);
-      req.off('error', onError);
-    };
-    const onReadable = (): void => {
-      for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
-        size += chunk.byteLength;
-        if (size > limit) {
-          stop();
-          reject(new BodyTooLargeError(limit));
-          return;
-        }
-        chunks.push(chunk);
-      }
-      if (!req.complete) return;
-      const body = joinBytes(chunks, size);
-      // Node emits 'end' on the next tick only if the buffer is still empty then: this puts the bytes back first.
-      if (size > 0)
-        req.unshift(chunks.length === 1 ? chunks[0] : Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-      stop();
-      resolve(body);
-    };
-    const onEnd = (): void => {
-      stop();
-      if (size > 0) reject(new Error(BODY_ALREADY_READ));
-      else resolve(NO_BYTES);
-    };
-    const onError = (error: unknown): void => {
-      stop();
-      reject(error instanceof Error ? error : new Error(String(error)));
-    };
-    req.on('readable', onReadable);
-    req.on('end', onEnd);
-    req.on('error', onError);
-  });
-}
 
 /** What {@link capture} keeps for one response: the methods it replaced, and what the handler sent so far. */
 interface Held<Tx> {

@@ -200,7 +200,7 @@ function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void 
 
 /** One guarded app on `store` (single tenant), and a keyed POST to it through inject. */
 async function guardedApp(store: IdempotencyStore<undefined>, before?: (app: FastifyInstance) => void) {
-  const app = Fastify();
+  const app = Fastify({ forceCloseConnections: true });
   apps.push(app);
   before?.(app);
   const plugin = idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant' });
@@ -404,5 +404,69 @@ describe('idem/fastify: handlerTimeout and replies that bypass onSend', () => {
       'true',
     ]);
     expect([kept?.status, kept?.retryable, runs, engine.activeLeases]).toEqual(['failed', false, 1, 0]);
+  });
+});
+
+/** A request's framing header, the body's first piece, and the rest. */
+type Framed = readonly [header: string, first: string, rest: string];
+
+describe('idem/fastify: the request body over a real socket', () => {
+  /**
+   * The body's second half is sent only once onRequest has run, so the request is not complete when the plugin
+   * reads it: it waits for the rest, fingerprints the whole body, and Fastify's parser still gets every byte.
+   */
+  it.each([
+    ['content-length', (body: string): Framed => [`content-length: ${body.length}`, body.slice(0, 9), body.slice(9)]],
+    [
+      'chunked',
+      (body: string): Framed => {
+        const chunk = (text: string) => `${text.length.toString(16)}\r\n${text}\r\n`;
+        return ['transfer-encoding: chunked', chunk(body.slice(0, 9)), `${chunk(body.slice(9))}0\r\n\r\n`];
+      },
+    ],
+  ] as const)('a %s body that arrives in two pieces is read whole, parsed whole and replayed', async (_, frame) => {
+    const store = memoryStore();
+    let seen = signal();
+    let runs = 0;
+    const { app } = await guardedApp(store, (app) => {
+      app.addHook('onRequest', async () => seen.resolve());
+      app.post('/echo', async (request, reply) => {
+        runs++;
+        return reply.code(201).send({ run: runs, got: request.body });
+      });
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const port = (app.server.address() as AddressInfo).port;
+    const send = async (key: string, body: string) => {
+      seen = signal();
+      const [header, first, rest] = frame(body);
+      const socket = connect(port, '127.0.0.1');
+      const answer = new Promise<string>((resolve, reject) => {
+        let text = '';
+        socket.on('data', (chunk: Buffer) => {
+          text += chunk.toString();
+          if (text.includes('\r\n\r\n{') && text.endsWith('}')) resolve(text);
+        });
+        socket.on('error', reject);
+      });
+      socket.write(
+        `POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: ${key}\r\n${header}\r\n\r\n${first}`,
+      );
+      await seen.promise;
+      socket.write(rest);
+      const text = await answer;
+      socket.destroy();
+      return { status: Number(text.slice(9, 12)), body: text.slice(text.indexOf('\r\n\r\n') + 4) };
+    };
+    const body = '{"amount":50000,"currency":"usd"}';
+    const first = await send('k1', body);
+    const retry = await send('k1', body);
+    const other = await send('k1', '{"amount":50001,"currency":"usd"}');
+    expect([first, retry, other.status, runs]).toEqual([
+      { status: 201, body: '{"run":1,"got":{"amount":50000,"currency":"usd"}}' },
+      { status: 201, body: '{"run":1,"got":{"amount":50000,"currency":"usd"}}' },
+      400,
+      1,
+    ]);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * @module `idem/fastify` — idempotency keys as a Fastify 5 plugin, with per-route opt-in through route config.
  */
+import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import type { Engine } from '../../core/engine.js';
@@ -16,12 +17,20 @@ import {
   type HandlerContext,
   type IdempotencyOptions,
 } from '../../http/middleware.js';
-import { BodyTooLargeError, bodyFor, readBytes, replayParts, storableHeaders } from '../../http/replay.js';
+import {
+  BodyTooLargeError,
+  bodyFor,
+  readBytes,
+  replayParts,
+  storableHeaders,
+  storableNodeHeaders,
+} from '../../http/replay.js';
 import {
   headerPairs,
   headerValue,
   NO_BYTES,
   NULL_BODY_STATUSES,
+  readAndRestore,
   readStream,
   responseParts,
   toBuffer,
@@ -97,17 +106,26 @@ export function idempotency<Tx = never>({
     app.addHook('preParsing', async (request, reply, payload) => {
       if (!covered(request) || !gate.mayClaim(request.method, (name) => headerValue(request.headers, name)))
         return payload;
+      // The Node request itself, unread (no earlier hook replaced or read it), is read without being consumed and
+      // handed on as it is; any other stream (an injected request, a hook's) is read to its end, and Fastify's
+      // parser gets the same bytes in a new one. Either way its length check against Content-Length still holds.
+      const untouched =
+        payload === (request.raw as unknown) &&
+        request.raw instanceof IncomingMessage &&
+        !request.raw.readableDidRead &&
+        request.raw.readableFlowing !== true;
       let body: Uint8Array;
       try {
-        body = await readStream(payload, gate.maxBodyBytes);
+        body = untouched
+          ? await readAndRestore(request.raw, gate.maxBodyBytes, BODY_ALREADY_READ)
+          : await readStream(payload, gate.maxBodyBytes);
       } catch (error) {
         states.set(request, { phase: 'done' });
         await answer(reply, gate.answerFor(error, request));
         return reply;
       }
       states.set(request, { body, phase: 'running' });
-      // Fastify's parser reads the same bytes (its length check against Content-Length still holds).
-      return Readable.from([Buffer.from(body)], { objectMode: false });
+      return untouched ? payload : Readable.from([Buffer.from(body)], { objectMode: false });
     });
 
     app.addHook('preHandler', async (request, reply) => {
@@ -253,6 +271,9 @@ export function idempotency<Tx = never>({
   });
 }
 
+const BODY_ALREADY_READ =
+  'idem/fastify: the request body was already read. Register idempotency() before hooks that read the raw body.';
+
 const NOT_RECORDED = [
   'response-not-recorded',
   'Response not recorded',
@@ -272,17 +293,16 @@ async function capture(
   limit: number,
   replayHeaders: readonly string[],
 ): Promise<Captured> {
-  const stored = (status: number, headers: Array<[string, string]>, body: Uint8Array): StoredResponse => ({
-    status,
-    headers: storableHeaders(headers, replayHeaders),
-    body: NULL_BODY_STATUSES.has(status) ? NO_BYTES : body,
-  });
-  const headers = headerPairs(reply.getHeaders());
+  const stored = (
+    status: number,
+    body: Uint8Array,
+    headers = storableNodeHeaders(reply.getHeaders(), replayHeaders),
+  ): StoredResponse => ({ status, headers, body: NULL_BODY_STATUSES.has(status) ? NO_BYTES : body });
   if (payload instanceof Response) {
     const body = await readBytes(payload.body, limit);
-    const merged = [...headers.filter(([name]) => !payload.headers.has(name)), ...payload.headers];
+    const set = headerPairs(reply.getHeaders()).filter(([name]) => !payload.headers.has(name));
     return {
-      stored: stored(payload.status, merged, body),
+      stored: stored(payload.status, body, storableHeaders([...set, ...payload.headers], replayHeaders)),
       payload: new Response(bodyFor(payload.status, body), {
         status: payload.status,
         statusText: payload.statusText,
@@ -290,19 +310,18 @@ async function capture(
       }),
     };
   }
-  if (payload === undefined || payload === null)
-    return { stored: stored(reply.statusCode, headers, NO_BYTES), payload };
+  if (payload === undefined || payload === null) return { stored: stored(reply.statusCode, NO_BYTES), payload };
   if (isNodeStream(payload)) {
     const body = await readStream(payload, limit);
-    return { stored: stored(reply.statusCode, headers, body), payload: Buffer.from(body) };
+    return { stored: stored(reply.statusCode, body), payload: Buffer.from(body) };
   }
   if (payload instanceof ReadableStream) {
     const body = await readBytes(payload as ReadableStream<Uint8Array>, limit);
-    return { stored: stored(reply.statusCode, headers, body), payload: Buffer.from(body) };
+    return { stored: stored(reply.statusCode, body), payload: Buffer.from(body) };
   }
   const bytes = toBuffer(payload);
   if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
-  return { stored: stored(reply.statusCode, headers, toBytes(bytes)), payload };
+  return { stored: stored(reply.statusCode, toBytes(bytes)), payload };
 }
 
 function isNodeStream(value: unknown): value is Readable {
