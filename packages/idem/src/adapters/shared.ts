@@ -106,6 +106,10 @@ function readSlowly(req: IncomingMessage, limit: number, alreadyRead: string): P
   if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(alreadyRead));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
+    // With an encoding set on the request (`setEncoding()`, by an earlier hook) `read()` returns text: it is
+    // measured and fingerprinted as its bytes in that encoding, and put back as the same text.
+    const encoding = req.readableEncoding;
+    const texts: string[] = [];
     let size = 0;
     const stop = (): void => {
       req.off('readable', onReadable);
@@ -113,19 +117,22 @@ function readSlowly(req: IncomingMessage, limit: number, alreadyRead: string): P
       req.off('error', onError);
     };
     const onReadable = (): void => {
-      for (let chunk = req.read() as Buffer | null; chunk !== null; chunk = req.read() as Buffer | null) {
-        size += chunk.byteLength;
+      for (let chunk = req.read() as unknown; chunk !== null; chunk = req.read() as unknown) {
+        if (typeof chunk === 'string') texts.push(chunk);
+        const bytes = typeof chunk === 'string' ? Buffer.from(chunk, encoding ?? 'utf8') : (chunk as Buffer);
+        size += bytes.byteLength;
         if (size > limit) {
           stop();
           reject(new BodyTooLargeError(limit));
           return;
         }
-        chunks.push(chunk);
+        chunks.push(bytes);
       }
       if (!req.complete) return;
       const body = joinBytes(chunks, size);
       // Node emits 'end' on the next tick only if the buffer is still empty then: this puts the bytes back first.
-      if (size > 0)
+      if (texts.length > 0) req.unshift(texts.join(''), encoding ?? undefined);
+      else if (size > 0)
         req.unshift(chunks.length === 1 ? chunks[0] : Buffer.from(body.buffer, body.byteOffset, body.byteLength));
       stop();
       resolve(body);

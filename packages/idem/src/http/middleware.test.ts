@@ -188,3 +188,28 @@ describe("a response over the store's own limit", () => {
     expect(ledger).toEqual(['charged']);
   });
 });
+
+describe('the handler context of a keyed request', () => {
+  it('survives being spread, assigned and proxied: signal is an own property, as on a keyless request', async () => {
+    const seen: unknown[] = [];
+    const handle = idempotency({ store: memoryStore(), scope: 'single-tenant', ttlMs: DAY })(async (_r, context) => {
+      const copies = [
+        { ...context },
+        Object.assign({}, context),
+        new Proxy(context, {}),
+        Object.create(context) as typeof context,
+      ];
+      seen.push(Object.keys(context).includes('signal'), ...copies.map((copy) => copy.signal === context.signal));
+      seen.push(context.signal instanceof AbortSignal && !context.signal.aborted);
+      return new Response('ok', { status: 201 });
+    });
+    const keyed = (key?: string) =>
+      new Request('http://x/v1/charges', {
+        method: 'POST',
+        headers: key ? { 'idempotency-key': key } : {},
+        body: '{}',
+      });
+    expect([(await handle(keyed('k1'))).status, (await handle(keyed())).status]).toEqual([201, 201]);
+    expect(seen).toEqual([true, true, true, true, true, true, true, true, true, true, true, true]);
+  });
+});

@@ -136,3 +136,43 @@ describe('Express: a response the server destroys before its end', () => {
     expect(runs).toBe(2);
   });
 });
+
+describe('Express: a request whose encoding an earlier middleware set', () => {
+  it('is read as that text: fingerprinted, handed on unread, replayed; it used to crash the process', async () => {
+    const store = memoryStore();
+    const app = express();
+    let runs = 0;
+    app.post(
+      '/c',
+      (req, _res, next) => {
+        req.setEncoding('utf8');
+        next();
+      },
+      idempotency({ store, scope: 'single-tenant', ttlMs: DAY, onError: () => {} }),
+      (req, res) => {
+        runs++;
+        let text = '';
+        req.on('data', (chunk: string) => (text += chunk));
+        req.on('end', () => res.status(201).json({ run: runs, text }));
+      },
+    );
+    const server = app.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    closers.push(() => new Promise((resolve) => server.close(() => resolve())));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/c`;
+    const send = async (body: string) => {
+      const response = await fetch(url, {
+        method: 'POST',
+        headers: { 'idempotency-key': 'k1', 'content-type': 'text/plain' },
+        body,
+      });
+      return [response.status, await response.text()];
+    };
+    expect([await send('café'), await send('café'), (await send('cafe'))[0], runs]).toEqual([
+      [201, '{"run":1,"text":"café"}'],
+      [201, '{"run":1,"text":"café"}'],
+      400,
+      1,
+    ]);
+  });
+});

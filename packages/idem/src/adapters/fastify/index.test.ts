@@ -469,4 +469,34 @@ describe('idem/fastify: the request body over a real socket', () => {
       1,
     ]);
   });
+  it('a body whose encoding an earlier preParsing hook set is read as that text; it used to crash the process', async () => {
+    const store = memoryStore();
+    let runs = 0;
+    const { app } = await guardedApp(store, (app) => {
+      app.addHook('preParsing', async (_request, _reply, payload) => {
+        payload.setEncoding('utf8');
+        return payload;
+      });
+      app.post('/echo', async (request, reply) => {
+        runs++;
+        return reply.code(201).send({ run: runs, got: request.body });
+      });
+    });
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/echo`;
+    const send = async (body: string) => {
+      const response = await fetch(url, {
+        method: 'POST',
+        headers: { 'idempotency-key': 'k1', 'content-type': 'application/json' },
+        body,
+      });
+      return [response.status, await response.text()];
+    };
+    expect([
+      await send('{"name":"café"}'),
+      await send('{"name":"café"}'),
+      (await send('{"name":"cafe"}'))[0],
+      runs,
+    ]).toEqual([[201, '{"run":1,"got":{"name":"café"}}'], [201, '{"run":1,"got":{"name":"café"}}'], 400, 1]);
+  });
 });
