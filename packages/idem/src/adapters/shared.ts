@@ -123,6 +123,9 @@ function readSlowly(req: IncomingMessage, limit: number, alreadyRead: string): P
         size += bytes.byteLength;
         if (size > limit) {
           stop();
+          // The rest is discarded as it arrives: read from, the request is no longer drained by node:http when
+          // its answer (413) ends, and the next request on a kept-alive connection would wait behind it forever.
+          req.resume();
           reject(new BodyTooLargeError(limit));
           return;
         }

@@ -499,4 +499,40 @@ describe('idem/fastify: the request body over a real socket', () => {
       runs,
     ]).toEqual([[201, '{"run":1,"got":{"name":"café"}}'], [201, '{"run":1,"got":{"name":"café"}}'], 400, 1]);
   });
+  it('a body over the limit that is still arriving gets 413, and the next request on the connection is answered', async () => {
+    const store = memoryStore();
+    let runs = 0;
+    const app = Fastify({ forceCloseConnections: true });
+    apps.push(app);
+    let seen = signal();
+    app.addHook('onRequest', async () => seen.resolve());
+    await app.register(idempotency<undefined>({ store, ttlMs: DAY, scope: 'single-tenant', maxBodyBytes: 1_000 }));
+    app.post('/echo', async (_request, reply) => reply.code(201).send({ run: ++runs }));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    const socket = connect((app.server.address() as AddressInfo).port, '127.0.0.1');
+    let text = '';
+    let arrived = signal();
+    socket.on('data', (chunk: Buffer) => {
+      text += chunk.toString();
+      if (text.endsWith('}')) arrived.resolve();
+    });
+    const head = (key: string, length: number) =>
+      `POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nidempotency-key: ${key}\r\ncontent-length: ${length}\r\n\r\n`;
+    const big = `{"pad":"${'x'.repeat(200_000)}"}`;
+    socket.write(head('big', big.length) + big.slice(0, 500));
+    await seen.promise;
+    socket.write(big.slice(500, 5_000));
+    await arrived.promise;
+    const tooLarge = text;
+    [text, arrived, seen] = ['', signal(), signal()];
+    socket.write(big.slice(5_000) + head('small', 2) + '{}');
+    await arrived.promise;
+    socket.destroy();
+    expect([
+      tooLarge.slice(0, 12),
+      /request-too-large/.test(tooLarge),
+      text.slice(0, 12),
+      text.endsWith('{"run":1}'),
+    ]).toEqual(['HTTP/1.1 413', true, 'HTTP/1.1 201', true]);
+  });
 });
