@@ -14,10 +14,20 @@
  * at a time, so the server's replies arrive in the same order every run.
  */
 import { spawn } from 'node:child_process';
-import { request as httpRequest, Agent } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  Agent,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
+import { Readable } from 'node:stream';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { idempotency as expressIdempotency } from '../packages/idem/src/adapters/express/index.js';
+import { idempotency as fastifyIdempotency } from '../packages/idem/src/adapters/fastify/index.js';
+import { idempotency as honoIdempotency } from '../packages/idem/src/adapters/hono/index.js';
 import { idempotency } from '../packages/idem/src/http/middleware.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
@@ -72,6 +82,11 @@ function nullStore(): IdempotencyStore {
 let ids = 0;
 if (storeName.startsWith('express-')) {
   await viaExpress(storeName.slice('express-'.length));
+  process.exit(0);
+}
+const framework = /^(fastify|hono|web)-(.+)$/.exec(storeName);
+if (framework) {
+  await viaFramework(framework[1] as 'fastify' | 'hono' | 'web', framework[2] as string);
   process.exit(0);
 }
 const store = storeName === 'null' ? nullStore() : memoryStore();
@@ -190,6 +205,15 @@ async function viaExpress(route: string): Promise<void> {
   }
   const server = app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
+  await drive(server, route === 'plain', `express ${kind}`);
+  for (const cleanup of cleanups) await cleanup();
+}
+
+/**
+ * Sends `count` requests of `kind` to the server, one at a time from a keep-alive client, then closes it. A `plain`
+ * route gets no key; a replay's record is made first.
+ */
+async function drive(server: Server, plain: boolean, label: string): Promise<void> {
   const { port } = server.address() as AddressInfo;
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const body = '{"amount":500,"currency":"usd","source":"tok_visa"}';
@@ -207,7 +231,6 @@ async function viaExpress(route: string): Promise<void> {
       req.once('error', reject);
       req.end(body);
     });
-  const plain = route === 'plain';
   if (!plain && kind === 'replay') await post('hot');
   const expected = kind === 'new' || kind === 'replay' ? 201 : 0;
   // BENCH_INSTR_FROM: valgrind started with instrumentation off (bench/instructions.ts STEADY); on from that request.
@@ -215,11 +238,93 @@ async function viaExpress(route: string): Promise<void> {
   for (let i = 0; i < count; i++) {
     if (from > 0 && i === from) await instrumentFromHere();
     const status = await post(plain ? undefined : kind === 'new' ? `k${i}` : 'hot');
-    if (status !== expected) throw new Error(`express ${kind}: expected ${expected}, got ${status}`);
+    if (status !== expected) throw new Error(`${label}: expected ${expected}, got ${status}`);
   }
   agent.destroy();
   server.close();
+}
+
+/**
+ * The same charge on Fastify 5 (Idem's plugin) or on Hono 4 / idem/http's `idempotency()(handler)` served from
+ * node:http through one bridge (a Web `Request` over the message, the `Response` written back), as the HTTP
+ * benchmark serves them (bench/server.ts): `plain` is the route without Idem, `null` Idem on a store that keeps
+ * nothing, `ioredis` Idem on Redis through ioredis.
+ */
+async function viaFramework(name: 'fastify' | 'hono' | 'web', route: string): Promise<void> {
+  const options = {
+    scope: 'single-tenant' as const,
+    ttlMs: 3_600_000,
+    leaseMs: 60_000,
+    generateId: () => `id-${++ids}`,
+    onError: () => {},
+  };
+  const cleanups: Array<() => Promise<unknown>> = [];
+  let store: IdempotencyStore | undefined;
+  if (route === 'null') store = nullStore();
+  else if (route === 'ioredis') {
+    const { Redis } = await import('ioredis');
+    const ioredis = new Redis(REDIS_URL);
+    cleanups.push(() => ioredis.quit());
+    const redis = redisStore({ client: ioredis, prefix: process.env.BENCH_INSTR_PREFIX ?? `instr:${process.pid}:` });
+    await redis.load();
+    store = redis;
+  } else if (route !== 'plain') throw new Error(`unknown store ${name}-${route}`);
+  const charge = '{"id":"ch_0123456789ab","amount":500}';
+  const headers = { location: '/v1/charges/ch_0123456789ab', 'content-type': 'application/json; charset=utf-8' };
+  let server: Server;
+  if (name === 'fastify') {
+    const { default: Fastify } = await import('fastify');
+    const app = Fastify();
+    if (store) await app.register(fastifyIdempotency({ ...options, store }));
+    app.post('/pay', async (_request, reply) => reply.code(201).headers(headers).send(charge));
+    await app.listen({ port: 0, host: '127.0.0.1' });
+    server = app.server;
+  } else {
+    let handle: (request: Request) => Promise<Response>;
+    if (name === 'hono') {
+      const { Hono } = await import('hono');
+      const app = new Hono();
+      if (store) app.post('/pay', honoIdempotency({ ...options, store }));
+      app.post('/pay', async (c) => {
+        await c.req.json();
+        return c.body(charge, 201, headers);
+      });
+      handle = async (request) => app.fetch(request);
+    } else {
+      const web = async (request: Request) => {
+        await request.json();
+        return new Response(charge, { status: 201, headers });
+      };
+      handle = store ? idempotency({ ...options, store })(web) : web;
+    }
+    server = createServer((req, res) => void bridge(handle, req, res));
+    server.listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+  }
+  await drive(server, route === 'plain', `${name}-${route} ${kind}`);
   for (const cleanup of cleanups) await cleanup();
+}
+
+/** A Web `Request` over a node:http message, and the handler's `Response` written back (as bench/server.ts does). */
+async function bridge(
+  handle: (request: Request) => Promise<Response>,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
+  const headers = new Headers();
+  const raw = req.rawHeaders;
+  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i] as string, raw[i + 1] as string);
+  const response = await handle(
+    new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, {
+      method: req.method ?? 'GET',
+      headers,
+      body: Readable.toWeb(req) as unknown as ReadableStream<Uint8Array>,
+      duplex: 'half',
+    } as RequestInit),
+  );
+  res.statusCode = response.status;
+  for (const [name, value] of response.headers) res.appendHeader(name, value);
+  res.end(response.body ? Buffer.from(await response.arrayBuffer()) : undefined);
 }
 
 /** Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered. */

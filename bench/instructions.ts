@@ -11,7 +11,9 @@
  * difference is what Idem adds to an Express request. `express-ioredis` is Idem on Redis through ioredis (the HTTP
  * benchmark's client), `express-redis` through node-redis 6, `express-ni` @node-idempotency on its own adapter
  * (node-redis 4), `express-floor` a new key's two raw commands through ioredis; the Express rows are also counted
- * late (`@1000-2000`, see LATE) and past the warm-up (`@11000-12000`, see STEADY). `BENCH_INSTR_ONLY=new/express-null,…`
+ * late (`@1000-2000`, see LATE) and past the warm-up (`@11000-12000`, see STEADY). `fastify-*`, `hono-*` and
+ * `web-*` are the same charge on Fastify, Hono on node:http and idem/http on node:http (`plain`: no Idem; `null`,
+ * `ioredis`: Idem on those stores), past the warm-up only. `BENCH_INSTR_ONLY=new/express-null,…`
  * counts only those; runs go two at a time (`BENCH_INSTR_PARALLEL`).
  */
 import { spawn, spawnSync } from 'node:child_process';
@@ -51,6 +53,16 @@ const CASES: ReadonlyArray<{ kind: string; store: string; window?: readonly [num
   ...['express-plain', 'express-null', 'express-floor', 'express-ioredis', 'express-ni'].flatMap((store) => [
     { kind: 'new', store, window: LATE },
     { kind: 'new', store, window: STEADY, from: STEADY_FROM },
+  ]),
+  // The other frameworks, past the warm-up only: the route alone, Idem on a store that keeps nothing, Idem on Redis.
+  ...['fastify', 'hono', 'web'].flatMap((framework) => [
+    ...['plain', 'null', 'ioredis'].map((store) => ({
+      kind: 'new',
+      store: `${framework}-${store}`,
+      window: STEADY,
+      from: STEADY_FROM,
+    })),
+    { kind: 'replay', store: `${framework}-ioredis`, window: STEADY, from: STEADY_FROM },
   ]),
 ];
 /** A case's name in the table and the baseline: `kind/store`, with `@n1-n2` when its window is not N1..N2. */
@@ -199,6 +211,26 @@ for (const [from, to] of [LATE, STEADY]) {
     console.log(
       `On Express + Redis, requests ${from} to ${to}: Idem (ioredis) adds ${idemAdds.toLocaleString('en-US')} instructions to a new key, @node-idempotency (node-redis 4) ${niAdds.toLocaleString('en-US')} (${(idemAdds / niAdds).toFixed(2)}x).`,
     );
+}
+// Past the warm-up on the other frameworks: what Idem adds to each route, and the Web layer against Hono.
+{
+  const at = (name: string) => counts[`${name}@${STEADY[0]}-${STEADY[1]}`] ?? NaN;
+  const n = (value: number) => value.toLocaleString('en-US');
+  for (const framework of ['fastify', 'hono', 'web']) {
+    const plain = at(`new/${framework}-plain`);
+    const [onNull, onRedis] = [at(`new/${framework}-null`) - plain, at(`new/${framework}-ioredis`) - plain];
+    if (Number.isFinite(onNull) && Number.isFinite(onRedis))
+      console.log(
+        `On ${framework}, requests ${STEADY[0]} to ${STEADY[1]}: the route alone ${n(plain)} instructions; Idem adds ${n(onNull)} on a store that keeps nothing, ${n(onRedis)} on Redis (ioredis).`,
+      );
+  }
+  for (const kind of ['new', 'replay']) {
+    const [web, hono] = [at(`${kind}/web-ioredis`), at(`${kind}/hono-ioredis`)];
+    if (Number.isFinite(web) && Number.isFinite(hono))
+      console.log(
+        `idem/http vs Hono on node:http (Redis), ${kind}: ${n(web)} vs ${n(hono)} instructions (${((web / hono) * 100).toFixed(1)} %).`,
+      );
+  }
 }
 if (process.argv.includes('--update')) {
   writeFileSync(

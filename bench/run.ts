@@ -843,6 +843,18 @@ function targets(r: Results): Target[] {
       });
     }
   }
+  // The same comparison in instructions, past the warm-up, which repeat where the CPU times above do not.
+  for (const kind of ['new', 'replay'] as const) {
+    const at = (store: string) => r.instructions?.counts[`${kind}/${store}@11000-12000`];
+    const [webI, honoI] = [at('web-ioredis'), at('hono-ioredis')];
+    if (webI === undefined || honoI === undefined) continue;
+    out.push({
+      name: `idem/http on node:http: instructions per ${kind === 'new' ? 'new key' : 'replay'} ≤ Hono on node:http's (Redis, requests 11,000–12,000)`,
+      measured: `${r0(webI)} vs ${r0(honoI)} (${((webI / honoI) * 100).toFixed(1)} %)`,
+      met: webI <= honoI,
+      ratio: honoI / webI,
+    });
+  }
   for (const store of ['redis', 'sqlite'] as const) {
     // Hot replays are what the engine's cache is for (issue 9 item 3): the target is read on the cached route;
     // the uncached route, one store read per replay, is shown beside it.
@@ -988,7 +1000,7 @@ function report(r: Results): void {
       '',
     );
     lines.push(
-      `Deterministic where the timings above are not: a change of more than ${ins.tolerance * 100} % against the baseline (${ins.baselineLabel ?? 'docs/bench/instructions.json'}) is marked **REGRESSION**. \`null\` and \`memory\` are the Web layer in process (bench/instructions-run.ts); \`express-plain\` is the Express route with no key, \`express-null\` the same route behind Idem's Express middleware on a store that keeps nothing, over node:http; \`express-ioredis\` is Idem on the Redis store through ioredis (as in the HTTP runs), \`express-redis\` the same through node-redis 6, \`express-ni\` @node-idempotency on its own Redis adapter (node-redis 4), and \`express-floor\` the route with no layer, only a new key's two commands (\`SET NX\`, \`SET XX\`) through ioredis; one request at a time against the local Redis. Rows marked \`@1000-2000\` are counted from request 1,000 to 2,000 instead, and \`@11000-12000\` from request 11,000 to 12,000, past the warm-up (callgrind's instrumentation switched on at request 10,000). V8's optimizing compiler is a large share of every Express count in the first two windows (Idem on ioredis: 1.05 M of 2.63 M per new key at 100–400, 1.11 M of 2.20 M at 1,000–2,000; Express alone 0.77 M of 1.69 M at 1,000–2,000): with \`--single-threaded\` it compiles on the main thread, where it is counted. It is warm-up: \`--trace-opt\` on these routes counts about 100 optimizations in requests 1,000 to 2,000 and none to 4 in any thousand after 5,000.`,
+      `Deterministic where the timings above are not: a change of more than ${ins.tolerance * 100} % against the baseline (${ins.baselineLabel ?? 'docs/bench/instructions.json'}) is marked **REGRESSION**. \`null\` and \`memory\` are the Web layer in process (bench/instructions-run.ts); \`express-plain\` is the Express route with no key, \`express-null\` the same route behind Idem's Express middleware on a store that keeps nothing, over node:http; \`express-ioredis\` is Idem on the Redis store through ioredis (as in the HTTP runs), \`express-redis\` the same through node-redis 6, \`express-ni\` @node-idempotency on its own Redis adapter (node-redis 4), and \`express-floor\` the route with no layer, only a new key's two commands (\`SET NX\`, \`SET XX\`) through ioredis; one request at a time against the local Redis. \`fastify-*\`, \`hono-*\` and \`web-*\` are the same charge on Fastify 5, on Hono 4 and on idem/http, the last two served from node:http through the HTTP runs' bridge: \`plain\` without Idem, \`null\` and \`ioredis\` with Idem on those stores. Rows marked \`@1000-2000\` are counted from request 1,000 to 2,000 instead, and \`@11000-12000\` from request 11,000 to 12,000, past the warm-up (callgrind's instrumentation switched on at request 10,000). V8's optimizing compiler is a large share of every Express count in the first two windows (Idem on ioredis: 1.05 M of 2.63 M per new key at 100–400, 1.11 M of 2.20 M at 1,000–2,000; Express alone 0.77 M of 1.69 M at 1,000–2,000): with \`--single-threaded\` it compiles on the main thread, where it is counted. It is warm-up: \`--trace-opt\` on these routes counts about 100 optimizations in requests 1,000 to 2,000 and none to 4 in any thousand after 5,000.`,
       '',
     );
     lines.push('| request | store | instructions / request | baseline | change |', '|---|---|---:|---:|---:|');
