@@ -14,15 +14,7 @@
  * at a time, so the server's replies arrive in the same order every run.
  */
 import { spawn } from 'node:child_process';
-import {
-  createServer,
-  request as httpRequest,
-  Agent,
-  type IncomingMessage,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
-import { Readable } from 'node:stream';
+import { createServer, request as httpRequest, Agent, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import { idempotency as expressIdempotency } from '../packages/idem/src/adapters/express/index.js';
@@ -32,6 +24,7 @@ import { idempotency } from '../packages/idem/src/http/middleware.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
 import { fromNodeRedis, redisStore, type NodeRedisClient } from '../packages/idem/src/stores/redis/index.js';
+import { bridge } from './bridge.js';
 import { niRoute } from './ni.js';
 
 const [kind = 'new', storeName = 'memory', countText = '100'] = process.argv.slice(2);
@@ -303,28 +296,6 @@ async function viaFramework(name: 'fastify' | 'hono' | 'web', route: string): Pr
   }
   await drive(server, route === 'plain', `${name}-${route} ${kind}`);
   for (const cleanup of cleanups) await cleanup();
-}
-
-/** A Web `Request` over a node:http message, and the handler's `Response` written back (as bench/server.ts does). */
-async function bridge(
-  handle: (request: Request) => Promise<Response>,
-  req: IncomingMessage,
-  res: ServerResponse,
-): Promise<void> {
-  const headers = new Headers();
-  const raw = req.rawHeaders;
-  for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i] as string, raw[i + 1] as string);
-  const response = await handle(
-    new Request(`http://${req.headers.host ?? '127.0.0.1'}${req.url ?? '/'}`, {
-      method: req.method ?? 'GET',
-      headers,
-      body: Readable.toWeb(req) as unknown as ReadableStream<Uint8Array>,
-      duplex: 'half',
-    } as RequestInit),
-  );
-  res.statusCode = response.status;
-  for (const [name, value] of response.headers) res.appendHeader(name, value);
-  res.end(response.body ? Buffer.from(await response.arrayBuffer()) : undefined);
 }
 
 /** Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered. */
