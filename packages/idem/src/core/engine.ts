@@ -5,64 +5,16 @@ import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
-import type { IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from './record.js';
+import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
+import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
+import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
+
+export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
+export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
 
 const HOUR = 3_600_000;
 /** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
 export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
-
-/**
- * What every event about one key carries: its scope and key, the record's id where one exists, and the route
- * (the request path, when the HTTP layer or the caller gave one).
- */
-export interface KeyEventFields {
-  readonly scope: string;
-  readonly key: string;
-  readonly id?: string;
-  readonly route?: string;
-}
-
-/**
- * Something the engine or the HTTP layer did, for metrics, logs and traces. Never carries bodies or credentials;
- * sinks that export it should hash `key` (the demo's logs and `idem/otel` do).
- */
-export type IdempotencyEvent =
-  | (KeyEventFields & {
-      readonly type: 'executed';
-      readonly outcome: OutcomeKind;
-      /** The status the work answered (null when it threw). */
-      readonly status: number | null;
-      /** From the claim to the recorded outcome, in ms. */
-      readonly ms: number;
-    })
-  | (KeyEventFields & { readonly type: 'takeover' })
-  | (KeyEventFields & { readonly type: 'replayed'; readonly status: number })
-  | (KeyEventFields & { readonly type: 'in_flight' })
-  | (KeyEventFields & { readonly type: 'mismatch' })
-  | (KeyEventFields & { readonly type: 'lease_lost' })
-  | (KeyEventFields & { readonly type: 'stale_write_refused'; readonly op: StoreOp })
-  | {
-      /** A request refused before any claim: no key where one is required, an invalid key, a body over the limit, a store down. */
-      readonly type: 'refused';
-      readonly reason: 'KEY_MISSING' | 'KEY_INVALID' | 'BODY_TOO_LARGE' | 'STORE_UNAVAILABLE';
-      readonly scope?: string;
-      readonly route?: string;
-    }
-  | {
-      readonly type: 'store_op';
-      readonly op: StoreOp;
-      readonly ms: number;
-      readonly ok: boolean;
-      readonly error?: unknown;
-    };
-
-export type StoreOp = 'claim' | 'complete' | 'renew' | 'release' | 'get';
-
-/**
- * How the attempt ended. `failed-final` is replayed to every retry; `failed-retryable` lets the next attempt
- * run the work again; `release` deletes the record (the work declined to start, so nothing is remembered).
- */
-export type OutcomeKind = 'succeeded' | 'failed-final' | 'failed-retryable' | 'release';
 
 export interface EngineOptions<Tx = never> {
   readonly store: IdempotencyStore<Tx>;
@@ -72,6 +24,18 @@ export interface EngineOptions<Tx = never> {
   readonly leaseMs?: number;
   /** How often the lease is renewed while the work runs. Default `leaseMs / 3`. */
   readonly renewEveryMs?: number;
+  /**
+   * How much earlier than the store the holder gives its lease up, on its own clock: room for clock drift between
+   * servers (docs/DESIGN.md: Lease). Default `leaseMs / 10`, at most half of `leaseMs − renewEveryMs`.
+   */
+  readonly leaseMarginMs?: number;
+  /** Longest any store call may take before it counts as failed (`STORE_UNAVAILABLE`). Default 5 s. */
+  readonly storeTimeoutMs?: number;
+  /**
+   * Longest a lease is held, settled or not. Then the work's signal aborts (`LEASE_LOST`) and the key is settled
+   * `failed`, retryable, so work that never ends cannot hold its key forever. Default 5 minutes.
+   */
+  readonly maxHoldMs?: number;
   /** Instead of answering 409 at once, wait up to this long for the in-flight attempt's outcome. Default 0. */
   readonly waitForOutcomeMs?: number;
   /**
@@ -98,27 +62,6 @@ export interface RunRequest {
   readonly route?: string;
 }
 
-/** What the work sees. Pass `id` downstream as its own idempotency key: it survives takeovers. */
-export interface WorkContext {
-  readonly scope: string;
-  readonly key: string;
-  /** The record's stable id. A takeover after a crash runs with the same id, so the work can find what the dead attempt did. */
-  readonly id: string;
-  /** True when this attempt took over a dead lease or reclaimed a retryable failure. */
-  readonly reclaimed: boolean;
-  /** Aborted when the lease is lost: another attempt owns the key now, and this one's writes will be refused. */
-  readonly signal: AbortSignal;
-}
-
-/** What the work returns. `outcome` overrides the classification by status code. */
-export interface WorkResult<Tx = never> {
-  readonly response: StoredResponse;
-  readonly outcome?: OutcomeKind;
-  readonly resultId?: string | null;
-  /** Writes to commit in the same transaction as the record's completion (stores that share a database). */
-  readonly effects?: (tx: Tx) => unknown;
-}
-
 export interface RunResult {
   /** True when the response is a stored one: the work did not run for this request. */
   readonly replayed: boolean;
@@ -134,31 +77,6 @@ export type Decision<Tx = never> =
   | { readonly kind: 'replay'; readonly response: StoredResponse; readonly record: IdempotencyRecord }
   | { readonly kind: 'refused'; readonly error: IdempotencyError }
   | { readonly kind: 'lease'; readonly lease: Lease<Tx> };
-
-/** How a lease was settled: the record written, or why it could not be (`LEASE_LOST`, `STORE_UNAVAILABLE`). */
-export type Settlement =
-  | { readonly ok: true; readonly record: IdempotencyRecord | null }
-  | { readonly ok: false; readonly error: IdempotencyError };
-
-/**
- * A claimed key: the right to run the work once. It is renewed in the background until it is settled, and it is
- * settled exactly once — by `complete`, `fail` or `release`; any later call returns the first settlement.
- * Settling stops the renewals before the write, so no path leaves a lease renewing.
- */
-export interface Lease<Tx = never> extends WorkContext {
-  /**
-   * Records the work's outcome (classified by status unless `result.outcome` says otherwise). `effects` commit
-   * with the record only when the outcome is final (succeeded, or failed for good): a retryable outcome lets the
-   * next attempt run the work again, so its writes must not have happened. Never rejects.
-   */
-  complete(result: WorkResult<Tx>): Promise<Settlement>;
-  /** The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Never rejects. */
-  fail(): Promise<Settlement>;
-  /** The work declined to start: the record is deleted, so nothing is remembered. Never rejects. */
-  release(): Promise<Settlement>;
-  /** True once one of the three was called. */
-  readonly settled: boolean;
-}
 
 /**
  * Status-code classification: 2xx and 3xx → succeeded (a redirect is an answer: `303 See Other` after a POST
@@ -207,6 +125,9 @@ export function createEngine<Tx = never>({
   ttlMs = 24 * HOUR,
   leaseMs = 10_000,
   renewEveryMs = Math.max(1, Math.floor(leaseMs / 3)),
+  leaseMarginMs = Math.floor(Math.min(leaseMs / 10, (leaseMs - renewEveryMs) / 2)),
+  storeTimeoutMs = 5_000,
+  maxHoldMs = 300_000,
   waitForOutcomeMs = 0,
   cacheSize = 0,
   clock = systemClock,
@@ -218,6 +139,14 @@ export function createEngine<Tx = never>({
   positive('leaseMs', leaseMs);
   positive('renewEveryMs', renewEveryMs);
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
+  if (!Number.isFinite(leaseMarginMs) || leaseMarginMs < 0 || leaseMarginMs >= leaseMs - renewEveryMs)
+    throw configError(
+      'leaseMarginMs',
+      `at least 0 and less than leaseMs − renewEveryMs (${leaseMs - renewEveryMs})`,
+      leaseMarginMs,
+    );
+  positive('storeTimeoutMs', storeTimeoutMs);
+  positive('maxHoldMs', maxHoldMs);
   if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
   if (!Number.isSafeInteger(cacheSize) || cacheSize < 0)
     throw configError('cacheSize', 'a non-negative integer', cacheSize);
@@ -240,11 +169,14 @@ export function createEngine<Tx = never>({
     }
   };
 
-  /** Every store call goes through here: timed (when someone listens), and a backend failure becomes STORE_UNAVAILABLE. */
-  async function call<T>(op: StoreOp, fn: () => Promise<T>): Promise<T> {
+  /**
+   * Every store call goes through here: timed (when someone listens), given up after `timeoutMs` (a call on a
+   * black-holed connection never answers), and a backend failure becomes STORE_UNAVAILABLE.
+   */
+  async function call<T>(op: StoreOp, fn: () => Promise<T>, timeoutMs = storeTimeoutMs): Promise<T> {
     const started = onEvent ? performance.now() : 0;
     try {
-      const value = await fn();
+      const value = await within(clock, fn(), timeoutMs, op);
       if (onEvent) emit({ type: 'store_op', op, ms: performance.now() - started, ok: true });
       return value;
     } catch (error) {
@@ -310,16 +242,19 @@ export function createEngine<Tx = never>({
     }
     const waitUntil = clock.now() + waitForOutcomeMs;
     try {
-      for (;;) {
+      for (let round = 1; ; round++) {
         const token = generateId();
         const freshId = generateId();
+        const now = clock.now();
         const claim = await call('claim', () =>
-          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now: clock.now(), leaseMs, ttlMs: recordTtl }),
+          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
         );
         if (claim.kind === 'claimed') {
           const reclaimed = claim.record.id !== freshId;
           if (reclaimed) emit({ type: 'takeover', ...subject(request, claim.record.id) });
-          return { kind: 'lease', lease: hold(claim.record, reclaimed, request.route) };
+          activeLeases++;
+          const lease = holdLease(leaseContext, claim.record, now, reclaimed, subject(request, claim.record.id));
+          return { kind: 'lease', lease };
         }
         let existing: IdempotencyRecord | null = claim.record;
         const answer = answerFrom(existing, request);
@@ -332,8 +267,15 @@ export function createEngine<Tx = never>({
           }
         }
         // Free again (released, failed and retryable, or its lease lapsed while we looked): claim it now rather
-        // than send the client away from a key nobody holds.
-        if (existing === null || existing.status !== 'in_progress' || existing.leaseExpiresAt <= clock.now()) continue;
+        // than send the client away from a key nobody holds. A store that keeps answering "free" but never lets
+        // the claim through, or a final record with no response to replay, is refused: begin() never spins.
+        if (existing === null || isRetryable(existing) || existing.leaseExpiresAt <= clock.now()) {
+          if (round < MAX_CLAIM_ROUNDS) continue;
+          throw new IdempotencyError('STORE_UNAVAILABLE', `The key stayed free but unclaimable for ${round} claims.`);
+        }
+        if (existing.status !== 'in_progress') {
+          throw new IdempotencyError('STORE_UNAVAILABLE', 'The record for this key is final but holds no response.');
+        }
         emit({ type: 'in_flight', ...subject(request, existing.id) });
         return refused(
           new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
@@ -384,142 +326,22 @@ export function createEngine<Tx = never>({
     }
   }
 
-  /**
-   * Holds a claimed record: renews it every `renewEveryMs` (pushing `expiresAt` along, so a live lease never
-   * expires by TTL) and aborts the work's signal if the lease is lost. Settling stops the renewals first; a
-   * renewal already in flight is conditional on `in_progress` and changes nothing after the completion.
-   */
-  function hold(record: IdempotencyRecord, reclaimed: boolean, route: string | undefined): Lease<Tx> {
-    const { pk, token, scope, key } = record;
-    const about: KeyEventFields = { scope, key, id: record.id, ...(route === undefined ? {} : { route }) };
-    const startedAt = clock.now();
-    // Made when the work first reads `signal` (or when the lease is lost): most work never reads it, and an
-    // AbortController is among the costliest objects a lease would make.
-    let controller: AbortController | undefined;
-    let timer: unknown;
-    let expiresAt = record.expiresAt;
-    let settlement: Promise<Settlement> | undefined;
-    activeLeases++;
-
-    const renew = async (): Promise<void> => {
-      if (settlement) return;
-      try {
-        const now = clock.now();
-        expiresAt = Math.max(expiresAt, now + leaseMs);
-        const renewed = await call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }));
-        if (!renewed.ok && !settlement) {
-          emit({ type: 'lease_lost', ...about });
-          (controller ??= new AbortController()).abort(
-            new IdempotencyError('LEASE_LOST', 'Another attempt took over this key.'),
-          );
-          return;
-        }
-      } catch {
-        // The store is unreachable: try again next tick. If the lease lapses meanwhile, completion is fenced.
-      }
-      if (!settlement) timer = clock.setTimeout(() => void renew(), renewEveryMs);
-    };
-    timer = clock.setTimeout(() => void renew(), renewEveryMs);
-
-    /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
-    const written = async (write: Promise<Settlement>): Promise<Settlement> => {
-      try {
-        return await write;
-      } catch (error) {
-        return { ok: false, error: error as IdempotencyError };
-      } finally {
-        activeLeases--;
-      }
-    };
-    const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
-      if (settlement) return settlement;
-      clock.clearTimeout(timer);
-      settlement = written(write());
-      return settlement;
-    };
-    const refusedWrite = (op: StoreOp): Settlement => {
-      emit({ type: 'stale_write_refused', ...about, op });
-      return {
-        ok: false,
-        error: new IdempotencyError(
-          'LEASE_LOST',
-          'This attempt lost its lease to another; its outcome was not recorded.',
-          {
-            retryAfterMs: 0,
-          },
-        ),
-      };
-    };
-
-    const release = async (status: number | null = null): Promise<Settlement> => {
-      const released = await call('release', () => store.release({ pk, token }));
-      if (!released.ok) return refusedWrite('release');
-      emit({ type: 'executed', ...about, outcome: 'release', status, ms: clock.now() - startedAt });
-      return { ok: true, record: null };
-    };
-
-    const complete = async ({
-      response,
-      outcome: declared,
-      resultId,
-      effects,
-    }: WorkResult<Tx>): Promise<Settlement> => {
-      const kind = declared ?? classifyStatus(response.status);
-      if (kind === 'release') return release(response.status);
-      const outcome: Outcome = {
-        status: kind === 'succeeded' ? 'succeeded' : 'failed',
-        retryable: kind === 'failed-retryable',
-        resultId: resultId ?? null,
-        response,
-      };
-      // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
-      const final = kind !== 'failed-retryable' ? effects : undefined;
-      const written = await call('complete', async () => {
-        try {
-          return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
-        } catch (error) {
-          // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-          // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-          // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
-          if (final === undefined) throw error;
-          const current = await store.get(pk).catch(() => undefined);
-          if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
-            return { ok: false };
-          throw error;
-        }
-      });
-      if (!written.ok) return refusedWrite('complete');
-      emit({ type: 'executed', ...about, outcome: kind, status: response.status, ms: clock.now() - startedAt });
-      const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
-      remember(completed);
-      return { ok: true, record: completed };
-    };
-
-    const fail = async (): Promise<Settlement> => {
-      // Nothing was promised to the client, so the next attempt may run the work again.
-      const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
-      const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
-      if (!written.ok) return refusedWrite('complete');
-      emit({ type: 'executed', ...about, outcome: 'failed-retryable', status: null, ms: clock.now() - startedAt });
-      return { ok: true, record: { ...record, ...failed, expiresAt } };
-    };
-
-    return {
-      scope,
-      key,
-      id: record.id,
-      reclaimed,
-      get signal() {
-        return (controller ??= new AbortController()).signal;
-      },
-      get settled() {
-        return settlement !== undefined;
-      },
-      complete: (result) => settle(() => complete(result)),
-      fail: () => settle(fail),
-      release: () => settle(() => release()),
-    };
-  }
+  const leaseContext = {
+    store,
+    clock,
+    leaseMs,
+    renewEveryMs,
+    leaseMarginMs,
+    storeTimeoutMs,
+    maxHoldMs,
+    call,
+    emit,
+    classify: classifyStatus,
+    remember,
+    ended: () => {
+      activeLeases--;
+    },
+  };
 
   return {
     begin,
@@ -536,6 +358,34 @@ export function createEngine<Tx = never>({
 
 function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
   return route === undefined ? { scope, key, id } : { scope, key, id, route };
+}
+
+/** How many times `begin` claims a key that keeps coming back free before it gives up. */
+const MAX_CLAIM_ROUNDS = 8;
+
+/** A failed record the next attempt may run again. */
+function isRetryable(record: IdempotencyRecord): boolean {
+  return record.status === 'failed' && record.retryable;
+}
+
+/**
+ * `promise`, or a rejection once `ms` pass on `clock` without an answer. The call itself cannot be cancelled: a
+ * late answer is dropped, and a store's writes are conditional, so a late one changes nothing it should not.
+ */
+function within<T>(clock: Clock, promise: Promise<T>, ms: number, op: StoreOp): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const timer = clock.setTimeout(() => reject(new Error(`The store did not answer ${op} within ${ms} ms.`)), ms);
+    promise.then(
+      (value) => {
+        clock.clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clock.clearTimeout(timer);
+        reject(error);
+      },
+    );
+  });
 }
 
 /** A record every later request with the same fingerprint gets back: succeeded, or failed for good, with a response. */

@@ -1,0 +1,210 @@
+import Database from 'better-sqlite3';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { memoryStore } from '../stores/memory/index.js';
+import { sqliteStore } from '../stores/sqlite/index.js';
+import { manualClock, type ManualClock } from './clock.js';
+import { createEngine, type Lease, type WorkResult } from './engine.js';
+import { IdempotencyError } from './errors.js';
+import { recordPk } from './key.js';
+import type { IdempotencyStore, RenewRequest, WriteResult } from './record.js';
+
+// The lease on the holder's own clock (docs/DESIGN.md: Lease): with leaseMs 9,000, renewals every 3,000 and a
+// margin of 900, the holder gives its lease up at 8,100 past its last confirmed write, 900 before the store would.
+const T0 = Date.parse('2026-01-01T00:00:00Z');
+const LEASE = 9_000;
+const MARGIN = 900;
+const request = { scope: 'acct_a', key: 'k1', fingerprint: 'f1' };
+const created: WorkResult<undefined> = {
+  response: { status: 201, headers: [], body: new TextEncoder().encode('{"id":"ch_1"}') },
+};
+
+/** The memory store, with renewals that hang (never answer) while `stall(n)` says so for the n-th renewal. */
+function stallingStore(stall: (n: number) => boolean): IdempotencyStore<undefined> & { renewals: number } {
+  const store = memoryStore();
+  const wrapped = Object.create(store) as IdempotencyStore<undefined> & { renewals: number };
+  wrapped.renewals = 0;
+  wrapped.renew = (renewal: RenewRequest): Promise<WriteResult> =>
+    stall(++wrapped.renewals) ? new Promise(() => undefined) : store.renew(renewal);
+  return wrapped;
+}
+
+function setup(store: IdempotencyStore<undefined>, options: { maxHoldMs?: number } = {}) {
+  const clock = manualClock(T0);
+  const engine = createEngine({ store, clock, ttlMs: 86_400_000, leaseMs: LEASE, leaseMarginMs: MARGIN, ...options });
+  return { clock, engine };
+}
+
+/** Moves the manual clock 100 ms at a time, letting timers and store calls run between steps. */
+async function step(clock: ManualClock, ms: number): Promise<void> {
+  for (let moved = 0; moved < ms; moved += 100) {
+    clock.advance(Math.min(100, ms - moved));
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  }
+}
+
+async function lease(engine: ReturnType<typeof setup>['engine']): Promise<Lease<undefined>> {
+  const decision = await engine.begin(request);
+  if (decision.kind !== 'lease') throw new Error(`expected a lease, got ${decision.kind}`);
+  return decision.lease;
+}
+
+describe('a lease on the holder’s clock', () => {
+  it('a renewal stuck on a dead connection is abandoned; the next one keeps the key (no second run)', async () => {
+    const store = stallingStore((n) => n === 1);
+    const { clock, engine } = setup(store);
+    const first = await lease(engine);
+    let abortedAt: number | null = null;
+    first.signal.addEventListener('abort', () => (abortedAt = clock.now() - T0));
+    // Renewal 1 is sent at 3,000 and never answers; it is given up at 6,000 and renewal 2 sent then, confirmed.
+    await step(clock, 9_500);
+    expect(store.renewals).toBe(3);
+    expect(abortedAt).toBeNull();
+    // Past the claim's own lease (9,000) a retry still meets a live holder: the work does not run twice.
+    const retry = await engine.begin(request);
+    expect(retry.kind === 'refused' && retry.error.code).toBe('IN_FLIGHT');
+    expect((await first.complete(created)).ok).toBe(true);
+  });
+
+  it('when no renewal is confirmed, the holder aborts its work before the store lets a retry take over', async () => {
+    const store = stallingStore(() => true);
+    const { clock, engine } = setup(store);
+    const first = await lease(engine);
+    const events: string[] = [];
+    first.signal.addEventListener('abort', () => events.push(`aborted at ${clock.now() - T0}`));
+    await step(clock, LEASE - MARGIN - 100);
+    expect(events).toEqual([]);
+    await step(clock, 100);
+    expect(events).toEqual([`aborted at ${LEASE - MARGIN}`]);
+    expect((first.signal.reason as IdempotencyError).code).toBe('LEASE_LOST');
+    // Only at the store's lease end does a retry take the key over, with the same id, after the first stopped.
+    await step(clock, MARGIN - 100);
+    expect((await engine.begin(request)).kind).toBe('refused');
+    await step(clock, 100);
+    const second = await engine.begin(request);
+    expect(second.kind === 'lease' && second.lease.id).toBe(first.id);
+    // The first attempt's late completion is fenced.
+    const late = await first.complete(created);
+    expect(!late.ok && late.error.code).toBe('LEASE_LOST');
+  });
+
+  it('work that never settles holds its key at most maxHoldMs, then settles retryable and is aborted', async () => {
+    const store = memoryStore();
+    const { clock, engine } = setup(store, { maxHoldMs: 20_000 });
+    const first = await lease(engine);
+    await step(clock, 19_900);
+    expect(first.signal.aborted).toBe(false);
+    expect(engine.activeLeases).toBe(1);
+    await step(clock, 100);
+    expect(first.signal.aborted).toBe(true);
+    expect(engine.activeLeases).toBe(0);
+    const record = await store.get(recordPk(request.scope, request.key));
+    expect([record?.status, record?.retryable]).toEqual(['failed', true]);
+    const late = await first.complete(created);
+    expect(!late.ok && late.error.code).toBe('LEASE_LOST');
+    expect((await store.get(recordPk(request.scope, request.key)))?.status).toBe('failed');
+    const retry = await engine.begin(request);
+    expect(retry.kind === 'lease' && [retry.lease.id, retry.lease.reclaimed]).toEqual([first.id, true]);
+  });
+
+  it('abandon() writes nothing and stops renewing: 409 until the lease lapses, then a takeover with the same id', async () => {
+    const store = memoryStore();
+    const { clock, engine } = setup(store);
+    const first = await lease(engine);
+    expect(await first.abandon()).toEqual({ ok: true, record: null });
+    expect(engine.activeLeases).toBe(0);
+    await step(clock, LEASE - 100);
+    const busy = await engine.begin(request);
+    expect(busy.kind === 'refused' && busy.error.code).toBe('IN_FLIGHT');
+    await step(clock, 100);
+    const second = await engine.begin(request);
+    expect(second.kind === 'lease' && [second.lease.id, second.lease.reclaimed]).toEqual([first.id, true]);
+    expect(await first.complete(created)).toEqual({ ok: true, record: null });
+  });
+
+  it('a store call that never answers is given up after storeTimeoutMs: 503, and the work does not run', async () => {
+    const store = memoryStore();
+    const hanging = Object.create(store) as IdempotencyStore<undefined>;
+    hanging.claim = () => new Promise(() => undefined);
+    const clock = manualClock(T0);
+    const engine = createEngine({ store: hanging, clock, ttlMs: 86_400_000, storeTimeoutMs: 2_000 });
+    const decision = engine.begin(request);
+    await step(clock, 2_000);
+    const refused = await decision;
+    expect(refused.kind === 'refused' && refused.error.code).toBe('STORE_UNAVAILABLE');
+  });
+});
+
+describe('the engine refuses misuse loudly', () => {
+  it('complete() without a response is an error at the call; nothing is written and the lease stays usable', async () => {
+    const store = memoryStore();
+    const { engine } = setup(store);
+    const first = await lease(engine);
+    const bad = first.complete({ outcome: 'succeeded' } as unknown as WorkResult<undefined>);
+    await expect(bad).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect(first.settled).toBe(false);
+    expect((await store.get(recordPk(request.scope, request.key)))?.status).toBe('in_progress');
+    expect((await first.complete(created)).ok).toBe(true);
+    const replay = await engine.begin(request);
+    expect(replay.kind).toBe('replay');
+  });
+
+  it('begin() answers for every record shape a store can hold, never spinning', async () => {
+    const database = new Database(':memory:');
+    const store = sqliteStore({ database });
+    await store.migrate();
+    const insert = database.prepare(
+      `INSERT OR REPLACE INTO idem_records VALUES
+       (@pk, 'acct_a', 'k1', @status, @fingerprint, 'id_1', 'tok_1', 0, @lease, @expires, @retryable, NULL,
+        @responseStatus, @headers, @body)`,
+    );
+    const clock = manualClock(T0);
+    const engine = createEngine({ store, clock, ttlMs: 86_400_000, leaseMs: LEASE });
+    const shapes = fc.record({
+      status: fc.constantFrom('in_progress', 'succeeded', 'failed'),
+      sameFingerprint: fc.boolean(),
+      leaseLive: fc.boolean(),
+      expired: fc.boolean(),
+      retryable: fc.boolean(),
+      withResponse: fc.boolean(),
+    });
+    await fc.assert(
+      fc.asyncProperty(shapes, async (shape) => {
+        insert.run({
+          pk: recordPk('acct_a', 'k1'),
+          status: shape.status,
+          fingerprint: shape.sameFingerprint ? 'f1' : 'f2',
+          lease: shape.leaseLive ? T0 + 1 : T0,
+          expires: shape.expired ? T0 : T0 + 86_400_000,
+          retryable: shape.retryable ? 1 : 0,
+          responseStatus: shape.withResponse ? 201 : null,
+          headers: shape.withResponse ? '[]' : null,
+          body: shape.withResponse ? Buffer.from('ok') : null,
+        });
+        const decision = await engine.begin(request);
+        const got = decision.kind === 'refused' ? decision.error.code : decision.kind;
+        if (decision.kind === 'lease') await decision.lease.release();
+        expect(got).toBe(expected(shape));
+      }),
+      { numRuns: 300 },
+    );
+    database.close();
+  });
+});
+
+/** What `begin` must answer for a stored record (docs/DESIGN.md: State machine, Claim). */
+function expected(shape: {
+  status: string;
+  sameFingerprint: boolean;
+  leaseLive: boolean;
+  expired: boolean;
+  retryable: boolean;
+  withResponse: boolean;
+}): string {
+  if (shape.expired) return 'lease';
+  if (!shape.sameFingerprint) return 'FINGERPRINT_MISMATCH';
+  const final = shape.status === 'succeeded' || (shape.status === 'failed' && !shape.retryable);
+  if (final) return shape.withResponse ? 'replay' : 'STORE_UNAVAILABLE';
+  if (shape.status === 'failed') return 'lease';
+  return shape.leaseLive ? 'IN_FLIGHT' : 'lease';
+}

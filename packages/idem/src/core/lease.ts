@@ -1,0 +1,277 @@
+/**
+ * @module A claimed key held on the holder's own clock (docs/DESIGN.md: Lease): renewed on a timer, lost when the
+ * holder's local deadline passes without a confirmed renewal, given up after `maxHoldMs`, settled exactly once.
+ */
+import type { Clock } from './clock.js';
+import { IdempotencyError } from './errors.js';
+import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
+import type { IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from './record.js';
+
+/** What the work sees. Pass `id` downstream as its own idempotency key: it survives takeovers. */
+export interface WorkContext {
+  readonly scope: string;
+  readonly key: string;
+  /** The record's stable id. A takeover after a crash runs with the same id, so the work can find what the dead attempt did. */
+  readonly id: string;
+  /** True when this attempt took over a dead lease or reclaimed a retryable failure. */
+  readonly reclaimed: boolean;
+  /** Aborted when the lease is lost: another attempt owns the key now, and this one's writes will be refused. */
+  readonly signal: AbortSignal;
+}
+
+/** What the work returns. `outcome` overrides the classification by status code. */
+export interface WorkResult<Tx = never> {
+  readonly response: StoredResponse;
+  readonly outcome?: OutcomeKind;
+  readonly resultId?: string | null;
+  /** Writes to commit in the same transaction as the record's completion (stores that share a database). */
+  readonly effects?: (tx: Tx) => unknown;
+}
+
+/** How a lease was settled: the record written, or why it could not be (`LEASE_LOST`, `STORE_UNAVAILABLE`). */
+export type Settlement =
+  | { readonly ok: true; readonly record: IdempotencyRecord | null }
+  | { readonly ok: false; readonly error: IdempotencyError };
+
+/**
+ * A claimed key: the right to run the work once. It is renewed in the background until it is settled, and it is
+ * settled exactly once — by `complete`, `fail`, `release` or `abandon`; any later call returns the first
+ * settlement. Settling stops the renewals before the write, so no path leaves a lease renewing.
+ */
+export interface Lease<Tx = never> extends WorkContext {
+  /**
+   * Records the work's outcome (classified by status unless `result.outcome` says otherwise). `effects` commit
+   * with the record only when the outcome is final (succeeded, or failed for good): a retryable outcome lets the
+   * next attempt run the work again, so its writes must not have happened. Never rejects for the store's sake;
+   * a `result` without a valid `response` (and not `outcome: 'release'`) rejects with `CONFIG_INVALID` at the
+   * call, writes nothing and leaves the lease unsettled.
+   */
+  complete(result: WorkResult<Tx>): Promise<Settlement>;
+  /** The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Never rejects. */
+  fail(): Promise<Settlement>;
+  /** The work declined to start: the record is deleted, so nothing is remembered. Never rejects. */
+  release(): Promise<Settlement>;
+  /**
+   * Stops renewing and writes nothing: the record stays `in_progress` until its lease lapses (retries get 409
+   * meanwhile), then the next attempt takes over with the same `id`. For an answer sent while the work may still
+   * be running (a timeout middleware, a client gone mid-stream): no retry starts the work beside it. Never rejects.
+   */
+  abandon(): Promise<Settlement>;
+  /** True once one of the four was called (or `maxHoldMs` settled it). */
+  readonly settled: boolean;
+}
+
+/** What a lease needs from its engine. */
+export interface LeaseContext<Tx> {
+  readonly store: IdempotencyStore<Tx>;
+  readonly clock: Clock;
+  readonly leaseMs: number;
+  readonly renewEveryMs: number;
+  readonly leaseMarginMs: number;
+  readonly storeTimeoutMs: number;
+  readonly maxHoldMs: number;
+  /** A store call, timed out after `timeoutMs`; a failure or a timeout rejects with `STORE_UNAVAILABLE`. */
+  call<T>(op: StoreOp, fn: () => Promise<T>, timeoutMs?: number): Promise<T>;
+  emit(event: IdempotencyEvent): void;
+  classify(status: number): Exclude<OutcomeKind, 'release'>;
+  /** Keeps a final record in the engine's cache. */
+  remember(record: IdempotencyRecord): void;
+  /** Called once, when the lease's settlement is written (or refused). */
+  ended(): void;
+}
+
+/**
+ * Holds a claimed record. One timer, set for the earliest of three moments:
+ *
+ * - the next renewal (`renewEveryMs` after the last one was sent). A renewal that does not answer within
+ *   `renewEveryMs` (or the time the lease has left, if less) is abandoned and the next one is sent, so one
+ *   renewal stuck on a dead pooled connection cannot stop the others; stores never let a late one shorten the lease;
+ * - the **local deadline**: the `now` of the last confirmed write (the claim, then each renewal that answered ok)
+ *   plus `leaseMs − leaseMarginMs`. The store lets another attempt take over at `now + leaseMs` by that write's
+ *   clock; the holder gives up `leaseMarginMs` earlier on its own clock, whatever the store answers or does not
+ *   (docs/DESIGN.md: Lease, the timing rule). It aborts the work's signal with `LEASE_LOST` and stops renewing;
+ *   a late completion is still fenced by the token;
+ * - `maxHoldMs` after the claim: work that never settles (a handler that never answers) is aborted and the key
+ *   settled `failed`, retryable, so a retry can run it; the lease's own late completion is then refused.
+ */
+export function holdLease<Tx>(
+  engine: LeaseContext<Tx>,
+  record: IdempotencyRecord,
+  claimedAt: number,
+  reclaimed: boolean,
+  about: KeyEventFields,
+): Lease<Tx> {
+  const { store, clock, leaseMs, renewEveryMs, leaseMarginMs, call, emit } = engine;
+  const { pk, token, scope, key } = record;
+  const holdUntil = claimedAt + engine.maxHoldMs;
+  // Made when the work first reads `signal` (or when the lease is lost): most work never reads it, and an
+  // AbortController is among the costliest objects a lease would make.
+  let controller: AbortController | undefined;
+  let timer: unknown;
+  let expiresAt = record.expiresAt;
+  let deadline = claimedAt + leaseMs - leaseMarginMs;
+  let nextRenewalAt = claimedAt + renewEveryMs;
+  let lost = false;
+  let settlement: Promise<Settlement> | undefined;
+
+  const abort = (message: string): IdempotencyError => {
+    const error = new IdempotencyError('LEASE_LOST', message, { retryAfterMs: 0 });
+    lost = true;
+    clock.clearTimeout(timer);
+    emit({ type: 'lease_lost', ...about });
+    (controller ??= new AbortController()).abort(error);
+    return error;
+  };
+
+  const renew = (now: number): void => {
+    expiresAt = Math.max(expiresAt, now + leaseMs);
+    const timeoutMs = Math.max(1, Math.min(engine.storeTimeoutMs, renewEveryMs, deadline - now));
+    call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }), timeoutMs).then(
+      (renewed) => {
+        if (settlement || lost) return;
+        if (!renewed.ok) abort('Another attempt took over this key.');
+        else deadline = Math.max(deadline, now + leaseMs - leaseMarginMs);
+      },
+      // Unreachable or too slow: the next tick sends another renewal; the deadline stands until one is confirmed.
+      () => undefined,
+    );
+  };
+
+  const tick = (): void => {
+    if (settlement || lost) return;
+    const now = clock.now();
+    if (now >= holdUntil) {
+      const error = abort(`The work held this key longer than maxHoldMs (${engine.maxHoldMs} ms).`);
+      void settle(async () => {
+        await fail();
+        return { ok: false, error };
+      });
+      return;
+    }
+    if (now >= deadline) {
+      abort('The lease ran out on this holder’s clock before a renewal was confirmed.');
+      return;
+    }
+    if (now >= nextRenewalAt) {
+      nextRenewalAt = now + renewEveryMs;
+      renew(now);
+    }
+    timer = clock.setTimeout(tick, Math.max(1, Math.min(nextRenewalAt, deadline, holdUntil) - now));
+  };
+  timer = clock.setTimeout(tick, Math.max(1, Math.min(nextRenewalAt, deadline, holdUntil) - claimedAt));
+
+  /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
+  const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
+    if (settlement) return settlement;
+    clock.clearTimeout(timer);
+    settlement = write()
+      .catch((error: unknown): Settlement => ({ ok: false, error: error as IdempotencyError }))
+      .finally(engine.ended);
+    return settlement;
+  };
+  const refusedWrite = (op: StoreOp): Settlement => {
+    emit({ type: 'stale_write_refused', ...about, op });
+    return {
+      ok: false,
+      error: new IdempotencyError(
+        'LEASE_LOST',
+        'This attempt lost its lease to another; its outcome was not recorded.',
+        {
+          retryAfterMs: 0,
+        },
+      ),
+    };
+  };
+  const executed = (outcome: OutcomeKind, status: number | null): void =>
+    emit({ type: 'executed', ...about, outcome, status, ms: clock.now() - claimedAt });
+
+  const release = async (status: number | null = null): Promise<Settlement> => {
+    const released = await call('release', () => store.release({ pk, token }));
+    if (!released.ok) return refusedWrite('release');
+    executed('release', status);
+    return { ok: true, record: null };
+  };
+
+  const complete = async (result: WorkResult<Tx>, kind: Exclude<OutcomeKind, 'release'>): Promise<Settlement> => {
+    const { response, resultId, effects } = result;
+    const outcome: Outcome = {
+      status: kind === 'succeeded' ? 'succeeded' : 'failed',
+      retryable: kind === 'failed-retryable',
+      resultId: resultId ?? null,
+      response,
+    };
+    // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
+    const final = kind !== 'failed-retryable' ? effects : undefined;
+    const written = await call('complete', async () => {
+      try {
+        return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
+      } catch (error) {
+        // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+        // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+        // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+        if (final === undefined) throw error;
+        const current = await store.get(pk).catch(() => undefined);
+        if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
+          return { ok: false };
+        throw error;
+      }
+    });
+    if (!written.ok) return refusedWrite('complete');
+    executed(kind, response.status);
+    const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
+    engine.remember(completed);
+    return { ok: true, record: completed };
+  };
+
+  const fail = async (): Promise<Settlement> => {
+    // Nothing was promised to the client, so the next attempt may run the work again.
+    const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
+    const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
+    if (!written.ok) return refusedWrite('complete');
+    executed('failed-retryable', null);
+    return { ok: true, record: { ...record, ...failed, expiresAt } };
+  };
+
+  return {
+    scope,
+    key,
+    id: record.id,
+    reclaimed,
+    get signal() {
+      return (controller ??= new AbortController()).signal;
+    },
+    get settled() {
+      return settlement !== undefined;
+    },
+    complete: (result) => {
+      const kind = result?.outcome ?? (isResponse(result?.response) ? engine.classify(result.response.status) : null);
+      if (kind === 'release') return settle(() => release(result.response?.status ?? null));
+      // A final outcome without a response would be a record no retry can replay: refuse it at the call.
+      if (kind === null || !isResponse(result.response)) {
+        return Promise.reject(
+          new IdempotencyError(
+            'CONFIG_INVALID',
+            'complete() needs { response: { status, headers, body } } (or outcome: "release"); nothing was written.',
+          ),
+        );
+      }
+      return settle(() => complete(result, kind));
+    },
+    fail: () => settle(fail),
+    release: () => settle(() => release()),
+    abandon: () => settle(async () => ({ ok: true, record: null })),
+  };
+}
+
+/** A response a record can hold: an integer status 100–599, header pairs, body bytes. */
+function isResponse(response: StoredResponse | undefined | null): response is StoredResponse {
+  return (
+    typeof response === 'object' &&
+    response !== null &&
+    Number.isInteger(response.status) &&
+    response.status >= 100 &&
+    response.status <= 599 &&
+    Array.isArray(response.headers) &&
+    response.body instanceof Uint8Array
+  );
+}
