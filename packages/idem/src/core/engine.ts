@@ -6,7 +6,7 @@ import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
-import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
+import { holdLease, type Lease, type WorkContext, type WorkResult } from './lease.js';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
@@ -382,7 +382,7 @@ function within<T>(clock: Clock, promise: Promise<T>, ms: number, op: StoreOp): 
       },
       (error: unknown) => {
         clock.clearTimeout(timer);
-        reject(error);
+        reject(error as Error);
       },
     );
   });

@@ -5,7 +5,7 @@ import { memoryStore } from '../stores/memory/index.js';
 import { sqliteStore } from '../stores/sqlite/index.js';
 import { manualClock, type ManualClock } from './clock.js';
 import { createEngine, type Lease, type WorkResult } from './engine.js';
-import { IdempotencyError } from './errors.js';
+import type { IdempotencyError } from './errors.js';
 import { recordPk } from './key.js';
 import type { IdempotencyStore, RenewRequest, WriteResult } from './record.js';
 

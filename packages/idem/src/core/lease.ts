@@ -71,13 +71,13 @@ export interface LeaseContext<Tx> {
   readonly storeTimeoutMs: number;
   readonly maxHoldMs: number;
   /** A store call, timed out after `timeoutMs`; a failure or a timeout rejects with `STORE_UNAVAILABLE`. */
-  call<T>(op: StoreOp, fn: () => Promise<T>, timeoutMs?: number): Promise<T>;
-  emit(event: IdempotencyEvent): void;
-  classify(status: number): Exclude<OutcomeKind, 'release'>;
+  readonly call: <T>(op: StoreOp, fn: () => Promise<T>, timeoutMs?: number) => Promise<T>;
+  readonly emit: (event: IdempotencyEvent) => void;
+  readonly classify: (status: number) => Exclude<OutcomeKind, 'release'>;
   /** Keeps a final record in the engine's cache. */
-  remember(record: IdempotencyRecord): void;
+  readonly remember: (record: IdempotencyRecord) => void;
   /** Called once, when the lease's settlement is written (or refused). */
-  ended(): void;
+  readonly ended: () => void;
 }
 
 /**
