@@ -375,16 +375,7 @@ function isRetryable(record: IdempotencyRecord): boolean {
 function within<T>(clock: Clock, promise: Promise<T>, ms: number, op: StoreOp): Promise<T> {
   return new Promise((resolve, reject) => {
     const timer = clock.setTimeout(() => reject(new Error(`The store did not answer ${op} within ${ms} ms.`)), ms);
-    promise.then(
-      (value) => {
-        clock.clearTimeout(timer);
-        resolve(value);
-      },
-      (error: unknown) => {
-        clock.clearTimeout(timer);
-        reject(error as Error);
-      },
-    );
+    promise.then(resolve, reject).finally(() => clock.clearTimeout(timer));
   });
 }
 
