@@ -89,8 +89,8 @@ export interface LeaseContext<Tx> {
  * - the **local deadline**: the `now` of the last confirmed write (the claim, then each renewal that answered ok)
  *   plus `leaseMs − leaseMarginMs`. The store lets another attempt take over at `now + leaseMs` by that write's
  *   clock; the holder gives up `leaseMarginMs` earlier on its own clock, whatever the store answers or does not
- *   (docs/DESIGN.md: Lease, the timing rule). It aborts the work's signal with `LEASE_LOST` and stops renewing;
- *   a late completion is still fenced by the token;
+ *   (docs/DESIGN.md: Lease, the timing rule). It aborts the work's signal with `LEASE_LOST`; renewals go on until
+ *   one is refused, and a late completion is still fenced by the token;
  * - `maxHoldMs` after the claim: work that never settles (a handler that never answers) is aborted and the key
  *   settled `failed`, retryable, so a retry can run it; the lease's own late completion is then refused.
  */
@@ -111,13 +111,14 @@ export function holdLease<Tx>(
   let expiresAt = record.expiresAt;
   let deadline = claimedAt + leaseMs - leaseMarginMs;
   let nextRenewalAt = claimedAt + renewEveryMs;
-  let lost = false;
+  let aborted = false;
+  let taken = false;
   let settlement: Promise<Settlement> | undefined;
 
   const abort = (message: string): IdempotencyError => {
     const error = new IdempotencyError('LEASE_LOST', message, { retryAfterMs: 0 });
-    lost = true;
-    clock.clearTimeout(timer);
+    if (aborted) return error;
+    aborted = true;
     emit({ type: 'lease_lost', ...about });
     (controller ??= new AbortController()).abort(error);
     return error;
@@ -125,12 +126,18 @@ export function holdLease<Tx>(
 
   const renew = (now: number): void => {
     expiresAt = Math.max(expiresAt, now + leaseMs);
-    const timeoutMs = Math.max(1, Math.min(engine.storeTimeoutMs, renewEveryMs, deadline - now));
+    const left = deadline > now ? deadline - now : renewEveryMs;
+    const timeoutMs = Math.max(1, Math.min(engine.storeTimeoutMs, renewEveryMs, left));
     call('renew', () => store.renew({ pk, token, now, leaseMs, expiresAt }), timeoutMs).then(
       (renewed) => {
-        if (settlement || lost) return;
-        if (!renewed.ok) abort('Another attempt took over this key.');
-        else deadline = Math.max(deadline, now + leaseMs - leaseMarginMs);
+        if (settlement || taken) return;
+        if (renewed.ok) deadline = Math.max(deadline, now + leaseMs - leaseMarginMs);
+        else {
+          // Someone else holds the token now: nothing more to renew.
+          taken = true;
+          clock.clearTimeout(timer);
+          abort('Another attempt took over this key.');
+        }
       },
       // Unreachable or too slow: the next tick sends another renewal; the deadline stands until one is confirmed.
       () => undefined,
@@ -138,7 +145,7 @@ export function holdLease<Tx>(
   };
 
   const tick = (): void => {
-    if (settlement || lost) return;
+    if (settlement || taken) return;
     const now = clock.now();
     if (now >= holdUntil) {
       const error = abort(`The work held this key longer than maxHoldMs (${engine.maxHoldMs} ms).`);
@@ -148,17 +155,20 @@ export function holdLease<Tx>(
       });
       return;
     }
-    if (now >= deadline) {
-      abort('The lease ran out on this holder’s clock before a renewal was confirmed.');
-      return;
-    }
+    // Past the local deadline the work is told to stop; renewals go on (conditional on the token, they keep a
+    // retry out for as long as the store still says we hold the key, in case the work ignores its signal).
+    if (now >= deadline) abort('The lease ran out on this holder’s clock before a renewal was confirmed.');
     if (now >= nextRenewalAt) {
       nextRenewalAt = now + renewEveryMs;
       renew(now);
     }
-    timer = clock.setTimeout(tick, Math.max(1, Math.min(nextRenewalAt, deadline, holdUntil) - now));
+    schedule(now);
   };
-  timer = clock.setTimeout(tick, Math.max(1, Math.min(nextRenewalAt, deadline, holdUntil) - claimedAt));
+  const schedule = (now: number): void => {
+    const next = Math.min(nextRenewalAt, aborted ? holdUntil : deadline, holdUntil);
+    timer = clock.setTimeout(tick, Math.max(1, next - now));
+  };
+  schedule(claimedAt);
 
   /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
   const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
