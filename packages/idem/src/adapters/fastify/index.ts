@@ -17,25 +17,9 @@ import {
   type HandlerContext,
   type IdempotencyOptions,
 } from '../../http/middleware.js';
-import {
-  BodyTooLargeError,
-  bodyFor,
-  readBytes,
-  replayParts,
-  storableHeaders,
-  storableNodeHeaders,
-} from '../../http/replay.js';
-import {
-  headerPairs,
-  headerValue,
-  NO_BYTES,
-  NULL_BODY_STATUSES,
-  readAndRestore,
-  readStream,
-  responseParts,
-  toBuffer,
-  toBytes,
-} from '../shared.js';
+import { BodyTooLargeError, replayParts } from '../../http/replay.js';
+import { headerValue, NO_BYTES, readAndRestore, readStream, responseParts } from '../shared.js';
+import { answer, capture, unwritable, writeParts, writeRaw, type Captured, type Parts } from './reply.js';
 
 /** Per-route settings: `config: { idempotency: { required: true } }`, or `idempotency: false` to leave a route alone. */
 export type FastifyRouteIdempotency = false | { readonly required?: boolean };
@@ -59,7 +43,18 @@ interface State<Tx> {
   phase: 'running' | 'completing' | 'done';
   /** Fastify's handlerTimeout fired: the handler may still be running. */
   timedOut?: boolean;
-  /** Once onSend has begun recording: what the record holds (undefined when the work failed and is retryable). */
+  /** The connection timed out (`connectionTimeout`, the onTimeout hooks) while the key was held. */
+  socketTimedOut?: boolean;
+  /** The route's handler was called and has not settled; undefined on a route the plugin does not wrap. */
+  handling?: boolean;
+  /** `reply.send()` was called: a throw after it does not replace that answer (see `guarded`). */
+  sending?: boolean;
+  /** An answer that went out while the handler still ran: recorded when it settles. */
+  pending?: StoredResponse;
+  /**
+   * Once onSend has begun recording (or the lease's problem was answered): what any later send of this reply
+   * writes, as the record holds it (undefined when the work failed and is retryable). On a replay, the replay.
+   */
   recorded?: Promise<Parts | undefined>;
 }
 
@@ -140,14 +135,16 @@ export function idempotency<Tx = never>({
         body: async () => states.get(request)?.body ?? NO_BYTES,
       });
       if (admission.kind === 'answer') {
-        states.set(request, { phase: 'done' });
         if (admission.replay) {
           // A replay is written from the stored parts directly, without a Web Response read back.
           const { status, headers, body } = replayParts(admission.replay);
+          const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+          states.set(request, { phase: 'done', recorded: Promise.resolve({ status, headers, body: bytes }) });
           reply.code(status);
           for (const [name, value] of headers) reply.header(name, value);
-          void reply.send(Buffer.from(body.buffer, body.byteOffset, body.byteLength));
+          void reply.send(bytes);
         } else {
+          states.set(request, { phase: 'done' });
           await answer(reply, admission.response);
         }
         return reply;
@@ -164,24 +161,91 @@ export function idempotency<Tx = never>({
       states.set(request, state);
       // After the reply is written or abandoned: see `bypassed`.
       reply.raw.once('close', () => bypassed(request, reply));
+      const send = reply.send.bind(reply);
+      reply.send = (payload?: unknown) => {
+        state.sending = true;
+        return send(payload);
+      };
+      // The engine gives the key up at `maxHoldMs` (after aborting the signal, in the same turn): see `givenUp`.
+      admission.context.signal.addEventListener('abort', () => queueMicrotask(() => givenUp(request, reply, state)), {
+        once: true,
+      });
       return;
     });
 
-    // Each covered route's handler, so the plugin knows when it has returned: see `bypassed`.
+    // A connection timeout leaves the handler running; an onTimeout hook may still send (to a closed socket).
+    app.addHook('onTimeout', async (request) => {
+      const state = states.get(request);
+      if (state?.claim) state.socketTimedOut = true;
+    });
+
+    /**
+     * The engine gave the key up before anything was sent: held past `maxHoldMs`, it is settled failed, retryable,
+     * and the handler's signal aborted. The client gets the lease's problem (409) now, rather than a connection held
+     * for a handler that may never answer; whatever the handler sends later is not written. (Past its local
+     * deadline a lease is still renewed and its answer may still be recorded: that abort is left to the handler.)
+     */
+    function givenUp(request: FastifyRequest, reply: FastifyReply, state: State<Tx>): void {
+      const claim = state.claim as Claim<Tx>;
+      if (!claim.lease?.settled || state.phase !== 'running' || state.sending || reply.sent) return;
+      state.phase = 'done';
+      const recorded = responseParts(gate.answerFor(claim.context.signal.reason, request));
+      state.recorded = recorded;
+      void recorded.then((parts) => {
+        if (!reply.sent) void reply.send(writeParts(reply, parts));
+      });
+    }
+
+    // Each covered route's handler, so the plugin knows when it has settled: see `returned` and `threw`.
     app.addHook('onRoute', (route) => {
       if (route.config?.idempotency === false) return;
       const handler = route.handler;
       route.handler = function guarded(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
-        const result: unknown = handler.call(this, request, reply);
-        if (isThenable(result)) {
-          const after = () => bypassed(request, reply);
-          result.then(after, after);
-        } else {
-          bypassed(request, reply);
+        const state = states.get(request);
+        if (state?.claim) state.handling = true;
+        let result: unknown;
+        try {
+          result = handler.call(this, request, reply);
+        } catch (error) {
+          return threw(request, reply, error);
         }
-        return result;
+        if (!isThenable(result)) {
+          returned(request, reply);
+          return result;
+        }
+        return result.then(
+          (value) => {
+            returned(request, reply);
+            return value;
+          },
+          (error: unknown) => threw(request, reply, error),
+        );
       };
     });
+
+    /** The handler settled: an answer held for it is recorded now, and a reply that went out around onSend is. */
+    function returned(request: FastifyRequest, reply: FastifyReply): void {
+      const state = states.get(request);
+      if (state?.claim && state.handling) {
+        state.handling = false;
+        if (state.pending) void state.claim.complete(state.pending);
+      }
+      bypassed(request, reply);
+    }
+
+    /**
+     * The handler threw. Before it answered, the error is the answer (Fastify's error handler writes it, and it is
+     * recorded). After `reply.send()`, that answer stands: it is what the record holds, or will, so it is what the
+     * client gets; the error is logged, as Fastify logs a rejection after a reply was sent, and the handler's
+     * promise resolves once the answer is written.
+     */
+    function threw(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
+      returned(request, reply);
+      const state = states.get(request);
+      if (!state?.claim || !(state.sending || state.phase !== 'running')) throw error;
+      reply.log.error({ err: error }, 'idem: the handler threw after its reply was sent; that reply stands');
+      return reply;
+    }
 
     /**
      * A reply that bypassed onSend has gone out unseen: the work ran, perhaps moved money, and what it answered
@@ -204,23 +268,41 @@ export function idempotency<Tx = never>({
     // `request.signal`. A retryable record would let a retry run the work beside it, so that answer is recorded
     // final. Its own bytes, not a problem of Idem's: a handler rejecting on the abort makes Fastify write the same
     // error again, straight to the socket, and whichever goes out first, the record holds the same answer.
-    app.addHook('onError', async (request, _reply, error) => {
+    //
+    // Any other error once the answer was recorded (or replayed) and handed on comes from after Idem's onSend: a
+    // later hook that failed, or a write Node refused. Fastify would answer it around every hook, with a status
+    // and body the record does not hold; the recorded answer is written to the socket instead.
+    app.addHook('onError', async (request, reply, error) => {
       const state = states.get(request);
-      if (state?.claim && (error as { code?: unknown }).code === 'FST_ERR_HANDLER_TIMEOUT') state.timedOut = true;
+      if (!state) return;
+      if ((error as { code?: unknown }).code === 'FST_ERR_HANDLER_TIMEOUT') {
+        if (state.claim) state.timedOut = true;
+        return;
+      }
+      if (state.phase !== 'done' || !state.recorded) return;
+      const recorded = await state.recorded;
+      if (recorded && !reply.raw.headersSent) writeRaw(reply, recorded);
     });
 
     app.addHook('onSend', async (request, reply, payload) => {
       const state = states.get(request);
-      const claim = state?.claim;
-      if (!state || !claim) return payload;
+      if (!state) return payload;
+      // A replay has no reason phrase but the status's own, so the first answer has none either (and one with a
+      // CR or LF, which Node refuses, made Fastify's error handler reject a promise nobody handled).
+      reply.raw.statusMessage = '';
+      const claim = state.claim;
+      if (!claim) return payload;
       if (state.phase !== 'running') {
-        // A second send while or after the first was recorded (handlerTimeout firing meanwhile, or a handler that
-        // rejected after it answered): the client gets what the record holds, never an answer it does not.
+        // A second send while or after the first was recorded (handlerTimeout firing meanwhile, or the lease's
+        // problem already answered): the client gets what the record holds, never an answer it does not.
         const recorded = await state.recorded;
         return recorded ? writeParts(reply, recorded) : payload;
       }
+      // Thrown before anything is recorded: the error handler's answer to it (a 500) is what is recorded.
+      const invalid = unwritable(reply);
+      if (invalid) throw invalid;
       state.phase = 'completing';
-      const settled = settle(claim, reply, payload, state.timedOut === true);
+      const settled = settle(claim, reply, payload, state);
       state.recorded = settled.then(
         (outcome) => outcome.recorded,
         () => undefined,
@@ -235,12 +317,17 @@ export function idempotency<Tx = never>({
     /**
      * Records the reply's payload (final after a handlerTimeout) and says what to write: the payload itself, or the
      * problem that replaced it; `recorded` is what any later send of this reply writes instead.
+     *
+     * After a connection timeout, with the handler still running, what is sent reaches no client (an onTimeout
+     * hook's 503 goes to a closed socket), and recording it retryable would let a retry run the work beside the
+     * handler: it is held until the handler settles (`returned`), then recorded as it was answered. On a route the
+     * plugin does not wrap, the handler cannot be seen to settle: the key is abandoned (held until its lease lapses).
      */
     async function settle(
       claim: Claim<Tx>,
       reply: FastifyReply,
       payload: unknown,
-      timedOut: boolean,
+      state: State<Tx>,
     ): Promise<{ write: unknown; recorded: Parts }> {
       // An answer that replaces the payload: written now, and by any later send.
       const instead = async (response: Response) => {
@@ -258,10 +345,15 @@ export function idempotency<Tx = never>({
         const stored = await responseTooLarge(error);
         return instead((await claim.complete(stored, 'failed-final')) ?? storedResponse(stored));
       }
-      const replacement = await claim.complete(captured.stored, timedOut ? 'failed-final' : undefined);
-      if (replacement) return instead(replacement);
       const { status, headers, body } = captured.stored;
-      return { write: captured.payload, recorded: { status, headers, body: Buffer.from(body) } };
+      const written = { write: captured.payload, recorded: { status, headers, body: Buffer.from(body) } };
+      if (state.socketTimedOut && state.handling !== false && claim.lease) {
+        if (state.handling) state.pending = captured.stored;
+        else await claim.lease.abandon();
+        return written;
+      }
+      const replacement = await claim.complete(captured.stored, state.timedOut ? 'failed-final' : undefined);
+      return replacement ? instead(replacement) : written;
     }
   };
   return Object.assign(plugin, {
@@ -279,74 +371,3 @@ const NOT_RECORDED = [
   'Response not recorded',
   'The response went out around Idem (reply.hijack(), or an onSend hook that failed before Idem’s), so it was not recorded; this key will not run again.',
 ] as const;
-
-interface Captured {
-  readonly stored: StoredResponse;
-  /** What Fastify writes: the payload as it was, or its bytes when it was a stream (now consumed). */
-  readonly payload: unknown;
-}
-
-/** The serialized payload `onSend` sees (string, bytes, Node or Web stream, or a Web `Response`) as a stored response. */
-async function capture(
-  reply: FastifyReply,
-  payload: unknown,
-  limit: number,
-  replayHeaders: readonly string[],
-): Promise<Captured> {
-  const stored = (
-    status: number,
-    body: Uint8Array,
-    headers = storableNodeHeaders(reply.getHeaders(), replayHeaders),
-  ): StoredResponse => ({ status, headers, body: NULL_BODY_STATUSES.has(status) ? NO_BYTES : body });
-  if (payload instanceof Response) {
-    const body = await readBytes(payload.body, limit);
-    const set = headerPairs(reply.getHeaders()).filter(([name]) => !payload.headers.has(name));
-    return {
-      stored: stored(payload.status, body, storableHeaders([...set, ...payload.headers], replayHeaders)),
-      payload: new Response(bodyFor(payload.status, body), {
-        status: payload.status,
-        statusText: payload.statusText,
-        headers: payload.headers,
-      }),
-    };
-  }
-  if (payload === undefined || payload === null) return { stored: stored(reply.statusCode, NO_BYTES), payload };
-  if (isNodeStream(payload)) {
-    const body = await readStream(payload, limit);
-    return { stored: stored(reply.statusCode, body), payload: Buffer.from(body) };
-  }
-  if (payload instanceof ReadableStream) {
-    const body = await readBytes(payload as ReadableStream<Uint8Array>, limit);
-    return { stored: stored(reply.statusCode, body), payload: Buffer.from(body) };
-  }
-  const bytes = toBuffer(payload);
-  if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
-  return { stored: stored(reply.statusCode, toBytes(bytes)), payload };
-}
-
-function isNodeStream(value: unknown): value is Readable {
-  return typeof value === 'object' && value !== null && typeof (value as { pipe?: unknown }).pipe === 'function';
-}
-
-/** An answer as written: status, headers and body bytes. */
-interface Parts {
-  readonly status: number;
-  readonly headers: ReadonlyArray<readonly [string, string]>;
-  readonly body: Buffer;
-}
-
-/** Replaces the reply's status, headers and payload from inside `onSend` (nothing has been written yet). */
-function writeParts(reply: FastifyReply, { status, headers, body }: Parts): Buffer {
-  for (const name of Object.keys(reply.getHeaders())) reply.removeHeader(name);
-  reply.code(status);
-  for (const [name, value] of headers) reply.header(name, value);
-  return body;
-}
-
-/** Sends an answer (replay or problem) from a hook; the caller returns `reply` so Fastify stops there. */
-async function answer(reply: FastifyReply, response: Response): Promise<void> {
-  const { status, headers, body } = await responseParts(response);
-  reply.code(status);
-  for (const [name, value] of headers) reply.header(name, value);
-  void reply.send(body);
-}

@@ -1,0 +1,130 @@
+/**
+ * Time in the Fastify plugin: an answer given while the handler still runs (a connection timeout's onTimeout hook)
+ * and a handler that never answers (`maxHoldMs`). Executions are counted, and so are the ones running at once.
+ */
+import Fastify, { type FastifyInstance } from 'fastify';
+import { afterEach, describe, expect, it } from 'vitest';
+import { recordPk } from '../../core/key.js';
+import { memoryStore } from '../../stores/memory/index.js';
+import { idempotency } from './index.js';
+
+const apps: FastifyInstance[] = [];
+afterEach(async () => {
+  for (const app of apps.splice(0)) await app.close();
+});
+
+function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** The work: counted, with the most that ran at once; `hold` keeps the first run going until it is released. */
+function work(hold: Promise<void>) {
+  const seen = { runs: 0, running: 0, most: 0, reclaimed: [] as boolean[] };
+  const started = signal();
+  const run = async (reclaimed: boolean) => {
+    seen.runs++;
+    seen.running++;
+    seen.most = Math.max(seen.most, seen.running);
+    seen.reclaimed.push(reclaimed);
+    started.resolve();
+    try {
+      if (seen.runs === 1) await hold;
+    } finally {
+      seen.running--;
+    }
+    return { id: `ch_${seen.runs}` };
+  };
+  return { seen, started: started.promise, run };
+}
+
+async function served(options: { connectionTimeout?: number; leaseMs?: number; maxHoldMs?: number }) {
+  const store = memoryStore();
+  const { connectionTimeout = 0, ...engine } = options;
+  const app = Fastify({ forceCloseConnections: true, connectionTimeout });
+  apps.push(app);
+  const plugin = idempotency<undefined>({ store, ttlMs: 86_400_000, scope: 'single-tenant', ...engine });
+  await app.register(plugin);
+  const post = async (key: string) => {
+    if (!app.server.listening) await app.listen({ port: 0, host: '127.0.0.1' });
+    const { port } = app.server.address() as { port: number };
+    const response = await fetch(`http://127.0.0.1:${port}/charges`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'idempotency-key': key },
+      body: '{}',
+    }).catch(() => null);
+    return response && { status: response.status, body: await response.text() };
+  };
+  const record = async (key: string) => {
+    const kept = await store.get(recordPk('single-tenant', key));
+    return kept && { status: kept.status, retryable: kept.retryable, response: kept.response?.status ?? null };
+  };
+  return { app, post, record, engine: plugin.engine };
+}
+
+describe('idem/fastify: an onTimeout hook answers while the handler runs', () => {
+  it('the key stays held (409) until the handler settles, then ends as answered: retryable, run once at a time', async () => {
+    const { app, post, record, engine } = await served({ connectionTimeout: 150 });
+    const release = signal();
+    const { seen, started, run } = work(release.promise);
+    const timedOut = signal();
+    app.addHook('onTimeout', async (_request, reply) => {
+      timedOut.resolve();
+      await reply.code(503).send({ error: 'timed_out' });
+    });
+    app.post('/charges', async (request, reply) =>
+      reply.code(201).send(await run(request.idempotency?.reclaimed ?? false)),
+    );
+    const first = post('t1');
+    await Promise.all([started, timedOut.promise]);
+    // The first client's connection is gone (the connection timed out); the work goes on.
+    expect(await first).toBe(null);
+    expect([await post('t1'), await record('t1')]).toEqual([
+      { status: 409, body: expect.stringContaining('idempotency-key-in-use') as string },
+      { status: 'in_progress', retryable: false, response: null },
+    ]);
+    release.resolve();
+    await expect
+      .poll(() => record('t1'), { timeout: 5_000, interval: 10 })
+      .not.toMatchObject({ status: 'in_progress' });
+    expect(await record('t1')).toEqual({ status: 'failed', retryable: true, response: 503 });
+    const retry = await post('t1');
+    expect([retry, seen, engine.activeLeases]).toEqual([
+      { status: 201, body: '{"id":"ch_2"}' },
+      { runs: 2, running: 0, most: 1, reclaimed: [false, true] },
+      0,
+    ]);
+  });
+});
+
+describe('idem/fastify: a handler that never answers', () => {
+  it('holds its key at most maxHoldMs: its signal aborts, the client gets 409, the key ends failed and retryable', async () => {
+    const { app, post, record, engine } = await served({ leaseMs: 300, maxHoldMs: 400 });
+    const { seen, started, run } = work(new Promise<void>(() => {}));
+    const signals: AbortSignal[] = [];
+    app.post('/charges', async (request, reply) => {
+      signals.push(request.idempotency?.signal as AbortSignal);
+      return reply.code(201).send(await run(request.idempotency?.reclaimed ?? false));
+    });
+    const first = post('m1');
+    await started;
+    expect(await post('m1')).toEqual({
+      status: 409,
+      body: expect.stringContaining('idempotency-key-in-use') as string,
+    });
+    expect(await first).toEqual({ status: 409, body: expect.stringContaining('idempotency-lease-lost') as string });
+    expect([await record('m1'), signals[0]?.aborted, engine.activeLeases]).toEqual([
+      { status: 'failed', retryable: true, response: null },
+      true,
+      0,
+    ]);
+    const retry = await post('m1');
+    expect([retry, seen.runs, seen.reclaimed, signals[1]?.aborted]).toEqual([
+      { status: 201, body: '{"id":"ch_2"}' },
+      2,
+      [false, true],
+      false,
+    ]);
+  });
+});
