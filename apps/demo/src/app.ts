@@ -3,7 +3,8 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { systemClock, type Clock, type IdempotencyEvent, type IdempotencyRecord, type IdempotencyStore } from 'idem';
-import { BodyTooLargeError, idempotency, problem, readBytes } from 'idem/http';
+import { BodyTooLargeError, idempotency, problem, readBytes, type HandlerContext } from 'idem/http';
+import { crashedStore, labFaults, labJournal } from './lab-journal.js';
 import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
 
 export const MAX_BODY_BYTES = 1_048_576;
@@ -48,7 +49,10 @@ export type Admission = Response | 'body' | 'no-body';
 
 export interface App {
   (request: Request): Promise<Response>;
-  /** True when the node bridge must commit, then drop the connection without answering (lab only). */
+  /**
+   * True when the node bridge must drop the connection without answering (lab only): after the work committed
+   * (`Idem-Lab-Fault: drop-after-commit`), or as a crashed attempt would (`Idem-Lab-Fault: crash`).
+   */
   dropsAfterCommit(request: Request): boolean;
   /**
    * Called with the request's head (no body) before the body is read: a caller without a valid API key gets its
@@ -82,26 +86,29 @@ export function createApp(options: AppOptions): App {
     return sandbox ? `acct_lab_${sandbox[1] as string}` : undefined;
   };
 
-  const protect = idempotency<unknown>({
-    store: store,
-    scope: (request) => accountOf(request) as string,
+  const gateOptions = {
+    scope: (request: Request) => accountOf(request) as string,
     ttlMs: options.ttlMs,
     leaseMs: options.leaseMs,
     cacheSize: options.cacheSize ?? 0,
     mismatchStatus: options.mismatchStatus,
     maxBodyBytes: MAX_BODY_BYTES,
     ...(lab && options.clockSkewMs ? { clock: skewedClock(options.clockSkewMs) } : {}),
-    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
-  });
+  };
+  /** Lab mode: each sandbox account's requests, read back after each one (lab-journal.ts). */
+  const journal = lab ? labJournal(store, ledger) : undefined;
 
-  const createCharge = protect(async (request, context) => {
+  const chargeWork = async (request: Request, context: HandlerContext<unknown>): Promise<Response> => {
     const account = accountOf(request) as string;
     const params = parseCharge(new Uint8Array(await request.arrayBuffer()));
     if (params instanceof Response) return params; // parsed before the claim too; unreachable in practice
-    if (lab) {
-      const delay = Number(request.headers.get('idem-lab-delay-ms') ?? 0);
-      if (delay > 0) await sleep(Math.min(delay, MAX_LAB_DELAY_MS), undefined, { signal: context.signal });
-      if (request.headers.get('idem-lab-fail') === '503') {
+    journal?.note(request, { recordId: context.protected ? context.id : null, reclaimed: context.reclaimed });
+    const faults = lab ? labFaults(request.headers) : undefined;
+    if (faults) {
+      if (faults.delayMs > 0)
+        await sleep(Math.min(faults.delayMs, MAX_LAB_DELAY_MS), undefined, { signal: context.signal });
+      if (faults.fail) {
+        journal?.note(request, { work: 'processor-failed' });
         return problem({
           status: 503,
           slug: 'processor-unavailable',
@@ -123,6 +130,10 @@ export function createApp(options: AppOptions): App {
     else if (sharedLedger) context.declare({ effects: (tx) => ledger.insertIn(tx, charge, input) });
     else charge = await ledger.insertOnce(charge, { ...input, ref: context.id });
     context.declare({ resultId: charge.id });
+    journal?.note(request, {
+      work: faults?.crash ? 'crashed' : declined ? 'declined' : 'charged',
+      chargeId: charge.id,
+    });
     if (charge.status === 'failed') {
       return problem({
         status: 402,
@@ -133,7 +144,16 @@ export function createApp(options: AppOptions): App {
       });
     }
     return json(charge, 201);
-  });
+  };
+  const createCharge = idempotency<unknown>({
+    store,
+    ...gateOptions,
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
+  })(chargeWork);
+  /** Lab: an attempt that dies after calling the processor (`Idem-Lab-Fault: crash`). Its claim is real; nothing after it is written. */
+  const crashingCharge = lab
+    ? idempotency<unknown>({ store: crashedStore(store as IdempotencyStore<unknown>), ...gateOptions })(chargeWork)
+    : createCharge;
 
   const unauthorized = (): Response =>
     problem({
@@ -174,9 +194,14 @@ export function createApp(options: AppOptions): App {
       const body = await readBytes(request.body, MAX_BODY_BYTES);
       const params = parseCharge(body);
       if (params instanceof Response) return params;
-      return createCharge(
-        new Request(request.url, { method: 'POST', headers: request.headers, body: body as Uint8Array<ArrayBuffer> }),
-      );
+      const charge = new Request(request.url, {
+        method: 'POST',
+        headers: request.headers,
+        body: body as Uint8Array<ArrayBuffer>,
+      });
+      const gate = lab && labFaults(request.headers).crash ? crashingCharge : createCharge;
+      if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
+      return journal.charge(account, charge, params, gate);
     }
     const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
     if (one) {
@@ -197,6 +222,10 @@ export function createApp(options: AppOptions): App {
     if (lab && options.model && (path === '/v1/model' || path.startsWith('/v1/model/'))) {
       const answer = await options.model(request, account);
       if (answer) return answer;
+    }
+    if (path === '/v1/lab/history' && journal) {
+      if (request.method !== 'GET') return notAllowed('GET');
+      return json({ object: 'lab_history', ...(await journal.history(account)) });
     }
     if (path === '/v1/lab/reset' && lab) {
       if (request.method !== 'POST') return notAllowed('POST');
@@ -222,7 +251,10 @@ export function createApp(options: AppOptions): App {
     }
   };
   return Object.assign(app, {
-    dropsAfterCommit: (request: Request) => lab && request.headers.get('idem-lab-fault') === 'drop-after-commit',
+    dropsAfterCommit: (request: Request) => {
+      const faults = lab ? labFaults(request.headers) : undefined;
+      return faults !== undefined && (faults.drop || faults.crash);
+    },
     admit,
   });
 }

@@ -49,6 +49,7 @@ const values = (charge: Charge, input: NewCharge): unknown[] => [
 export class PostgresLedger implements Ledger {
   readonly #pool: PostgresPool;
   readonly #table: string;
+  readonly #journal: string;
   readonly #schema: string;
 
   /** `schema` must be a plain identifier (the store validates the same one). */
@@ -58,6 +59,7 @@ export class PostgresLedger implements Ledger {
     this.#pool = pool;
     this.#schema = schema;
     this.#table = `"${schema}"."charges"`;
+    this.#journal = `"${schema}"."lab_requests"`;
   }
 
   /**
@@ -83,6 +85,10 @@ export class PostgresLedger implements Ledger {
   idempotency_ref text      UNIQUE
 )`);
       await client.query(`CREATE INDEX IF NOT EXISTS charges_account_seq ON ${this.#table} (account, seq)`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${this.#journal} (seq bigserial PRIMARY KEY, account text NOT NULL, entry text NOT NULL)`,
+      );
+      await client.query(`CREATE INDEX IF NOT EXISTS lab_requests_account ON ${this.#journal} (account, seq)`);
       await client.query('COMMIT');
     } catch (error) {
       failed = error instanceof Error ? error : new Error(String(error));
@@ -150,6 +156,33 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
   }
 
   async clear(account: string): Promise<number> {
+    await this.#pool.query(`DELETE FROM ${this.#journal} WHERE account = $1`, [account]);
     return (await this.#pool.query(`DELETE FROM ${this.#table} WHERE account = $1`, [account])).rowCount ?? 0;
+  }
+
+  async journal(account: string, seq: number | null, entry: string): Promise<number> {
+    if (seq !== null) {
+      await this.#pool.query(`UPDATE ${this.#journal} SET entry = $1 WHERE seq = $2 AND account = $3`, [
+        entry,
+        seq,
+        account,
+      ]);
+      return seq;
+    }
+    const { rows } = await this.#pool.query(
+      `INSERT INTO ${this.#journal} (account, entry) VALUES ($1, $2) RETURNING seq`,
+      [account, entry],
+    );
+    return Number((rows[0] as { seq: string | number }).seq);
+  }
+
+  async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {
+    const { rows } = await this.#pool.query(
+      `SELECT seq, entry FROM ${this.#journal} WHERE account = $1 ORDER BY seq DESC LIMIT $2`,
+      [account, limit],
+    );
+    return (rows as Array<{ seq: string | number; entry: string }>)
+      .map((r) => ({ seq: Number(r.seq), entry: r.entry }))
+      .reverse();
   }
 }

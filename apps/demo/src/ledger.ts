@@ -51,6 +51,12 @@ CREATE TABLE IF NOT EXISTS charges (
   idempotency_ref TEXT UNIQUE
 );
 CREATE INDEX IF NOT EXISTS charges_account_created ON charges (account, created);
+CREATE TABLE IF NOT EXISTS lab_requests (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  account TEXT NOT NULL,
+  entry TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lab_requests_account ON lab_requests (account, seq);
 `;
 
 const toCharge = (row: Row): Charge => ({
@@ -80,8 +86,15 @@ export interface Ledger {
   list(account: string, limit: number): Promise<Charge[]>;
   get(account: string, id: string): Promise<Charge | undefined>;
   balance(account: string): Promise<{ charged: number; count: number }>;
-  /** Deletes an account's charges (the lab's Reset). Returns how many. */
+  /** Deletes an account's charges and its lab history (the lab's Reset). Returns how many charges. */
   clear(account: string): Promise<number>;
+  /**
+   * Lab only: stores one request's history entry (JSON text) for the account, as a new row when `seq` is null,
+   * else over row `seq`. Returns the row's seq. The lab page rebuilds its past from these (GET /v1/lab/history).
+   */
+  journal(account: string, seq: number | null, entry: string): Promise<number>;
+  /** Lab only: the account's newest `limit` history entries, oldest first. */
+  history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>>;
 }
 
 /** A new charge object, not yet written. */
@@ -172,6 +185,23 @@ export class SqliteLedger implements Ledger {
   }
 
   async clear(account: string): Promise<number> {
+    this.#db.prepare('DELETE FROM lab_requests WHERE account = ?').run(account);
     return this.#db.prepare('DELETE FROM charges WHERE account = ?').run(account).changes;
+  }
+
+  async journal(account: string, seq: number | null, entry: string): Promise<number> {
+    if (seq !== null) {
+      this.#db.prepare('UPDATE lab_requests SET entry = ? WHERE seq = ? AND account = ?').run(entry, seq, account);
+      return seq;
+    }
+    const inserted = this.#db.prepare('INSERT INTO lab_requests (account, entry) VALUES (?, ?)').run(account, entry);
+    return Number(inserted.lastInsertRowid);
+  }
+
+  async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {
+    const rows = this.#db
+      .prepare('SELECT seq, entry FROM lab_requests WHERE account = ? ORDER BY seq DESC LIMIT ?')
+      .all(account, limit) as Array<{ seq: number; entry: string }>;
+    return rows.reverse();
   }
 }

@@ -1,0 +1,304 @@
+/**
+ * @module The lab's request history (lab mode, sandbox accounts): for each charge a sandbox account sends, what the
+ * server did with it — the key's record before and after, how the key was claimed, what the work did, the ledger row
+ * it left, the answer sent or the connection cut — read back from the store and the ledger once the request is
+ * done, and kept in the ledger's database (`lab_requests`). The lab page draws every sentence from these entries,
+ * so a reload, another tab or a fresh page shows exactly what happened (`GET /v1/lab/history`).
+ */
+import { recordPk, type IdempotencyRecord, type IdempotencyStore, type WriteResult } from 'idem';
+import type { Charge, Ledger } from './ledger.js';
+
+/** The most entries `GET /v1/lab/history` returns (the newest), and the most charges beside them. */
+export const LAB_HISTORY_LIMIT = 500;
+/** Set by the server on each journaled request (any client value is replaced): finds the request's trace. */
+const TRACE = 'x-idem-lab-trace';
+const IN_USE = 'urn:idem:problem:idempotency-key-in-use';
+const REUSED = 'urn:idem:problem:idempotency-key-reused';
+
+/** The faults a lab request asks for, from its `Idem-Lab-*` headers. */
+export interface LabFaults {
+  /** `Idem-Lab-Fault: drop-after-commit`: the work commits, then the connection is cut before the answer. */
+  readonly drop: boolean;
+  /** `Idem-Lab-Fault: crash`: the attempt dies after the processor call: no completion, no renewal, no answer. */
+  readonly crash: boolean;
+  /** `Idem-Lab-Fail: 503`: the processor fails. */
+  readonly fail: boolean;
+  /** `Idem-Lab-Delay-Ms`: how long the processor takes. */
+  readonly delayMs: number;
+}
+
+/**
+ * The faults `headers` ask for (the caller checks lab mode).
+ *
+ * @example
+ * labFaults(request.headers).crash
+ */
+export function labFaults(headers: Headers): LabFaults {
+  const fault = headers.get('idem-lab-fault');
+  const delay = Number(headers.get('idem-lab-delay-ms') ?? 0);
+  return {
+    drop: fault === 'drop-after-commit',
+    crash: fault === 'crash',
+    fail: headers.get('idem-lab-fail') === '503',
+    delayMs: Number.isFinite(delay) && delay > 0 ? Math.floor(delay) : 0,
+  };
+}
+
+/** What the charge's work did. `crashed`: it called the processor, then its attempt died before completing. */
+export type LabWork = 'charged' | 'declined' | 'processor-failed' | 'crashed';
+
+/** How the request met the key: no key; a fresh claim; a reclaim of a retryable failure; a takeover of a lapsed lease; or refused. */
+export type LabClaim =
+  'none' | 'fresh' | 'reclaimed' | 'taken-over' | 'replayed' | 'in-flight' | 'mismatch' | 'refused';
+
+/** A record as the history shows it (never the response body). */
+export interface LabRecord {
+  readonly id: string;
+  readonly status: IdempotencyRecord['status'];
+  readonly retryable: boolean | null;
+  readonly responseStatus: number | null;
+  readonly resultId: string | null;
+  readonly leaseExpiresAt: number;
+}
+
+/** One request, as the server saw it and read back after it. */
+export interface LabEntry {
+  readonly seq: number;
+  /** The page's id for the request (`Idem-Lab-Request`), or `seq` as text. */
+  readonly request: string;
+  /** Epoch ms when the server received it. */
+  readonly at: number;
+  /** Ms until the server answered or cut the connection; null while it runs. */
+  readonly ms: number | null;
+  readonly state: 'running' | 'done';
+  /** What the person did (`Idem-Lab-Control`): Charge, Retry, Race, a guided run's step… */
+  readonly control: string;
+  /** The payment the person meant (`Idem-Lab-Payment`): a charge and its retries share it. */
+  readonly payment: string | null;
+  /** Requests sent together by one Race share it (`Idem-Lab-Group`). */
+  readonly group: string | null;
+  readonly key: string | null;
+  readonly amount: number;
+  readonly source: string;
+  readonly faults: LabFaults;
+  /** What the client was sent; null while running and when the connection was cut. */
+  readonly answer: {
+    readonly status: number;
+    readonly replayed: boolean;
+    readonly problem: string | null;
+    readonly retryAfter: string | null;
+  } | null;
+  /** The status the server produced, sent or not (a cut connection still had one). */
+  readonly status: number | null;
+  readonly claim: LabClaim | null;
+  /** The key's record just before the request, and once it was done (read from the store). */
+  readonly before: LabRecord | null;
+  readonly record: LabRecord | null;
+  /** The record id the work ran under: the processor's own key for the charge. Null when no work ran under a key. */
+  readonly recordId: string | null;
+  readonly work: LabWork | null;
+  /** The ledger row the work wrote or was given back, read from the ledger after the request; null: none there. */
+  readonly charge: Pick<Charge, 'id' | 'amount' | 'status'> | null;
+}
+
+/** What the charge handler tells the journal about the work (`note`). */
+export interface LabTrace {
+  recordId?: string | null;
+  reclaimed?: boolean;
+  work?: LabWork;
+  chargeId?: string;
+}
+
+export interface LabJournal {
+  /** Runs `run` on one sandbox charge, journaling it before and after. `params` are its parsed body. */
+  charge(
+    account: string,
+    request: Request,
+    params: { readonly amount: number; readonly source: string },
+    run: (request: Request) => Promise<Response>,
+  ): Promise<Response>;
+  /** Called by the charge handler: what the work did. A request that is not journaled is ignored. */
+  note(request: Request, trace: LabTrace): void;
+  /** The account's newest entries (oldest first) and its charges, newest first. */
+  history(account: string): Promise<{ entries: LabEntry[]; charges: Charge[] }>;
+}
+
+/** A header value the history keeps: printable, at most 80 characters. */
+const label = (value: string | null): string | null =>
+  value === null ? null : value.replace(/[^\x20-\x7e]/g, '').slice(0, 80) || null;
+
+const shown = (record: IdempotencyRecord | null): LabRecord | null =>
+  record && {
+    id: record.id,
+    status: record.status,
+    retryable: record.status === 'failed' ? record.retryable : null,
+    responseStatus: record.response?.status ?? null,
+    resultId: record.resultId,
+    leaseExpiresAt: record.leaseExpiresAt,
+  };
+
+async function problemType(response: Response): Promise<string | null> {
+  if (!(response.headers.get('content-type') ?? '').includes('json')) return null;
+  try {
+    const body = (await response.clone().json()) as { type?: unknown };
+    return typeof body.type === 'string' ? body.type : null;
+  } catch {
+    return null;
+  }
+}
+
+function claimOf(
+  key: string | null,
+  trace: LabTrace,
+  before: LabRecord | null,
+  response: Response,
+  problem: string | null,
+): LabClaim {
+  if (key === null) return 'none';
+  if (trace.recordId) return !trace.reclaimed ? 'fresh' : before?.status === 'in_progress' ? 'taken-over' : 'reclaimed';
+  if (response.headers.get('idempotent-replayed') === 'true') return 'replayed';
+  if (problem === IN_USE) return 'in-flight';
+  if (problem === REUSED) return 'mismatch';
+  return 'refused';
+}
+
+/**
+ * The lab's journal over the store (for the records) and the ledger (for the charges and the history table).
+ *
+ * @example
+ * const journal = labJournal(store, ledger)
+ * return journal.charge(account, request, params, createCharge)
+ */
+export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger: Ledger): LabJournal {
+  const traces = new Map<string, LabTrace>();
+  /** A read that fails (the store is down) shows as nothing read: the entry never guesses. */
+  const read = async (pk: string | null): Promise<LabRecord | null> => {
+    if (pk === null) return null;
+    try {
+      return shown(await store.get(pk));
+    } catch {
+      return null;
+    }
+  };
+  const write = async (account: string, seq: number | null, entry: LabEntry): Promise<number | null> => {
+    try {
+      return await ledger.journal(account, seq, JSON.stringify(entry));
+    } catch (error) {
+      console.error('demo: lab history not written', error);
+      return null;
+    }
+  };
+
+  return {
+    async charge(account, request, params, run) {
+      const traceId = crypto.randomUUID();
+      const headers = new Headers(request.headers);
+      headers.set(TRACE, traceId);
+      const key = headers.get('idempotency-key');
+      const pk = key === null ? null : recordPk(account, key);
+      const faults = labFaults(headers);
+      const at = Date.now();
+      let entry: LabEntry = {
+        seq: 0,
+        request: label(headers.get('idem-lab-request')) ?? '',
+        at,
+        ms: null,
+        state: 'running',
+        control: label(headers.get('idem-lab-control')) ?? 'API',
+        payment: label(headers.get('idem-lab-payment')),
+        group: label(headers.get('idem-lab-group')),
+        key,
+        amount: params.amount,
+        source: params.source,
+        faults,
+        answer: null,
+        status: null,
+        claim: null,
+        before: await read(pk),
+        record: null,
+        recordId: null,
+        work: null,
+        charge: null,
+      };
+      const seq = await write(account, null, entry);
+      if (seq !== null) entry = { ...entry, seq, request: entry.request || String(seq) };
+      traces.set(traceId, {});
+      let response: Response;
+      let trace: LabTrace;
+      try {
+        response = await run(new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }));
+      } finally {
+        trace = traces.get(traceId) ?? {};
+        traces.delete(traceId);
+      }
+      const problem = await problemType(response);
+      let charge: Charge | undefined;
+      try {
+        charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
+      } catch {
+        charge = undefined;
+      }
+      const cut = faults.drop || faults.crash;
+      const done: LabEntry = {
+        ...entry,
+        ms: Date.now() - at,
+        state: 'done',
+        status: response.status,
+        answer: cut
+          ? null
+          : {
+              status: response.status,
+              replayed: response.headers.get('idempotent-replayed') === 'true',
+              problem,
+              retryAfter: response.headers.get('retry-after'),
+            },
+        claim: claimOf(key, trace, entry.before, response, problem),
+        record: await read(pk),
+        recordId: trace.recordId ?? null,
+        work: trace.work ?? null,
+        charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status } : null,
+      };
+      if (seq !== null) await write(account, seq, done);
+      return response;
+    },
+    note(request, trace) {
+      const id = request.headers.get(TRACE);
+      const known = id === null ? undefined : traces.get(id);
+      if (id !== null && known) traces.set(id, { ...known, ...trace });
+    },
+    async history(account) {
+      const [rows, charges] = await Promise.all([
+        ledger.history(account, LAB_HISTORY_LIMIT),
+        ledger.list(account, LAB_HISTORY_LIMIT),
+      ]);
+      return { entries: rows.map((row) => ({ ...(JSON.parse(row.entry) as LabEntry), seq: row.seq })), charges };
+    },
+  };
+}
+
+/**
+ * The store as a crashed attempt leaves it: its claim lands, and nothing after it does — no renewal, no completion
+ * (so no declared effects), no release. Each of those answers as if written, so the attempt runs to its end; the
+ * record stays `in_progress` until its lease lapses, then the next attempt takes it over with the same id.
+ *
+ * @example
+ * const crashing = idempotency({ ...options, store: crashedStore(store) })(handler)
+ */
+export function crashedStore<Tx>(store: IdempotencyStore<Tx>): IdempotencyStore<Tx> {
+  const written = async (): Promise<WriteResult> => ({ ok: true });
+  return {
+    name: store.name,
+    get roundTrips() {
+      return store.roundTrips;
+    },
+    ...(store.maxResponseBytes === undefined ? {} : { maxResponseBytes: store.maxResponseBytes }),
+    claim: (request) => store.claim(request),
+    get: (pk) => store.get(pk),
+    list: (request) => store.list(request),
+    sweep: (request) => store.sweep(request),
+    complete: written,
+    renew: written,
+    release: written,
+    close: async () => {},
+  };
+}
