@@ -261,6 +261,11 @@ describe.skipIf(!postgres)('model API race on PostgreSQL', () => {
     for (let round = 0; round < 3; round++) {
       const race = await call('POST', '/v1/model/race');
       expect([race.body.winners, race.body.barrier]).toEqual([1, true]);
+      // The claims' own statements only: the barrier's pg_stat_activity polls are no part of a claim.
+      expect(race.body.claims.map((c) => [c.verdict, c.roundTrips, c.trips.length]).sort()).toEqual([
+        ['lost', 4, 4],
+        ['won', 3, 3],
+      ]);
       const lost = race.body.claims.find((c) => c.verdict === 'lost');
       const claimRows = (lost?.trips ?? [])
         .map((t) => t as unknown as { request: { text: string }; response: { rows: unknown[] } })
