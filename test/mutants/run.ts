@@ -154,8 +154,8 @@ const MUTANTS: readonly Mutant[] = [
     id: 'M2',
     file: 'packages/idem/src/stores/memory/index.ts',
     what: 'renew does not write expiresAt',
-    find: 'records.set(pk, { ...record, leaseExpiresAt: now + leaseMs, expiresAt });',
-    replace: 'records.set(pk, { ...record, leaseExpiresAt: now + leaseMs });',
+    find: 'records.set(pk, { ...record, leaseExpiresAt, expiresAt: Math.max(record.expiresAt, expiresAt) });',
+    replace: 'records.set(pk, { ...record, leaseExpiresAt });',
   },
   {
     id: 'M3',
@@ -183,8 +183,8 @@ const MUTANTS: readonly Mutant[] = [
     id: 'S3',
     file: 'packages/idem/src/stores/sqlite/index.ts',
     what: 'renew does not write expires_at',
-    find: 'SET "lease_expires_at" = @leaseExpiresAt, "expires_at" = @expiresAt',
-    replace: 'SET "lease_expires_at" = @leaseExpiresAt',
+    find: '@leaseExpiresAt),\n      "expires_at" = max("expires_at", @expiresAt) WHERE',
+    replace: '@leaseExpiresAt) WHERE',
   },
   {
     id: 'S4',

@@ -199,6 +199,35 @@ export function describeStoreConformance<Tx>({
       expect(await store.get(req.pk)).toEqual(renewed);
     });
 
+    it('a late renewal with an older `now` does not shorten the lease', async () => {
+      // The engine gave up on a renewal stuck on a dead connection and sent a newer one, which landed first.
+      const req = request();
+      const record = await claimed(req);
+      const renew = (now: number, expiresAt: number) =>
+        store.renew({ pk: req.pk, token: req.token, now, leaseMs: LEASE, expiresAt });
+      expect(await renew(T0 + 200, T0 + TTL + 200)).toEqual({ ok: true });
+      const renewed = { ...record, leaseExpiresAt: T0 + 200 + LEASE, expiresAt: T0 + TTL + 200 };
+      expect(await renew(T0 + 100, T0 + TTL + 100)).toEqual({ ok: true });
+      expect(await store.get(req.pk)).toEqual(renewed);
+      // Past the stale lease (T0 + 100 + LEASE), before the one the store holds.
+      const other = await store.claim({ ...req, token: randomUUID(), id: randomUUID(), now: T0 + 100 + LEASE + 1 });
+      expect(other).toEqual({ kind: 'existing', record: renewed });
+    });
+
+    it('renew keeps each of the lease and the expiry at the later of stored and requested', async () => {
+      const req = request();
+      const record = await claimed(req);
+      const renewal = { pk: req.pk, token: req.token, leaseMs: LEASE };
+      expect(await store.renew({ ...renewal, now: T0 + 200, expiresAt: T0 + TTL + 500 })).toEqual({ ok: true });
+      // A newer lease with an older expiry: the lease moves, the expiry stays.
+      expect(await store.renew({ ...renewal, now: T0 + 300, expiresAt: T0 + TTL })).toEqual({ ok: true });
+      const moved = { ...record, leaseExpiresAt: T0 + 300 + LEASE, expiresAt: T0 + TTL + 500 };
+      expect(await store.get(req.pk)).toEqual(moved);
+      // An older lease with a newer expiry: the expiry moves, the lease stays.
+      expect(await store.renew({ ...renewal, now: T0 + 250, expiresAt: T0 + TTL + 900 })).toEqual({ ok: true });
+      expect(await store.get(req.pk)).toEqual({ ...moved, expiresAt: T0 + TTL + 900 });
+    });
+
     it('release with the token deletes the record and frees the key for any payload', async () => {
       const req = request();
       await claimed(req);

@@ -477,38 +477,38 @@ class DynamoStore implements DynamoDBStore {
     );
   }
 
-  /** Moves the lease and the expiry together (both expiry attributes: TTL's seconds and the exact milliseconds). */
+  /**
+   * Moves the lease and the expiry (both expiry attributes: TTL's seconds and the exact milliseconds), each only
+   * forward. Refused by an item still ours that is already as far on (a newer renewal, or this write's own earlier
+   * attempt), it is `ok: true`; already further on in one attribute only, it writes the later of each.
+   */
   async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
     this.#open();
     const update = 'SET #leaseExpiresAt = :lease, #expiresAt = :ttl, #expiresAtMs = :expiresAtMs';
-    return this.#heldWrite(
-      new UpdateItemCommand({
-        TableName: this.#table,
-        Key: this.#key(pk),
-        UpdateExpression: update,
-        ...this.#condition(
-          '#token = :token AND #status = :inProgress',
-          {
-            ':token': str(token),
-            ':inProgress': str('in_progress'),
-            ':lease': num(now + leaseMs),
-            ':ttl': num(ttlSeconds(expiresAt)),
-            ':expiresAtMs': num(expiresAt),
-          },
-          update,
-        ),
-        ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
-      }),
-      'renew',
-      pk,
-      // Refused by its own earlier attempt: still ours and in progress, with the lease this renewal sets.
-      (item) =>
-        item !== null &&
-        item.token === token &&
-        item.status === 'in_progress' &&
-        item.leaseExpiresAt === now + leaseMs &&
-        item.expiresAt === expiresAt,
-    );
+    // An abandoned renewal landing after a newer one must not shorten the lease: it writes nothing it would move back.
+    const held =
+      '#token = :token AND #status = :inProgress AND #leaseExpiresAt <= :lease AND #expiresAtMs <= :expiresAtMs';
+    let [lease, expires] = [now + leaseMs, expiresAt];
+    for (let attempt = 0; attempt < MAX_CLAIM_ATTEMPTS; attempt++) {
+      const values = { ':token': str(token), ':inProgress': str('in_progress'), ':lease': num(lease) };
+      const ttl = { ':ttl': num(ttlSeconds(expires)), ':expiresAtMs': num(expires) };
+      const seen = await this.#conditionalWrite(
+        new UpdateItemCommand({
+          TableName: this.#table,
+          Key: this.#key(pk),
+          UpdateExpression: update,
+          ...this.#condition(held, { ...values, ...ttl }, update),
+          ReturnValuesOnConditionCheckFailure: 'ALL_OLD',
+        }),
+        'renew',
+        pk,
+      );
+      if (seen === undefined) return { ok: true };
+      if (seen?.token !== token || seen.status !== 'in_progress') return { ok: false };
+      if (seen.leaseExpiresAt >= lease && seen.expiresAt >= expires) return { ok: true };
+      [lease, expires] = [Math.max(lease, seen.leaseExpiresAt), Math.max(expires, seen.expiresAt)];
+    }
+    throw new Error(`dynamodb renew of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} attempts (contention)`);
   }
 
   async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {

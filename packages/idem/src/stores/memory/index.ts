@@ -143,7 +143,9 @@ export function memoryStore({
       open();
       const record = held(pk, token);
       if (!record) return { ok: false };
-      records.set(pk, { ...record, leaseExpiresAt: now + leaseMs, expiresAt });
+      // An abandoned renewal landing after a newer one must not shorten the lease (nor the expiry).
+      const leaseExpiresAt = Math.max(record.leaseExpiresAt, now + leaseMs);
+      records.set(pk, { ...record, leaseExpiresAt, expiresAt: Math.max(record.expiresAt, expiresAt) });
       return { ok: true };
     }),
     release: traced('release', async ({ pk, token }: ReleaseRequest): Promise<WriteResult> => {

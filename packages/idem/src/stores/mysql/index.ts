@@ -516,8 +516,10 @@ SELECT ${COLUMNS} FROM ${t} WHERE pk = :pk`),
     complete: named(`UPDATE ${t} SET status = :status, retryable = :retryable, result_id = :resultId,
   response_status = :responseStatus, response_headers = :responseHeaders, response_body = :responseBody
 WHERE pk = :pk AND token = :token AND status = 'in_progress'`),
-    renew: named(`UPDATE ${t} SET lease_expires_at = :leaseExpiresAt, expires_at = :expiresAt
-WHERE pk = :pk AND token = :token AND status = 'in_progress'`),
+    // An abandoned renewal landing after a newer one must not shorten the lease: each column keeps its max. A
+    // renewal that moves nothing still counts 1 (affectedRows is rows matched, under mysql2's default FOUND_ROWS).
+    renew: named(`UPDATE ${t} SET lease_expires_at = GREATEST(lease_expires_at, :leaseExpiresAt),
+  expires_at = GREATEST(expires_at, :expiresAt) WHERE pk = :pk AND token = :token AND status = 'in_progress'`),
     release: named(`DELETE FROM ${t} WHERE pk = :pk AND token = :token AND status = 'in_progress'`),
     get: named(`SELECT ${COLUMNS} FROM ${t} WHERE pk = :pk`),
     sweep: named(`DELETE FROM ${t} WHERE expires_at <= :now ORDER BY expires_at LIMIT :batch`),

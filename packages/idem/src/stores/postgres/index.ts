@@ -659,8 +659,9 @@ WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
   RETURNING 1
 )
 SELECT 1 / count(*) AS done FROM done`,
-    renew: `UPDATE ${t} SET lease_expires_at = $3::bigint, expires_at = $4::bigint
-WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
+    // An abandoned renewal landing after a newer one must not shorten the lease: each column keeps its max.
+    renew: `UPDATE ${t} SET lease_expires_at = GREATEST(lease_expires_at, $3::bigint),
+  expires_at = GREATEST(expires_at, $4::bigint) WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
     release: `DELETE FROM ${t} WHERE pk = $1 AND token = $2 AND status = 'in_progress'`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE pk = $1`,
     sweep: `DELETE FROM ${t} WHERE pk IN (

@@ -12,7 +12,7 @@
  *   members when their records are gone, and the index expires with the scope's last record.
  * - **Native expiry**: a claim sets the key's expiry to `ttlMs` (`PEXPIRE`, relative, so it follows the engine's
  *   `expiresAt - now` whatever Redis's own clock says); a renewal moves it to the new `expiresAt - now` the same
- *   way; a completion uses `HSET`, which keeps it.
+ *   way, never back; a completion uses `HSET`, which keeps it.
  * - **Binary bodies** are stored base64-encoded in the `responseBody` field and decoded on read: exact bytes with
  *   any driver, because no reply has to be read as a Buffer. (Costs a third more space for the body.)
  * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front (on every node of a Cluster); an

@@ -120,19 +120,28 @@ return 1
 );
 
 /**
- * KEYS: record, index. ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when renewed,
- * 0 otherwise. Moves the key's expiry with `expiresAt` (`PEXPIRE`, relative, like the claim), so a live lease
- * never expires natively, and keeps the scope's index alive at least as long.
+ * KEYS: record, index. ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when the record
+ * is `in_progress` under this token (renewed, or already renewed further), 0 otherwise. Each of `leaseExpiresAt`
+ * and `expiresAt` keeps the later of stored and given; the key's expiry moves with `expiresAt` (`PEXPIRE`,
+ * relative, like the claim) but never back, so a live lease never expires natively; the index lives as long.
  */
 const RENEW = script(
   'renew',
   `${KEEP_INDEX}local record = KEYS[1]
-local current = redis.call('HMGET', record, 'status', 'token')
+local current = redis.call('HMGET', record, 'status', 'token', 'leaseExpiresAt', 'expiresAt')
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', record, 'leaseExpiresAt', ARGV[2], 'expiresAt', ARGV[3])
-redis.call('PEXPIRE', record, ARGV[4])
+-- An abandoned renewal landing after a newer one must not shorten the lease (nor the expiry, nor the PTTL).
+if tonumber(current[3]) < tonumber(ARGV[2]) then
+  redis.call('HSET', record, 'leaseExpiresAt', ARGV[2])
+end
+if tonumber(current[4]) < tonumber(ARGV[3]) then
+  redis.call('HSET', record, 'expiresAt', ARGV[3])
+end
+if redis.call('PTTL', record) < tonumber(ARGV[4]) then
+  redis.call('PEXPIRE', record, ARGV[4])
+end
 keepIndex(KEYS[2], ARGV[4])
 return 1
 `,
