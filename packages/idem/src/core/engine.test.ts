@@ -37,8 +37,12 @@ const step = async (clock: ReturnType<typeof manualClock>, ms: number, by = 25) 
 describe('createEngine options', () => {
   it('names the option that is wrong', () => {
     const store = memoryStore();
-    expect(() => createEngine({ store, leaseMs: -1 })).toThrow('Expected `leaseMs` to be a positive number, got -1.');
-    expect(() => createEngine({ store, ttlMs: Number.NaN })).toThrow('Expected `ttlMs` to be a positive number');
+    expect(() => createEngine({ store, leaseMs: -1 })).toThrow(
+      'Expected `leaseMs` to be a whole number of ms from 1 to 2147483647, got -1.',
+    );
+    expect(() => createEngine({ store, ttlMs: Number.NaN })).toThrow(
+      'Expected `ttlMs` to be a positive whole number of ms, got NaN.',
+    );
     expect(() => createEngine({ store, leaseMs: 1000, ttlMs: 500 })).toThrow(
       'Expected `ttlMs` to be greater than leaseMs (1000), got 500.',
     );

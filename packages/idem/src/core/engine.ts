@@ -6,7 +6,7 @@ import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
-import { holdLease, type Lease, type WorkContext, type WorkResult } from './lease.js';
+import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
@@ -135,9 +135,26 @@ export function createEngine<Tx = never>({
   onEvent,
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
-  positive('ttlMs', ttlMs);
-  positive('leaseMs', leaseMs);
-  positive('renewEveryMs', renewEveryMs);
+  if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0) throw configError('ttlMs', 'a positive whole number of ms', ttlMs);
+  for (const [name, value] of [
+    ['leaseMs', leaseMs],
+    ['renewEveryMs', renewEveryMs],
+    ['storeTimeoutMs', storeTimeoutMs],
+    ['maxHoldMs', maxHoldMs],
+  ] as const) {
+    // Each is a timer's delay: past 2^31 − 1 ms a timer fires at once.
+    if (!Number.isInteger(value) || value <= 0 || value > MAX_TIMER_MS)
+      throw configError(name, `a whole number of ms from 1 to ${MAX_TIMER_MS}`, value);
+  }
+  if (leaseMs < 3) throw configError('leaseMs', 'at least 3 ms (renewals come every leaseMs / 3)', leaseMs);
+  if (
+    typeof clock !== 'object' ||
+    clock === null ||
+    ['now', 'setTimeout', 'clearTimeout'].some(
+      (m) => typeof (clock as unknown as Record<string, unknown>)[m] !== 'function',
+    )
+  )
+    throw configError('clock', 'a Clock { now, setTimeout, clearTimeout }');
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
   if (!Number.isFinite(leaseMarginMs) || leaseMarginMs < 0 || leaseMarginMs >= leaseMs - renewEveryMs)
     throw configError(
@@ -145,8 +162,6 @@ export function createEngine<Tx = never>({
       `at least 0 and less than leaseMs − renewEveryMs (${leaseMs - renewEveryMs})`,
       leaseMarginMs,
     );
-  positive('storeTimeoutMs', storeTimeoutMs);
-  positive('maxHoldMs', maxHoldMs);
   if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
   if (!Number.isSafeInteger(cacheSize) || cacheSize < 0)
     throw configError('cacheSize', 'a non-negative integer', cacheSize);
@@ -250,6 +265,10 @@ export function createEngine<Tx = never>({
           store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
         );
         if (claim.kind === 'claimed') {
+          // An answer that came back past the holder's deadline: the work may not start (the record lapses).
+          if (clock.now() >= now + leaseMs - leaseMarginMs) {
+            throw new IdempotencyError('STORE_UNAVAILABLE', 'The claim was answered too late to run the work safely.');
+          }
           const reclaimed = claim.record.id !== freshId;
           if (reclaimed) emit({ type: 'takeover', ...subject(request, claim.record.id) });
           activeLeases++;
@@ -306,7 +325,14 @@ export function createEngine<Tx = never>({
       await lease.fail();
       throw error;
     }
-    const settled = await lease.complete(result);
+    let settled: Settlement;
+    try {
+      settled = await lease.complete(result);
+    } catch (error) {
+      // The work returned something no record can hold: nothing was written, so the key is left retryable.
+      await lease.fail();
+      throw error;
+    }
     if (!settled.ok) throw settled.error;
     return { replayed: false, response: result.response, record: settled.record };
   }
@@ -359,6 +385,9 @@ export function createEngine<Tx = never>({
 function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
   return route === undefined ? { scope, key, id } : { scope, key, id, route };
 }
+
+/** The longest delay a timer takes (2^31 − 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
 
 /** How many times `begin` claims a key that keeps coming back free before it gives up. */
 const MAX_CLAIM_ROUNDS = 8;
@@ -417,9 +446,4 @@ function wellFormed(text: string): boolean {
     i++;
   }
   return true;
-}
-
-function positive(name: string, value: number): void {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0)
-    throw configError(name, 'a positive number', value);
 }

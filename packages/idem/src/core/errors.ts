@@ -45,6 +45,8 @@ export function isIdempotencyError(error: unknown, code?: IdempotencyErrorCode):
  * throw configError('leaseMs', 'a positive number', -1) // Expected `leaseMs` to be a positive number, got -1.
  */
 export function configError(name: string, expected: string, value?: unknown): IdempotencyError {
-  const got = value === undefined ? '' : `, got ${typeof value === 'function' ? 'a function' : JSON.stringify(value)}`;
+  const shown =
+    typeof value === 'function' ? 'a function' : typeof value === 'number' ? String(value) : JSON.stringify(value);
+  const got = value === undefined ? '' : `, got ${shown}`;
   return new IdempotencyError('CONFIG_INVALID', `Expected \`${name}\` to be ${expected}${got}.`);
 }

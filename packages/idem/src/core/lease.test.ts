@@ -208,3 +208,79 @@ function expected(shape: {
   if (shape.status === 'failed') return 'lease';
   return shape.leaseLive ? 'IN_FLIGHT' : 'lease';
 }
+
+describe('what the hostile review of the lease found', () => {
+  it('a claim answered past the holder’s deadline does not run the work; one answered in time aborts on time', async () => {
+    const store = memoryStore();
+    const clock = manualClock(T0);
+    let delayMs = LEASE - MARGIN;
+    const slow = Object.create(store) as IdempotencyStore<undefined>;
+    slow.claim = async (claim) => {
+      const answer = await store.claim(claim);
+      clock.advance(delayMs);
+      return answer;
+    };
+    const engine = createEngine({ store: slow, clock, ttlMs: 86_400_000, leaseMs: LEASE, leaseMarginMs: MARGIN });
+    const late = await engine.begin(request);
+    expect(late.kind === 'refused' && late.error.code).toBe('STORE_UNAVAILABLE');
+    // The record that claim wrote lapses like a dead holder's: a retry past its lease takes it over.
+    delayMs = 4_000;
+    clock.advance(MARGIN);
+    const slowButInTime = await lease(engine);
+    const hung = stallingStore(() => true);
+    slow.renew = (renewal) => hung.renew(renewal);
+    let abortedAt: number | null = null;
+    slowButInTime.signal.addEventListener('abort', () => (abortedAt = clock.now()));
+    const claimedAt = clock.now() - 4_000;
+    await step(clock, 6_000);
+    expect(abortedAt).toBe(claimedAt + LEASE - MARGIN);
+  });
+
+  it('engine.run() with a result no record can hold leaves the key retryable and nothing renewing', async () => {
+    const store = memoryStore();
+    const { engine } = setup(store);
+    const bad = { response: { status: 200, headers: [], body: 'text' } } as unknown as WorkResult<undefined>;
+    await expect(engine.run(request, async () => bad)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect(engine.activeLeases).toBe(0);
+    const record = await store.get(recordPk(request.scope, request.key));
+    expect([record?.status, record?.retryable]).toEqual(['failed', true]);
+    const typo = { ...created, outcome: 'success' } as unknown as WorkResult<undefined>;
+    await expect(engine.run(request, async () => typo)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    const resultId = { ...created, resultId: {} } as unknown as WorkResult<undefined>;
+    await expect(engine.run(request, async () => resultId)).rejects.toMatchObject({ code: 'CONFIG_INVALID' });
+    expect((await engine.run(request, async () => created)).replayed).toBe(false);
+  });
+
+  it('a lease taken over and never settled is still ended by maxHoldMs', async () => {
+    const store = memoryStore();
+    const { clock, engine } = setup(store, { maxHoldMs: 30_000 });
+    const first = await lease(engine);
+    // A paused holder: another engine takes the key over once the lease lapsed, then the holder's renewal is refused.
+    const other = createEngine({ store, clock: manualClock(T0 + LEASE + 1), ttlMs: 86_400_000, leaseMs: LEASE });
+    expect((await other.begin(request)).kind).toBe('lease');
+    await step(clock, 3_000);
+    expect(first.signal.aborted).toBe(true);
+    expect(engine.activeLeases).toBe(1);
+    await step(clock, 27_000);
+    expect(engine.activeLeases).toBe(0);
+    const late = await first.complete(created);
+    expect(!late.ok && late.error.code).toBe('LEASE_LOST');
+  });
+
+  it('every bad option is one CONFIG_INVALID that names it', () => {
+    const store = memoryStore();
+    const cases: [object, string][] = [
+      [{ leaseMs: Number.NaN }, 'Expected `leaseMs` to be a whole number of ms from 1 to 2147483647, got NaN.'],
+      [{ leaseMs: 1 }, 'Expected `leaseMs` to be at least 3 ms (renewals come every leaseMs / 3), got 1.'],
+      [{ leaseMs: 1000.5 }, 'Expected `leaseMs` to be a whole number of ms from 1 to 2147483647, got 1000.5.'],
+      [{ ttlMs: 86_400_000.5 }, 'Expected `ttlMs` to be a positive whole number of ms, got 86400000.5.'],
+      [{ storeTimeoutMs: 2 ** 31 }, 'Expected `storeTimeoutMs` to be a whole number of ms from 1 to 2147483647'],
+      [{ maxHoldMs: 0 }, 'Expected `maxHoldMs` to be a whole number of ms from 1 to 2147483647, got 0.'],
+      [{ clock: {} }, 'Expected `clock` to be a Clock { now, setTimeout, clearTimeout }.'],
+      [{ leaseMarginMs: 7_000 }, 'Expected `leaseMarginMs` to be at least 0 and less than leaseMs − renewEveryMs'],
+    ];
+    for (const [options, message] of cases) {
+      expect(() => createEngine({ store, ttlMs: 86_400_000, ...options })).toThrow(message);
+    }
+  });
+});

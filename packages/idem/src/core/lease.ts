@@ -133,9 +133,8 @@ export function holdLease<Tx>(
         if (settlement || taken) return;
         if (renewed.ok) deadline = Math.max(deadline, now + leaseMs - leaseMarginMs);
         else {
-          // Someone else holds the token now: nothing more to renew.
+          // Someone else holds the token now: nothing more to renew (maxHoldMs still ends a lease never settled).
           taken = true;
-          clock.clearTimeout(timer);
           abort('Another attempt took over this key.');
         }
       },
@@ -145,7 +144,7 @@ export function holdLease<Tx>(
   };
 
   const tick = (): void => {
-    if (settlement || taken) return;
+    if (settlement) return;
     const now = clock.now();
     if (now >= holdUntil) {
       const error = abort(`The work held this key longer than maxHoldMs (${engine.maxHoldMs} ms).`);
@@ -158,17 +157,18 @@ export function holdLease<Tx>(
     // Past the local deadline the work is told to stop; renewals go on (conditional on the token, they keep a
     // retry out for as long as the store still says we hold the key, in case the work ignores its signal).
     if (now >= deadline) abort('The lease ran out on this holder’s clock before a renewal was confirmed.');
-    if (now >= nextRenewalAt) {
+    if (now >= nextRenewalAt && !taken) {
       nextRenewalAt = now + renewEveryMs;
       renew(now);
     }
     schedule(now);
   };
   const schedule = (now: number): void => {
-    const next = Math.min(nextRenewalAt, aborted ? holdUntil : deadline, holdUntil);
+    const next = Math.min(taken ? holdUntil : nextRenewalAt, aborted ? holdUntil : deadline, holdUntil);
     timer = clock.setTimeout(tick, Math.max(1, next - now));
   };
-  schedule(claimedAt);
+  // From the time the claim's answer came back, not when it was sent: a slow answer has used up part of the lease.
+  schedule(clock.now());
 
   /** One promise per settlement: the write, its failure as a value, and the count of active leases. */
   const settle = (write: () => Promise<Settlement>): Promise<Settlement> => {
@@ -254,23 +254,32 @@ export function holdLease<Tx>(
       return settlement !== undefined;
     },
     complete: (result) => {
-      const kind = result?.outcome ?? (isResponse(result?.response) ? engine.classify(result.response.status) : null);
-      if (kind === 'release') return settle(() => release(result.response?.status ?? null));
+      const declared = result?.outcome;
+      if (declared !== undefined && !OUTCOMES.has(declared)) return misuse(`outcome ${JSON.stringify(declared)}`);
+      if (declared === 'release') return settle(() => release(result.response?.status ?? null));
       // A final outcome without a response would be a record no retry can replay: refuse it at the call.
-      if (kind === null || !isResponse(result.response)) {
-        return Promise.reject(
-          new IdempotencyError(
-            'CONFIG_INVALID',
-            'complete() needs { response: { status, headers, body } } (or outcome: "release"); nothing was written.',
-          ),
-        );
-      }
-      return settle(() => complete(result, kind));
+      if (!isResponse(result?.response)) return misuse('a response { status, headers, body }');
+      const { resultId } = result;
+      if (resultId !== undefined && resultId !== null && typeof resultId !== 'string') return misuse('resultId');
+      return settle(() => complete(result, declared ?? engine.classify(result.response.status)));
     },
     fail: () => settle(fail),
     release: () => settle(() => release()),
     abandon: () => settle(async () => ({ ok: true, record: null })),
   };
+}
+
+const OUTCOMES: ReadonlySet<unknown> = new Set(['succeeded', 'failed-final', 'failed-retryable', 'release']);
+
+/** A `complete()` the engine cannot record: rejected at the call, with nothing written and the lease unsettled. */
+function misuse(what: string): Promise<never> {
+  return Promise.reject(
+    new IdempotencyError(
+      'CONFIG_INVALID',
+      `complete() got an invalid ${what}: it takes { response: { status, headers, body: Uint8Array }, ` +
+        `outcome?: 'succeeded' | 'failed-final' | 'failed-retryable' | 'release', resultId?: string }. Nothing was written.`,
+    ),
+  );
 }
 
 /** A response a record can hold: an integer status 100–599, header pairs, body bytes. */

@@ -431,7 +431,12 @@ export function createGate<Tx, Req>({
         declare: (d) => (declared = { ...declared, ...d }),
       },
       async complete(response, outcome) {
-        if (lease.settled) return undefined;
+        if (lease.settled) {
+          // Settled already (by the adapter, or by the engine past maxHoldMs): any call returns that first
+          // settlement and writes nothing. Its refusal is the answer: the handler's response is not what is recorded.
+          const first = await lease.fail();
+          return first.ok ? undefined : answerFor(first.error, native);
+        }
         if (responseSize(response) > responseLimit) {
           // Final, so the work's declared writes commit with it: the work ran and will never run again.
           const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
