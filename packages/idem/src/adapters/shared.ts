@@ -244,6 +244,27 @@ export function nodeError(code: string, message: string): TypeError {
   return Object.assign(new TypeError(message), { code });
 }
 
+/** What Node refuses in a reason phrase or a header value (its `checkInvalidHeaderChar`). */
+const INVALID_HEADER_CHAR = /[^\t\x20-\x7e\x80-\xff]/;
+
+/**
+ * Node's own checks on the head `writeHead` is about to write, made where the handler set it (a held response
+ * writes it later, where a throw would be an unhandled rejection): an integer status code, and a reason phrase of
+ * Latin-1 characters without CR, LF or other controls. The status must be 100–599, which a record can hold (Node
+ * alone takes up to 999). Header names and values need no check here: `setHeader` checks them at once.
+ *
+ * @example
+ * checkHead(res.statusCode, res.statusMessage) // throws ERR_INVALID_CHAR for 'Créé ✓' or 'OK\r\nX: 1'
+ */
+export function checkHead(status: unknown, reason: unknown): void {
+  if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)
+    throw Object.assign(new RangeError(`Invalid status code: ${String(status)}`), {
+      code: 'ERR_HTTP_INVALID_STATUS_CODE',
+    });
+  if (INVALID_HEADER_CHAR.test(reason as string))
+    throw nodeError('ERR_INVALID_CHAR', 'Invalid character in statusMessage');
+}
+
 /** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */
 export function foldHeaders(res: ServerResponse, headers: unknown): void {
   if (Array.isArray(headers)) {

@@ -22,7 +22,7 @@ async function serve(route: (req: Request, res: Response, next: NextFunction) =>
   const guard = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, leaseMs, onError: () => {} });
   const app = express();
   app.set('env', 'production');
-  app.post('/c', guard, route);
+  app.post('/c', guard, guard.route(route));
   const server = app.listen(0, '127.0.0.1');
   await new Promise((resolve) => server.once('listening', resolve));
   closers.push(() => new Promise((resolve) => server.close(() => resolve())));
