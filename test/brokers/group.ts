@@ -1,7 +1,7 @@
 /**
  * Runs consumer processes (`rabbitmq-consumer.ts`, `nats-consumer.ts`) for the broker tests and collects what
  * they print: one JSON event per line, in the order the test process read them. Tests wait on events, never on
- * a fixed sleep.
+ * a fixed sleep. A process that exits without the test stopping it adds a `crashed` event: waits fail at once.
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { join } from 'node:path';
@@ -16,6 +16,8 @@ type EventOf<K extends ConsumerEvent['event']> = Extract<ConsumerEvent, { event:
 export class ConsumerGroup {
   readonly events: ConsumerEvent[] = [];
   readonly #children = new Map<string, { child: ChildProcessWithoutNullStreams; exited: Promise<string> }>();
+  /** Processes the test stopped or killed: their exit is expected. */
+  readonly #stopping = new Set<string>();
   readonly #waiters = new Set<() => void>();
   #output = '';
 
@@ -45,6 +47,7 @@ export class ConsumerGroup {
       child.stderr.on('data', (chunk: Buffer) => (this.#output += `${name}! ${chunk.toString()}`));
       void exited.then((how) => {
         this.#output += `${name} exited: ${how}\n`;
+        if (!this.#stopping.has(name)) this.events.push({ consumer: name, event: 'crashed', error: `exited: ${how}` });
         for (const wake of this.#waiters) wake();
       });
     }
@@ -64,15 +67,15 @@ export class ConsumerGroup {
     );
   }
 
-  /** Resolves once `n` events of kind `event` about `paymentId` have arrived, with all of them. */
+  /** Resolves once `n` events of kind `event` about `payoutId` have arrived, with all of them. */
   count<K extends ConsumerEvent['event']>(
     event: K,
-    paymentId: string,
+    payoutId: string,
     n: number,
     timeoutMs = 20_000,
   ): Promise<Array<EventOf<K>>> {
     return this.until(
-      () => (this.of(event, paymentId).length >= n ? this.of(event, paymentId) : undefined),
+      () => (this.of(event, payoutId).length >= n ? this.of(event, payoutId) : undefined),
       `${n} ${event} events`,
       timeoutMs,
     );
@@ -99,22 +102,21 @@ export class ConsumerGroup {
     });
   }
 
-  /** Events about one payment, of one kind. */
-  of<K extends ConsumerEvent['event']>(event: K, paymentId: string): Array<EventOf<K>> {
-    return this.events.filter(
-      (e): e is EventOf<K> => e.event === event && 'paymentId' in e && e.paymentId === paymentId,
-    );
+  /** Events about one payout, of one kind. */
+  of<K extends ConsumerEvent['event']>(event: K, payoutId: string): Array<EventOf<K>> {
+    return this.events.filter((e): e is EventOf<K> => e.event === event && 'payoutId' in e && e.payoutId === payoutId);
   }
 
-  /** Lets a process held at a hold point for `paymentId` go on. */
-  release(name: string, paymentId: string): void {
-    this.#children.get(name)?.child.stdin.write(`release ${paymentId}\n`);
+  /** Lets a process held at a hold point for `payoutId` go on. */
+  release(name: string, payoutId: string): void {
+    this.#children.get(name)?.child.stdin.write(`release ${payoutId}\n`);
   }
 
   /** kill -9; resolves once the process is gone (its broker connection then drops with it). */
   async kill(name: string): Promise<string> {
     const entry = this.#children.get(name);
     if (!entry) throw new Error(`no consumer ${name}`);
+    this.#stopping.add(name);
     entry.child.kill('SIGKILL');
     const how = await entry.exited;
     this.#children.delete(name);
@@ -125,10 +127,11 @@ export class ConsumerGroup {
     return [...this.#children.keys()];
   }
 
-  /** SIGTERM to every process still running (each closes its connections and exits); SIGKILL after 10 s. */
+  /** SIGTERM to every process still running; SIGKILL after 10 s. */
   async stop(): Promise<void> {
     await Promise.all(
-      [...this.#children.values()].map(async ({ child, exited }) => {
+      [...this.#children].map(async ([name, { child, exited }]) => {
+        this.#stopping.add(name);
         if (child.exitCode !== null || child.signalCode !== null) return;
         child.kill('SIGTERM');
         const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);

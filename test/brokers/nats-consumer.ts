@@ -1,84 +1,56 @@
 /**
- * A NATS JetStream payment consumer process for `nats.test.ts` (docs/CONSUMERS.md has the same loop to copy).
+ * The NATS JetStream payout consumer of docs/CONSUMERS.md, run by `nats.test.ts` as it stands: the region below
+ * is the documented code byte for byte (`docs.test.ts` checks it). Outside it, only `watch-nats.ts`, which
+ * reports what the consumer asks of the broker and lets the tests stop it at the ack.
  *
- * Usage: `node --import tsx test/brokers/nats-consumer.ts` with NATS_URL, STREAM, DURABLE (a pull consumer with
- * explicit acks, made by the test), DLQ_SUBJECT and MAX_DELIVER besides the variables of `kit.ts`. It pulls one
- * message at a time (`next()`), so a message redelivered while this process works goes to another process. Ack
- * after the idempotent call returned (a replay included); on IN_FLIGHT / STORE_UNAVAILABLE `nak(delay)`; on a
- * final failure publish to the dead-letter subject (deduplicated by the stream on `dlq:<key>`), then `term()`;
- * a retryable error naks, and is dead-lettered the same way at the last delivery the consumer allows.
- *
- * It does not call `working()` while the work runs: the tests let `ack_wait` lapse on purpose, to redeliver a
- * message that is still being worked on.
+ * Usage: `node --import tsx test/brokers/nats-consumer.ts` with NATS_URL and PAYOUT_STREAM (made by
+ * `setUpPayouts()`) besides the variables of `payouts.ts`, `bank.ts` and `kit.ts`.
  */
-import { connect, headers, type JsMsg } from 'nats';
-import type { Payment } from './ledger.js';
-import { crash, env, holdPoint, paymentWork, say } from './kit.js';
+import './watch-nats.js';
+// #region nats-consumer
+import { setTimeout as sleep } from 'node:timers/promises';
+import { connect, headers, millis, nanos, type JsMsg } from 'nats';
+import { settle, type Payout } from './payouts.js';
 
-const stream = env('STREAM');
-const dlqSubject = env('DLQ_SUBJECT');
-const maxDeliver = Number(env('MAX_DELIVER'));
-const { ledger, decide } = await paymentWork();
-const nc = await connect({ servers: env('NATS_URL'), name: process.env.CONSUMER ?? 'consumer' });
+const STREAM = process.env.PAYOUT_STREAM ?? 'PAYOUTS';
+const nc = await connect({ servers: process.env.NATS_URL ?? 'nats://127.0.0.1:4222' });
 const js = nc.jetstream();
-const consumer = await js.consumers.get(stream, env('DURABLE'));
+const consumer = await js.consumers.get(STREAM, 'payout-sender');
+// The heartbeat and the last delivery follow the consumer's own settings (setUpPayouts()).
+const { ack_wait: ackWait = nanos(30_000), max_deliver: maxDeliver = -1 } = (await consumer.info()).config;
 
-async function deadLetter(message: JsMsg, paymentId: string, reason: string): Promise<void> {
+async function deadLetter(message: JsMsg, payout: Payout, reason: string): Promise<void> {
   const h = headers();
-  h.set('Idem-Dead-Letter-Reason', reason);
-  h.set('Idem-Original-Subject', message.subject);
-  // Deduplicated by the stream: a crash between this publish and term() redelivers, replays, publishes again.
-  await js.publish(dlqSubject, message.data, { msgID: `dlq:${paymentId}`, headers: h });
+  h.set('Dead-Letter-Reason', reason);
+  // The msgID makes a second dead letter for the same payout (after a crash before term()) a duplicate.
+  await js.publish(`${STREAM}.dead`, message.data, { msgID: `dead:${payout.payoutId}`, headers: h });
   message.term();
 }
 
 async function handle(message: JsMsg): Promise<void> {
-  const payment = message.json<Payment>();
-  const { paymentId } = payment;
-  say({ event: 'received', paymentId, redelivered: message.redelivered, deliveries: message.info.deliveryCount });
-  const verdict = await decide(payment);
-  switch (verdict.action) {
-    case 'ack':
-      say({ event: 'about-to-ack', paymentId, ran: verdict.ran, reclaimed: verdict.reclaimed, result: verdict.result });
-      if (verdict.ran && !verdict.reclaimed) await holdPoint('before-ack', paymentId);
-      await message.ackAck();
-      say({ event: 'acked', paymentId, ran: verdict.ran });
-      return;
-    case 'defer':
-      message.nak(verdict.delayMs);
-      say({ event: 'deferred', paymentId, code: verdict.code, delayMs: verdict.delayMs });
-      return;
-    case 'dead-letter':
-      await deadLetter(message, paymentId, verdict.error);
-      say({ event: 'dead-lettered', paymentId, ran: verdict.ran, error: verdict.error });
-      return;
-    case 'retry':
-      if (message.info.deliveryCount >= maxDeliver) {
-        await deadLetter(
-          message,
-          paymentId,
-          `gave up after ${message.info.deliveryCount} deliveries: ${verdict.error}`,
-        );
-        say({ event: 'dead-lettered', paymentId, ran: true, error: verdict.error });
-      } else {
-        message.nak(1_000);
-        say({ event: 'requeued', paymentId, error: verdict.error });
+  const payout = message.json<Payout>();
+  const last = maxDeliver > 0 && message.info.deliveryCount >= maxDeliver; // JetStream will not deliver it again
+  const heartbeat = setInterval(() => message.working(), millis(ackWait) / 3); // ack_wait must not lapse meanwhile
+  try {
+    for (;;) {
+      const next = await settle(payout);
+      if (next.action === 'ack') {
+        await message.ackAck(); // only now: a crash before this line redelivers, and the redelivery replays
+        return;
       }
-      return;
+      if (next.action === 'dead-letter') return await deadLetter(message, payout, next.reason);
+      if (!last) return message.nak(next.delayMs); // whole milliseconds (verdict()), or it comes back at once
+      if (next.action === 'retry') return await deadLetter(message, payout, `gave up: ${next.reason}`);
+      // The last delivery, and the key is busy or the store is down: a nak would strand it. Try again here.
+      await sleep(next.delayMs);
+    }
+  } finally {
+    clearInterval(heartbeat);
   }
 }
 
-let stopping = false;
-process.once('SIGTERM', () => (stopping = true));
-say({ event: 'ready' });
-try {
-  while (!stopping) {
-    const message = await consumer.next({ expires: 1_000 });
-    if (message) await handle(message);
-  }
-  await nc.drain();
-  await ledger.close();
-  process.exit(0);
-} catch (error) {
-  crash(error);
+for (;;) {
+  const message = await consumer.next({ expires: 30_000 }); // one at a time: a redelivery goes to another process
+  if (message) await handle(message);
 }
+// #endregion nats-consumer

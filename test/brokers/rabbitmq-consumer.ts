@@ -1,64 +1,57 @@
 /**
- * A RabbitMQ payment consumer process for `rabbitmq.test.ts` (docs/CONSUMERS.md has the same loop to copy).
+ * The RabbitMQ payout consumer of docs/CONSUMERS.md, run by `rabbitmq.test.ts` as it stands: the region below is
+ * the documented code byte for byte (`docs.test.ts` checks it). Outside it, only `watch-rabbitmq.ts`, which
+ * reports what the consumer asks of the broker and lets the tests stop it at the ack.
  *
- * Usage: `node --import tsx test/brokers/rabbitmq-consumer.ts` with AMQP_URL and QUEUE (declared by the test with
- * a dead-letter exchange) besides the variables of `kit.ts`. Manual acks, one unacknowledged message at a time:
- * ack after the idempotent call returned (a replay included); on IN_FLIGHT / STORE_UNAVAILABLE wait, then
- * nack with requeue; on a final failure nack without requeue, so the queue's dead-letter exchange takes it.
+ * Usage: `node --import tsx test/brokers/rabbitmq-consumer.ts` with AMQP_URL, PAYOUT_QUEUE and
+ * PAYOUT_DELIVERY_LIMIT besides the variables of `payouts.ts`, `bank.ts` and `kit.ts`.
  */
+import './watch-rabbitmq.js';
+// #region rabbitmq-consumer
+import { setTimeout as sleep } from 'node:timers/promises';
 import { connect, type ConsumeMessage } from 'amqplib';
-import type { Payment } from './ledger.js';
-import { crash, env, holdPoint, paymentWork, say, sleep } from './kit.js';
+import { settle, type Payout } from './payouts.js';
 
-const queue = env('QUEUE');
-const { ledger, decide } = await paymentWork();
-const connection = await connect(env('AMQP_URL'));
+const QUEUE = process.env.PAYOUT_QUEUE ?? 'payouts'; // dead letters go by `${QUEUE}.dlx` to `${QUEUE}.dead`
+const DELIVERY_LIMIT = Number(process.env.PAYOUT_DELIVERY_LIMIT ?? 50);
+
+const connection = await connect(process.env.AMQP_URL ?? 'amqp://localhost');
 const channel = await connection.createChannel();
-await channel.prefetch(1);
+await channel.assertExchange(`${QUEUE}.dlx`, 'fanout', { durable: true });
+await channel.assertQueue(`${QUEUE}.dead`, { durable: true });
+await channel.bindQueue(`${QUEUE}.dead`, `${QUEUE}.dlx`, '');
+await channel.assertQueue(QUEUE, {
+  durable: true,
+  deadLetterExchange: `${QUEUE}.dlx`,
+  arguments: { 'x-queue-type': 'quorum', 'x-delivery-limit': DELIVERY_LIMIT },
+});
+await channel.prefetch(10);
 
 async function handle(message: ConsumeMessage): Promise<void> {
-  const payment = JSON.parse(message.content.toString('utf8')) as Payment;
-  const { paymentId } = payment;
-  say({ event: 'received', paymentId, redelivered: message.fields.redelivered, deliveries: null });
-  const verdict = await decide(payment);
-  switch (verdict.action) {
-    case 'ack':
-      say({ event: 'about-to-ack', paymentId, ran: verdict.ran, reclaimed: verdict.reclaimed, result: verdict.result });
-      if (verdict.ran && !verdict.reclaimed) await holdPoint('before-ack', paymentId);
-      channel.ack(message);
-      say({ event: 'acked', paymentId, ran: verdict.ran });
-      return;
-    case 'defer':
-      // Classic queues have no delayed requeue: hold the message for the delay (prefetch 1 keeps this consumer
-      // from taking another meanwhile), then put it back at the head of the queue.
-      say({ event: 'deferred', paymentId, code: verdict.code, delayMs: verdict.delayMs });
-      await sleep(verdict.delayMs);
-      channel.nack(message, false, true);
-      return;
-    case 'dead-letter':
-      channel.nack(message, false, false);
-      say({ event: 'dead-lettered', paymentId, ran: verdict.ran, error: verdict.error });
-      return;
-    case 'retry':
-      say({ event: 'requeued', paymentId, error: verdict.error });
-      await sleep(1_000);
-      channel.nack(message, false, true);
-      return;
+  const payout = JSON.parse(message.content.toString('utf8')) as Payout;
+  // The quorum queue counts the earlier deliveries (a requeue is one) and dead-letters past the limit.
+  const last = Number(message.properties.headers?.['x-delivery-count'] ?? 0) >= DELIVERY_LIMIT;
+  for (;;) {
+    const next = await settle(payout);
+    // Ack only now: a crash before this line redelivers the message, and the redelivery replays.
+    if (next.action === 'ack') return channel.ack(message);
+    if (next.action === 'dead-letter') return channel.nack(message, false, false); // → QUEUE.dlx → QUEUE.dead
+    // RabbitMQ cannot requeue with a delay: hold the message (one of the 10 prefetched) for the delay.
+    await sleep(next.delayMs);
+    if (next.action === 'retry' || !last) return channel.nack(message, false, true);
+    // The last delivery: a requeue would dead-letter a payout whose key is busy or whose store is down. Try again.
   }
 }
 
 await channel.consume(
-  queue,
+  QUEUE,
   (message) => {
-    if (message === null) crash(new Error('the broker cancelled the consumer'));
-    handle(message).catch(crash);
+    if (!message) return; // the broker cancelled the consumer (the queue was deleted)
+    handle(message).catch((error: unknown) => {
+      console.error(error);
+      process.exit(1);
+    });
   },
   { noAck: false },
 );
-process.once('SIGTERM', () => {
-  connection
-    .close()
-    .then(() => ledger.close())
-    .then(() => process.exit(0), crash);
-});
-say({ event: 'ready' });
+// #endregion rabbitmq-consumer
