@@ -88,6 +88,19 @@ describe('a lease on the holder’s clock', () => {
     expect(!late.ok && late.error.code).toBe('LEASE_LOST');
   });
 
+  it('renewals carry the record’s expiry along: slow work outliving its TTL is not expired under its lease', async () => {
+    const store = memoryStore();
+    const clock = manualClock(T0);
+    const engine = createEngine({ store, clock, ttlMs: 2 * LEASE, leaseMs: LEASE, leaseMarginMs: MARGIN });
+    const first = await lease(engine);
+    await step(clock, 5 * LEASE);
+    const record = await store.get(recordPk(request.scope, request.key));
+    expect(record !== null && record.expiresAt > clock.now()).toBe(true);
+    const retry = await engine.begin(request);
+    expect(retry.kind === 'refused' && retry.error.code).toBe('IN_FLIGHT');
+    expect((await first.complete(created)).ok).toBe(true);
+  });
+
   it('work that never settles holds its key at most maxHoldMs, then settles retryable and is aborted', async () => {
     const store = memoryStore();
     const { clock, engine } = setup(store, { maxHoldMs: 20_000 });
