@@ -252,6 +252,7 @@ interface Stage {
 
 const UNIT_FILES = [
   'packages/idem/src/core/engine.test.ts',
+  'packages/idem/src/core/lease.test.ts',
   'packages/idem/src/core/fingerprint.test.ts',
   'packages/idem/src/stores/memory/index.test.ts',
   'packages/idem/src/stores/sqlite/index.test.ts',
