@@ -5,6 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { GUIDED, callout, narration, outcomes, paymentRows, settled } from './lab-oracle.js';
 import {
   VIEWPORTS,
   chromiumAvailable,
@@ -16,26 +17,12 @@ import {
   type Browser,
 } from './harness.js';
 
-/** Waits until every control's requests have finished, the figures were read back and the narration is final. */
-const settled = (page: Page) => page.waitForSelector('body[data-pending="0"]', { state: 'attached' });
 const total = (page: Page) => page.getByTestId('charged-total').textContent();
 const intended = (page: Page) => page.getByTestId('intended-total').textContent();
 const rows = (page: Page) => page.getByTestId('rows-count').textContent();
-const narration = async (page: Page) => ((await page.getByTestId('narration').textContent()) ?? '').trim();
-/** The request log's outcomes, in order (`data-outcome` on each row). */
-const outcomes = (page: Page) =>
-  page
-    .locator('[data-testid="request-log"] tbody tr')
-    .evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-outcome')));
 const logTexts = (page: Page) => page.locator('[data-testid="request-log"] tbody tr').allInnerTexts();
-/** The Intended and Actually charged boxes: whether each is marked as differing, and the callout (null when hidden). */
-const mismatch = async (page: Page) => [
-  await page.locator('#intended-stat').evaluate((el) => el.classList.contains('differs')),
-  await page.locator('#charged-stat').evaluate((el) => el.classList.contains('differs')),
-  (await page.getByTestId('charge-callout').isVisible())
-    ? await page.getByTestId('charge-callout').textContent()
-    : null,
-];
+/** A ledger row's id as the page abbreviates it. */
+const ROW = 'ch_[0-9a-f]{4}…[0-9a-f]{4}';
 /** The timeline's payments: for each, the outcomes of its attempts in order. */
 const threads = (page: Page) =>
   page
@@ -70,12 +57,8 @@ const layout = (page: Page) =>
     };
   });
 
-const SHOW_ME = [
-  'Show me a replay after a dropped connection',
-  'Show me a 409 while the first attempt runs',
-  'Show me a failed attempt retried',
-  'Show me a double charge without keys',
-] as const;
+const SHOW_ME = GUIDED;
+const [DOUBLE, REPLAY, IN_FLIGHT, FAILED] = SHOW_ME;
 
 describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
   const dir = tempDir();
@@ -83,7 +66,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
   let browser: Browser;
   beforeAll(async () => {
     await ensureBuilt();
-    server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db` });
+    server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LEASE_MS: '2000' });
     browser = await launch();
   });
   afterAll(async () => {
@@ -100,14 +83,28 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
   };
 
   describe.each(VIEWPORTS)('at $width×$height', (viewport) => {
-    it('shows the empty state first, read from the server, with the guided buttons and no accessibility violations', async () => {
+    it('shows the empty state first: what a key is above the fold, the guided buttons, no accessibility violations', async () => {
       const page = await open(viewport);
       expect(await page.title()).toBe('Idempotency-Key Retry Safety Lab · Idem');
       expect(await page.getByRole('heading', { level: 1 }).textContent()).toBe('Idempotency-Key Retry Safety Lab');
+      // Three lines on what a key is and who makes it, above the fold; the double charge is the first lesson.
+      const facts = page.getByRole('list', { name: 'What an idempotency key is' }).locator('li');
+      expect(await facts.evaluateAll((lis) => lis.map((li) => li.querySelector('strong')?.textContent))).toEqual([
+        'What:',
+        'Who:',
+        'Why:',
+      ]);
+      expect((await facts.last().boundingBox())!.y + (await facts.last().boundingBox())!.height).toBeLessThan(
+        viewport.height,
+      );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$0.00', '$0.00', '0']);
       expect(await narration(page)).toBe(
         'Nothing sent yet. Press one of the “Show me” buttons above, or Charge $500 below.',
       );
+      expect(await callout(page)).toEqual({
+        flag: 'none',
+        text: 'No payments yet. Each one’s Intended and Charged will be compared here, as the ledger reads them.',
+      });
       expect(await page.locator('#records-empty').textContent()).toBe(
         'empty — the first POST will atomically insert (key, hash, in_progress)',
       );
@@ -115,7 +112,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       for (const name of ['Charge $500', 'Retry', 'Race', 'Tamper', 'New key', 'Reset']) {
         expect(await page.getByRole('button', { name, exact: true }).count()).toBe(1);
       }
-      for (const name of ['Use idempotency keys', 'Flaky connection', 'Processor fails']) {
+      for (const name of ['Use idempotency keys', 'Auto-retry', 'Flaky connection', 'Processor fails']) {
         expect(await page.getByRole('checkbox', { name, exact: true }).count()).toBe(1);
       }
       expect(await page.getByRole('combobox', { name: 'Slow processor' }).inputValue()).toBe('300');
@@ -137,19 +134,21 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
 
     it('Show me a replay after a dropped connection: one click, the retry replays, $500.00 charged once', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: SHOW_ME[0] }).click();
+      await page.getByRole('button', { name: REPLAY }).click();
       await settled(page);
       expect(await outcomes(page)).toEqual(['dropped', 'replayed']);
-      expect(await narration(page)).toBe(
-        'The server charged $500.00 and committed, but the connection died before the answer reached you. Your retry with the same key got the stored 201 back, marked as a replay: charged once.',
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^The server charged \\$500\\.00 \\(${ROW}\\) and stored the 201 with the key, but the connection was cut before the answer reached you\\. Your retry with the same key got that stored 201 back, marked as a replay: charged once\\.$`,
+        ),
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
-      expect(await mismatch(page)).toEqual([false, false, null]);
+      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$500.00', 'once']]);
       // The dropped charge and its retry are one payment in the timeline, and the read-back shows what the server did.
       expect(await threads(page)).toEqual([['dropped', 'replayed']]);
-      expect(await page.getByTestId('timeline').getByTestId('read-back').locator('.step-text').textContent()).toBe(
-        'read back: succeeded 201',
-      );
+      expect(
+        await page.getByTestId('timeline').getByTestId('read-back').locator('.step-text').allTextContents(),
+      ).toEqual(['record: succeeded 201', 'record: succeeded 201']);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
       await screenshot(page, 'lab-show-replay', viewport);
       expect(page.errors).toEqual([]);
@@ -158,15 +157,17 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
 
     it('Show me a 409 while the first attempt runs: the retry gets 409, the first then charges once', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: SHOW_ME[1] }).click();
+      await page.getByRole('button', { name: IN_FLIGHT }).click();
       await settled(page);
-      expect(await outcomes(page)).toEqual(['executed', 'in-flight']);
-      expect(await narration(page)).toBe(
-        'Your retry arrived while the first attempt still held the key (its processor takes 1 s), so the server answered 409 with Retry-After 1 s instead of charging again. The first attempt then finished: $500.00 charged once.',
+      expect(await outcomes(page)).toEqual(['charged', 'in-flight']);
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^Your retry arrived while the first attempt still held the key \\(its processor takes 1 s\\), so the server answered 409 with Retry-After [12] s and ran nothing\\. The first attempt then finished: \\$500\\.00 charged once \\(${ROW}\\)\\.$`,
+        ),
       );
-      expect((await logTexts(page))[1]).toContain('409 in flight · Retry-After 1 s');
+      expect((await logTexts(page))[1]).toMatch(/409 in flight · Retry-After [12] s/);
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
-      expect(await threads(page)).toEqual([['executed', 'in-flight']]);
+      expect(await threads(page)).toEqual([['charged', 'in-flight']]);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 50000, count: 1 });
       await screenshot(page, 'lab-show-409', viewport);
       expect(page.errors).toEqual([]);
@@ -175,8 +176,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
 
     it('while a demo runs, the other demos and Reset wait: no narration from an older click, no demo sending to a new account', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: SHOW_ME[1] }).click(); // the 409 demo holds the key for 1 s
-      // A hostile review clicked Reset mid-flight: the old demo's sentence then contradicted the fresh $0.00 figures.
+      await page.getByRole('button', { name: IN_FLIGHT }).click(); // the 409 demo holds the key for 1 s
       const disabled = await page.evaluate(() => ({
         busy: document.body.getAttribute('aria-busy'),
         reset: document.querySelector<HTMLButtonElement>('#reset')?.disabled ?? null,
@@ -184,7 +184,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
           .filter((b) => b.textContent?.startsWith('Show me'))
           .map((b) => b.disabled),
       }));
-      expect(disabled).toEqual({ busy: 'true', reset: true, guides: [true, true, true, true] });
+      expect(disabled).toEqual({ busy: 'true', reset: true, guides: SHOW_ME.map(() => true) });
       await settled(page);
       expect(await page.evaluate(() => document.body.getAttribute('aria-busy'))).toBe('false');
       expect(await narration(page)).toMatch(/^Your retry arrived while the first attempt still held the key/);
@@ -194,40 +194,46 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
 
     it('Show me a failed attempt retried: 503 keeps the key retryable, the retry reclaims it and charges once', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: SHOW_ME[2] }).click();
+      await page.getByRole('button', { name: FAILED }).click();
       await settled(page);
-      expect(await outcomes(page)).toEqual(['processor-failed', 'executed']);
-      expect(await narration(page)).toBe(
-        'The processor failed, so the server answered 503 and marked the key failed but retryable. Your retry with the same key reclaimed it and charged $500.00: once.',
+      expect(await outcomes(page)).toEqual(['processor-failed', 'charged']);
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^The processor failed: the server answered 503 and marked the key failed but retryable, charging nothing\\. Your retry with the same key reclaimed it under the same record id and charged \\$500\\.00 \\(${ROW}\\): once\\.$`,
+        ),
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
       expect(await page.locator('[data-testid="records-table"] tbody tr').getAttribute('data-status')).toBe(
         'succeeded',
       );
-      expect(await page.getByTestId('timeline').locator('.o-executed .step-text').allTextContents()).toContain(
-        'claim: reclaimed the failed key',
+      expect(await page.getByTestId('timeline').locator('.o-charged .step-text').allTextContents()).toContain(
+        'claim: reclaimed the failed key, same id',
       );
       await screenshot(page, 'lab-show-failed', viewport);
       expect(page.errors).toEqual([]);
       await page.close();
     });
 
-    it('Show me a double charge without keys: $1,000.00 charged for $500.00 intended, both red, one line why', async () => {
+    it('Show me a double charge without keys: $1,000.00 charged for $500.00 meant, flagged on its payment', async () => {
       const page = await open(viewport);
-      await page.getByRole('button', { name: SHOW_ME[3] }).click();
+      await page.getByRole('button', { name: DOUBLE }).click();
       await settled(page);
-      expect(await outcomes(page)).toEqual(['dropped', 'executed']);
-      expect(await narration(page)).toBe(
-        'Without a key, the server could not tell your retry from a new payment: the dropped charge had already gone through, so the retry charged $500.00 a second time.',
+      expect(await outcomes(page)).toEqual(['dropped', 'charged']);
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^Without a key the server could not tell your retry from a new payment\\. The dropped request had charged \\$500\\.00 \\(${ROW}\\) before its answer was lost, and the retry charged \\$500\\.00 again \\(${ROW}\\): \\$1,000\\.00 for the \\$500\\.00 you meant\\.$`,
+        ),
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$1,000.00', '0']);
-      expect(await mismatch(page)).toEqual([
-        true,
-        true,
-        'Charged $500.00 more than you meant to pay: without a key, a repeated request ran the charge again.',
-      ]);
-      expect(await page.locator('#charged').evaluate((el) => getComputedStyle(el).color)).toBe('rgb(179, 38, 30)');
-      expect(await threads(page)).toEqual([['dropped', 'executed']]);
+      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$1,000.00', 'over']]);
+      expect(await callout(page)).toEqual({
+        flag: 'over',
+        text: 'Payment 1 was charged $1,000.00 (2 charges) for the $500.00 you meant: a double charge.',
+      });
+      expect(await page.locator('[data-payment="1"] .c-charged').evaluate((el) => getComputedStyle(el).color)).toBe(
+        'rgb(179, 38, 30)',
+      );
+      expect(await threads(page)).toEqual([['dropped', 'charged']]);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
       expect(await seriousViolations(page)).toEqual([]);
       await screenshot(page, 'lab-show-double', viewport);
@@ -240,27 +246,29 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.getByRole('checkbox', { name: 'Flaky connection' }).check();
       await page.getByRole('button', { name: 'Charge $500' }).click();
       await settled(page);
-      expect(await narration(page)).toBe(
-        'The server charged $500.00 and committed; the connection died before the answer reached you. Retry with the same key.',
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^The server charged \\$500\\.00 \\(${ROW}\\), then the connection was cut before the answer reached you\\. The key's record says succeeded 201: a retry with the same key gets that answer back\\.$`,
+        ),
       );
       expect([await intended(page), await total(page)]).toEqual(['$500.00', '$500.00']);
       await page.getByRole('button', { name: 'Retry' }).click();
       await settled(page);
       expect(await narration(page)).toBe(
-        'The key was already completed, so the server sent the stored 201 again, marked as a replay, and charged nothing. Still charged once.',
+        'The key was already completed, so the server sent the stored 201 again, marked as a replay, and ran nothing: no new charge.',
       );
       await page.getByRole('button', { name: 'Tamper' }).click();
       await settled(page);
       expect(await narration(page)).toBe(
-        'Same key, different body ($5,000.00): the server refused with 400 and ran nothing. A key belongs to one request.',
+        "Same key, different body ($5,000.00): the request's hash did not match the one stored with the key, so the server refused with 400 and ran nothing.",
       );
       expect(await outcomes(page)).toEqual(['dropped', 'replayed', 'mismatch']);
       // Outcome first, then its count: never "1 400 mismatch".
       expect(await page.getByTestId('attempts-detail').textContent()).toBe(
-        'connection dropped: 1 · replayed: 1 · 400 mismatch: 1',
+        'charged, answer dropped: 1 · 201 replayed: 1 · 400 mismatch: 1',
       );
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
-      expect(await mismatch(page)).toEqual([false, false, null]);
+      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$500.00', 'once']]);
       await page.getByRole('button', { name: 'New key' }).click();
       expect(await narration(page)).toMatch(
         /^New Idempotency-Key [0-9a-f]{8}…[0-9a-f]{4}: the next Charge \$500 is a new payment, and a Race on it shows 409s\.$/,
@@ -270,7 +278,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.close();
     });
 
-    it('Race with 5 on a fresh key: all five requests are sent in one tick before any redraw; one executes, four get 409', async () => {
+    it('Race with 5 on a fresh key: all five requests are sent in one tick before any redraw; one charges, four get 409', async () => {
       const page = await browser.page(viewport);
       // Records, for each POST /v1/charges, the synchronous run it was sent in and how many log rows were drawn then.
       await page.addInitScript(() => {
@@ -299,11 +307,13 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.getByRole('button', { name: 'Race' }).click();
       await settled(page);
       expect(await page.evaluate('window.sent')).toEqual(Array.from({ length: 5 }, () => ({ run: 0, drawn: 0 })));
-      expect(await outcomes(page)).toEqual(['executed', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
-      expect(await narration(page)).toBe(
-        '5 identical requests with one key left together: 1 ran the charge, 4 got 409 because the first still held the key. $500.00 charged once.',
+      expect(await outcomes(page)).toEqual(['charged', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
+      expect(await narration(page)).toMatch(
+        new RegExp(
+          `^5 identical requests with one key left together: 1 ran the charge \\(${ROW}\\), 4 got 409 while it held the key\\. The ledger holds 1 charge for this payment: \\$500\\.00\\.$`,
+        ),
       );
-      expect(await page.getByTestId('attempts-detail').textContent()).toBe('executed: 1 · 409 in flight: 4');
+      expect(await page.getByTestId('attempts-detail').textContent()).toBe('charged: 1 · 409 in flight: 4');
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$500.00', '$500.00', '1']);
       expect(await page.getByTestId('timeline').locator('.race-group .attempt').count()).toBe(5);
       expect(await page.locator('#race-strip .bar').count()).toBe(5);
@@ -313,7 +323,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.close();
     });
 
-    it('the timeline stays readable after a dozen attempts: no sideways scroll, nothing clipped, text ≥ 12 px', async () => {
+    it('the timeline stays readable after every guided run: no sideways scroll, nothing clipped, text ≥ 12 px', async () => {
       const page = await open(viewport);
       for (const name of SHOW_ME) {
         await page.getByRole('button', { name }).click();
@@ -324,11 +334,14 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await settled(page);
       // Payments in order; each charge with its retries, the race in one box of its own payment.
       expect(await threads(page)).toEqual([
+        ['dropped', 'charged'],
         ['dropped', 'replayed'],
-        ['executed', 'in-flight'],
-        ['processor-failed', 'executed'],
-        ['dropped', 'executed'],
-        ['executed', 'in-flight', 'in-flight', 'in-flight', 'in-flight'],
+        ['charged', 'in-flight'],
+        ['processor-failed', 'charged'],
+        ['charged', 'mismatch'],
+        ['declined', 'replayed'],
+        ['crashed', 'in-flight', 'charged'],
+        ['charged', 'in-flight', 'in-flight', 'in-flight', 'in-flight'],
       ]);
       const measured = await layout(page);
       expect(measured).toEqual({ pageWidth: viewport.width, timelineOverflow: 0, clipped: [], smallest: 12 });
@@ -339,16 +352,20 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       await page.close();
     });
 
-    it('keys off, Charge twice: two real charges, $1,000.00 meant and charged, and no idempotency rows', async () => {
+    it('keys off, Charge twice: two payments, each charged once, and no idempotency rows', async () => {
       const page = await open(viewport);
       await page.getByRole('checkbox', { name: 'Use idempotency keys' }).uncheck();
       await page.getByRole('button', { name: 'Charge $500' }).click();
       await settled(page);
       await page.getByRole('button', { name: 'Charge $500' }).click();
       await settled(page);
-      expect(await outcomes(page)).toEqual(['executed', 'executed']);
+      expect(await outcomes(page)).toEqual(['charged', 'charged']);
       expect([await intended(page), await total(page), await rows(page)]).toEqual(['$1,000.00', '$1,000.00', '0']);
-      expect(await mismatch(page)).toEqual([false, false, null]);
+      expect(await paymentRows(page)).toEqual([
+        ['1', '$500.00', '$500.00', 'once'],
+        ['2', '$500.00', '$500.00', 'once'],
+      ]);
+      expect((await callout(page)).flag).toBe('ok');
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
       expect(await page.getByRole('button', { name: 'Tamper' }).isDisabled()).toBe(true);
       await screenshot(page, 'lab-keys-off', viewport);
@@ -357,41 +374,40 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     });
   });
 
-  it('Processor fails, never retried: $500.00 intended, $0.00 charged, and the callout says to retry', async () => {
-    const viewport = VIEWPORTS[0];
-    const page = await open(viewport);
+  it('Processor fails, never retried: $500.00 meant, $0.00 charged, and the flag line says to retry', async () => {
+    const page = await open(VIEWPORTS[0]);
     await page.getByRole('checkbox', { name: 'Processor fails' }).check();
     await page.getByRole('button', { name: 'Charge $500' }).click();
     await settled(page);
     expect(await narration(page)).toBe(
-      'The processor failed, so the server answered 503 and marked the key failed but retryable. Retry with the same key to run the charge again.',
+      'The processor failed: the server answered 503 and marked the key failed but retryable. Nothing was charged; a retry with the same key runs the charge again.',
     );
     expect([await intended(page), await total(page)]).toEqual(['$500.00', '$0.00']);
-    expect(await mismatch(page)).toEqual([
-      true,
-      true,
-      '$500.00 you meant to pay has not been charged yet: its attempt failed. Press Retry.',
-    ]);
+    expect(await callout(page)).toEqual({
+      flag: 'unpaid',
+      text: 'Payment 1: meant, but nothing charged yet. Retry with the same key to charge once.',
+    });
     await page.getByRole('checkbox', { name: 'Processor fails' }).uncheck();
     await page.getByRole('button', { name: 'Retry' }).click();
     await settled(page);
-    expect(await outcomes(page)).toEqual(['processor-failed', 'executed']);
-    expect(await narration(page)).toBe(
-      "The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged $500.00: once.",
+    expect(await outcomes(page)).toEqual(['processor-failed', 'charged']);
+    expect(await narration(page)).toMatch(
+      new RegExp(
+        `^The key's last attempt had failed and was marked retryable, so this retry reclaimed the key under the same record id and charged \\$500\\.00 \\(${ROW}\\)\\.$`,
+      ),
     );
-    expect(await mismatch(page)).toEqual([false, false, null]);
+    expect((await callout(page)).flag).toBe('ok');
     await page.close();
   });
 
   it('works from the keyboard: Tab to Charge $500, Enter charges; Reset starts a fresh account', async () => {
-    const viewport = VIEWPORTS[0];
-    const page = await open(viewport);
+    const page = await open(VIEWPORTS[0]);
     const focused = () => page.evaluate('document.activeElement && document.activeElement.textContent');
-    for (let i = 0; i < 15 && (await focused()) !== 'Charge $500'; i++) await page.keyboard.press('Tab');
+    for (let i = 0; i < 20 && (await focused()) !== 'Charge $500'; i++) await page.keyboard.press('Tab');
     expect(await focused()).toBe('Charge $500');
     await page.keyboard.press('Enter');
     await settled(page);
-    expect(await outcomes(page)).toEqual(['executed']);
+    expect(await outcomes(page)).toEqual(['charged']);
     expect(await total(page)).toBe('$500.00');
     const before = await page.locator('#account').textContent();
 
@@ -402,11 +418,11 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
     await until(() => total(page), '$0.00');
     expect([await intended(page), await rows(page), await outcomes(page)]).toEqual(['$0.00', '0', []]);
     expect(await narration(page)).toMatch(
-      /^Reset: deleted 1 charge and moved to a fresh sandbox account, acct_lab_[a-z0-9]{16}\. Nothing is charged and no key is stored\.$/,
+      /^Reset: deleted 1 charge and moved to a fresh sandbox account, acct_lab_[a-z0-9]{16}, with no charges, records or history\.$/,
     );
     expect(await page.locator('#account').textContent()).not.toBe(before);
     expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 0, count: 0 });
-    await screenshot(page, 'lab-keyboard-reset', viewport);
+    await screenshot(page, 'lab-keyboard-reset', VIEWPORTS[0]);
     await page.close();
   });
 });

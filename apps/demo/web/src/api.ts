@@ -1,6 +1,9 @@
 /**
  * @module The demo API as the pages use it: the session's lab sandbox key, and typed reads of the real endpoints.
  */
+import type { LabEntry } from '../../src/lab-journal.js';
+
+export type { LabClaim, LabEntry, LabFaults, LabRecord, LabWork } from '../../src/lab-journal.js';
 
 const STORAGE_KEY = 'idem-lab-api-key';
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
@@ -140,4 +143,12 @@ export interface Charge {
 export interface List<T> {
   readonly object: 'list';
   readonly data: readonly T[];
+}
+
+/** `GET /v1/lab/history`: what the server did with each request this sandbox account sent, and its charges. */
+export interface LabHistory {
+  readonly object: 'lab_history';
+  readonly entries: readonly LabEntry[];
+  /** The account's charges, newest first (status `failed` for a declined card: no money moved). */
+  readonly charges: readonly Charge[];
 }

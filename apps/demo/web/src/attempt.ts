@@ -1,103 +1,138 @@
 /**
- * @module One observed request from the lab page, and how its answer is classified.
+ * @module One request from the lab page: what the browser sent and saw, joined with the server's own account of it
+ * (`GET /v1/lab/history`), and the outcome the page shows, read from that account first.
  */
+import type { LabEntry, LabFaults } from './api.js';
 
-/** What happened to an attempt, as the browser observed it. */
+/** What happened to a request, as the server's history tells it (or the browser, while there is none to read). */
 export type Outcome =
+  /** Sent by this page; no answer yet. */
   | 'pending'
-  | 'executed'
+  /** The server is still working on it (sent before this page loaded, or from another tab). */
+  | 'running'
+  | 'charged'
   | 'replayed'
   | 'in-flight'
   | 'mismatch'
+  /** The work committed; the connection was cut before the answer. */
   | 'dropped'
+  /** The attempt died after calling the processor: no completion, no answer. */
+  | 'crashed'
   | 'processor-failed'
   | 'declined'
-  | 'error';
-
-/** Which control sent it. */
-export type Source = 'Charge' | 'Retry' | 'Race' | 'Tamper';
-
-/** The faults and delay a request asks the lab server for (`Idem-Lab-*` headers). */
-export interface Faults {
-  readonly drop: boolean;
-  readonly fail: boolean;
-  readonly delayMs: number;
-}
+  /** An answer the lab does not expect (a 5xx from the store, say). */
+  | 'error'
+  /** No answer, and the server's history could not be read: nothing is known. */
+  | 'unknown';
 
 export interface Attempt {
-  /** 1-based, in sending order. */
-  readonly n: number;
-  readonly source: Source;
+  /** The page's id for the request (`Idem-Lab-Request`); the history finds it by this. */
+  readonly request: string;
+  /** The control that sent it: Charge, Retry, Race, Tamper, Auto-retry, or a guided run's step. */
+  readonly control: string;
+  /** The payment the person meant: a charge and its retries share it. */
+  readonly payment: string;
+  /** Requests sent together by one Race share it. */
+  readonly group: string | null;
   /** The Idempotency-Key sent, or null when keys are off. */
   readonly key: string | null;
   readonly amount: number;
-  /**
-   * The payment the person meant: attempts that retry one payment share it (one key, or a keyless charge and its
-   * retries). What they meant to pay is the first amount of each intent.
-   */
-  readonly intent: number;
-  readonly faults: Faults;
-  /** Attempts sent together by one Race share a group number. */
-  readonly group: number | null;
-  /** Epoch ms when the request was sent. */
-  sentAt: number;
-  outcome: Outcome;
-  status: number | null;
-  latencyMs: number | null;
-  /** The problem `type` of an error answer. */
-  problemType: string | null;
-  retryAfter: string | null;
-  chargeId: string | null;
-  /** An earlier attempt with this key ended in a retryable failure: this one, if it executed, reclaimed the key. */
-  reclaim: boolean;
-  /** For a dropped attempt: the key's record as read back afterwards (`GET /v1/idempotency_records`). */
-  readBack: { readonly status: string; readonly responseStatus: number | null } | null;
+  readonly source: string;
+  readonly faults: LabFaults;
+  /** Epoch ms when it was sent (or, from the history, received). */
+  readonly sentAt: number;
+  /** What this browser saw: null for a request this page did not send (another tab, an earlier load). */
+  seen: { status: number | null; retryAfter: string | null; latencyMs: number | null; answered: boolean } | null;
+  /** The server's account, once read back. */
+  entry: LabEntry | null;
 }
 
-export const MISMATCH_TYPE = 'urn:idem:problem:idempotency-key-reused';
+/** An attempt known only from the server's history. */
+export function fromEntry(entry: LabEntry): Attempt {
+  return {
+    request: entry.request,
+    control: entry.control,
+    payment: entry.payment ?? `request ${entry.request}`,
+    group: entry.group,
+    key: entry.key,
+    amount: entry.amount,
+    source: entry.source,
+    faults: entry.faults,
+    sentAt: entry.at,
+    seen: null,
+    entry,
+  };
+}
 
 /**
- * Classifies an answer: `Idempotent-Replayed: true` → replayed; 409 → in flight; the key-reused problem →
- * mismatch; 2xx → executed; 503 → the processor failed; 402 → declined.
+ * The outcome, from the server's history when it has the request, else from what the browser saw.
  *
  * @example
- * classify(409, null, 'urn:idem:problem:idempotency-key-in-use') // → 'in-flight'
+ * outcome(attempt) // → 'replayed'
  */
-export function classify(status: number, replayed: string | null, problemType: string | null): Outcome {
-  if (replayed === 'true') return 'replayed';
-  if (status === 409) return 'in-flight';
-  if (problemType === MISMATCH_TYPE) return 'mismatch';
-  if (status >= 200 && status < 300) return 'executed';
-  if (status === 503) return 'processor-failed';
-  if (status === 402) return 'declined';
+export function outcome(a: Attempt): Outcome {
+  const e = a.entry;
+  if (e === null || e.state === 'running') {
+    if (a.seen === null) return e === null ? 'unknown' : 'running';
+    if (a.seen.latencyMs === null) return 'pending';
+    return e === null ? 'unknown' : 'running';
+  }
+  if (e.work === 'crashed') return 'crashed';
+  if (e.faults.drop && e.answer === null) return e.work === null ? 'error' : 'dropped';
+  if (e.claim === 'replayed') return 'replayed';
+  if (e.claim === 'in-flight') return 'in-flight';
+  if (e.claim === 'mismatch') return 'mismatch';
+  if (e.work === 'processor-failed') return 'processor-failed';
+  if (e.work === 'declined') return 'declined';
+  if (e.work === 'charged') return 'charged';
   return 'error';
 }
 
 /**
- * The request log's words for an outcome.
+ * The request log's words for an outcome: short, and true of what the server reported.
  *
  * @example
- * describeOutcome({ outcome: 'in-flight', status: 409 }) // → '409 in flight'
+ * describeOutcome(attempt) // → '409 in flight'
  */
-export function describeOutcome(attempt: Pick<Attempt, 'outcome' | 'status'>): string {
-  switch (attempt.outcome) {
+export function describeOutcome(a: Attempt): string {
+  const e = a.entry;
+  switch (outcome(a)) {
     case 'pending':
       return 'waiting…';
-    case 'executed':
-      return 'executed';
+    case 'running':
+      return 'running on the server';
+    case 'charged':
+      return e?.claim === 'taken-over'
+        ? 'took over, charged'
+        : e?.claim === 'reclaimed'
+          ? 'reclaimed, charged'
+          : 'charged';
     case 'replayed':
-      return 'replayed';
+      return `${e?.answer?.status ?? ''} replayed`.trim();
     case 'in-flight':
       return '409 in flight';
     case 'mismatch':
-      return `${attempt.status ?? 400} mismatch`;
+      return `${e?.answer?.status ?? 400} mismatch`;
     case 'dropped':
-      return 'connection dropped';
+      return e?.charge?.status === 'succeeded' ? 'charged, answer dropped' : 'answer dropped';
+    case 'crashed':
+      return 'crashed mid-charge';
     case 'processor-failed':
-      return 'processor failed (retryable)';
+      return '503 processor failed';
     case 'declined':
-      return 'card declined (final)';
+      return `${e?.answer?.status ?? 402} declined`;
     case 'error':
-      return `error ${attempt.status ?? ''}`.trim();
+      return `error ${e?.status ?? a.seen?.status ?? ''}`.trim();
+    case 'unknown':
+      return a.seen?.answered ? `${a.seen.status ?? ''} (not read back)`.trim() : 'no answer, unknown';
   }
 }
+
+/** True when the server has the request and is done with it (or nothing more will be learnt from this page). */
+export const settled = (a: Attempt): boolean => {
+  const o = outcome(a);
+  return o !== 'pending' && o !== 'running';
+};
+
+/** How long the request took: as this browser measured it, else as the server did. Null while it runs. */
+export const latencyOf = (a: Attempt): number | null => a.seen?.latencyMs ?? a.entry?.ms ?? null;

@@ -1,79 +1,211 @@
 /**
- * @module What just happened, in one or two plain sentences: the lab's narration after each control.
+ * @module What just happened, in plain sentences, each one a reading: it says only what the server's history, its
+ * records and its ledger report for the requests a control sent, and each sentence carries its claims (charged,
+ * not charged, replayed, refused, in progress, unknown) for the tests to check against the ledger and the records.
  */
 import type { Attempt } from './attempt.js';
-import { dollars, plural } from './format.js';
+import { describeOutcome, outcome } from './attempt.js';
+import { abbreviate, clock, dollars, plural } from './format.js';
+import type { Payment } from './history.js';
 
 /**
- * One attempt, told from the person's side. `earlier` are the attempts sent before it (to know whether a keyless
- * retry charged a payment a second time).
+ * One claim a sentence makes about one request: `charged` — it left ledger row `charge`; `not-charged` — it moved no
+ * money; `replayed` — it got the stored answer and ran nothing; `refused` — it was refused and ran nothing;
+ * `in-progress` — the key's record was in_progress; `unknown` — the page does not know.
+ */
+export interface Claim {
+  readonly request: string;
+  readonly kind: 'charged' | 'not-charged' | 'replayed' | 'refused' | 'in-progress' | 'unknown';
+  readonly key: string | null;
+  readonly charge: string | null;
+}
+
+/** Sentences and the claims they make. */
+export interface Told {
+  readonly text: string;
+  readonly claims: readonly Claim[];
+}
+
+const row = (id: string): string => abbreviate(id, 7, 4);
+const claim = (a: Attempt, kind: Claim['kind'], charge: string | null = null): Claim => ({
+  request: a.request,
+  kind,
+  key: a.key,
+  charge,
+});
+
+/** Whether an earlier request of the same payment had already left this ledger row. */
+const earlierRow = (a: Attempt, payment: Payment | undefined, id: string): boolean =>
+  (payment?.attempts ?? []).some((b) => b !== a && b.sentAt <= a.sentAt && b.entry?.charge?.id === id);
+
+function charged(a: Attempt, payment: Payment | undefined): Told {
+  const e = a.entry;
+  const amount = dollars(a.amount);
+  const id = e?.charge?.status === 'succeeded' ? e.charge.id : null;
+  if (id === null) {
+    return {
+      text: `The server answered ${e?.status ?? ''}, but the ledger read back has no charge from it: nothing was charged.`,
+      claims: [claim(a, 'not-charged')],
+    };
+  }
+  if (e?.claim === 'taken-over') {
+    const same = earlierRow(a, payment, id);
+    return {
+      text: `The first attempt's lease had lapsed with its record still in progress, so this retry took the key over under the same record id (${abbreviate(e.recordId ?? '', 8, 4)}) and passed it to the processor as its key. ${
+        same
+          ? `The processor already had a charge for that id and returned it (${row(id)}): no second charge.`
+          : `It charged ${amount} (${row(id)}): the crashed attempt had committed nothing, so this is the one charge.`
+      }`,
+      claims: [claim(a, same ? 'not-charged' : 'charged', id)],
+    };
+  }
+  const count = payment?.charges.length ?? 1;
+  let text: string;
+  if (a.key === null && count > 1 && payment)
+    text = `Without a key the server cannot tell a retry from a new payment, so it charged ${amount} again (${row(id)}): ${dollars(payment.charged)} charged for the ${dollars(payment.intended)} you meant.`;
+  else if (a.key === null)
+    text = `The server charged ${amount} (${row(id)}) and answered ${e?.status ?? 201}. No key was sent, so nothing stops a retry from charging again.`;
+  else if (e?.claim === 'reclaimed')
+    text = `The key's last attempt had failed and was marked retryable, so this retry reclaimed the key under the same record id and charged ${amount} (${row(id)}).`;
+  else
+    text = `The server claimed the key, charged ${amount} (${row(id)}) and stored the ${e?.status ?? 201} with it. A retry with the same key gets this answer back, with no second charge.`;
+  return { text, claims: [claim(a, 'charged', id)] };
+}
+
+function cut(a: Attempt, crashed: boolean): Told {
+  const e = a.entry;
+  const id = e?.charge?.status === 'succeeded' ? e.charge.id : null;
+  const money: Claim = claim(a, id ? 'charged' : 'not-charged', id);
+  if (!crashed) {
+    const what = id ? `The server charged ${dollars(a.amount)} (${row(id)})` : 'The server charged nothing';
+    const after = a.key === null ? 'Without a key, a retry will be a second charge.' : retryWill(a);
+    return { text: `${what}, then the connection was cut before the answer reached you. ${after}`, claims: [money] };
+  }
+  const lease =
+    e?.record?.status === 'in_progress' ? ` until its lease lapses at ${clock(e.record.leaseExpiresAt)}` : '';
+  return {
+    text: `The attempt claimed the key (record ${abbreviate(e?.recordId ?? '', 8, 4)}), called the processor and crashed before completing: no answer, no renewal. ${
+      id
+        ? `The processor had charged ${dollars(a.amount)} under that record id (${row(id)}).`
+        : 'Its charge was to commit with the record, so nothing reached the ledger.'
+    } The record stays in_progress${lease}; a retry before then gets 409.`,
+    claims: [money, ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : [])],
+  };
+}
+
+/** What a retry with the key will meet, from the record read back after the request. */
+function retryWill(a: Attempt): string {
+  const r = a.entry?.record;
+  if (!r) return 'The key has no record: a retry with it runs as new.';
+  const said = `The key's record says ${r.status}${r.responseStatus ? ` ${r.responseStatus}` : ''}`;
+  if (r.status === 'succeeded') return `${said}: a retry with the same key gets that answer back.`;
+  if (r.status === 'in_progress') return `${said}: a retry gets 409 until it is settled.`;
+  return r.retryable
+    ? `${said}, retryable: a retry with the same key runs the charge again.`
+    : `${said}, final: a retry with the same key gets the same answer back.`;
+}
+
+/**
+ * One request, told from the server's account of it.
  *
  * @example
- * narrateOne(attempt, attempts.slice(0, attempt.n - 1))
+ * tellOne(attempt, paymentOf(attempt)).text
  */
-export function narrateOne(a: Attempt, earlier: readonly Attempt[]): string {
+export function tellOne(a: Attempt, payment?: Payment): Told {
+  const e = a.entry;
   const amount = dollars(a.amount);
-  const keyless = a.key === null;
-  const chargedBefore = earlier.some(
-    (e) => e.intent === a.intent && (e.outcome === 'executed' || e.outcome === 'dropped'),
-  );
-  switch (a.outcome) {
+  switch (outcome(a)) {
     case 'pending':
-      return 'Waiting for the answer…';
-    case 'executed':
-      if (keyless && chargedBefore) {
-        return `Without a key the server cannot tell a retry from a new payment, so it charged ${amount} again. You meant to pay once.`;
-      }
-      if (keyless)
-        return `The server charged ${amount} and answered ${a.status ?? 201}. No key was sent, so nothing would stop a retry from charging again.`;
-      if (a.reclaim)
-        return `The key's last attempt had failed and was marked retryable, so this retry reclaimed the key and charged ${amount}: once.`;
-      return `The server claimed the key, charged ${amount} and answered ${a.status ?? 201}. Retry with the same key and you get this same answer back, with no second charge.`;
+    case 'running':
+      return { text: 'Still running on the server…', claims: [] };
+    case 'charged':
+      return charged(a, payment);
     case 'dropped':
-      if (keyless) {
-        return `The server charged ${amount} and committed; the connection died before the answer reached you. Without a key, a retry will be a second charge.`;
-      }
-      return `The server charged ${amount} and committed; the connection died before the answer reached you. Retry with the same key.`;
+      return cut(a, false);
+    case 'crashed':
+      return cut(a, true);
     case 'replayed':
-      return `The key was already completed, so the server sent the stored ${a.status ?? 201} again, marked as a replay, and charged nothing. Still charged once.`;
+      return {
+        text:
+          e?.answer?.status === 402
+            ? "The key's record holds a final failure, so the server sent the stored 402 again, marked as a replay, and ran nothing: the card is not retried and nothing is charged."
+            : `The key was already completed, so the server sent the stored ${e?.answer?.status ?? 201} again, marked as a replay, and ran nothing: no new charge.`,
+        claims: [claim(a, 'replayed')],
+      };
     case 'in-flight':
-      return `The first attempt still held the key, so the server answered 409${a.retryAfter ? ` (Retry-After ${a.retryAfter} s)` : ''} instead of starting a second charge. Retry once it has finished to get its answer.`;
+      return {
+        text: `The key's record was in_progress (another attempt held it), so the server answered 409${e?.answer?.retryAfter ? ` with Retry-After ${e.answer.retryAfter} s` : ''} and ran nothing.`,
+        claims: [claim(a, 'refused')],
+      };
     case 'mismatch':
-      return `Same key, different body (${amount}): the server refused with ${a.status ?? 400} and ran nothing. A key belongs to one request.`;
+      return {
+        text: `Same key, different body (${amount}): the request's hash did not match the one stored with the key, so the server refused with ${e?.answer?.status ?? 400} and ran nothing.`,
+        claims: [claim(a, 'refused')],
+      };
     case 'processor-failed':
-      return keyless
-        ? 'The processor failed and the server answered 503; nothing was charged. Without a key, the server keeps no record of it.'
-        : 'The processor failed, so the server answered 503 and marked the key failed but retryable. Retry with the same key to run the charge again.';
+      return {
+        text:
+          a.key === null
+            ? 'The processor failed and the server answered 503: nothing was charged, and without a key no record was kept.'
+            : 'The processor failed: the server answered 503 and marked the key failed but retryable. Nothing was charged; a retry with the same key runs the charge again.',
+        claims: [claim(a, 'not-charged')],
+      };
     case 'declined':
-      return 'The card was declined (402). That is a final answer: a retry with this key gets the same refusal.';
+      return {
+        text: `The card was declined: the server answered 402 and stored it with the key as a final failure. The ledger keeps a failed row${e?.charge ? ` (${row(e.charge.id)})` : ''}; no money moved.`,
+        claims: [claim(a, 'not-charged')],
+      };
     case 'error':
-      return `The request failed (${a.status ?? 'no answer'}).`;
+      return {
+        text: `The server answered ${e?.status ?? 'an error'} and the ledger shows ${e?.charge ? `row ${row(e.charge.id)}` : 'no charge'} from it.`,
+        claims: [claim(a, e?.charge?.status === 'succeeded' ? 'charged' : 'not-charged', e?.charge?.id ?? null)],
+      };
+    case 'unknown':
+      return {
+        text: a.seen?.answered
+          ? `The server answered ${a.seen.status ?? ''}, but its history, records and ledger could not be read back, so this page claims nothing about what was charged.`
+          : 'No answer, and the server could not be reached to read back what happened. This page does not know whether anything was charged, and claims nothing.',
+        claims: [claim(a, 'unknown')],
+      };
   }
 }
 
 /**
- * A race of identical requests, told as one event.
+ * A control's requests, told as one event: one request; a request and the client's automatic retries; or a race.
  *
  * @example
- * narrateRace(raceAttempts)
+ * tell(sent, paymentOf)
  */
-export function narrateRace(race: readonly Attempt[]): string {
-  const n = race.length;
-  const count = (outcome: Attempt['outcome']) => race.filter((a) => a.outcome === outcome).length;
-  const executed = count('executed');
-  const amount = dollars(race[0]?.amount ?? 0);
-  if (race[0]?.key === null) {
-    return `${n} identical requests without a key: each one ran, so ${plural(executed, 'charge')} of ${amount} went through for one payment.`;
-  }
-  const inFlight = count('in-flight');
-  const replayed = count('replayed');
-  if (executed === 0 && replayed === n) {
-    return `All ${n} found the key already completed, so each got the stored answer back and nothing was charged. To see 409s, race a fresh key: press New key, then Race.`;
-  }
+export function tell(sent: readonly Attempt[], paymentOf: (a: Attempt) => Payment | undefined): Told {
+  const last = sent.at(-1);
+  if (last === undefined) return { text: 'Nothing was sent.', claims: [] };
+  const claims = sent.flatMap((a) => tellOne(a, paymentOf(a)).claims);
+  if (sent.length === 1) return tellOne(last, paymentOf(last));
+  if (sent.some((a) => a.group !== null)) return { text: raceText(sent, paymentOf(last)), claims };
+  // The client's retries: the steps, the attempt that moved money (if it was not the last), then the last.
+  const steps = sent.map(describeOutcome).join(' → ');
+  const moved = sent.find((a) => a !== last && tellOne(a).claims.some((c) => c.kind === 'charged'));
+  const middle = moved ? ` ${tellOne(moved, paymentOf(moved)).text}` : '';
+  return {
+    text: `Auto-retry sent ${plural(sent.length, 'attempt')} (${steps}).${middle} Last: ${tellOne(last, paymentOf(last)).text}`,
+    claims,
+  };
+}
+
+function raceText(race: readonly Attempt[], payment: Payment | undefined): string {
+  const count = (o: ReturnType<typeof outcome>) => race.filter((a) => outcome(a) === o).length;
+  const rows = race.flatMap((a) => (a.entry?.charge?.status === 'succeeded' ? [row(a.entry.charge.id)] : []));
+  const ran = rows.length;
+  const firsts = race.filter((a) => a.control !== 'Auto-retry').length;
+  const money = payment
+    ? `The ledger holds ${plural(payment.charges.length, 'charge')} for this payment: ${dollars(payment.charged)}.`
+    : '';
+  if (race[0]?.key === null)
+    return `${firsts} identical requests without a key left together: each one ran, so ${plural(ran, 'request')} charged (${rows.join(', ')}). ${money}`;
   const parts = [
-    executed ? `${executed} ran the charge` : '',
-    inFlight ? `${inFlight} got 409 because the first still held the key` : '',
-    replayed ? `${replayed} arrived after it finished and got the replay` : '',
+    ran ? `${ran} ran the charge (${rows.join(', ')})` : '',
+    count('in-flight') ? `${count('in-flight')} got 409 while it held the key` : '',
+    count('replayed') ? `${count('replayed')} got the stored answer back` : '',
   ].filter(Boolean);
-  return `${n} identical requests with one key left together: ${parts.join(', ')}. ${executed === 1 ? `${amount} charged once.` : ''}`.trim();
+  return `${firsts} identical requests with one key left together${race.length > firsts ? ` (${race.length} with the client's retries)` : ''}: ${parts.join(', ')}. ${money}`;
 }

@@ -1,12 +1,13 @@
 /**
- * @module The lab's timeline: each observed attempt as a card of steps across three lanes (client, server, store),
- * grouped by payment so a charge and its retries stay together. Cards wrap: side by side on a wide screen, one under
- * another on a phone. The client's times are measured in the browser; the server's and the store's steps follow from
- * each answer (its status and `Idempotent-Replayed`) and, for a dropped connection, from the record read back.
+ * @module The lab's timeline: each request as a card of steps across three lanes (client, server, store), grouped by
+ * payment so a charge and its retries stay together. Cards wrap: side by side on a wide screen, one under another on
+ * a phone. Every server and store step is the server's own account of the request (`GET /v1/lab/history`): how the
+ * key was claimed, what the work did, the ledger row and the record read back once it was done.
  */
-import { describeOutcome, type Attempt } from './attempt.js';
-import { abbreviate, dollars } from './format.js';
+import { describeOutcome, latencyOf, outcome, type Attempt } from './attempt.js';
+import { abbreviate, clock, dollars } from './format.js';
 import { h, s } from './dom.js';
+import type { Payment } from './history.js';
 
 /** About how many attempts are drawn: the newest payments, whole, up to this many attempts (the log keeps all). */
 export const TIMELINE_MAX = 20;
@@ -21,117 +22,126 @@ interface Step {
   readonly testid?: string;
 }
 
-/** What the store did on the attempt's claim. */
+/** How the store met the claim, as the server's history reports it. */
 function claimStep(a: Attempt): Step {
+  const e = a.entry;
   if (a.key === null) return { lane: 'store', text: 'no key: nothing is checked', tone: 'muted' };
-  switch (a.outcome) {
-    case 'executed':
-    case 'processor-failed':
-    case 'declined':
-    case 'dropped':
-      return { lane: 'store', text: a.reclaim ? 'claim: reclaimed the failed key' : 'claim: inserted in_progress' };
+  switch (e?.state === 'done' ? e.claim : null) {
+    case 'fresh':
+      return { lane: 'store', text: 'claim: inserted in_progress' };
+    case 'reclaimed':
+      return { lane: 'store', text: 'claim: reclaimed the failed key, same id' };
+    case 'taken-over':
+      return { lane: 'store', text: 'claim: took over the lapsed lease, same id', tone: 'warn' };
     case 'replayed':
-      return { lane: 'store', text: 'claim refused: key completed' };
+      return { lane: 'store', text: `claim refused: key ${e?.before?.status ?? 'completed'}`, tone: 'info' };
     case 'in-flight':
       return { lane: 'store', text: 'claim refused: key in_progress', tone: 'warn' };
     case 'mismatch':
       return { lane: 'store', text: 'claim refused: hash differs', tone: 'violet' };
-    case 'pending':
+    case 'refused':
+      return { lane: 'store', text: `refused: ${e?.status ?? ''}`, tone: 'bad' };
+    default:
       return { lane: 'store', text: 'claim…', tone: 'muted' };
-    case 'error':
-      return { lane: 'store', text: 'claim: unknown', tone: 'muted' };
   }
 }
 
-/** Did the work (the charge) run on this attempt? */
-const worked = (a: Attempt): boolean =>
-  a.outcome === 'executed' ||
-  a.outcome === 'dropped' ||
-  a.outcome === 'processor-failed' ||
-  a.outcome === 'declined' ||
-  (a.outcome === 'pending' && a.key === null);
+/** What the work did, and what the ledger holds from it (read back). */
+function workSteps(a: Attempt): Step[] {
+  const e = a.entry;
+  if (!e?.work) return [];
+  const delay = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
+  const ref = e.recordId ? `, ref ${abbreviate(e.recordId, 8, 4)}` : '';
+  const work: Record<NonNullable<typeof e.work>, Step> = {
+    charged: { lane: 'server', text: `charges ${dollars(a.amount)}${delay}${ref}`, tone: 'good' },
+    declined: { lane: 'server', text: `card declined${delay}`, tone: 'bad' },
+    'processor-failed': { lane: 'server', text: `processor fails 503${delay}`, tone: 'bad' },
+    crashed: { lane: 'server', text: `calls the processor${ref}, then crashes`, tone: 'bad' },
+  };
+  const ledger: Step = e.charge
+    ? { lane: 'store', text: `ledger: ${abbreviate(e.charge.id, 7, 4)} ${e.charge.status}`, tone: 'good' }
+    : { lane: 'store', text: 'ledger: no row', tone: 'muted' };
+  return [work[e.work], ledger];
+}
+
+/** The key's record once the request was done (read back). */
+function recordStep(a: Attempt): Step[] {
+  const r = a.entry?.state === 'done' ? a.entry.record : null;
+  if (!r) return [];
+  const text =
+    r.status === 'in_progress'
+      ? `record: in_progress, lease until ${clock(r.leaseExpiresAt)}`
+      : `record: ${r.status}${r.retryable === null ? '' : r.retryable ? ' retryable' : ' final'} ${r.responseStatus ?? ''}`.trim();
+  return [{ lane: 'store', text, tone: r.status === 'in_progress' ? 'warn' : 'good', testid: 'read-back' }];
+}
+
+/** What reached the client. */
+function answerStep(a: Attempt): Step {
+  const o = outcome(a);
+  const status = a.entry?.answer?.status ?? a.seen?.status ?? '';
+  const retryAfter = a.entry?.answer?.retryAfter;
+  switch (o) {
+    case 'pending':
+    case 'running':
+      return { lane: 'client', text: 'waiting…', tone: 'muted' };
+    case 'dropped':
+    case 'crashed':
+      return { lane: 'client', text: '✕ no answer: the connection was cut', tone: 'bad' };
+    case 'unknown':
+      return { lane: 'client', text: '✕ no answer, nothing read back: unknown', tone: 'muted' };
+    case 'charged':
+      return { lane: 'client', text: `← ${status} charged`, tone: 'good' };
+    case 'replayed':
+      return { lane: 'client', text: `← ${status} replayed, not charged`, tone: 'info' };
+    case 'in-flight':
+      return {
+        lane: 'client',
+        text: `← 409 in flight${retryAfter ? `, Retry-After ${retryAfter} s` : ''}`,
+        tone: 'warn',
+      };
+    case 'mismatch':
+      return { lane: 'client', text: `← ${status} mismatch`, tone: 'violet' };
+    case 'processor-failed':
+      return { lane: 'client', text: `← ${status} retryable`, tone: 'bad' };
+    case 'declined':
+      return { lane: 'client', text: `← ${status} declined, final`, tone: 'bad' };
+    case 'error':
+      return { lane: 'client', text: `← error ${status}`, tone: 'bad' };
+  }
+}
 
 function steps(a: Attempt): Step[] {
-  const out: Step[] = [
-    { lane: 'client', text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}` },
+  const faults = [a.faults.drop ? 'flaky' : '', a.faults.crash ? 'crash' : ''].filter(Boolean).join(', ');
+  return [
+    {
+      lane: 'client',
+      text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}${faults ? ` (${faults})` : ''}`,
+    },
     claimStep(a),
+    ...workSteps(a),
+    ...recordStep(a),
+    answerStep(a),
   ];
-  if (worked(a)) {
-    const work = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
-    if (a.outcome === 'processor-failed') out.push({ lane: 'server', text: `processor fails${work}`, tone: 'bad' });
-    else if (a.outcome === 'pending') out.push({ lane: 'server', text: `charging${work}…` });
-    else out.push({ lane: 'server', text: `charges ${dollars(a.amount)}${work}`, tone: 'good' });
-    if (a.outcome !== 'pending') {
-      const commit =
-        a.key === null
-          ? a.outcome === 'processor-failed'
-            ? 'ledger: no charge'
-            : 'ledger: +1 charge'
-          : a.outcome === 'processor-failed'
-            ? 'commit: failed, retryable'
-            : a.outcome === 'declined'
-              ? 'commit: failed, final'
-              : 'commit: succeeded';
-      out.push({ lane: 'store', text: commit });
-    }
-  }
-  switch (a.outcome) {
-    case 'pending':
-      out.push({ lane: 'client', text: 'waiting…', tone: 'muted' });
-      break;
-    case 'dropped':
-      out.push({ lane: 'client', text: '✕ no answer: the connection died', tone: 'bad' });
-      if (a.readBack) {
-        out.push({
-          lane: 'store',
-          text: `read back: ${a.readBack.status}${a.readBack.responseStatus ? ` ${a.readBack.responseStatus}` : ''}`,
-          tone: 'good',
-          testid: 'read-back',
-        });
-      }
-      break;
-    case 'executed':
-      out.push({ lane: 'client', text: `← ${a.status ?? ''} charged`, tone: 'good' });
-      break;
-    case 'replayed':
-      out.push({ lane: 'client', text: `← ${a.status ?? ''} replayed, not charged`, tone: 'info' });
-      break;
-    case 'in-flight':
-      out.push({
-        lane: 'client',
-        text: `← 409 in flight${a.retryAfter ? `, Retry-After ${a.retryAfter} s` : ''}`,
-        tone: 'warn',
-      });
-      break;
-    case 'mismatch':
-      out.push({ lane: 'client', text: `← ${a.status ?? 400} mismatch`, tone: 'violet' });
-      break;
-    case 'processor-failed':
-      out.push({ lane: 'client', text: `← ${a.status ?? 503} retryable`, tone: 'bad' });
-      break;
-    case 'declined':
-      out.push({ lane: 'client', text: `← ${a.status ?? 402} declined`, tone: 'bad' });
-      break;
-    case 'error':
-      out.push({ lane: 'client', text: `← error ${a.status ?? ''}`, tone: 'bad' });
-      break;
-  }
-  return out;
 }
 
-function card(a: Attempt): HTMLElement {
+/** Each request's number in the request log (1-based, in the order the server received them). */
+export type Numbering = (a: Attempt) => number;
+
+function card(a: Attempt, n: Numbering): HTMLElement {
+  const o = outcome(a);
+  const latency = latencyOf(a);
   return h(
     'li',
-    { class: `attempt o-${a.outcome}`, 'data-n': a.n, 'data-outcome': a.outcome },
+    { class: `attempt o-${o}`, 'data-n': n(a), 'data-outcome': o },
     h(
       'p',
       { class: 'attempt-head' },
-      h('strong', {}, `#${a.n} ${a.source}`),
-      h('span', { class: 'attempt-latency' }, a.latencyMs === null ? 'in flight' : `${a.latencyMs} ms`),
+      h('strong', {}, `#${n(a)} ${a.control}`),
+      h('span', { class: 'attempt-latency' }, latency === null ? 'in flight' : `${latency} ms`),
     ),
     h(
       'ol',
-      { class: 'steps', 'aria-label': `#${a.n} ${a.source}: ${describeOutcome(a)}` },
+      { class: 'steps', 'aria-label': `#${n(a)} ${a.control}: ${describeOutcome(a)}` },
       ...steps(a).map((step) =>
         h(
           'li',
@@ -147,77 +157,72 @@ function card(a: Attempt): HTMLElement {
   );
 }
 
-/** Attempts of one payment, in order; a race's attempts as one block inside it. */
-interface Thread {
-  readonly intent: number;
-  readonly key: string | null;
-  readonly attempts: Attempt[];
+/** A payment's cards, a race's requests as one block inside it. */
+function blocks(attempts: readonly Attempt[], n: Numbering): HTMLElement[] {
+  const out: HTMLElement[] = [];
+  for (let i = 0; i < attempts.length;) {
+    const a = attempts[i] as Attempt;
+    if (a.group === null) {
+      out.push(card(a, n));
+      i++;
+      continue;
+    }
+    let j = i;
+    while (j < attempts.length && attempts[j]?.group === a.group) j++;
+    const race = attempts.slice(i, j);
+    i = j;
+    out.push(
+      h(
+        'li',
+        { class: 'race-group', 'data-group': a.group },
+        h(
+          'p',
+          { class: 'group-label' },
+          `Race ×${race.filter((r) => r.control !== 'Auto-retry').length}: sent in one tick`,
+        ),
+        h('ol', { class: 'race-cards' }, ...race.map((r) => card(r, n))),
+      ),
+    );
+  }
+  return out;
 }
 
 /**
- * Draws the newest payments, one box each with all its attempts. Returns an element sized to its container (no
+ * Draws the newest payments, one box each with all its requests. Returns an element sized to its container (no
  * sideways scroll).
  *
  * @example
- * container.replaceChildren(drawTimeline(attempts))
+ * container.replaceChildren(drawTimeline(payments().list, numbering))
  */
-export function drawTimeline(all: readonly Attempt[]): HTMLElement {
+export function drawTimeline(all: readonly Payment[], n: Numbering): HTMLElement {
   if (all.length === 0) return h('p', { class: 'empty' }, 'No attempts yet.');
-  const every: Thread[] = [];
-  for (const a of all) {
-    const thread = every.find((t) => t.intent === a.intent);
-    if (thread) thread.attempts.push(a);
-    else every.push({ intent: a.intent, key: a.key, attempts: [a] });
-  }
   // Whole payments only, newest first, so a charge is never shown without its retries (or a retry without its charge).
-  const threads: Thread[] = [];
+  const shown: Payment[] = [];
   let drawn = 0;
-  for (const thread of [...every].sort((x, y) => (y.attempts.at(-1)?.n ?? 0) - (x.attempts.at(-1)?.n ?? 0))) {
-    if (threads.length > 0 && drawn + thread.attempts.length > TIMELINE_MAX) break;
-    threads.unshift(thread);
-    drawn += thread.attempts.length;
+  for (const payment of [...all].reverse()) {
+    if (shown.length > 0 && drawn + payment.attempts.length > TIMELINE_MAX) break;
+    shown.unshift(payment);
+    drawn += payment.attempts.length;
   }
-  threads.sort((x, y) => (x.attempts[0]?.n ?? 0) - (y.attempts[0]?.n ?? 0));
-  const hidden = every.length - threads.length;
+  const hidden = all.length - shown.length;
   const list = h(
     'ol',
     { class: 'threads' },
-    ...threads.map((thread) => {
-      const blocks: HTMLElement[] = [];
-      for (let i = 0; i < thread.attempts.length;) {
-        const a = thread.attempts[i] as Attempt;
-        if (a.group === null) {
-          blocks.push(card(a));
-          i++;
-          continue;
-        }
-        const race = thread.attempts
-          .slice(i)
-          .filter((x, j, rest) => x.group === a.group && rest.slice(0, j).every((y) => y.group === a.group));
-        i += race.length;
-        blocks.push(
-          h(
-            'li',
-            { class: 'race-group', 'data-group': a.group },
-            h('p', { class: 'group-label' }, `Race ×${race.length}: sent in one tick`),
-            h('ol', { class: 'race-cards' }, ...race.map(card)),
-          ),
-        );
-      }
-      return h(
+    ...shown.map((payment) =>
+      h(
         'li',
-        { class: 'thread', 'data-intent': thread.intent },
+        { class: 'thread', 'data-payment': payment.n },
         h(
           'p',
           { class: 'thread-head' },
-          `Payment ${thread.intent} · `,
-          thread.key === null
+          `Payment ${payment.n} · `,
+          payment.key === null
             ? h('span', {}, 'no key')
-            : h('code', { title: thread.key }, abbreviate(thread.key, 8, 4)),
+            : h('code', { title: payment.key }, abbreviate(payment.key, 8, 4)),
         ),
-        h('ol', { class: 'cards' }, ...blocks),
-      );
-    }),
+        h('ol', { class: 'cards' }, ...blocks(payment.attempts, n)),
+      ),
+    ),
   );
   if (hidden === 0) return list;
   return h(
@@ -229,21 +234,21 @@ export function drawTimeline(all: readonly Attempt[]): HTMLElement {
 }
 
 /**
- * The last race's requests on one time axis, as measured in the browser: when each was sent and when it was
- * answered. The timeline groups them; this shows that they overlapped. Null when there was no race.
+ * The last race's requests on one time axis: when each was sent and how long it took. The timeline groups them;
+ * this shows that they overlapped. Null when there was no race.
  *
  * @example
- * const chart = drawRaceStrip(attempts, container.clientWidth)
+ * const chart = drawRaceStrip(attempts, container.clientWidth, numbering)
  */
-export function drawRaceStrip(all: readonly Attempt[], width: number): SVGSVGElement | null {
+export function drawRaceStrip(all: readonly Attempt[], width: number, n: Numbering): SVGSVGElement | null {
   const last = all.findLast((a) => a.group !== null)?.group;
   if (last === undefined || last === null) return null;
   const race = all.filter((a) => a.group === last);
   const now = Date.now();
+  const took = (a: Attempt) => latencyOf(a) ?? now - a.sentAt;
   const start = Math.min(...race.map((a) => a.sentAt));
   const spread = Math.max(...race.map((a) => a.sentAt)) - start;
-  const end = Math.max(...race.map((a) => a.sentAt + (a.latencyMs ?? now - a.sentAt)));
-  const span = Math.max(end - start, 1);
+  const span = Math.max(Math.max(...race.map((a) => a.sentAt + took(a))) - start, 1);
   const left = 40;
   const labelWidth = 150;
   const scale = Math.max(width - left - labelWidth, 40) / span;
@@ -267,11 +272,12 @@ export function drawRaceStrip(all: readonly Attempt[], width: number): SVGSVGEle
   race.forEach((a, i) => {
     const top = 26 + i * STRIP_ROW;
     const x = left + (a.sentAt - start) * scale;
-    const length = Math.max(3, (a.latencyMs ?? now - a.sentAt) * scale);
-    const label = a.latencyMs === null ? '…' : `${a.latencyMs} ms · ${describeOutcome(a)}`;
+    const length = Math.max(3, took(a) * scale);
+    const latency = latencyOf(a);
+    const label = latency === null ? '…' : `${latency} ms · ${describeOutcome(a)}`;
     svg.append(
-      s('text', { x: 4, y: top + 13, class: 'foot' }, `#${a.n}`),
-      s('rect', { x, y: top + 2, width: length, height: STRIP_ROW - 6, rx: 2, class: `bar o-${a.outcome}` }),
+      s('text', { x: 4, y: top + 13, class: 'foot' }, `#${n(a)}`),
+      s('rect', { x, y: top + 2, width: length, height: STRIP_ROW - 6, rx: 2, class: `bar o-${outcome(a)}` }),
       s('text', { x: Math.min(x + length + 6, width - labelWidth + 6), y: top + 13, class: 'foot' }, label),
     );
   });
