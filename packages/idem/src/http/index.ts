@@ -13,6 +13,7 @@ export type {
   IdempotencyOptions,
   IdempotentFetch,
   IdempotentHandler,
+  ServeOptions,
 } from './middleware.js';
 export { problem, problemFor } from './problem.js';
 export type { ProblemInit, ProblemSlug } from './problem.js';

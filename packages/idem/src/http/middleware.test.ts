@@ -213,3 +213,20 @@ describe('the handler context of a keyed request', () => {
     expect(seen).toEqual([true, true, true, true, true, true, true, true, true, true, true, true]);
   });
 });
+
+describe('the first answer is the one replayed', () => {
+  it('a reason phrase (statusText) is not kept: a replay has none to give, so the first answer has none either', async () => {
+    const handle = idempotency({ store: memoryStore(), ttlMs: DAY, scope: 'single-tenant' })(
+      () => new Response('{"id":"ch_1"}', { status: 201, statusText: 'Charged' }),
+    );
+    const first = await handle(charge('r1'));
+    const retry = await handle(charge('r1'));
+    expect([first.status, first.statusText, retry.status, retry.statusText, await retry.text()]).toEqual([
+      201,
+      '',
+      201,
+      '',
+      await first.text(),
+    ]);
+  });
+});

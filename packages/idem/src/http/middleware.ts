@@ -2,123 +2,22 @@
  * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
  * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import {
-  createEngine,
-  type Engine,
-  type EngineOptions,
-  type Lease,
-  type OutcomeKind,
-  type RunRequest,
-  type WorkContext,
-} from '../core/engine.js';
-import { selectFields, type FieldRule } from '../core/fields.js';
+import { createEngine, type Engine, type Lease, type OutcomeKind, type RunRequest } from '../core/engine.js';
+import { selectFields } from '../core/fields.js';
 import { runLocal, type LocalWorkResult } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
-import { fingerprint, isJsonType, utf8Length } from '../core/fingerprint.js';
+import { fingerprint, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
+import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
 import { problem, problemFor } from './problem.js';
-import {
-  BodyTooLargeError,
-  DEFAULT_REPLAY_HEADERS,
-  readBytes,
-  replayResponse,
-  storableHeaders,
-  bodyFor,
-} from './replay.js';
+import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, replayResponse } from './replay.js';
+import { responseSize, responseTooLarge, storedResponse } from './stored.js';
+import { serveWeb } from './web.js';
 
-/** What the handler may declare about its outcome, beyond the response itself. */
-export interface Declaration<Tx> {
-  /** Override the classification by status code. */
-  readonly outcome?: OutcomeKind;
-  /** What the work produced, e.g. the charge id; shown in the record. */
-  readonly resultId?: string;
-  /** Writes committed in the same transaction as the record's completion (SQL stores). Keyed requests only. */
-  readonly effects?: (tx: Tx) => unknown;
-}
-
-/** The handler's view of the request's idempotency. */
-export interface HandlerContext<Tx> extends WorkContext {
-  /** False when the request carries no key (or its method is not protected): the work runs unguarded. */
-  readonly protected: boolean;
-  /** Declare the outcome, result id or transactional effects before returning the response. */
-  declare(declaration: Declaration<Tx>): void;
-  /**
-   * On a `local` route: the transaction that holds the claim (a pg client inside `BEGIN`). Write through it only;
-   * its writes commit with the record, or roll back with it. Undefined on other routes.
-   */
-  readonly tx?: Tx;
-}
-
-export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<Tx>) => Response | Promise<Response>;
-
-/**
- * Options of the Web layer and of every adapter. `Req` is the request type the callbacks receive: a Web
- * `Request` here, the framework's own request (or context) in an adapter.
- */
-export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx> {
-  /**
-   * The tenant a request belongs to (the authenticated account): two scopes never share a key, so one tenant's
-   * key can neither replay another's response nor reveal that it exists. Required: a service with one tenant
-   * says so with `'single-tenant'` (every request shares one scope).
-   */
-  readonly scope: ((request: Req) => string | Promise<string>) | 'single-tenant';
-  /** Reject keyless requests with 400 `idempotency-key-missing`. A function decides per request. Default false. */
-  readonly required?: boolean | ((request: Req) => boolean);
-  /** Methods the layer protects; others pass straight through. Default `POST`, `PATCH`. */
-  readonly methods?: readonly string[];
-  /** Request headers that take part in the fingerprint. Default none. */
-  readonly fingerprintHeaders?: readonly string[];
-  /**
-   * The JSON body fields (dotted paths into objects) that take part in the fingerprint: `{ include: [...] }` keeps
-   * only those, `{ exclude: [...] }` leaves those out (a client timestamp, a trace id). Members are chosen as raw
-   * text, so numbers keep every digit. Other bodies are fingerprinted whole. Default: the whole body.
-   */
-  readonly fingerprintFields?: FieldRule;
-  /**
-   * Replaces the fingerprint's body part: return the text that stands for the request's payload (hashed with the
-   * method, path, query and `fingerprintHeaders`). Runs on every keyed request; keep it linear in the body.
-   */
-  readonly fingerprintBody?: (body: Uint8Array, request: Req) => string | Promise<string>;
-  /** The request header that carries the key. Default `Idempotency-Key`. */
-  readonly keyHeader?: string;
-  /** Reads the key from the request instead of a header; `null`/`undefined` means the request has none. */
-  readonly key?: (request: Req) => string | null | undefined | Promise<string | null | undefined>;
-  /** This request's record lifetime, in ms (more than `leaseMs`); `undefined` keeps `ttlMs`. */
-  readonly ttlFor?: (request: Req) => number | undefined;
-  /**
-   * Chooses the outcome of a status the handler answered, before the default classification (2xx/3xx succeed,
-   * deterministic 4xx are final, the rest retryable). Return `'release'` to save nothing, as Stripe does for a
-   * request that failed validation: the client can fix its payload and retry with the same key.
-   *
-   * @example
-   * classify: (status) => (status === 400 || status === 422 ? 'release' : undefined)
-   */
-  readonly classify?: (status: number, request: Req) => OutcomeKind | undefined;
-  /** Status for a reused key with another payload: 400 (Stripe) or 422 (IETF draft). Default 400. */
-  readonly mismatchStatus?: 400 | 422;
-  /** Response headers stored and replayed. Default {@link DEFAULT_REPLAY_HEADERS}. */
-  readonly replayHeaders?: readonly string[];
-  /** Largest request body accepted, in bytes. Default 1 MiB. */
-  readonly maxBodyBytes?: number;
-  /**
-   * Largest response stored, in bytes. A larger one is answered and recorded as the final 500
-   * `response-too-large` problem. Default 1 MiB, or less where the store declares a smaller `maxResponseBytes`
-   * (body plus header names and values; DynamoDB's item limit).
-   */
-  readonly maxResponseBytes?: number;
-  /** Called with errors the handler threw (answered as a 500 problem). Default `console.error`. */
-  readonly onError?: (error: unknown, request: Req) => void;
-  /**
-   * Database-local work, opt-in per route: the claim, the handler's writes (through `context.tx`) and the record's
-   * completion run in ONE transaction with one commit; a concurrent duplicate waits on the key's row, then replays.
-   * Safe only when every write of the handler goes to the store's own database through `tx` and it calls nothing
-   * outside it (no processor, no HTTP call, no message): a rollback undoes the writes, never an outside call. A
-   * retryable answer (5xx, 408, 429) or a throw rolls everything back and frees the key. Needs a store whose
-   * transactions can wait for the handler (PostgreSQL); see docs/STORES.md. Default false.
-   */
-  readonly local?: boolean;
-}
+export type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
+export { responseTooLarge, storedProblem, storedResponse } from './stored.js';
+export { serveWeb, type ServeOptions } from './web.js';
 
 /** A handler wrapped by {@link idempotency}, and the engine it runs on. */
 export interface IdempotentFetch {
@@ -556,124 +455,6 @@ const PLAIN_PATH = /^\/(?:[A-Za-z0-9_~-]+(?:\/[A-Za-z0-9_~-]*)*)?$/;
 function target(url: string): { pathname: string; search: string } {
   if (PLAIN_PATH.test(url)) return { pathname: url, search: '' };
   return new URL(url, 'http://idem.invalid');
-}
-
-/**
- * What a stored response weighs against a store's limit: its body bytes plus its headers as the stores encode
- * them (a JSON list of pairs, in UTF-8), framing and escapes included.
- */
-function responseSize({ body, headers }: StoredResponse): number {
-  if (headers.length === 0) return body.byteLength;
-  // `[["name","value"],…]` without building it: each pair is its two strings and 7 bytes of framing, plus the
-  // brackets and commas. Exact when no character needs escaping or more than one UTF-8 byte; else the long way.
-  let size = headers.length + 1;
-  for (const [name, value] of headers) {
-    if (!PLAIN_JSON.test(name) || !PLAIN_JSON.test(value)) return body.byteLength + utf8Length(JSON.stringify(headers));
-    size += name.length + value.length + 7;
-  }
-  return body.byteLength + size;
-}
-
-/** Printable ASCII but `"` and `\`: JSON.stringify writes it as it is, one byte a character. */
-const PLAIN_JSON = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
-
-/**
- * What is stored (and answered) instead of a response too large to store: a final 500 problem.
- *
- * @example
- * const stored = await responseTooLarge(new BodyTooLargeError(1_048_576))
- */
-export function responseTooLarge(error: BodyTooLargeError): Promise<StoredResponse> {
-  return storedProblem('response-too-large', 'Response too large to store', error.message);
-}
-
-/**
- * A 500 problem as a stored response: what is recorded, final, when the work ran but its own response cannot be
- * (too large; written around the adapter). The key then answers this problem and never runs its work again.
- *
- * @example
- * await lease.complete({ response: await storedProblem('response-not-recorded', 'Response not recorded', detail), outcome: 'failed-final' })
- */
-export async function storedProblem(slug: string, title: string, detail: string): Promise<StoredResponse> {
-  const response = problem({ status: 500, slug, title, detail });
-  return {
-    status: response.status,
-    headers: storableHeaders(response.headers, ['content-type']),
-    body: new Uint8Array(await response.arrayBuffer()),
-  };
-}
-
-/**
- * A Web `Response` for a stored response (without the replay marker): what the first attempt answers when
- * the stored copy replaced the handler's own response.
- *
- * @example
- * return storedResponse(await responseTooLarge(error))
- */
-export function storedResponse({ status, headers, body }: StoredResponse): Response {
-  return new Response(bodyFor(status, body), { status, headers: new Headers(headers as Array<[string, string]>) });
-}
-
-/**
- * Runs a Web-standard handler behind the gate: the Web layer's engine room, shared with the Hono adapter.
- * The fingerprint reads a clone of the body, so the handler gets the request itself — its own class (a
- * `NextRequest` stays one), fields and unread body. The response is buffered and recorded before it is answered.
- *
- * @example
- * const response = await serveWeb(gate, request, request, handler)
- */
-export async function serveWeb<Tx, Req>(
-  gate: Gate<Tx, Req>,
-  native: Req,
-  request: Request,
-  handler: IdempotentHandler<Tx>,
-  readBody: (limit: number) => Promise<Uint8Array> = (limit) => readBytes(request.clone().body, limit),
-): Promise<Response> {
-  try {
-    const admission = await gate.admit({
-      native,
-      method: request.method,
-      url: request.url,
-      header: (name) => request.headers.get(name),
-      body: readBody,
-    });
-    if (admission.kind === 'answer') return admission.response;
-    if (admission.kind === 'pass') return await handler(request, admission.context);
-
-    let response: Response;
-    try {
-      response = await handler(request, admission.context);
-    } catch (error) {
-      // The work threw: nothing was promised to the client, so the next attempt may run it again.
-      await admission.fail();
-      // A handler that honoured `signal` threw because the lease was lost: answer that (409), not a 500.
-      const { signal } = admission.context;
-      throw signal.aborted && isIdempotencyError(signal.reason) ? signal.reason : error;
-    }
-    let bytes: Uint8Array;
-    try {
-      bytes = await readBytes(response.body, gate.maxResponseBytes);
-    } catch (error) {
-      if (!(error instanceof BodyTooLargeError)) {
-        await admission.fail();
-        throw error;
-      }
-      const stored = await responseTooLarge(error);
-      return (await admission.complete(stored, 'failed-final')) ?? storedResponse(stored);
-    }
-    const { status } = response;
-    const stored: StoredResponse = {
-      status,
-      headers: storableHeaders(response.headers, gate.replayHeaders),
-      body: bytes,
-    };
-    // The first attempt's own answer keeps every header (e.g. Set-Cookie); only the stored copy is filtered.
-    return (
-      (await admission.complete(stored)) ?? new Response(bodyFor(status, bytes), { status, headers: response.headers })
-    );
-  } catch (error) {
-    return gate.answerFor(error, native);
-  }
 }
 
 /**

@@ -201,18 +201,30 @@ export class BodyTooLargeError extends Error {
 }
 
 /**
- * Reads a body stream to bytes, stopping (and cancelling the stream) as soon as it exceeds `limit`.
+ * Reads a body stream to bytes, stopping (and cancelling the stream) as soon as it exceeds `limit`, or as soon as
+ * `until` rejects (with its reason).
  *
  * @example
  * const body = await readBytes(request.body, 1_048_576)
  */
-export async function readBytes(stream: ReadableStream<Uint8Array> | null, limit: number): Promise<Uint8Array> {
+export async function readBytes(
+  stream: ReadableStream<Uint8Array> | null,
+  limit: number,
+  until?: Promise<never>,
+): Promise<Uint8Array> {
   if (!stream) return new Uint8Array(0);
   const reader = stream.getReader();
   const chunks: Uint8Array[] = [];
   let size = 0;
   for (;;) {
-    const { done, value } = await reader.read();
+    let read: ReadableStreamReadResult<Uint8Array>;
+    try {
+      read = await (until ? Promise.race([reader.read(), until]) : reader.read());
+    } catch (error) {
+      if (until) reader.cancel().catch(() => undefined);
+      throw error;
+    }
+    const { done, value } = read;
     if (done) break;
     size += value.byteLength;
     if (size > limit) {

@@ -5,6 +5,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
+import { countedWork, signal } from '../../http/counted.test-kit.js';
 import { memoryStore } from '../../stores/memory/index.js';
 import { idempotency } from './index.js';
 
@@ -12,32 +13,6 @@ const apps: FastifyInstance[] = [];
 afterEach(async () => {
   for (const app of apps.splice(0)) await app.close();
 });
-
-function signal<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
-  let resolve!: (value: T) => void;
-  const promise = new Promise<T>((r) => (resolve = r));
-  return { promise, resolve };
-}
-
-/** The work: counted, with the most that ran at once; `hold` keeps the first run going until it is released. */
-function work(hold: Promise<void>) {
-  const seen = { runs: 0, running: 0, most: 0, reclaimed: [] as boolean[] };
-  const started = signal();
-  const run = async (reclaimed: boolean) => {
-    seen.runs++;
-    seen.running++;
-    seen.most = Math.max(seen.most, seen.running);
-    seen.reclaimed.push(reclaimed);
-    started.resolve();
-    try {
-      if (seen.runs === 1) await hold;
-    } finally {
-      seen.running--;
-    }
-    return { id: `ch_${seen.runs}` };
-  };
-  return { seen, started: started.promise, run };
-}
 
 async function served(options: { connectionTimeout?: number; leaseMs?: number; maxHoldMs?: number }) {
   const store = memoryStore();
@@ -67,7 +42,7 @@ describe('idem/fastify: an onTimeout hook answers while the handler runs', () =>
   it('the key stays held (409) until the handler settles, then ends as answered: retryable, run once at a time', async () => {
     const { app, post, record, engine } = await served({ connectionTimeout: 150 });
     const release = signal();
-    const { seen, started, run } = work(release.promise);
+    const { seen, started, run } = countedWork(release.promise);
     const timedOut = signal();
     app.addHook('onTimeout', async (_request, reply) => {
       timedOut.resolve();
@@ -101,7 +76,7 @@ describe('idem/fastify: an onTimeout hook answers while the handler runs', () =>
 describe('idem/fastify: a handler that never answers', () => {
   it('holds its key at most maxHoldMs: its signal aborts, the client gets 409, the key ends failed and retryable', async () => {
     const { app, post, record, engine } = await served({ leaseMs: 300, maxHoldMs: 400 });
-    const { seen, started, run } = work(new Promise<void>(() => {}));
+    const { seen, started, run } = countedWork(new Promise<void>(() => {}));
     const signals: AbortSignal[] = [];
     app.post('/charges', async (request, reply) => {
       signals.push(request.idempotency?.signal as AbortSignal);

@@ -43,6 +43,7 @@ export function idempotency<Tx = never>(
         return c.res;
       },
       (limit) => bodyOf(c, limit),
+      { answeredEarly: (response) => timedOut(c, response) },
     );
     // Cleared first so Hono does not merge the handler's headers into an answer that replaced its response.
     c.res = undefined;
@@ -60,4 +61,13 @@ async function bodyOf(c: Context, limit: number): Promise<Uint8Array> {
   const bytes = new Uint8Array(await c.req.arrayBuffer());
   if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
   return bytes;
+}
+
+/**
+ * A timeout answered for the handler, which may still be running: Hono's error handler wrote the answer to a
+ * thrown 408 or 504 (`timeout()` from `hono/timeout` throws a 504 `HTTPException` while the handler's promise goes
+ * on). Mounted inside the adapter, the middleware hides that promise from it.
+ */
+function timedOut(c: Context, response: Response): boolean {
+  return c.error !== undefined && (response.status === 408 || response.status === 504);
 }
