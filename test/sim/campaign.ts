@@ -218,16 +218,21 @@ export interface Detection {
   /** The most seeds a campaign starting anywhere in the range runs before its first failure (to the range's end). */
   readonly worstSeedsToDetection: number;
   readonly byInvariant: Readonly<Record<string, number>>;
+  /** Seeds of the range on which the real code breaks an invariant too: not counted for the defect either way. */
+  readonly excluded: number;
 }
 
 /**
- * How quickly each planted defect is found: every seed of the range is run against it.
+ * How quickly each planted defect is found: every seed of the range is run against it. A seed on which the real
+ * code breaks an invariant too is left out: what it shows is not the defect's doing.
  *
  * @example
  * for (const d of await detection(['unfenced-renew'], 1, 1000)) console.log(d.firstSeed, d.worstSeedsToDetection)
  */
 export async function detection(defects: readonly DefectName[], from: number, seeds: number): Promise<Detection[]> {
   const out: Detection[] = [];
+  const excluded = new Set<number>();
+  for (let seed = from; seed < from + seeds; seed++) if ((await simulate(seed)).violation) excluded.add(seed);
   for (const defect of defects) {
     const byInvariant: Record<string, number> = {};
     let firstSeed: number | undefined;
@@ -235,6 +240,7 @@ export async function detection(defects: readonly DefectName[], from: number, se
     let worst = 0;
     let failing = 0;
     for (let seed = from; seed < from + seeds; seed++) {
+      if (excluded.has(seed)) continue;
       const result = await simulate(seed, { defect });
       if (!result.violation) continue;
       failing++;
@@ -244,7 +250,7 @@ export async function detection(defects: readonly DefectName[], from: number, se
       last = seed;
     }
     worst = Math.max(worst, from + seeds - last);
-    out.push({ defect, firstSeed, failing, seeds, worstSeedsToDetection: worst, byInvariant });
+    out.push({ defect, firstSeed, failing, seeds, worstSeedsToDetection: worst, byInvariant, excluded: excluded.size });
   }
   return out;
 }

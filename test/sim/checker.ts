@@ -53,7 +53,13 @@ export type InvariantName =
    */
   | 'ttl-takeover'
   /** The engine answered with a fresh (not replayed) response whose completion was never committed to the record. */
-  | 'answer-without-record';
+  | 'answer-without-record'
+  /** Two handlers of one key ran at once, both with a live signal (test/sim/time.ts says which pairs are excused). */
+  | 'concurrent-work'
+  /** A lease was still renewed `maxHoldMs` plus one lease after its work began. */
+  | 'key-held-forever'
+  /** The engine's own part of a request outlasted every store timeout it may wait for. */
+  | 'request-hung';
 
 export interface Violation {
   readonly invariant: InvariantName;

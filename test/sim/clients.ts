@@ -3,7 +3,8 @@
  * it through its engine (or refuses it, or holds it while frozen); the client retries on its own while its
  * budget lasts, after a timeout, a lost answer, a reset connection, a 409 or a 503.
  */
-import { isIdempotencyError, recordPk, type StoredResponse } from 'idem';
+import { isIdempotencyError, recordPk, type RunResult, type StoredResponse } from 'idem';
+import { serve, type Mishap } from './binding.js';
 import { isFinal } from './checker.js';
 import type { ChargeHandler } from './handler.js';
 import type { Scenario } from './scenario.js';
@@ -73,13 +74,30 @@ export class Clients {
     if (held) sim.log(() => `${inc.label} wakes and picks up ${attempt.label}`);
     this.requests++;
     inc.inflight.set(attempt.label, attempt);
+    sim.time.requestAccepted(inc, attempt.label, sim.now);
     const request = { scope: plan.scope, key: plan.key, fingerprint: attempt.fingerprint };
-    const running = current.run(attempt, () =>
-      inc.engine.run(request, (ctx) => this.#handler.run(inc, attempt, pk, ctx)),
+    const mishap = this.#mishap(attempt);
+    const running: Promise<RunResult | undefined> = current.run(attempt, () =>
+      mishap
+        ? serve(sim, inc, attempt, request, pk, this.#handler, mishap, {
+            early: (status) => {
+              inc.inflight.delete(attempt.label);
+              sim.log(() => `client ${attempt.label} gets ${status} from a timeout middleware`);
+              this.sees(attempt, { kind: 'early', status });
+            },
+            gone: () => {
+              inc.inflight.delete(attempt.label);
+              this.sees(attempt, { kind: 'nothing' }, 'leaves while the answer streams');
+            },
+          })
+        : inc.engine.run(request, (ctx) => this.#handler.run(inc, attempt, pk, ctx)),
     );
     void running.then(
       (result) => {
         if (!inc.alive) return;
+        sim.time.requestDone(attempt.label);
+        if (result === undefined)
+          return sim.log(() => `${inc.label} is done with ${attempt.label} (its answer left early)`);
         inc.inflight.delete(attempt.label);
         sim.log(
           () => `${inc.label} answers ${attempt.label}: ${result.replayed ? 'replay ' : ''}${preview(result.response)}`,
@@ -93,6 +111,7 @@ export class Clients {
       },
       (error: unknown) => {
         if (!inc.alive) return;
+        sim.time.requestDone(attempt.label);
         inc.inflight.delete(attempt.label);
         if (isIdempotencyError(error)) {
           sim.log(() => `${inc.label} refuses ${attempt.label}: ${error.code}`);
@@ -103,6 +122,28 @@ export class Clients {
         }
       },
     );
+  }
+
+  /**
+   * What goes wrong with this request at the binding (drawn as it arrives): a timeout middleware's early answer,
+   * a client that leaves while the answer streams. Undefined: neither, and the engine's own `run` serves it.
+   */
+  #mishap(attempt: Attempt): Mishap | undefined {
+    const lease = this.#sim.scenario.leaseMs;
+    const early = this.#sim.fault('early-answer', attempt);
+    const gone = this.#sim.fault('client-gone', attempt);
+    if (early === undefined && gone === undefined) return undefined;
+    const { rng } = attempt;
+    const afterMs = rng.int(Math.floor(lease / 4), 2 * lease);
+    const stallMs = afterMs + rng.int(1, 2 * lease);
+    const streamMs = rng.int(1, 2 * lease);
+    if (early !== undefined) attempt.stallUntil = this.#sim.now + stallMs;
+    return {
+      ...(early === undefined ? {} : { early: { id: early, afterMs, stallMs } }),
+      ...(gone === undefined
+        ? {}
+        : { gone: { id: gone, streamMs, leaveMs: rng.int(0, streamMs - 1), stuck: rng.chance(0.5) } }),
+    };
   }
 
   /**

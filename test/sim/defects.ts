@@ -18,8 +18,30 @@
  * - `renewal-never-started`: no renewal reaches the store.
  * - `effects-with-retryable`: the work's effects commit with a retryable outcome.
  * - `success-without-record`: a refused completion is reported as written, so the engine answers anyway.
+ *
+ * In how the engine or its binding keeps time (each removes one guard of docs/DESIGN.md: Lease):
+ * - `renewals-chained-without-timeout`: a lease's renewal is not sent until the previous one has answered, so a
+ *   renewal that never answers holds back every later one (the engine still gives each up on its own clock).
+ * - `no-local-deadline`: the holder counts a renewal as confirmed when it sends it, so it never reaches its own
+ *   deadline; it stops only when the store refuses a renewal.
+ * - `early-answer-records-retryable`: when a timeout middleware has answered 503 while the handler runs, the
+ *   binding completes the lease `failed`, retryable, instead of abandoning it: a retry reclaims the key at once.
+ * - `abandoned-stream-held-forever`: when the client leaves while the answer streams, the binding neither abandons
+ *   the lease nor lets `maxHoldMs` end it: a stream that never ends holds the key for ever.
+ * - `store-call-without-timeout`: the engine waits for a store call however long it takes (`storeTimeoutMs`
+ *   out of reach); renewals keep their own bound (the time the lease has left).
  */
-import { isClaimable, type ClaimRequest, type ClaimResult, type IdempotencyRecord, type IdempotencyStore } from 'idem';
+import {
+  isClaimable,
+  type ClaimRequest,
+  type ClaimResult,
+  type EngineOptions,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type Lease,
+  type Settlement,
+  type StoredResponse,
+} from 'idem';
 import { claimedRecord } from '../../packages/idem/src/core/record.js';
 import { prepared, type AnyStore, type Backend } from './backend.js';
 import type { DefectName } from './scenario.js';
@@ -146,6 +168,36 @@ export function upperDefect(
   backend: Backend,
   effects: () => ((tx: unknown) => unknown) | undefined,
 ): AnyStore {
+  if (defect === 'renewals-chained-without-timeout') {
+    // One renewal in flight per lease: the next waits for the previous one's answer, however long it takes.
+    const previous = new Map<string, Promise<unknown>>();
+    return Object.assign(Object.create(scheduled) as AnyStore, {
+      renew: (request: Parameters<AnyStore['renew']>[0]) => {
+        const sent = (previous.get(request.token) ?? Promise.resolve()).then(() => scheduled.renew(request));
+        previous.set(
+          request.token,
+          sent.catch(() => undefined),
+        );
+        return sent;
+      },
+    });
+  }
+  if (defect === 'no-local-deadline') {
+    // Confirmed when sent: the holder's deadline moves with every renewal it sends. A refusal the store gave is
+    // told at the next renewal: the holder stops only when the store says it lost.
+    const refused = new Set<string>();
+    return Object.assign(Object.create(scheduled) as AnyStore, {
+      renew: async (request: Parameters<AnyStore['renew']>[0]) => {
+        scheduled.renew(request).then(
+          (written) => {
+            if (!written.ok) refused.add(request.token);
+          },
+          () => undefined,
+        );
+        return { ok: !refused.has(request.token) };
+      },
+    });
+  }
   if (defect === 'renewal-never-started') {
     // The engine's renewals never leave it: as if its timer were never set.
     return Object.assign(Object.create(scheduled) as AnyStore, { renew: async () => ({ ok: true }) });
@@ -283,5 +335,47 @@ export function defectiveMemoryStore(defect: DefectName | undefined): Idempotenc
       return [];
     },
     async close() {},
+  };
+}
+
+/** A store timeout or a hold no run reaches (the longest timer, 24.8 days): the guard is there, but never fires. */
+const NEVER_MS = 2 ** 31 - 1;
+
+/**
+ * The engine options a planted defect overrides.
+ *
+ * @example
+ * createEngine({ store, ...engineDefect('store-call-without-timeout') })
+ */
+export function engineDefect(defect: DefectName | undefined): Pick<EngineOptions, 'storeTimeoutMs' | 'maxHoldMs'> {
+  if (defect === 'store-call-without-timeout') return { storeTimeoutMs: NEVER_MS };
+  if (defect === 'abandoned-stream-held-forever') return { maxHoldMs: NEVER_MS };
+  return {};
+}
+
+/**
+ * What a binding (an HTTP adapter) does with its lease when the answer leaves its hands early. Each returns the
+ * settlement it started, or undefined if it settled nothing (the lease is still renewed).
+ */
+export interface BindingWiring {
+  /** A middleware answered the client (`response`, retryable) while the handler may still run. */
+  answeredEarly(lease: Lease<unknown>, response: StoredResponse): Promise<Settlement> | undefined;
+  /** The client left while the answer streamed to it; the stream may or may not end. */
+  clientGone(lease: Lease<unknown>): Promise<Settlement> | undefined;
+}
+
+/**
+ * The binding's wiring: `abandon()` in both cases (docs/DESIGN.md: Lease), or a planted defect's.
+ *
+ * @example
+ * const settling = bindingWiring(undefined).clientGone(lease) // lease.abandon()
+ */
+export function bindingWiring(defect: DefectName | undefined): BindingWiring {
+  return {
+    answeredEarly: (lease, response) =>
+      defect === 'early-answer-records-retryable'
+        ? lease.complete({ response, outcome: 'failed-retryable' })
+        : lease.abandon(),
+    clientGone: (lease) => (defect === 'abandoned-stream-held-forever' ? undefined : lease.abandon()),
   };
 }

@@ -33,15 +33,24 @@ export class ChargeHandler {
     this.#sim = sim;
   }
 
-  /** Runs the work for an attempt, telling the time checker when it starts and ends. */
-  async run(inc: Incarnation, attempt: Attempt, pk: string, ctx: WorkContext): Promise<WorkResult<unknown>> {
-    this.#sim.time.workStarted(inc, attempt.label, this.#sim.now);
+  /**
+   * Runs the work for an attempt, telling the time checker when it starts and ends. `settles`: the lease is
+   * settled as soon as the work ends (`Engine.run`), rather than once its answer has streamed (the binding).
+   */
+  async run(
+    inc: Incarnation,
+    attempt: Attempt,
+    pk: string,
+    ctx: WorkContext,
+    settles = true,
+  ): Promise<WorkResult<unknown>> {
+    this.#sim.time.workStarted(inc, attempt.label, pk, ctx.signal, this.#sim.now);
     try {
       const result = await this.#work(inc, attempt, pk, ctx);
       attempt.effects = result.effects;
       return result;
     } finally {
-      this.#sim.time.workEnded(attempt.label);
+      this.#sim.time.workEnded(attempt.label, this.#sim.now, settles);
     }
   }
 
@@ -96,21 +105,34 @@ export class ChargeHandler {
     // Slow: 0.3–2.5 leases; with a record kept only a few leases, up to 1.25 TTLs, so work outlives its record's
     // first expiresAt and only renewals carrying it forward keep the key.
     const span = sim.scenario.ttlMs < 10 * lease ? Math.max(lease, sim.scenario.ttlMs / 2) : lease;
-    const ms =
+    const drawn =
       slow === undefined
         ? attempt.rng.int(1, Math.floor(lease / 4))
         : Math.floor(span * (0.3 + 2.2 * attempt.rng.next()));
     if (slow !== undefined)
-      sim.log(() => `${inc.label} work ${attempt.label}: ${name} ✗ fault ${slow}: slow, takes ${ms} ms`);
+      sim.log(() => `${inc.label} work ${attempt.label}: ${name} ✗ fault ${slow}: slow, takes ${drawn} ms`);
+    // Stuck on a slow call past a timeout middleware's answer (an `early-answer` fault): longer still.
+    const stuck = attempt.stallUntil === undefined ? 0 : attempt.stallUntil - sim.now;
+    attempt.stallUntil = undefined;
+    const ms = Math.max(drawn, stuck);
+    if (stuck > drawn) sim.log(() => `${inc.label} work ${attempt.label}: ${name} is stuck, takes ${ms} ms`);
     return new Promise<T>((resolve) => {
-      inc.clock.setTimeout(() => {
+      const done = (): void => {
+        // A process cut off from the network (a `partition`) cannot reach the processor either: the call waits.
+        const cut = inc.partitionedUntil - sim.now;
+        if (name === 'call processor' && cut > 0) {
+          sim.log(() => `${inc.label} work ${attempt.label}: ${name} waits ${cut} ms for the network`);
+          inc.clock.setTimeout(done, cut);
+          return;
+        }
         const value = effect();
         sim.log(
           () =>
             `${inc.label} work ${attempt.label}: ${name} → ${typeof value === 'object' ? JSON.stringify(value) : String(value)}`,
         );
         resolve(value);
-      }, ms);
+      };
+      inc.clock.setTimeout(done, ms);
     });
   }
 

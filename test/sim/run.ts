@@ -82,7 +82,10 @@ if (detect !== undefined) {
   const defects = config.defect ? [config.defect] : DEFECTS;
   console.log(`planted defects against seeds ${from}…${from + detect - 1}:`);
   let missed = 0;
-  for (const d of await detection(defects, from, detect)) {
+  const detections = await detection(defects, from, detect);
+  const excluded = detections[0]?.excluded ?? 0;
+  if (excluded > 0) console.log(`  (${excluded} seeds left out: the real code breaks an invariant on them too)`);
+  for (const d of detections) {
     if (d.firstSeed === undefined) missed++;
     console.log(
       `  ${d.defect.padEnd(28)} first at seed ${String(d.firstSeed ?? 'never').padEnd(6)} ` +

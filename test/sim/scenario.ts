@@ -25,9 +25,20 @@ export const ENGINE_DEFECTS = [
   'effects-with-retryable',
   'success-without-record',
 ] as const;
+/** Defects in how the engine or its binding keeps time: each found by the time faults below. */
+export const TIME_DEFECTS = [
+  'renewals-chained-without-timeout',
+  'no-local-deadline',
+  'early-answer-records-retryable',
+  'abandoned-stream-held-forever',
+  'store-call-without-timeout',
+] as const;
 export type DefectName =
-  (typeof SQL_DEFECTS)[number] | (typeof MEMORY_DEFECTS)[number] | (typeof ENGINE_DEFECTS)[number];
-export const DEFECTS: readonly DefectName[] = [...SQL_DEFECTS, ...MEMORY_DEFECTS, ...ENGINE_DEFECTS];
+  | (typeof SQL_DEFECTS)[number]
+  | (typeof MEMORY_DEFECTS)[number]
+  | (typeof ENGINE_DEFECTS)[number]
+  | (typeof TIME_DEFECTS)[number];
+export const DEFECTS: readonly DefectName[] = [...SQL_DEFECTS, ...MEMORY_DEFECTS, ...ENGINE_DEFECTS, ...TIME_DEFECTS];
 /** The backend a planted defect is written for, if any. */
 export function defectBackend(defect: DefectName | undefined): BackendName | undefined {
   if ((SQL_DEFECTS as readonly string[]).includes(defect as string)) return 'sqlite';
@@ -50,8 +61,14 @@ export type FaultKind =
   | 'response-lost'
   | 'processor-down'
   | 'processor-reply-lost'
-  | 'slow-step';
-export const FAULT_KINDS: readonly FaultKind[] = [
+  | 'slow-step'
+  | 'store-hang'
+  | 'renew-stall'
+  | 'early-answer'
+  | 'client-gone'
+  | 'partition';
+/** The faults of the first simulator, drawn from the scenario's stream in this order. */
+const FIRST_FAULT_KINDS: readonly FaultKind[] = [
   'crash',
   'pause',
   'store-delay',
@@ -62,6 +79,22 @@ export const FAULT_KINDS: readonly FaultKind[] = [
   'processor-reply-lost',
   'slow-step',
 ];
+/**
+ * Faults in time, drawn from their own stream (so the first ones' draws stay as they were): a store call that
+ * never answers; a renewal that never answers while other calls do; an answer sent (a timeout middleware's 503)
+ * while the handler still runs, stalled; a client that leaves while the answer streams to it; and, scheduled
+ * like crashes, a process whose store calls all go unanswered for a while (a partition, a black-holed pool).
+ */
+export const TIME_FAULT_KINDS: readonly FaultKind[] = [
+  'store-hang',
+  'renew-stall',
+  'early-answer',
+  'client-gone',
+  'partition',
+];
+/** Faults at a fixed time in the seed's schedule (their rate is how many), not drawn at each decision point. */
+export const SCHEDULED_FAULT_KINDS: readonly FaultKind[] = ['crash', 'pause', 'partition'];
+export const FAULT_KINDS: readonly FaultKind[] = [...FIRST_FAULT_KINDS, ...TIME_FAULT_KINDS];
 
 export interface SimConfig {
   /** Default: drawn from the seed (the backend a planted defect is written for, when it is written for one). */
@@ -107,11 +140,14 @@ export interface AttemptPlan {
   readonly fingerprint: string;
 }
 
-/** A process-level fault at a fixed time: a crash (then a restart `ms` later) or a freeze lasting `ms`. */
+/**
+ * A process-level fault at a fixed time: a crash (then a restart `ms` later), a freeze lasting `ms`, or a
+ * partition: for `ms`, every store call the process sends goes unanswered, for ever.
+ */
 export interface ScheduledFault {
-  /** `c0`, `c1`… for crashes, `p0`… for pauses: how a shrunk run names the ones it leaves out. */
+  /** `c0`, `c1`… for crashes, `p0`… for pauses, `n0`… for partitions: how a shrunk run names the ones it leaves out. */
   readonly id: string;
-  readonly kind: 'crash' | 'pause';
+  readonly kind: 'crash' | 'pause' | 'partition';
   readonly at: number;
   readonly process: number;
   readonly ms: number;
@@ -125,6 +161,12 @@ export interface Scenario {
   readonly maxSkewMs: number;
   readonly leaseMs: number;
   readonly renewEveryMs: number;
+  /** How much earlier than the store the holder gives its lease up (the engine's default for these settings). */
+  readonly leaseMarginMs: number;
+  /** Longest a store call may take before the engine gives it up: drawn, or the default 5 s. */
+  readonly storeTimeoutMs: number;
+  /** Longest a lease is held, settled or not: a few leases, so work that never ends is given up within a run. */
+  readonly maxHoldMs: number;
   readonly ttlMs: number;
   readonly waitForOutcomeMs: number;
   /** Does the handler check `signal.aborted` before its ledger write? Some do, some do not. */
@@ -174,6 +216,11 @@ const FAULT_RATES: Readonly<Record<FaultKind, readonly [number, number]>> = {
   'processor-down': [0.05, 0.35],
   'processor-reply-lost': [0.03, 0.2],
   'slow-step': [0.05, 0.35],
+  'store-hang': [0.01, 0.06],
+  'renew-stall': [0.05, 0.3],
+  'early-answer': [0.05, 0.3],
+  'client-gone': [0.05, 0.3],
+  partition: [1, 2],
 };
 
 /**
@@ -269,10 +316,18 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
   attempts.sort((a, b) => a.at - b.at || a.index - b.index);
 
   const faults = {} as Record<FaultKind, number>;
-  for (const kind of FAULT_KINDS) {
+  for (const kind of FIRST_FAULT_KINDS) {
     const [lo, hi] = FAULT_RATES[kind];
     faults[kind] = rng.chance(0.5) ? lo + rng.next() * (hi - lo) : 0;
   }
+  const time = new Rng(seed, 'time');
+  for (const kind of TIME_FAULT_KINDS) {
+    const [lo, hi] = FAULT_RATES[kind];
+    faults[kind] = time.chance(0.5) ? lo + time.next() * (hi - lo) : 0;
+  }
+  const storeTimeoutMs = time.chance(0.5) ? 5_000 : time.int(Math.floor(leaseMs / 4), 2 * leaseMs);
+  const maxHoldMs = leaseMs * time.int(3, 10);
+  const leaseMarginMs = Math.floor(Math.min(leaseMs / 10, (leaseMs - renewEveryMs) / 2));
   // A record kept a few leases is there to be outlived by slow work: always some, in those seeds.
   if (shortTtl && faults['slow-step'] === 0) faults['slow-step'] = 0.2;
   const schedule: ScheduledFault[] = [];
@@ -288,6 +343,17 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
       });
     }
   }
+  for (let i = 0; i < Math.round(faults.partition); i++) {
+    const target = time.pick(attempts);
+    const at = target.at + time.int(0, Math.floor(leaseMs / 2));
+    schedule.push({
+      id: `n${i}`,
+      kind: 'partition',
+      at,
+      process: target.process,
+      ms: time.int(leaseMs / 2, 3 * leaseMs),
+    });
+  }
 
   return {
     seed,
@@ -297,6 +363,9 @@ export function makeScenario(seed: number, config: SimConfig = {}): Scenario {
     maxSkewMs,
     leaseMs,
     renewEveryMs,
+    leaseMarginMs,
+    storeTimeoutMs,
+    maxHoldMs,
     ttlMs,
     waitForOutcomeMs,
     honoursAbort,

@@ -16,10 +16,18 @@ import { createEngine, recordPk, type Clock, type IdempotencyRecord } from 'idem
 import { openBackend, type Backend } from './backend.js';
 import { Checker, describe, isFinal, sameRecord, type Violation } from './checker.js';
 import { Clients, preview } from './clients.js';
-import { lowerDefect, upperDefect } from './defects.js';
+import { engineDefect, lowerDefect, upperDefect } from './defects.js';
 import { ChargeHandler } from './handler.js';
 import { Rng } from './prng.js';
-import { makeScenario, T0, type FaultKind, type Scenario, type ScheduledFault, type SimConfig } from './scenario.js';
+import {
+  makeScenario,
+  SCHEDULED_FAULT_KINDS,
+  T0,
+  type FaultKind,
+  type Scenario,
+  type ScheduledFault,
+  type SimConfig,
+} from './scenario.js';
 import { TimeChecker } from './time.js';
 import { scheduledStore } from './wire.js';
 import { current, makeAttempt, type Attempt, type Event, type Incarnation, type Landed, type Sim } from './world.js';
@@ -124,7 +132,7 @@ class World implements Sim {
     this.#tracing = options.trace ?? false;
     this.#maxSteps = options.maxSteps ?? 20_000;
     this.checker = new Checker((line) => this.log(() => line));
-    this.time = new TimeChecker(this.checker, scenario);
+    this.time = new TimeChecker(this.checker, scenario, (path) => this.count(path));
     this.#fallbackIds = new Rng(scenario.seed, 'ids');
     this.#handler = new ChargeHandler(this);
     this.#clients = new Clients(this, this.#incarnations, this.#handler, options.droppedRetries ?? new Set());
@@ -147,7 +155,7 @@ class World implements Sim {
         `processes: ${s.processes.map((p) => `${p.name} (clock ${p.skewMs >= 0 ? '+' : ''}${p.skewMs} ms)`).join(', ')}`,
     );
     this.log(() => `keys: ${s.keys.map((k) => `${recordPk(k.scope, k.key)} ${JSON.stringify(k.payload)}`).join('; ')}`);
-    const rates = Object.entries(s.faults).filter(([k, p]) => p > 0 && k !== 'crash' && k !== 'pause');
+    const rates = Object.entries(s.faults).filter(([k, p]) => p > 0 && !SCHEDULED_FAULT_KINDS.includes(k as FaultKind));
     this.log(() => `fault rates: ${rates.map(([k, p]) => `${k} ${p.toFixed(3)}`).join(', ') || 'none'}`);
 
     for (let i = 0; i < s.processes.length; i++) {
@@ -302,6 +310,7 @@ class World implements Sim {
       label,
       alive: true,
       pausedUntil: 0,
+      partitionedUntil: 0,
       engine: undefined as never,
       clock,
       inflight: new Map(),
@@ -319,6 +328,10 @@ class World implements Sim {
       generateId: () => (current.getStore()?.ids ?? this.#fallbackIds).hex(10),
       leaseMs: s.leaseMs,
       renewEveryMs: s.renewEveryMs,
+      leaseMarginMs: s.leaseMarginMs,
+      storeTimeoutMs: s.storeTimeoutMs,
+      maxHoldMs: s.maxHoldMs,
+      ...engineDefect(s.defect),
       ttlMs: s.ttlMs,
       waitForOutcomeMs: s.waitForOutcomeMs,
       onEvent: (event) => {
@@ -339,11 +352,18 @@ class World implements Sim {
     return incarnation;
   }
 
-  /** A scheduled crash or freeze. */
+  /** A scheduled crash, freeze or partition. */
   #strike(fault: ScheduledFault): void {
     const victim = this.#incarnations[fault.process] as Incarnation;
     if (!victim.alive || victim.pausedUntil > this.#now) return;
     this.#applied.push({ id: fault.id, kind: fault.kind });
+    if (fault.kind === 'partition') {
+      victim.partitionedUntil = Math.max(victim.partitionedUntil, this.#now + fault.ms);
+      this.log(
+        () => `✗ fault ${fault.id}: ${victim.label} is cut off from the store for ${fault.ms} ms (no call answers)`,
+      );
+      return;
+    }
     const mine = this.#events.filter((e) => e.owner === victim);
     if (fault.kind === 'crash') {
       // Its memory is gone: timers, handler steps, replies on their way to it. Requests it already sent stay on
@@ -363,6 +383,7 @@ class World implements Sim {
     }
     const until = (victim.pausedUntil = this.#now + fault.ms);
     for (const event of mine) event.at = Math.max(event.at, until);
+    this.time.paused(victim, fault.ms);
     this.log(() => `✗ fault ${fault.id}: ${victim.label} freezes for ${fault.ms} ms (its timers and replies wait)`);
   }
 
@@ -383,7 +404,10 @@ class World implements Sim {
    */
   async #settle(): Promise<void> {
     const s = this.scenario;
-    for (let proc = 0; proc < this.#incarnations.length; proc++) this.#restart(proc);
+    for (let proc = 0; proc < this.#incarnations.length; proc++) {
+      this.#restart(proc);
+      (this.#incarnations[proc] as Incarnation).partitionedUntil = 0; // the network heals
+    }
     this.#now += s.leaseMs + 2 * s.maxSkewMs + 1;
     const slowest = Math.min(...s.processes.map((p) => this.#now + p.skewMs));
     this.log(() => 'every process is idle and every lease has run out; each client retries once more, fault-free');

@@ -54,7 +54,7 @@ export function scheduledStore(sim: Sim, inc: Incarnation, lower: AnyStore): Sch
 
 /** One leg of a round trip: usually a few ms, sometimes tens or hundreds. */
 function latency(sim: Sim, attempt: Attempt | undefined): number {
-  if (!attempt) return 1;
+  if (!attempt || attempt.settle) return 1; // a settling retry: fault-free, and on a quiet network
   const r = attempt.rng.next();
   return r < 0.8
     ? attempt.rng.int(0, 5)
@@ -76,12 +76,28 @@ function storeCall<T>(
   const by = attempt ? ` (${attempt.label})` : '';
   const renewal = attempt && name === 'renew' ? attempt.label : undefined;
   if (renewal) sim.time.renewalSent(renewal, sim.now);
+  // A call that never answers: sent on a black-holed connection. A renewal stuck so never reaches the store; any
+  // other call may, and take effect there, but its reply never comes back.
+  if (inc.partitionedUntil > sim.now) {
+    sim.log(() => `${inc.label} ${name} ${pk}${by} ✗ never answers (the process is cut off from the store)`);
+    return new Promise<T>(() => undefined);
+  }
+  const hung = sim.fault(renewal ? 'renew-stall' : 'store-hang', attempt);
+  if (hung !== undefined) {
+    const lands = !renewal && (attempt as Attempt).rng.chance(0.5);
+    sim.log(
+      () =>
+        `${inc.label} ${name} ${pk}${by} ✗ fault ${hung}: never answers` +
+        (renewal ? ' (a renewal stuck on a dead connection)' : lands ? ' (it reaches the store)' : ''),
+    );
+    if (!lands) return new Promise<T>(() => undefined);
+  }
   return new Promise<T>((resolve, reject) => {
     /** The reply travels back; a dead process never reads it, a frozen one reads it when it wakes. */
     const replyLater = (reply: () => void, ok: boolean | undefined): void => {
-      if (!inc.alive) return;
+      if (!inc.alive || hung !== undefined) return;
       sim.at(Math.max(sim.now + latency(sim, attempt), inc.pausedUntil), inc, () => {
-        if (renewal && inc.alive) sim.time.renewalAnswered(renewal, sim.now, ok);
+        if (renewal && inc.alive) sim.time.renewalAnswered(renewal, ok);
         reply();
       });
     };
@@ -122,6 +138,8 @@ function storeCall<T>(
         }
         const result = threw ? `threw ${String(error)}` : outcome(value);
         sim.log(() => `${inc.label} ${name} ${pk}${detail ? ` ${detail}` : ''}${by} → ${result}`);
+        if (name === 'claim' && attempt && !threw && (value as { kind?: unknown }).kind === 'claimed')
+          sim.time.claimGranted(attempt.label);
         if (after !== undefined) {
           sim.checker.onStoreOp(name, pk, info, before, after, value, threw);
           for (const row of rows) sim.checker.onLedgerRow(row, after);

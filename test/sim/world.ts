@@ -16,6 +16,8 @@ export interface Incarnation {
   alive: boolean;
   /** Frozen (a GC pause, a VM migration) until then: it runs nothing, and its timers fire late. */
   pausedUntil: number;
+  /** Cut off from the store until then: every store call it sends meanwhile goes unanswered. */
+  partitionedUntil: number;
   engine: Engine<unknown>;
   readonly clock: Clock;
   readonly inflight: Map<string, Attempt>;
@@ -55,6 +57,8 @@ export interface Attempt {
   readonly rng: Rng;
   readonly ids: Rng;
   faults: number;
+  /** The handler's next step lasts until then at least: it is stuck on a slow call (what a timeout middleware is for). */
+  stallUntil?: number | undefined;
   /** The effects the handler last returned (for the planted `effects-with-retryable`). */
   effects?: ((tx: unknown) => unknown) | undefined;
 }
@@ -73,6 +77,8 @@ export function makeAttempt(seed: number, label: string, from: Omit<Attempt, 'la
 export type Seen =
   | { kind: 'answer'; result: RunResult }
   | { kind: 'error'; code: string; retryAfterMs: number | undefined }
+  /** A middleware answered (a retryable status) while the handler ran. */
+  | { kind: 'early'; status: number }
   | { kind: 'nothing' };
 
 /** The request on whose behalf the engine is running right now. */
