@@ -233,7 +233,16 @@ describe('what the hostile review of the lease found', () => {
       clock.advance(delayMs);
       return answer;
     };
-    const engine = createEngine({ store: slow, clock, ttlMs: 86_400_000, leaseMs: LEASE, leaseMarginMs: MARGIN });
+    // A call timeout longer than the lease: only the deadline check can refuse the late answer.
+    const options = {
+      store: slow,
+      clock,
+      ttlMs: 86_400_000,
+      leaseMs: LEASE,
+      leaseMarginMs: MARGIN,
+      storeTimeoutMs: 20_000,
+    };
+    const engine = createEngine(options);
     const late = await engine.begin(request);
     expect(late.kind === 'refused' && late.error.code).toBe('STORE_UNAVAILABLE');
     // The record that claim wrote lapses like a dead holder's: a retry past its lease takes it over.
