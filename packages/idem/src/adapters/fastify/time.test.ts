@@ -103,3 +103,7 @@ describe('idem/fastify: a handler that never answers', () => {
     ]);
   });
 });
+
+it('takes maxHoldMs as an option, checked by name', () => {
+  expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', maxHoldMs: 0 })).toThrow(/maxHoldMs/);
+});

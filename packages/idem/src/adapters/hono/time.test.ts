@@ -93,3 +93,7 @@ describe('idem/hono: a handler that never answers', () => {
     ]);
   });
 });
+
+it('takes maxHoldMs as an option, checked by name', () => {
+  expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', maxHoldMs: -1 })).toThrow(/maxHoldMs/);
+});
