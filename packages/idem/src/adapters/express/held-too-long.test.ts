@@ -18,7 +18,7 @@ function heldTooLong() {
   const onEvent = (event: IdempotencyEvent) => {
     if (event.type === 'executed' && event.outcome === 'failed-retryable') givenUp();
   };
-  const options = { store, scope: 'single-tenant', ttlMs: 86_400_000, leaseMs: 600, maxHoldMs: 300, onEvent };
+  const options = { store, scope: 'single-tenant' as const, ttlMs: 86_400_000, leaseMs: 600, maxHoldMs: 300, onEvent };
   const runs = { count: 0 };
   const init = {
     method: 'POST',
