@@ -126,7 +126,12 @@ describe('a lease on the holder’s clock', () => {
     const first = await lease(engine);
     expect(await first.abandon()).toEqual({ ok: true, record: null });
     expect(engine.activeLeases).toBe(0);
-    await step(clock, LEASE - 100);
+    // The abandoned work may still run: its signal aborts at the holder's deadline, before anyone can take over.
+    await step(clock, LEASE - MARGIN - 100);
+    expect(first.signal.aborted).toBe(false);
+    await step(clock, 100);
+    expect((first.signal.reason as IdempotencyError).code).toBe('LEASE_LOST');
+    await step(clock, MARGIN - 100);
     const busy = await engine.begin(request);
     expect(busy.kind === 'refused' && busy.error.code).toBe('IN_FLIGHT');
     await step(clock, 100);

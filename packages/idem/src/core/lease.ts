@@ -265,7 +265,17 @@ export function holdLease<Tx>(
     },
     fail: () => settle(fail),
     release: () => settle(() => release()),
-    abandon: () => settle(async () => ({ ok: true, record: null })),
+    abandon: () => {
+      if (settlement) return settlement;
+      const abandoned = settle(async () => ({ ok: true, record: null }));
+      // The work may still run (that is why it was abandoned): it is told to stop by the holder's own deadline,
+      // before the record lapses and a retry can take the key over.
+      if (!aborted) {
+        const left = Math.max(1, deadline - clock.now());
+        timer = clock.setTimeout(() => abort('This attempt was abandoned and its lease ran out.'), left);
+      }
+      return abandoned;
+    },
   };
 }
 
