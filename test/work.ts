@@ -3,6 +3,9 @@
  * id and `reclaimed` each saw), the signals a case orders its requests by, and a bounded poll.
  */
 
+import type { ServerResponse } from 'node:http';
+import { Readable } from 'node:stream';
+
 /** What an execution saw of its idempotency context (undefined on an unguarded request). */
 type Seen = { readonly id: string; readonly reclaimed: boolean } | undefined;
 
@@ -75,4 +78,41 @@ export async function until<T>(attempt: () => Promise<T>, done: (result: T) => b
     if (Date.now() > deadline) throw new Error(`not done within ${withinMs} ms: ${JSON.stringify(result)}`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
+}
+
+/**
+ * A source that sends one line, then, on execution `n` 1, waits for good (after notifying `streaming`); later
+ * executions end after the line.
+ */
+export function lineThenWait(work: Work, n: number): Readable {
+  let pushed = false;
+  return new Readable({
+    read() {
+      if (pushed) return;
+      pushed = true;
+      this.push('line 1\n');
+      if (n > 1) this.push(null);
+      else work.notify('streaming');
+    },
+  });
+}
+
+/**
+ * Server-sent events on `res`: the head and a first event, then, on execution `n` 1, an event every 10 ms until the
+ * client leaves (after notifying `streaming`; the execution ends then); later executions end after the first event.
+ */
+export function eventsUntilGone(work: Work, n: number, res: ServerResponse): void {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  res.flushHeaders();
+  res.write('data: 1\n\n');
+  if (n > 1) {
+    res.end();
+    return;
+  }
+  const ticks = setInterval(() => res.write('data: tick\n\n'), 10);
+  res.once('close', () => {
+    clearInterval(ticks);
+    work.end();
+  });
+  work.notify('streaming');
 }

@@ -3,6 +3,7 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
+import { classifyStatus, type OutcomeKind } from '../core/engine.js';
 import { BodyTooLargeError, joinBytes } from '../http/replay.js';
 
 /** Statuses that carry no body: a stored response for them keeps no bytes. */
@@ -251,18 +252,54 @@ const INVALID_HEADER_CHAR = /[^\t\x20-\x7e\x80-\xff]/;
  * Node's own checks on the head `writeHead` is about to write, made where the handler set it (a held response
  * writes it later, where a throw would be an unhandled rejection): an integer status code, and a reason phrase of
  * Latin-1 characters without CR, LF or other controls. The status must be 100–599, which a record can hold (Node
- * alone takes up to 999). Header names and values need no check here: `setHeader` checks them at once.
+ * alone takes up to 999). A refused reason phrase is cleared before the throw: Node would refuse it again on the 500
+ * the framework's error handler writes next (Fastify's does not reset it), and none is sent from a held response.
+ * Header names and values need no check here: `setHeader` checks them at once.
  *
  * @example
- * checkHead(res.statusCode, res.statusMessage) // throws ERR_INVALID_CHAR for 'Créé ✓' or 'OK\r\nX: 1'
+ * checkHead(res) // throws ERR_INVALID_CHAR for a statusMessage of 'Créé ✓' or 'OK\r\nX: 1'
  */
-export function checkHead(status: unknown, reason: unknown): void {
+export function checkHead(res: ServerResponse, status: unknown = res.statusCode): void {
   if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 599)
     throw Object.assign(new RangeError(`Invalid status code: ${String(status)}`), {
       code: 'ERR_HTTP_INVALID_STATUS_CODE',
     });
-  if (INVALID_HEADER_CHAR.test(reason as string))
-    throw nodeError('ERR_INVALID_CHAR', 'Invalid character in statusMessage');
+  if (!INVALID_HEADER_CHAR.test(res.statusMessage)) return;
+  res.statusMessage = '';
+  throw nodeError('ERR_INVALID_CHAR', 'Invalid character in statusMessage');
+}
+
+/**
+ * `writeHead` on a held response: what Node does to the response's head, without writing it. The reason phrase and
+ * status are set and checked (see {@link checkHead}), then the headers folded in with `setHeader`, which checks each:
+ * as in Node, they take precedence over headers set before.
+ *
+ * @example
+ * holdHead(res, 201, ['Created', { location: '/v1/charges/ch_1' }])
+ */
+export function holdHead(res: ServerResponse, statusCode: number, rest: readonly unknown[]): void {
+  const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
+  const headers = reason === undefined ? rest[0] : rest[1];
+  if (reason !== undefined) res.statusMessage = reason;
+  checkHead(res, statusCode);
+  res.statusCode = statusCode;
+  if (headers) foldHeaders(res, headers);
+}
+
+/**
+ * Whether an answer with this status frees the key — retryable or released, by the route's `classify` or else by
+ * status — so that a retry may run the work again. Such an answer must not be recorded while the handler still runs.
+ *
+ * @example
+ * freesKey(503, req, options.classify) // → true
+ */
+export function freesKey<Req>(
+  status: number,
+  request: Req,
+  classify: ((status: number, request: Req) => OutcomeKind | undefined) | undefined,
+): boolean {
+  const kind = classify?.(status, request) ?? classifyStatus(status);
+  return kind === 'failed-retryable' || kind === 'release';
 }
 
 /** Applies `writeHead`'s headers argument (an object, a flat `[name, value, ...]` list, or pairs) with setHeader. */

@@ -4,7 +4,7 @@
  */
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response as ExpressResponse } from 'express';
-import { classifyStatus, type OutcomeKind } from '../../core/engine.js';
+import type { OutcomeKind } from '../../core/engine.js';
 import { isThenable } from '../../core/local.js';
 import type { StoredResponse } from '../../core/record.js';
 import { responseTooLarge, storedResponse, type Claim, type IdempotencyOptions } from '../../http/middleware.js';
@@ -12,7 +12,8 @@ import { BodyTooLargeError, joinBytes, storableNodeHeaders } from '../../http/re
 import {
   checkChunk,
   checkHead,
-  foldHeaders,
+  freesKey,
+  holdHead,
   NO_BYTES,
   nodeError,
   NULL_BODY_STATUSES,
@@ -156,7 +157,6 @@ export function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, settings: Set
   res.write = heldWrite as ServerResponse['write'];
   res.end = heldEnd as ServerResponse['end'];
   res.destroy = heldDestroy;
-  res.on('close', heldClose);
 }
 
 /**
@@ -203,24 +203,15 @@ function keep(state: Held<unknown>, chunk: unknown, encoding: unknown): void {
 function heldWriteHead(this: Capturing, statusCode: number, ...rest: unknown[]): ServerResponse {
   const state = this[HELD];
   if (!state.held) return state.writeHead.call(this, statusCode, ...rest);
-  checkHead(statusCode, undefined);
-  if (state.ended) return this;
-  const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
-  const headers = reason === undefined ? rest[0] : rest[1];
-  // In Node's order: the reason and status are set, the headers folded in (setHeader checks each), then the reason.
-  if (reason !== undefined) this.statusMessage = reason;
-  this.statusCode = statusCode;
-  // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
-  if (headers) foldHeaders(this, headers);
-  checkHead(statusCode, this.statusMessage);
+  if (!state.ended) holdHead(this, statusCode, rest);
   return this;
 }
 
 function heldFlushHeaders(this: Capturing): void {
   const state = this[HELD];
   if (!state.held) return state.flushHeaders.call(this);
-  checkHead(this.statusCode, this.statusMessage);
-  if (!state.ended) state.streamed = true;
+  checkHead(this);
+  if (!state.ended) stream(this, state);
 }
 
 function heldWrite(this: Capturing, chunk: unknown, encoding?: unknown, callback?: unknown): boolean {
@@ -231,8 +222,8 @@ function heldWrite(this: Capturing, chunk: unknown, encoding?: unknown, callback
   checkChunk(chunk);
   if (state.ended) return false;
   // Node writes the head with the first chunk, and throws there for a bad status or reason.
-  checkHead(this.statusCode, this.statusMessage);
-  state.streamed = true;
+  checkHead(this);
+  stream(this, state);
   keep(state, chunk, typeof encoding === 'function' ? undefined : encoding);
   const done = typeof encoding === 'function' ? encoding : callback;
   if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
@@ -246,7 +237,7 @@ function heldEnd(this: Capturing, first?: unknown, second?: unknown, third?: unk
   const chunk = typeof first === 'function' ? undefined : first;
   if (chunk !== undefined && chunk !== null) checkChunk(chunk);
   if (state.ended) return this;
-  checkHead(this.statusCode, this.statusMessage);
+  checkHead(this);
   state.ended = true;
   // The answer is fixed now: what is recorded is what is sent, whatever touches `res` before the record is written.
   state.status = this.statusCode;
@@ -278,6 +269,15 @@ function heldDestroy(this: Capturing, error?: Error): ServerResponse {
     void state.claim.fail();
   }
   return state.destroy.call(this, error);
+}
+
+/** The handler begins to stream: from now on a client that leaves is watched for (see {@link heldClose}). */
+function stream(res: Capturing, state: Held<unknown>): void {
+  if (state.streamed) return;
+  state.streamed = true;
+  // Only now: a response that is never streamed (most) costs no listener. A client already gone counts at once.
+  if (res.destroyed) heldClose.call(res);
+  else res.on('close', heldClose);
 }
 
 /**
@@ -313,7 +313,8 @@ async function finish(res: ServerResponse, state: Held<unknown>, callback: (() =
     const empty = head || NULL_BODY_STATUSES.has(status);
     body = empty ? NO_BYTES : joinBytes(state.chunks, state.size);
     const stored = { status, headers: storableNodeHeaders(sent, state.settings.replayHeaders), body };
-    if (freesKey(res, state) && (await answeredEarly(res, state, stored, callback))) return;
+    const frees = state.running !== 0 && freesKey(status, res.req as Request, state.settings.classify);
+    if (frees && (await answeredEarly(res, state, stored, callback))) return;
     replacement = await claim.complete(stored);
   }
   if (!state.held) return; // destroyed meanwhile: nothing to send
@@ -346,13 +347,6 @@ async function answeredEarly(
   await handlerSettles(state, false);
   await state.claim.complete(stored);
   return true;
-}
-
-/** Whether the answer would free the key (retryable, or released) while the handler may still be running. */
-function freesKey(res: ServerResponse, state: Held<unknown>): boolean {
-  if (state.running === 0) return false;
-  const kind = state.settings.classify?.(state.status, res.req as Request) ?? classifyStatus(state.status);
-  return kind === 'failed-retryable' || kind === 'release';
 }
 
 /** Resolves true once the handlers wrapped by `route()` have settled; with `soon`, false if not by the next turn. */

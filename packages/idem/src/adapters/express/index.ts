@@ -35,14 +35,18 @@ const CONTEXT = 'idempotency';
  * fingerprint and puts the bytes back, so `express.json()` mounted after it parses them as usual. On a keyed
  * request the response (head and body) is held until its outcome is recorded, then sent.
  *
+ * `guard.route(handler)` lets it see the handler settle, so an answer sent before then (a timeout middleware's 503)
+ * keeps retries out until it has (see {@link ExpressIdempotency.route}).
+ *
  * @example
  * const app = express()
  * app.use(authenticate)
- * app.post('/v1/charges', idempotency({ store, scope: (req) => req.account, required: true }), express.json(),
- *   async (req, res) => {
+ * const guard = idempotency({ store, scope: (req) => req.account, required: true })
+ * app.post('/v1/charges', guard, express.json(),
+ *   guard.route(async (req, res) => {
  *     const charge = await createCharge(req.body, { idempotencyKey: idempotencyContext(res)?.id })
  *     res.status(201).location(`/v1/charges/${charge.id}`).json(charge)
- *   })
+ *   }))
  */
 export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): ExpressIdempotency<Tx> {
   const gate = createGate<Tx, Request>(options);

@@ -5,12 +5,11 @@
  */
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
-import { Readable } from 'node:stream';
 import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import { memoryStore } from '../../stores/memory/index.js';
-import { until, Work } from '../../../../../test/work.js';
+import { eventsUntilGone, lineThenWait, until, Work } from '../../../../../test/work.js';
 import { idempotency, idempotencyContext } from './index.js';
 
 /** connect-timeout 1.9: after `time` ms it calls `next(503 'Response timeout')`; the handler goes on. */
@@ -168,34 +167,12 @@ const STREAMS: ReadonlyArray<readonly [string, (work: Work) => RequestHandler]> 
     (work) => (_req, res) => {
       const n = work.start(idempotencyContext(res));
       res.once('close', () => work.end());
-      let pushed = false;
-      const source = new Readable({
-        read() {
-          if (pushed) return;
-          pushed = true;
-          this.push('line 1\n');
-          if (n > 1) this.push(null);
-          else work.notify('streaming');
-        },
-      });
-      source.pipe(res);
+      lineThenWait(work, n).pipe(res);
     },
   ],
   [
     'server-sent events written until the client leaves',
-    (work) => (_req, res) => {
-      const n = work.start(idempotencyContext(res));
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.flushHeaders();
-      res.write('data: 1\n\n');
-      if (n > 1) return void res.end();
-      const ticks = setInterval(() => res.write('data: tick\n\n'), 10);
-      res.once('close', () => {
-        clearInterval(ticks);
-        work.end();
-      });
-      work.notify('streaming');
-    },
+    (work) => (_req, res) => eventsUntilGone(work, work.start(idempotencyContext(res)), res),
   ],
 ];
 

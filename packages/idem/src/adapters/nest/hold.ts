@@ -6,8 +6,9 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { BodyTooLargeError, joinBytes } from '../../http/replay.js';
 import {
   checkChunk,
-  foldHeaders,
+  checkHead,
   headerPairs,
+  holdHead,
   NO_BYTES,
   nodeError,
   NULL_BODY_STATUSES,
@@ -32,13 +33,19 @@ export type HeldResponse =
  */
 export type Settle = (held: HeldResponse) => Promise<Response | undefined>;
 
+/**
+ * Why a held response will never be ended: its body failed (a stream destroyed before its end, the response
+ * destroyed), or its client left mid-stream and it did not end within the grace it was given.
+ */
+export type Abandoned = 'failed' | 'left';
+
 /** The interceptor's view of a held response. */
 export interface Holding {
   /** True once the application has ended the response (what is recorded is fixed then). */
   readonly ended: boolean;
   /**
-   * The response will never be ended (its body's source was destroyed, its client gone): `abandoned` is called
-   * once, and nothing is held any more. Does nothing once the response has ended.
+   * The response will never be ended (its body's source was destroyed, its client gone): `abandoned('failed')` is
+   * called once, and nothing is held any more. Does nothing once the response has ended.
    */
   abandon(): void;
 }
@@ -47,19 +54,29 @@ export interface Holding {
  * Wraps `writeHead`/`write`/`end`/`flushHeaders` of a Node response so nothing reaches the socket until `settle`
  * has answered: the status, headers and body the platform (Express's `res.json`, Fastify's serializer, a
  * `StreamableFile`, an exception filter, a handler writing to `@Res()`) produced are kept, bounded by `limit`,
- * then either sent as they are or replaced. Chunks are checked as Node checks them, so `res.end(12345)` throws
- * where the handler called it. `headersSent` stays false meanwhile, so a compression middleware below still
- * compresses what is let go.
+ * then either sent as they are or replaced. Chunks, status codes (100–599: what a record holds) and reason phrases
+ * are checked as Node checks them, so `res.end(12345)` or a reason phrase with a CR throws where it was called,
+ * never later as an unhandled rejection. The reason phrase sent is Node's own for the status, as on a replay (a
+ * record keeps none). `headersSent` stays false meanwhile, so a compression middleware below still compresses what
+ * is let go.
  *
  * What is recorded and what is sent are one snapshot, taken at the first `end()`: status, headers and body.
  * Whatever touches the response after it (an exception filter writing again after a `@Res()` handler answered)
  * is ignored, as on a response already sent. A response destroyed before its `end()` (Fastify destroys it when
- * a streamed body fails) is abandoned: `abandoned` is called and nothing is recorded.
+ * a streamed body fails) is abandoned: `abandoned('failed')` is called and nothing is recorded. A client that leaves
+ * while the response streams (it wrote part of its body, or flushed its head) gives it `graceMs` to end: then it is
+ * abandoned with `abandoned('left')`. One that leaves before a byte was written waits for the response's end.
  *
  * @example
  * hold(res, gate.maxResponseBytes, async (held) => claim.complete(storedFrom(held)), () => void claim.fail())
  */
-export function hold(res: ServerResponse, limit: number, settle: Settle, abandoned: () => void = () => {}): Holding {
+export function hold(
+  res: ServerResponse,
+  limit: number,
+  settle: Settle,
+  abandoned: (why: Abandoned) => void = () => {},
+  graceMs = Infinity,
+): Holding {
   // Whoever wrapped these methods before us (a compression middleware), every call below is theirs, called on
   // this response with `.call`/`.apply`.
   /* eslint-disable @typescript-eslint/unbound-method */
@@ -74,9 +91,9 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
   let tooLarge: BodyTooLargeError | undefined;
   let held = true;
   let ended = false;
-  // The answer as it stood at the first end(): status, reason and headers.
+  let streamed = false;
+  // The answer as it stood at the first end(): status and headers.
   let status = 0;
-  let message = '';
   let sent: OutgoingHttpHeaders = {};
 
   const keep = (chunk: unknown, encoding: unknown): void => {
@@ -93,18 +110,14 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
 
   res.writeHead = function (statusCode: number, ...rest: unknown[]): ServerResponse {
     if (!held) return writeHead.call(res, statusCode, ...rest);
-    if (ended) return res;
-    const reason = typeof rest[0] === 'string' ? rest[0] : undefined;
-    const headers = reason === undefined ? rest[0] : rest[1];
-    // Headers passed here take precedence over setHeader ones (as in Node); folding them in keeps them visible.
-    if (headers) foldHeaders(res, headers);
-    res.statusCode = statusCode;
-    if (reason !== undefined) res.statusMessage = reason;
+    if (!ended) holdHead(res, statusCode, rest);
     return res;
   };
 
   res.flushHeaders = function (): void {
-    if (!held) flushHeaders.call(res);
+    if (!held) return flushHeaders.call(res);
+    checkHead(res);
+    if (!ended) stream();
   };
 
   res.write = function (...args: unknown[]): boolean {
@@ -113,6 +126,9 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
     if (chunk === null) throw nodeError('ERR_STREAM_NULL_VALUES', 'May not write null values to stream');
     checkChunk(chunk);
     if (ended) return false;
+    // Node writes the head with the first chunk, and throws there for a bad status or reason.
+    checkHead(res);
+    stream();
     keep(chunk, typeof encoding === 'function' ? undefined : encoding);
     const done = typeof encoding === 'function' ? encoding : callback;
     if (typeof done === 'function') queueMicrotask(() => (done as () => void)());
@@ -124,13 +140,18 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
     const chunk = typeof args[0] === 'function' ? undefined : args[0];
     if (chunk !== undefined && chunk !== null) checkChunk(chunk);
     if (ended) return res;
+    checkHead(res);
     ended = true;
     status = res.statusCode;
-    message = res.statusMessage;
     sent = res.getHeaders();
     if (chunk !== undefined && chunk !== null) keep(chunk, typeof args[1] === 'function' ? undefined : args[1]);
     const callback = args.find((arg) => typeof arg === 'function') as (() => void) | undefined;
-    void release(callback);
+    release(callback).catch((error: unknown) => {
+      // Unreachable by what the application sets (checked above); still, no answer of ours may end the process.
+      held = false;
+      abandoned('failed');
+      destroy.call(res, error instanceof Error ? error : undefined);
+    });
     return res;
   } as ServerResponse['end'];
 
@@ -139,10 +160,26 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
     return destroy.call(res, error);
   };
 
+  // A client gone mid-stream: a `pipe()` it unpiped, or events written until it left, may never end. Watched for
+  // from the first chunk on (a response never streamed costs no listener); a client already gone counts at once.
+  const left = (): void => {
+    if (held && !ended && graceMs !== Infinity) setTimeout(() => give('left'), graceMs).unref();
+  };
+  function stream(): void {
+    if (streamed) return;
+    streamed = true;
+    if (res.destroyed) left();
+    else res.once('close', left);
+  }
+
   function abandon(): void {
+    give('failed');
+  }
+
+  function give(why: Abandoned): void {
     if (!held || ended) return;
     held = false;
-    abandoned();
+    abandoned(why);
   }
 
   async function release(callback: (() => void) | undefined): Promise<void> {
@@ -156,18 +193,17 @@ export function hold(res: ServerResponse, limit: number, settle: Settle, abandon
       body = empty ? NO_BYTES : joinBytes(chunks, size);
       replacement = await settle({ kind: 'response', status, headers: headerPairs(sent), body });
     }
+    const parts = replacement && (await responseParts(replacement));
     held = false;
-    if (replacement) {
-      const parts = await responseParts(replacement);
+    res.statusMessage = ''; // Node's own phrase for the status, as a replay gets: a record keeps no reason phrase
+    if (parts) {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
       res.statusCode = parts.status;
-      res.statusMessage = '';
       for (const [name, value] of parts.headers) res.setHeader(name, value);
       body = parts.body;
     } else {
       // What was recorded is what is sent, whatever touched the response since its end().
       res.statusCode = status;
-      res.statusMessage = message;
       restoreHeaders(res, sent, head ? undefined : body.byteLength);
     }
     end.apply(res, callback ? [body, callback] : [body]);

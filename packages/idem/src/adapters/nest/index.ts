@@ -27,7 +27,7 @@ import {
   MetadataScanner,
   Reflector,
 } from '@nestjs/core';
-import { Observable, of } from 'rxjs';
+import { of, type Observable } from 'rxjs';
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
 import type { StoredResponse } from '../../core/record.js';
@@ -41,7 +41,8 @@ import {
   type IdempotencyOptions,
 } from '../../http/middleware.js';
 import { BodyTooLargeError, storableHeaders } from '../../http/replay.js';
-import { headerValue, NO_BYTES } from '../shared.js';
+import { freesKey, headerValue, NO_BYTES } from '../shared.js';
+import { eachHandler, installWatcher, keep, watchRun, type Run } from './handler.js';
 import { hold, type HeldResponse, type Holding } from './hold.js';
 
 /**
@@ -134,14 +135,19 @@ export const IdempotencyContext: () => ParameterDecorator = createParamDecorator
   (_data: unknown, context: ExecutionContext) => idempotencyContext(context.switchToHttp().getRequest<object>()),
 );
 
-/** What the interceptor holds per route: the gate, or `null` for a route left alone. */
-type RouteGate = Gate<unknown, NestRequest> | null;
+/** What the interceptor holds per route: the gate and the options it was made with, or `null` for a route left alone. */
+type RouteGate = {
+  readonly gate: Gate<unknown, NestRequest>;
+  readonly options: NestIdempotencyOptions<unknown>;
+} | null;
 
 /**
  * The interceptor `IdempotencyModule` registers app-wide. Per request it admits the request at the gate (the raw
  * body Nest kept with `rawBody: true`), answers a replay or a refusal itself, or runs the handler under the
  * claim with the response held below every interceptor, pipe and exception filter: what the platform would send
- * is recorded first, then sent (or replaced by the 503/409 problem when it could not be recorded).
+ * is recorded first, then sent (or replaced by the 503/409 problem when it could not be recorded). An answer that
+ * would free the key (retryable) while the handler still runs — an inner timeout interceptor's 408 — is sent at once
+ * and recorded when the handler settles: a watcher it appends innermost to every controller method sees that.
  *
  * Made by the module (its constructor takes the options, not injected metadata): use the module.
  */
@@ -151,7 +157,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
   readonly #discovery: DiscoveryService | undefined;
   readonly #scanner: MetadataScanner | undefined;
   readonly #adapter: HttpAdapterHost | undefined;
-  readonly #gate: Gate<unknown, NestRequest>;
+  readonly #gate: RouteGate & object;
   /** By controller class, then handler: controllers that inherit one handler may decide differently. */
   readonly #routes = new Map<object, Map<object, RouteGate>>();
 
@@ -167,32 +173,27 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     this.#discovery = discovery;
     this.#scanner = scanner;
     this.#adapter = adapter;
-    this.#gate = createGate(options);
+    this.#gate = { gate: createGate(options), options };
+    // Made with the providers, before Nest registers the routes (and reads their interceptors).
+    if (discovery && scanner) installWatcher(discovery, scanner);
   }
 
   /** The module's engine (routes with their own options have engines of their own, on the same store). */
   get engine(): Engine<unknown> {
-    return this.#gate.engine;
+    return this.#gate.gate.engine;
   }
 
   /** Builds every decorated route's gate now, so a bad option fails the app's start, naming the option. */
   onModuleInit(): void {
-    if (!this.#discovery || !this.#scanner) return;
-    for (const wrapper of this.#discovery.getControllers()) {
-      const type = wrapper.metatype as (abstract new (...args: never[]) => unknown) | null | undefined;
-      if (typeof type !== 'function') continue;
-      const prototype = type.prototype as Record<string, unknown>;
-      for (const name of this.#scanner.getAllMethodNames(prototype)) {
-        const handler = prototype[name];
-        if (typeof handler === 'function') this.#route(handler, type);
-      }
-    }
+    if (this.#discovery && this.#scanner)
+      eachHandler(this.#discovery, this.#scanner, (h, type) => this.#route(h, type));
   }
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     if (context.getType() !== 'http') return next.handle();
-    const gate = this.#route(context.getHandler(), context.getClass());
-    if (!gate) return next.handle();
+    const route = this.#route(context.getHandler(), context.getClass());
+    if (!route) return next.handle();
+    const { gate } = route;
     const http = context.switchToHttp();
     const request = http.getRequest<NestRequest>();
     const res = rawResponse(http.getResponse<unknown>());
@@ -218,31 +219,43 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     }
     contexts.set(request, admission.context);
     const claim = admission;
+    const run = watchRun(request);
+    const { classify } = route.options;
     const holding = hold(
       res,
       gate.maxResponseBytes,
-      (held) => record(claim, held, gate.replayHeaders),
-      () => void claim.fail(),
+      (held) => record(claim, held, gate.replayHeaders, run, (status) => freesKey(status, request, classify)),
+      // A client gone mid-stream: the work may still run, so no retry may start before the lease lapses.
+      (why) => void (why === 'left' && claim.lease ? claim.lease.abandon() : claim.fail()),
+      Math.ceil(gate.engine.leaseMs / 2),
     );
     const replies = nestReplies(context);
     const adapter = this.#adapter?.httpAdapter;
-    return owned(next.handle(), holding, (outcome) => {
-      // Nest tore the chain down (its client went away) before it ended: Nest sends nothing now, but the work
-      // went on. Its outcome is written as Nest's reply (or its default exception filter) would write it, so it
-      // is recorded and the retry replays it. An answer Nest is still writing for another reason lands first.
-      setImmediate(() => {
-        if (holding.ended || !replies) return;
-        if (!adapter) return void claim.fail();
-        try {
-          if ('error' in outcome) new BaseExceptionFilter(adapter).catch(outcome.error, context);
-          else
-            void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() =>
-              holding.abandon(),
-            );
-        } catch {
-          holding.abandon();
-        }
-      });
+    return keep(next.handle(), {
+      // A StreamableFile whose stream is destroyed before its end (the platform destroys it when the client goes
+      // away mid-body) will never end its response: it is abandoned (failed, retryable), not renewed for good.
+      value: (value) => {
+        if (value instanceof StreamableFile) watch(value, holding);
+      },
+      ended: () => run.chainSettled(),
+      orphaned: (outcome) => {
+        // Nest tore the chain down (its client went away) before it ended: Nest sends nothing now, but the work
+        // went on. Its outcome is written as Nest's reply (or its default exception filter) would write it, so it
+        // is recorded and the retry replays it. An answer Nest is still writing for another reason lands first.
+        setImmediate(() => {
+          if (holding.ended || !replies) return;
+          if (!adapter) return void claim.fail();
+          try {
+            if ('error' in outcome) new BaseExceptionFilter(adapter).catch(outcome.error, context);
+            else
+              void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() =>
+                holding.abandon(),
+              );
+          } catch {
+            holding.abandon();
+          }
+        });
+      },
     });
   }
 
@@ -263,7 +276,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     let gate: RouteGate;
     if (onMethod === false || (onMethod === undefined && onClass === false)) gate = null;
     else if (onMethod === undefined && onClass === undefined) gate = this.#gate;
-    else gate = createGate({ ...this.#options, ...(onClass || {}), ...(onMethod || {}) });
+    else {
+      const options = { ...this.#options, ...(onClass || {}), ...(onMethod || {}) };
+      gate = { gate: createGate(options), options };
+    }
     byHandler.set(handler, gate);
     return gate;
   }
@@ -330,45 +346,6 @@ function dynamicModule(options: Provider[], imports: NonNullable<ModuleMetadata[
   };
 }
 
-/** How the handler's chain ended after Nest stopped listening: its last value, or its error. */
-type Outcome = { readonly value: unknown } | { readonly error: unknown };
-
-/**
- * The handler's chain, subscribed to by the interceptor itself: when Nest unsubscribes before it ends (Nest 11
- * tears a handler's Observable down when its client goes away), the chain is not cancelled — the work it started
- * goes on — and `orphaned` gets how it ended. A `StreamableFile` on its way to Nest is watched: if its stream is
- * destroyed before its end (the platform destroys it when the client goes away mid-body), the response will never
- * end, and it is abandoned (the key settles failed, retryable) rather than renewed for good.
- */
-function owned(
-  source: Observable<unknown>,
-  holding: Holding,
-  orphaned: (outcome: Outcome) => void,
-): Observable<unknown> {
-  return new Observable<unknown>((subscriber) => {
-    let attached = true;
-    let last: Outcome = { value: undefined };
-    source.subscribe({
-      next: (value) => {
-        if (value instanceof StreamableFile) watch(value, holding);
-        last = { value };
-        if (attached) subscriber.next(value);
-      },
-      error: (error: unknown) => {
-        if (attached) subscriber.error(error);
-        else orphaned({ error });
-      },
-      complete: () => {
-        if (attached) subscriber.complete();
-        else orphaned(last);
-      },
-    });
-    return () => {
-      attached = false;
-    };
-  });
-}
-
 function watch(file: StreamableFile, holding: Holding): void {
   const stream = file.getStream();
   if (typeof stream.once !== 'function') return;
@@ -377,11 +354,18 @@ function watch(file: StreamableFile, holding: Holding): void {
   });
 }
 
-/** Records what the platform would send; the replacement (problem) when it could not be. Never rejects. */
+/**
+ * Records what the platform would send; the replacement (problem) when it could not be. Never rejects. An answer
+ * that would free the key (`frees`: retryable, or released) while the handler has not settled, and does not by the
+ * next turn (a handler that answered through `@Res()`, then returned, does), is sent as it is, and recorded once the
+ * handler has settled: no retry runs the work beside it.
+ */
 async function record(
   claim: Claim<unknown>,
   held: HeldResponse,
   replayHeaders: readonly string[],
+  run: Run,
+  frees: (status: number) => boolean,
 ): Promise<Response | undefined> {
   if (held.kind === 'too-large') {
     const stored = await responseTooLarge(held.error);
@@ -392,6 +376,10 @@ async function record(
     headers: storableHeaders(held.headers, replayHeaders),
     body: held.body,
   };
+  if (!run.settled && frees(stored.status) && !(await run.whenSettled(true))) {
+    void run.whenSettled(false).then(() => claim.complete(stored));
+    return undefined;
+  }
   return claim.complete(stored);
 }
 
