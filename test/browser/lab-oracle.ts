@@ -127,6 +127,24 @@ const USD = new Intl.NumberFormat('en-US', { style: 'currency', currency: 'USD' 
 const dollars = (cents: number) => USD.format(cents / 100);
 const short = (id: string) => (id.length <= 12 ? id : `${id.slice(0, 7)}…${id.slice(-4)}`);
 
+/**
+ * Collects every claim the narration makes from now on: a double click is two controls, told one after the other,
+ * and the action's charges are checked against all that was said during it.
+ *
+ * @example
+ * await listen(page); await page.mouse.click(x, y); await page.mouse.click(x, y)
+ */
+export async function listen(page: Page): Promise<void> {
+  await page.evaluate(() => {
+    const w = window as unknown as { told?: unknown[]; listener?: MutationObserver };
+    w.told = [];
+    if (w.listener) return;
+    const el = document.querySelector<HTMLElement>('[data-testid="narration"]') as HTMLElement;
+    w.listener = new MutationObserver(() => w.told?.push(...(JSON.parse(el.dataset.claims ?? '[]') as unknown[])));
+    w.listener.observe(el, { attributes: true, attributeFilter: ['data-claims'] });
+  });
+}
+
 /** What the page shows that the oracle checks: its claims and every figure, as data. */
 async function shown(page: Page) {
   return page.evaluate(() => {
@@ -136,6 +154,7 @@ async function shown(page: Page) {
     return {
       text: narration?.textContent ?? '',
       claims: JSON.parse(narration?.dataset.claims ?? '[]') as unknown[],
+      heard: (window as unknown as { told?: unknown[] }).told ?? null,
       flag: flag?.dataset.flag ?? null,
       flagText: flag?.textContent ?? '',
       fits: { narration: fits(narration), callout: fits(flag) },
@@ -162,7 +181,9 @@ async function shown(page: Page) {
 export async function untrue(page: Page, url: string, before: Account): Promise<string[]> {
   const now = await readAccount(page, url);
   const view = await shown(page);
-  const claims = view.claims as Claim[];
+  const current = view.claims as Claim[];
+  // Everything said during the action (listen), or, without a listener, what the narration says now.
+  const claims = view.heard === null ? current : [...(view.heard as Claim[]), ...current];
   const problems: string[] = [];
   const ledger = new Map(now.charges.map((c) => [c.id, c]));
   const succeeded = now.charges.filter((c) => c.status === 'succeeded');
@@ -173,7 +194,7 @@ export async function untrue(page: Page, url: string, before: Account): Promise<
     if (c.kind === 'charged') {
       if (ledger.get(c.charge ?? '')?.status !== 'succeeded')
         problems.push(`claims charged ${c.charge}: not in the ledger`);
-      if (c.charge && !view.text.includes(short(c.charge)))
+      if (c.charge && current.includes(c) && !view.text.includes(short(c.charge)))
         problems.push(`claims charged ${c.charge} without naming it`);
       const r = record(c.key);
       if (c.key !== null && r?.status === 'succeeded' && r.resultId !== c.charge)
@@ -208,8 +229,9 @@ export async function untrue(page: Page, url: string, before: Account): Promise<
   }
   const over = view.payments.filter((p) => p.verdict === 'over');
   if ((view.flag === 'over') !== over.length > 0) problems.push(`flag line says ${view.flag} with ${over.length} over`);
-  if (over[0] && !view.flagText.includes(`Payment ${over[0].payment}`))
-    problems.push(`flag line does not name payment ${over[0].payment}`);
+  const named = /^Payments? ([\d, ]+) (?:was|were)/.exec(view.flagText)?.[1]?.split(', ') ?? [];
+  if (view.flag === 'over' && named.join(' ') !== over.map((p) => p.payment).join(' '))
+    problems.push(`flag line names payments [${named.join(', ')}], over: [${over.map((p) => p.payment).join(', ')}]`);
   if (view.total !== dollars(now.balance.charged))
     problems.push(`total ${view.total}, balance ${dollars(now.balance.charged)}`);
   if (view.rows !== String(now.records.length)) problems.push(`rows ${view.rows}, records ${now.records.length}`);
@@ -226,6 +248,7 @@ export async function untrue(page: Page, url: string, before: Account): Promise<
  */
 export async function truthAfter(page: Page, url: string, action: () => Promise<unknown>): Promise<string[]> {
   const before = await readAccount(page, url);
+  await listen(page);
   await action();
   await settled(page);
   return untrue(page, url, before);

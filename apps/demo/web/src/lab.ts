@@ -4,7 +4,7 @@
  * `/v1/idempotency_records`), so the page says only what the server reports, and the same after a reload.
  */
 import { accountOf, authHeaders, labKey, newLabKey, uuid } from './api.js';
-import type { Attempt } from './attempt.js';
+import { settled, type Attempt } from './attempt.js';
 import { byId } from './dom.js';
 import { abbreviate, plural } from './format.js';
 import { CHARGE_CENTS, GUIDES, TAMPER_CENTS, type Runner } from './guided.js';
@@ -50,7 +50,8 @@ function narrate(told: Told): void {
 // ---- Acting: send, read back, then say ----------------------------------------------------------------------------
 
 let acting = 0;
-/** Clicks so far: only the latest one narrates, so a slow run finishing late cannot speak over a newer click. */
+/** What the controls finished so far have to say, by click, until the page is idle and says it all at once. */
+const unsaid: Array<{ readonly click: number; readonly told: () => Told }> = [];
 let clicks = 0;
 let scheduled = false;
 
@@ -77,10 +78,19 @@ const observe =
     redraw();
   };
 
+/** Several controls' sentences, in the order they were clicked. */
+function together(told: readonly Told[]): Told {
+  return {
+    text: told.map((t, i) => (i === 0 ? t.text : `Then: ${t.text}`)).join(' '),
+    claims: told.flatMap((t) => t.claims),
+  };
+}
+
 /**
- * Runs a control's requests, reads everything back, then says what the server reports. `data-pending` on `<body>`
- * counts the controls still working, so a test (or a person) can tell when the figures and the narration are final.
- * While anything runs, the guided runs and Reset wait (`aria-busy`).
+ * Runs a control's requests, then reads everything back. Once no control is working any more, the page says what
+ * the server reports for every control finished since it last spoke (a double click is two requests, and both are
+ * told). `data-pending` on `<body>` counts the controls still working, so a test (or a person) can tell when the
+ * figures and the narration are final. While anything runs, the guided runs and Reset wait (`aria-busy`).
  */
 async function act(work: () => Promise<(() => Told) | null>): Promise<void> {
   const mine = ++clicks;
@@ -88,11 +98,23 @@ async function act(work: () => Promise<(() => Told) | null>): Promise<void> {
   busy(true);
   try {
     const told = await work();
-    const read = await refresh();
-    if (told && mine === clicks) narrate(read || !state.unreachable ? told() : unreachable(told()));
+    if (told) unsaid.push({ click: mine, told });
   } catch (error) {
-    if (mine === clicks) narrate({ text: `Something went wrong in this page: ${String(error)}`, claims: [] });
+    unsaid.push({
+      click: mine,
+      told: () => ({ text: `Something went wrong in this page: ${String(error)}`, claims: [] }),
+    });
   } finally {
+    const read = await refresh();
+    if (acting === 1 && unsaid.length > 0) {
+      const told = together(
+        unsaid
+          .splice(0)
+          .sort((x, y) => x.click - y.click)
+          .map((u) => u.told()),
+      );
+      narrate(read || state.unreachable === null ? told : unreachable(told));
+    }
     document.body.dataset.pending = String(--acting);
     if (acting === 0) busy(false);
     render();
@@ -278,6 +300,8 @@ function updateControls(): void {
 // ---- Reading back ----------------------------------------------------------------------------------------------------
 
 let poller: number | undefined;
+/** A request the server reported running when the page loaded: told once the server is done with it. */
+let watched: Attempt | null = null;
 
 /** While a request runs (this page's, or one the server reports running), read everything back every 400 ms. */
 function poll(): void {
@@ -287,7 +311,14 @@ function poll(): void {
       window.clearInterval(poller);
       poller = undefined;
     }
-    void refresh().then(redraw);
+    void refresh().then(() => {
+      const done = watched && state.attempts.find((a) => a.request === watched?.request);
+      if (done && settled(done) && acting === 0) {
+        watched = null;
+        narrate(tellOne(done, paymentOf(done)));
+      }
+      redraw();
+    });
   }, 400);
 }
 
@@ -309,6 +340,7 @@ async function restore(): Promise<void> {
   lastKeyed = keyed ? spec(keyed) : null;
   if (keyed?.key) currentKey = keyed.key;
   if (busyRequests()) poll();
+  watched = latest && !settled(latest) ? latest : null;
   if (state.unreachable !== null) {
     narrate({
       text: `Could not reach the server to read this account's history (${state.unreachable}). Nothing is shown until it answers.`,

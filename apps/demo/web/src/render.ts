@@ -82,6 +82,10 @@ function callout(list: readonly Payment[]): void {
     flag = 'declined';
     text = `${names(of('declined'))}: declined for good. Nothing charged, and a retry gets the same 402.`;
   }
+  if (state.unreachable !== null && list.length > 0) {
+    flag = 'unknown';
+    text = 'The server cannot be reached: the figures below are from the last read, and nothing newer is claimed.';
+  }
   ui.callout.dataset.flag = flag;
   ui.callout.textContent = text;
 }
