@@ -169,14 +169,14 @@ const FIELDS: readonly Field[] = [
     name: 'token',
     column: 'token',
     pg: 'text',
-    meaning: "the current claim's secret: only its holder may complete or renew",
+    meaning: "the current claim's secret: only its holder may complete, renew or release",
   },
   { name: 'claimedAt', column: 'claimed_at', pg: 'bigint', meaning: 'when the current claim was made' },
   {
     name: 'leaseExpiresAt',
     column: 'lease_expires_at',
     pg: 'bigint',
-    meaning: 'until when the claim holds; after it a retry may take over',
+    meaning: 'until when the claim holds; renewals push it forward; once it passes, a retry may take over',
   },
   { name: 'expiresAt', column: 'expires_at', pg: 'bigint', meaning: 'when the row stops counting (the TTL)' },
   { name: 'retryable', column: 'retryable', pg: 'boolean', meaning: 'for failed: may a retry run the work again' },
@@ -201,6 +201,11 @@ const DECLARED: Record<string, { name(f: Field): string; type(f: Field): string;
   redis: {
     name: (f) => (f.name === 'pk' ? 'the Redis key (prefix + pk)' : `hash field ${f.name}`),
     type: () => 'string',
-    unit: (f) => (f.name.endsWith('At') ? 'epoch ms as decimal digits; the key also has a PEXPIRE' : ''),
+    unit: (f) =>
+      f.name === 'expiresAt'
+        ? 'epoch ms as decimal digits; the key itself is deleted then (PEXPIRE)'
+        : f.name.endsWith('At')
+          ? 'epoch ms as decimal digits'
+          : '',
   },
 };
