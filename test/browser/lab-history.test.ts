@@ -3,54 +3,21 @@
  * storage the page shows exactly what happened to its sandbox account, and with the server stopped it says so and
  * claims nothing. On SQLite, PostgreSQL and Redis; every figure is checked against the API (lab-oracle.ts).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, until, type Browser } from './harness.js';
-import {
-  callout,
-  labStores,
-  narration,
-  outcomes,
-  paymentRows,
-  readAccount,
-  settled,
-  storeAvailable,
-  untrue,
-  type Account,
-} from './lab-oracle.js';
+import { startDemo, tempDir } from '../harness.js';
+import { VIEWPORTS, chromiumAvailable, screenshot, until } from './harness.js';
+import { callout, narration, outcomes, paymentRows, readAccount, settled, untrue, type Account } from './lab-oracle.js';
+import { labStores, labSuite } from './lab-server.js';
 
 const EMPTY: Account = { charges: [], records: [], balance: { charged: 0, count: 0 } };
 const ONE_CHARGE = [['1', '$500.00', '$500.00', 'once']];
 const sandboxKey = async (page: Page) => String(await page.evaluate('sessionStorage.getItem("idem-lab-api-key")'));
 
 describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page history on $name', (store) => {
-  const dir = tempDir();
-  let server: DemoProcess | undefined;
-  let browser: Browser;
-  let available = false;
-  beforeAll(async () => {
-    available = await storeAvailable(store);
-    if (!available) return;
-    await ensureBuilt();
-    server = await startDemo(store.env(dir.path));
-    browser = await launch();
-  });
-  afterAll(async () => {
-    await browser?.close();
-    await server?.stop();
-    await store.cleanup();
-    dir.remove();
-  });
+  const lab = labSuite(store);
 
-  /** A tab at the lab, optionally on an existing sandbox account (a duplicated tab keeps its sessionStorage). */
-  const open = async (account?: string, url = server?.url as string) => {
-    const page = await browser.page(VIEWPORTS[0]);
-    if (account) await page.addInitScript((key) => sessionStorage.setItem('idem-lab-api-key', key), account);
-    await page.goto(`${url}/`);
-    await settled(page);
-    return page;
-  };
+  const open = (account?: string, url?: string) => lab.open(VIEWPORTS[0], account, url);
   const charge = async (page: Page) => {
     await page.getByRole('button', { name: 'Charge $500', exact: true }).click();
     await settled(page);
@@ -61,7 +28,7 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
     payments: await paymentRows(page),
     flag: (await callout(page)).flag,
     narration: (await narration(page)).replace(/\(ch_[0-9a-f]{4}…[0-9a-f]{4}\)/, '(ch)'),
-    untrue: await untrue(page, server?.url as string, EMPTY),
+    untrue: await untrue(page, lab.url, EMPTY),
   });
   const ONE: Awaited<ReturnType<typeof rebuilt>> = {
     outcomes: ['charged'],
@@ -75,7 +42,7 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
   it('after a keyed $500 charge: a reload, back/forward and a duplicated tab each show that one charge, no warning', async ({
     skip,
   }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open();
     await charge(page);
     await page.reload();
@@ -98,11 +65,11 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
     await settled(twin);
     expect(await outcomes(twin)).toEqual(['charged', 'replayed']);
     // The first tab reads the twin's retry too, on its next action.
-    const before = await readAccount(page, server?.url as string);
+    const before = await readAccount(page, lab.url);
     await charge(page);
     expect(await outcomes(page)).toEqual(['charged', 'replayed', 'replayed']);
     expect(await paymentRows(page)).toEqual(ONE_CHARGE);
-    expect(await untrue(page, server?.url as string, before)).toEqual([]);
+    expect(await untrue(page, lab.url, before)).toEqual([]);
     await screenshot(page, `lab-history-twin-${store.name}`, VIEWPORTS[0]);
     expect([...page.errors, ...twin.errors]).toEqual([]);
     await twin.close();
@@ -110,15 +77,12 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
   });
 
   it('a reload while a charge runs shows it running, then charged once the server is done', async ({ skip }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open();
     await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('3000');
     await page.getByRole('button', { name: 'Charge $500', exact: true }).click();
-    const before = await readAccount(page, server?.url as string);
-    await until(
-      async () => (await readAccount(page, server?.url as string)).records.map((r) => r.status),
-      ['in_progress'],
-    );
+    const before = await readAccount(page, lab.url);
+    await until(async () => (await readAccount(page, lab.url)).records.map((r) => r.status), ['in_progress']);
     await page.reload();
     await settled(page);
     expect(await outcomes(page)).toEqual(['running']);
@@ -129,15 +93,15 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
     await until(() => outcomes(page), ['charged']);
     await until(async () => (await callout(page)).flag, 'ok');
     expect(await narration(page)).toMatch(/^The server claimed the key, charged \$500\.00 \(ch_/);
-    expect(await untrue(page, server?.url as string, before)).toEqual([]);
+    expect(await untrue(page, lab.url, before)).toEqual([]);
     await page.close();
   });
 
   it('cleared storage: a fresh sandbox account, shown empty; the old account keeps its charge', async ({ skip }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open();
     await charge(page);
-    const old = await readAccount(page, server?.url as string);
+    const old = await readAccount(page, lab.url);
     await page.evaluate(() => {
       sessionStorage.clear();
       localStorage.clear();
@@ -155,13 +119,13 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_history'))('lab page h
     expect(await narration(page)).toBe(
       'Nothing sent yet. Press one of the “Show me” buttons above, or Charge $500 below.',
     );
-    expect(await untrue(page, server?.url as string, EMPTY)).toEqual([]);
+    expect(await untrue(page, lab.url, EMPTY)).toEqual([]);
     expect(old.balance).toEqual({ object: 'balance', charged: 50_000, count: 1 });
     await page.close();
   });
 
   it('server stopped: Charge says the server could not be reached and claims nothing', async ({ skip }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const own = tempDir();
     const doomed = await startDemo(store.env(own.path));
     try {

@@ -4,11 +4,11 @@
  * redrawn after the first — and no control's box moves, the second click lands on the same control, "Use
  * idempotency keys" keeps its state, and every claim the page then makes is true (lab-oracle.ts).
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, screenshot, type Browser } from './harness.js';
-import { GUIDED, labStores, listen, readAccount, settled, storeAvailable, untrue } from './lab-oracle.js';
+import { VIEWPORTS, chromiumAvailable, screenshot } from './harness.js';
+import { GUIDED, listen, readAccount, settled, untrue } from './lab-oracle.js';
+import { labStores, labSuite } from './lab-server.js';
 
 /** Every control's box, in page and in viewport coordinates, by a stable name. */
 const boxes = (page: Page) =>
@@ -50,32 +50,14 @@ const redrawn = (page: Page) =>
   page.evaluate(() => new Promise((resolve) => requestAnimationFrame(() => requestAnimationFrame(resolve))));
 
 describe.skipIf(!chromiumAvailable()).each(labStores('lab_layout'))('lab page layout on $name', (store) => {
-  const dir = tempDir();
-  let server: DemoProcess | undefined;
-  let browser: Browser;
-  let available = false;
-  beforeAll(async () => {
-    available = await storeAvailable(store);
-    if (!available) return;
-    await ensureBuilt();
-    server = await startDemo({ ...store.env(dir.path), IDEM_LEASE_MS: '2000' });
-    browser = await launch();
-  });
-  afterAll(async () => {
-    await browser?.close();
-    await server?.stop();
-    await store.cleanup();
-    dir.remove();
-  });
+  const lab = labSuite(store, { IDEM_LEASE_MS: '2000' });
 
   it.each(VIEWPORTS)(
     'at $width×$height: a double click on each control moves nothing and lands twice',
     async (viewport) => {
-      if (!available) return;
-      const url = server?.url as string;
-      const page = await browser.page(viewport);
-      await page.goto(`${url}/`);
-      await settled(page);
+      if (!lab.available) return;
+      const { url } = lab;
+      const page = await lab.open(viewport);
       // The finding's state: a red flag line above the controls.
       await page.getByRole('button', { name: GUIDED[0] }).click();
       await settled(page);

@@ -2,12 +2,8 @@
  * The lab page's truth oracle (issue 28): after an action, every claim the page makes — the narration's claims
  * (charged / not charged / replayed / refused / in progress), each payment's Intended and Charged, the flag line and
  * the totals — is compared with the ledger and the records the API returns for the page's own sandbox account.
- * Also the stores the lab's browser tests run on, each with its own schema, key prefix or file.
  */
-import { randomBytes } from 'node:crypto';
 import type { Page } from 'playwright-core';
-import pg from 'pg';
-import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 
 /** The guided runs' buttons, in the order the page shows them: the problem first. */
 export const GUIDED = [
@@ -46,45 +42,6 @@ export const outcomes = (page: Page) =>
   page
     .locator('[data-testid="request-log"] tbody tr')
     .evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-outcome')));
-
-export interface LabStore {
-  readonly name: 'sqlite' | 'postgres' | 'redis';
-  /** The service to reach first (null: none). */
-  readonly service: string | null;
-  /** The demo's environment, given a fresh temporary directory. */
-  env(dir: string): Record<string, string>;
-  /** Removes what `env` made outside `dir` (a PostgreSQL schema). */
-  cleanup(): Promise<void>;
-}
-
-/** SQLite, PostgreSQL (a schema of its own) and Redis (a key prefix of its own, the ledger in SQLite). */
-export function labStores(label: string): LabStore[] {
-  const tag = `${label}_${randomBytes(4).toString('hex')}`;
-  return [
-    { name: 'sqlite', service: null, env: (dir) => ({ IDEM_STORE: `sqlite:${dir}/idem.db` }), cleanup: async () => {} },
-    {
-      name: 'postgres',
-      service: POSTGRES_URL,
-      env: () => ({ IDEM_STORE: `${POSTGRES_URL}?schema=${tag}` }),
-      cleanup: async () => {
-        const client = new pg.Client({ connectionString: POSTGRES_URL });
-        await client.connect();
-        await client.query(`DROP SCHEMA IF EXISTS "${tag}" CASCADE`);
-        await client.end();
-      },
-    },
-    {
-      name: 'redis',
-      service: REDIS_URL,
-      env: (dir) => ({ IDEM_STORE: `${REDIS_URL}?prefix=${tag}:`, IDEM_LEDGER: `${dir}/ledger.db` }),
-      cleanup: async () => {},
-    },
-  ];
-}
-
-/** True when the store's service answers (skips loudly outside CI, fails under CI=true). */
-export const storeAvailable = (store: LabStore): Promise<boolean> =>
-  store.service === null ? Promise.resolve(true) : serviceAvailable(store.name, store.service);
 
 interface Charge {
   readonly id: string;

@@ -4,64 +4,24 @@
  * against the ledger and the records read through the API (lab-oracle.ts). axe: no serious or critical violation at
  * either size once the page is full.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import {
-  VIEWPORTS,
-  chromiumAvailable,
-  ensureBuilt,
-  launch,
-  screenshot,
-  seriousViolations,
-  type Browser,
-} from './harness.js';
-import {
-  GUIDED,
-  callout,
-  labStores,
-  narration,
-  outcomes,
-  paymentRows,
-  settled,
-  storeAvailable,
-  truthAfter,
-} from './lab-oracle.js';
+import { VIEWPORTS, chromiumAvailable, screenshot, seriousViolations, type Viewport } from './harness.js';
+import { GUIDED, callout, narration, outcomes, paymentRows, truthAfter } from './lab-oracle.js';
+import { labStores, labSuite } from './lab-server.js';
 
 const button = (page: Page, name: string) => page.getByRole('button', { name, exact: true });
 const box = (page: Page, name: string) => page.getByRole('checkbox', { name, exact: true });
 
 describe.skipIf(!chromiumAvailable()).each(labStores('lab_truth'))('lab page truth on $name', (store) => {
-  const dir = tempDir();
-  let server: DemoProcess | undefined;
-  let browser: Browser;
-  let available = false;
-  beforeAll(async () => {
-    available = await storeAvailable(store);
-    if (!available) return;
-    await ensureBuilt();
-    // A short lease, so the crash's takeover comes within seconds.
-    server = await startDemo({ ...store.env(dir.path), IDEM_LEASE_MS: '2000' });
-    browser = await launch();
-  });
-  afterAll(async () => {
-    await browser?.close();
-    await server?.stop();
-    await store.cleanup();
-    dir.remove();
-  });
+  const lab = labSuite(store, { IDEM_LEASE_MS: '2000' });
 
-  const open = async (viewport: (typeof VIEWPORTS)[number]) => {
-    const page = await browser.page(viewport);
-    await page.goto(`${server?.url}/`);
-    await settled(page);
-    return page;
-  };
+  const open = (viewport: Viewport) => lab.open(viewport);
 
   it('every guided run: each claim matches the ledger and the records, the problem first', async ({ skip }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open(VIEWPORTS[0]);
-    const url = server?.url as string;
+    const { url } = lab;
     expect(await page.getByRole('button', { name: /^Show me/ }).allTextContents()).toEqual([...GUIDED]);
     for (const name of GUIDED)
       expect([name, await truthAfter(page, url, () => button(page, name).click())]).toEqual([name, []]);
@@ -102,9 +62,9 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_truth'))('lab page tru
   it('faults and controls: flaky + failing processor, keys off retries, a race, the client retrying by itself', async ({
     skip,
   }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open(VIEWPORTS[0]);
-    const url = server?.url as string;
+    const { url } = lab;
     const truth = (action: () => Promise<unknown>) => truthAfter(page, url, action);
     await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
     // Flaky connection + Processor fails: the processor failed, nothing was charged, and the page says so.
@@ -163,9 +123,9 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_truth'))('lab page tru
   it('a double charge is flagged on its payment even when the totals match (a failed payment beside it)', async ({
     skip,
   }) => {
-    if (!available) skip();
+    if (!lab.available) skip();
     const page = await open(VIEWPORTS[0]);
-    const url = server?.url as string;
+    const { url } = lab;
     await box(page, 'Processor fails').check();
     const failed = await truthAfter(page, url, () => button(page, 'Charge $500').click());
     await box(page, 'Processor fails').uncheck();
