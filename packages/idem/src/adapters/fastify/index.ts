@@ -45,10 +45,17 @@ interface State<Tx> {
   timedOut?: boolean;
   /** The connection timed out (`connectionTimeout`, the onTimeout hooks) while the key was held. */
   socketTimedOut?: boolean;
-  /** The route's handler was called and has not settled; undefined on a route the plugin does not wrap. */
-  handling?: boolean;
+  /**
+   * The route's handler: called and not returned (`running`), returned without answering (`detached`: `return
+   * reply`, to answer later from a callback), or settled (`done`: it threw, returned a payload, or answered).
+   * Undefined on a route the plugin does not wrap.
+   */
+  handler?: 'running' | 'detached' | 'done';
   /** `reply.send()` was called: a throw after it does not replace that answer (see `guarded`). */
   sending?: boolean;
+  /** Calls of `reply.send()`: all of them, and those after the connection timed out (see `answeredBy`). */
+  sends?: number;
+  lateSends?: number;
   /** An answer that went out while the handler still ran: recorded when it settles. */
   pending?: StoredResponse;
   /**
@@ -164,6 +171,10 @@ export function idempotency<Tx = never>({
       const send = reply.send.bind(reply);
       reply.send = (payload?: unknown) => {
         state.sending = true;
+        state.sends = (state.sends ?? 0) + 1;
+        if (state.socketTimedOut) state.lateSends = (state.lateSends ?? 0) + 1;
+        // A handler that returned without answering settles when it answers (see `answeredBy`).
+        if (state.handler === 'detached' && answeredBy(state)) finished(state);
         return send(payload);
       };
       // The engine gives the key up at `maxHoldMs` (after aborting the signal, in the same turn): see `givenUp`.
@@ -202,20 +213,21 @@ export function idempotency<Tx = never>({
       const handler = route.handler;
       route.handler = function guarded(this: FastifyInstance, request: FastifyRequest, reply: FastifyReply) {
         const state = states.get(request);
-        if (state?.claim) state.handling = true;
+        if (state?.claim) state.handler = 'running';
         let result: unknown;
         try {
           result = handler.call(this, request, reply);
         } catch (error) {
           return threw(request, reply, error);
         }
-        if (!isThenable(result)) {
-          returned(request, reply);
+        // `return reply` (a thenable that resolves once the reply has gone, or the socket closed): returned now.
+        if (result === reply || !isThenable(result)) {
+          returned(request, reply, result);
           return result;
         }
         return result.then(
           (value) => {
-            returned(request, reply);
+            returned(request, reply, value);
             return value;
           },
           (error: unknown) => threw(request, reply, error),
@@ -223,14 +235,34 @@ export function idempotency<Tx = never>({
       };
     });
 
-    /** The handler settled: an answer held for it is recorded now, and a reply that went out around onSend is. */
-    function returned(request: FastifyRequest, reply: FastifyReply): void {
+    /**
+     * The handler returned. With a payload (Fastify sends it) or once it has answered, it has settled; with nothing
+     * (`return reply`, or an async handler's promise that adopted `reply`) before it answered, it may still answer
+     * from a callback: `detached`, it settles when it does (or when the engine gives the key up at `maxHoldMs`).
+     */
+    function returned(request: FastifyRequest, reply: FastifyReply, value: unknown): void {
       const state = states.get(request);
-      if (state?.claim && state.handling) {
-        state.handling = false;
-        if (state.pending) void state.claim.complete(state.pending);
+      if (state?.claim && state.handler === 'running') {
+        if ((value !== undefined && value !== reply) || answeredBy(state)) finished(state);
+        else state.handler = 'detached';
       }
       bypassed(request, reply);
+    }
+
+    /** The handler settled: an answer held for it (see `settle`) is recorded now. */
+    function finished(state: State<Tx>): void {
+      state.handler = 'done';
+      if (state.pending && state.claim) void state.claim.complete(state.pending);
+    }
+
+    /**
+     * Whether the sends so far include the handler's own answer. One before the connection timed out is; after it,
+     * the first may be an onTimeout hook's (the plugin's hook, registered first, marks the timeout before yours
+     * run), so only a second one is taken as the handler's.
+     */
+    function answeredBy(state: State<Tx>): boolean {
+      const late = state.lateSends ?? 0;
+      return (state.sends ?? 0) > late || late > 1;
     }
 
     /**
@@ -240,8 +272,9 @@ export function idempotency<Tx = never>({
      * promise resolves once the answer is written.
      */
     function threw(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
-      returned(request, reply);
       const state = states.get(request);
+      if (state?.claim && state.handler !== 'done') finished(state);
+      bypassed(request, reply);
       if (!state?.claim || !(state.sending || state.phase !== 'running')) throw error;
       reply.log.error({ err: error }, 'idem: the handler threw after its reply was sent; that reply stands');
       return reply;
@@ -318,10 +351,12 @@ export function idempotency<Tx = never>({
      * Records the reply's payload (final after a handlerTimeout) and says what to write: the payload itself, or the
      * problem that replaced it; `recorded` is what any later send of this reply writes instead.
      *
-     * After a connection timeout, with the handler still running, what is sent reaches no client (an onTimeout
-     * hook's 503 goes to a closed socket), and recording it retryable would let a retry run the work beside the
-     * handler: it is held until the handler settles (`returned`), then recorded as it was answered. On a route the
-     * plugin does not wrap, the handler cannot be seen to settle: the key is abandoned (held until its lease lapses).
+     * After a connection timeout, with the handler not settled (still running, or returned to answer from a
+     * callback), what is sent reaches no client (an onTimeout hook's 503 goes to a closed socket), and recording it
+     * retryable would let a retry run the work beside the handler: it is held until the handler settles
+     * (`finished`), then recorded as it was answered; a handler that never does holds the key until `maxHoldMs`. On
+     * a route the plugin does not wrap, the handler cannot be seen to settle: the key is abandoned (held until its
+     * lease lapses).
      */
     async function settle(
       claim: Claim<Tx>,
@@ -347,8 +382,8 @@ export function idempotency<Tx = never>({
       }
       const { status, headers, body } = captured.stored;
       const written = { write: captured.payload, recorded: { status, headers, body: Buffer.from(body) } };
-      if (state.socketTimedOut && state.handling !== false && claim.lease) {
-        if (state.handling) state.pending = captured.stored;
+      if (state.socketTimedOut && state.handler !== 'done' && claim.lease) {
+        if (state.handler) state.pending = captured.stored;
         else await claim.lease.abandon();
         return written;
       }

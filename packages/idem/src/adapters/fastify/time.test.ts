@@ -2,41 +2,11 @@
  * Time in the Fastify plugin: an answer given while the handler still runs (a connection timeout's onTimeout hook)
  * and a handler that never answers (`maxHoldMs`). Executions are counted, and so are the ones running at once.
  */
-import Fastify, { type FastifyInstance } from 'fastify';
-import { afterEach, describe, expect, it } from 'vitest';
-import { recordPk } from '../../core/key.js';
+import { describe, expect, it } from 'vitest';
 import { countedWork, signal } from '../../http/counted.test-kit.js';
 import { memoryStore } from '../../stores/memory/index.js';
 import { idempotency } from './index.js';
-
-const apps: FastifyInstance[] = [];
-afterEach(async () => {
-  for (const app of apps.splice(0)) await app.close();
-});
-
-async function served(options: { connectionTimeout?: number; leaseMs?: number; maxHoldMs?: number }) {
-  const store = memoryStore();
-  const { connectionTimeout = 0, ...engine } = options;
-  const app = Fastify({ forceCloseConnections: true, connectionTimeout });
-  apps.push(app);
-  const plugin = idempotency<undefined>({ store, ttlMs: 86_400_000, scope: 'single-tenant', ...engine });
-  await app.register(plugin);
-  const post = async (key: string) => {
-    if (!app.server.listening) await app.listen({ port: 0, host: '127.0.0.1' });
-    const { port } = app.server.address() as { port: number };
-    const response = await fetch(`http://127.0.0.1:${port}/charges`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key },
-      body: '{}',
-    }).catch(() => null);
-    return response && { status: response.status, body: await response.text() };
-  };
-  const record = async (key: string) => {
-    const kept = await store.get(recordPk('single-tenant', key));
-    return kept && { status: kept.status, retryable: kept.retryable, response: kept.response?.status ?? null };
-  };
-  return { app, post, record, engine: plugin.engine };
-}
+import { served } from './timed.test-kit.js';
 
 describe('idem/fastify: an onTimeout hook answers while the handler runs', () => {
   it('the key stays held (409) until the handler settles, then ends as answered: retryable, run once at a time', async () => {
