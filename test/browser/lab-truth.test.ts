@@ -59,66 +59,69 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_truth'))('lab page tru
     await page.close();
   });
 
-  it('faults and controls: flaky + failing processor, keys off retries, a race, the client retrying by itself', async ({
-    skip,
-  }) => {
-    if (!lab.available) skip();
-    const page = await open(VIEWPORTS[0]);
-    const { url } = lab;
-    const truth = (action: () => Promise<unknown>) => truthAfter(page, url, action);
-    await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
-    // Flaky connection + Processor fails: the processor failed, nothing was charged, and the page says so.
-    await box(page, 'Flaky connection').check();
-    await box(page, 'Processor fails').check();
-    expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
-    expect(await narration(page)).toBe(
-      "The server charged nothing, then the connection was cut before the answer reached you. The key's record says failed 503, retryable: a retry with the same key runs the charge again.",
-    );
-    await box(page, 'Processor fails').uncheck();
-    expect(await truth(() => button(page, 'Retry').click())).toEqual([]);
-    expect(await narration(page)).toMatch(
-      /^The key's last attempt had failed and was marked retryable, so this retry reclaimed the key under the same record id and charged \$500\.00 \(ch_/,
-    );
-    // Keys off, the processor failing: neither the charge nor its retry charged anything.
-    await box(page, 'Flaky connection').uncheck();
-    await box(page, 'Use idempotency keys').uncheck();
-    await box(page, 'Processor fails').check();
-    expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
-    expect(await truth(() => button(page, 'Retry').click())).toEqual([]);
-    expect(await narration(page)).toBe(
-      'The processor failed and the server answered 503: nothing was charged, and without a key no record was kept.',
-    );
-    expect((await paymentRows(page)).at(-1)).toEqual(['2', '$500.00', '$0.00', 'unpaid']);
-    // Keys back on, a fresh key, a slow processor: a race of 5, one charge.
-    await box(page, 'Processor fails').uncheck();
-    await box(page, 'Use idempotency keys').check();
-    await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('1000');
-    await button(page, 'New key').click();
-    expect(await truth(() => button(page, 'Race').click())).toEqual([]);
-    expect((await outcomes(page)).slice(-5)).toEqual(['charged', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
-    expect(await truth(() => button(page, 'Tamper').click())).toEqual([]);
-    // Auto-retry: the client's own retries turn the 409s of a race into replays, without a click.
-    await box(page, 'Auto-retry').check();
-    await button(page, 'New key').click();
-    expect(await truth(() => button(page, 'Race').click())).toEqual([]);
-    const raced = (await outcomes(page)).slice(10);
-    expect([raced.filter((o) => o === 'charged').length, raced.filter((o) => o === 'replayed').length]).toEqual([1, 4]);
-    expect(await narration(page)).toMatch(
-      /^5 identical requests with one key left together \(\d+ with the client's retries\): 1 ran the charge \(ch_[0-9a-f]{4}…[0-9a-f]{4}\), \d+ got 409 while it held the key, 4 got the stored answer back\. The ledger holds 1 charge for this payment: \$500\.00\.$/,
-    );
-    // Auto-retry after a dropped connection: the client retried, and the retry replayed the stored 201.
-    await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
-    await box(page, 'Flaky connection').check();
-    await button(page, 'New key').click();
-    expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
-    expect((await outcomes(page)).slice(-2)).toEqual(['dropped', 'replayed']);
-    expect(await narration(page)).toMatch(
-      /^Auto-retry sent 2 attempts \(charged, answer dropped → 201 replayed\)\. The server charged \$500\.00/,
-    );
-    expect((await paymentRows(page)).map((row) => row[3])).toEqual(['once', 'unpaid', 'once', 'once', 'once']);
-    expect(page.errors).toEqual([]);
-    await page.close();
-  });
+  it.each(VIEWPORTS)(
+    'at $width×$height, faults and controls: flaky + failing processor, keys off retries, a race, the client retrying by itself',
+    async (viewport) => {
+      if (!lab.available) return;
+      const page = await open(viewport);
+      const { url } = lab;
+      const truth = (action: () => Promise<unknown>) => truthAfter(page, url, action);
+      await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
+      // Flaky connection + Processor fails: the processor failed, nothing was charged, and the page says so.
+      await box(page, 'Flaky connection').check();
+      await box(page, 'Processor fails').check();
+      expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
+      expect(await narration(page)).toBe(
+        "The server charged nothing, then the connection was cut before the answer reached you. The key's record says failed 503, retryable: a retry with the same key runs the charge again.",
+      );
+      await box(page, 'Processor fails').uncheck();
+      expect(await truth(() => button(page, 'Retry').click())).toEqual([]);
+      expect(await narration(page)).toMatch(
+        /^The key's last attempt had failed and was marked retryable, so this retry reclaimed the key under the same record id and charged \$500\.00 \(ch_/,
+      );
+      // Keys off, the processor failing: neither the charge nor its retry charged anything.
+      await box(page, 'Flaky connection').uncheck();
+      await box(page, 'Use idempotency keys').uncheck();
+      await box(page, 'Processor fails').check();
+      expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
+      expect(await truth(() => button(page, 'Retry').click())).toEqual([]);
+      expect(await narration(page)).toBe(
+        'The processor failed and the server answered 503: nothing was charged, and without a key no record was kept.',
+      );
+      expect((await paymentRows(page)).at(-1)).toEqual(['2', '$500.00', '$0.00', 'unpaid']);
+      // Keys back on, a fresh key, a slow processor: a race of 5, one charge.
+      await box(page, 'Processor fails').uncheck();
+      await box(page, 'Use idempotency keys').check();
+      await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('1000');
+      await button(page, 'New key').click();
+      expect(await truth(() => button(page, 'Race').click())).toEqual([]);
+      expect((await outcomes(page)).slice(-5)).toEqual(['charged', 'in-flight', 'in-flight', 'in-flight', 'in-flight']);
+      expect(await truth(() => button(page, 'Tamper').click())).toEqual([]);
+      // Auto-retry: the client's own retries turn the 409s of a race into replays, without a click.
+      await box(page, 'Auto-retry').check();
+      await button(page, 'New key').click();
+      expect(await truth(() => button(page, 'Race').click())).toEqual([]);
+      const raced = (await outcomes(page)).slice(10);
+      expect([raced.filter((o) => o === 'charged').length, raced.filter((o) => o === 'replayed').length]).toEqual([
+        1, 4,
+      ]);
+      expect(await narration(page)).toMatch(
+        /^5 identical requests with one key left together \(\d+ with the client's retries\): 1 ran the charge \(ch_[0-9a-f]{4}…[0-9a-f]{4}\), \d+ got 409 while it held the key, 4 got the stored answer back\. The ledger holds 1 charge for this payment: \$500\.00\.$/,
+      );
+      // Auto-retry after a dropped connection: the client retried, and the retry replayed the stored 201.
+      await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
+      await box(page, 'Flaky connection').check();
+      await button(page, 'New key').click();
+      expect(await truth(() => button(page, 'Charge $500').click())).toEqual([]);
+      expect((await outcomes(page)).slice(-2)).toEqual(['dropped', 'replayed']);
+      expect(await narration(page)).toMatch(
+        /^Auto-retry sent 2 attempts \(charged, answer dropped → 201 replayed\)\. The first attempt charged \$500\.00 \(ch_[0-9a-f]{4}…[0-9a-f]{4}\), but its answer was lost\. Last: The key was already completed/,
+      );
+      expect((await paymentRows(page)).map((row) => row[3])).toEqual(['once', 'unpaid', 'once', 'once', 'once']);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    },
+  );
 
   it('a double charge is flagged on its payment even when the totals match (a failed payment beside it)', async ({
     skip,

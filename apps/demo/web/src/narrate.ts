@@ -182,12 +182,22 @@ export function tell(sent: readonly Attempt[], paymentOf: (a: Attempt) => Paymen
   const claims = sent.flatMap((a) => tellOne(a, paymentOf(a)).claims);
   if (sent.length === 1) return tellOne(last, paymentOf(last));
   if (sent.some((a) => a.group !== null)) return { text: raceText(sent, paymentOf(last)), claims };
-  // The client's retries: the steps, the attempt that moved money (if it was not the last), then the last.
-  const steps = sent.map(describeOutcome).join(' → ');
-  const moved = sent.find((a) => a !== last && tellOne(a).claims.some((c) => c.kind === 'charged'));
-  const middle = moved ? ` ${tellOne(moved, paymentOf(moved)).text}` : '';
+  // The client's retries: the steps (a run of one outcome counted once), the attempt that moved money if it was
+  // not the last, then the last.
+  const runs: Array<[string, number]> = [];
+  for (const a of sent) {
+    const what = describeOutcome(a);
+    const run = runs.at(-1);
+    if (run && run[0] === what) run[1]++;
+    else runs.push([what, 1]);
+  }
+  const steps = runs.map(([what, n]) => (n === 1 ? what : `${what} ×${n}`));
+  const moved = sent.find((a) => a !== last && a.entry?.charge?.status === 'succeeded');
+  const middle = moved
+    ? ` ${moved === sent[0] ? 'The first attempt' : 'A retry'} charged ${dollars(moved.amount)} (${row(moved.entry?.charge?.id ?? '')})${outcome(moved) === 'dropped' ? ', but its answer was lost' : ''}.`
+    : '';
   return {
-    text: `Auto-retry sent ${plural(sent.length, 'attempt')} (${steps}).${middle} Last: ${tellOne(last, paymentOf(last)).text}`,
+    text: `Auto-retry sent ${plural(sent.length, 'attempt')} (${steps.join(' → ')}).${middle} Last: ${tellOne(last, paymentOf(last)).text}`,
     claims,
   };
 }

@@ -39,7 +39,7 @@ export const numbering = (): Numbering => {
 };
 
 const VERDICT: Record<Payment['verdict'], string> = {
-  over: 'charged more than meant',
+  over: 'double charge',
   once: 'charged once',
   declined: 'declined, final',
   'in-progress': 'in progress',

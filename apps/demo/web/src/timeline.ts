@@ -46,8 +46,11 @@ function claimStep(a: Attempt): Step {
   }
 }
 
-/** What the work did, and what the ledger holds from it (read back). */
-function workSteps(a: Attempt): Step[] {
+/**
+ * What the work did, and what the ledger holds from it (read back). `known`: ledger rows an earlier request of the
+ * same payment had already left (a takeover whose processor returned the crashed attempt's charge).
+ */
+function workSteps(a: Attempt, known: ReadonlySet<string>): Step[] {
   const e = a.entry;
   if (!e?.work) return [];
   const delay = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
@@ -58,9 +61,16 @@ function workSteps(a: Attempt): Step[] {
     'processor-failed': { lane: 'server', text: `processor fails 503${delay}`, tone: 'bad' },
     crashed: { lane: 'server', text: `calls the processor${ref}, then crashes`, tone: 'bad' },
   };
-  const ledger: Step = e.charge
-    ? { lane: 'store', text: `ledger: ${abbreviate(e.charge.id, 7, 4)} ${e.charge.status}`, tone: 'good' }
-    : { lane: 'store', text: 'ledger: no row', tone: 'muted' };
+  const row = e.charge && abbreviate(e.charge.id, 7, 4);
+  const ledger: Step = !e.charge
+    ? { lane: 'store', text: 'ledger: no row', tone: 'muted' }
+    : known.has(e.charge.id)
+      ? { lane: 'store', text: `ledger: ${row} already there, no new row`, tone: 'info' }
+      : {
+          lane: 'store',
+          text: `ledger: ${row} ${e.charge.status}`,
+          tone: e.charge.status === 'succeeded' ? 'good' : 'muted',
+        };
   return [work[e.work], ledger];
 }
 
@@ -72,7 +82,8 @@ function recordStep(a: Attempt): Step[] {
     r.status === 'in_progress'
       ? `record: in_progress, lease until ${clock(r.leaseExpiresAt)}`
       : `record: ${r.status}${r.retryable === null ? '' : r.retryable ? ' retryable' : ' final'} ${r.responseStatus ?? ''}`.trim();
-  return [{ lane: 'store', text, tone: r.status === 'in_progress' ? 'warn' : 'good', testid: 'read-back' }];
+  const tone = r.status === 'succeeded' ? 'good' : r.status === 'in_progress' || r.retryable ? 'warn' : 'bad';
+  return [{ lane: 'store', text, tone, testid: 'read-back' }];
 }
 
 /** What reached the client. */
@@ -110,7 +121,7 @@ function answerStep(a: Attempt): Step {
   }
 }
 
-function steps(a: Attempt): Step[] {
+function steps(a: Attempt, known: ReadonlySet<string>): Step[] {
   const faults = [a.faults.drop ? 'flaky' : '', a.faults.crash ? 'crash' : ''].filter(Boolean).join(', ');
   return [
     {
@@ -118,7 +129,7 @@ function steps(a: Attempt): Step[] {
       text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}${faults ? ` (${faults})` : ''}`,
     },
     claimStep(a),
-    ...workSteps(a),
+    ...workSteps(a, known),
     ...recordStep(a),
     answerStep(a),
   ];
@@ -127,7 +138,7 @@ function steps(a: Attempt): Step[] {
 /** Each request's number in the request log (1-based, in the order the server received them). */
 export type Numbering = (a: Attempt) => number;
 
-function card(a: Attempt, n: Numbering): HTMLElement {
+function card(a: Attempt, n: Numbering, known: ReadonlySet<string>): HTMLElement {
   const o = outcome(a);
   const latency = latencyOf(a);
   return h(
@@ -142,7 +153,7 @@ function card(a: Attempt, n: Numbering): HTMLElement {
     h(
       'ol',
       { class: 'steps', 'aria-label': `#${n(a)} ${a.control}: ${describeOutcome(a)}` },
-      ...steps(a).map((step) =>
+      ...steps(a, known).map((step) =>
         h(
           'li',
           {
@@ -160,10 +171,17 @@ function card(a: Attempt, n: Numbering): HTMLElement {
 /** A payment's cards, a race's requests as one block inside it. */
 function blocks(attempts: readonly Attempt[], n: Numbering): HTMLElement[] {
   const out: HTMLElement[] = [];
+  const known = new Set<string>();
+  /** A card, told which ledger rows the payment's earlier requests left. */
+  const next = (a: Attempt): HTMLElement => {
+    const drawn = card(a, n, new Set(known));
+    if (a.entry?.charge) known.add(a.entry.charge.id);
+    return drawn;
+  };
   for (let i = 0; i < attempts.length;) {
     const a = attempts[i] as Attempt;
     if (a.group === null) {
-      out.push(card(a, n));
+      out.push(next(a));
       i++;
       continue;
     }
@@ -180,7 +198,7 @@ function blocks(attempts: readonly Attempt[], n: Numbering): HTMLElement[] {
           { class: 'group-label' },
           `Race ×${race.filter((r) => r.control !== 'Auto-retry').length}: sent in one tick`,
         ),
-        h('ol', { class: 'race-cards' }, ...race.map((r) => card(r, n))),
+        h('ol', { class: 'race-cards' }, ...race.map(next)),
       ),
     );
   }
