@@ -17,7 +17,7 @@ const LEASE_MS = 300;
 const SANDBOX = 'sk_lab_abcdefgh12345678';
 const ACCOUNT = 'acct_lab_abcdefgh12345678';
 
-function lab(shared: boolean) {
+function lab(shared: boolean, labMode = true) {
   const db = new Database(':memory:');
   const sqlite = sqliteStore({ database: db });
   const store = shared ? sqlite : memoryStore();
@@ -27,7 +27,7 @@ function lab(shared: boolean) {
     ledger,
     sharedLedger: shared,
     apiKeys: new Map([['sk_test_alice', 'acct_alice']]),
-    lab: true,
+    lab: labMode,
     ttlMs: 60_000,
     leaseMs: LEASE_MS,
     mismatchStatus: 400,
@@ -160,5 +160,21 @@ describe('lab history: scope and mode', () => {
       entries: [],
       charges: [expect.objectContaining({ amount: 500 })],
     });
+  });
+
+  it('outside lab mode: no history route, and Idem-Lab-Fault: crash is an ordinary charge that completes', async () => {
+    const { app, store, migrate } = lab(true, false);
+    await migrate();
+    const alice = { authorization: 'Bearer sk_test_alice' };
+    const history = await app(new Request('http://127.0.0.1/v1/lab/history', { headers: alice }));
+    expect(history.status).toBe(404);
+    const request = new Request('http://127.0.0.1/v1/charges', {
+      method: 'POST',
+      headers: { ...alice, 'content-type': 'application/json', 'idempotency-key': 'kx', 'idem-lab-fault': 'crash' },
+      body: '{"amount":500}',
+    });
+    expect(app.dropsAfterCommit(request)).toBe(false);
+    expect((await app(request)).status).toBe(201);
+    expect((await store.get(recordPk('acct_alice', 'kx')))?.status).toBe('succeeded');
   });
 });
