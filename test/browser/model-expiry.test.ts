@@ -98,4 +98,29 @@ eachModelPage('model page expiry in Chromium', (store, demo, viewport) => {
       await page.close();
     },
   );
+
+  it.skipIf(store.skip)(
+    'after the countdown, the clock says whether the store still holds the row, as the API finds it (issue 28, finding 5)',
+    async () => {
+      const page = await demo.open(viewport);
+      await page.getByRole('button', { name: 'Write a row with a 10 s TTL' }).click();
+      await page.getByTestId('expiry-note').waitFor();
+      const key = /^Wrote (expiring-[0-9a-f]{12}) /.exec(
+        (await page.getByTestId('expiry-note').textContent()) ?? '',
+      )?.[1];
+      const clock = page.getByTestId('expiry-clock');
+      // Wait for the countdown to pass expiresAt and for the clock to say something about the row being stored.
+      await until(
+        async () =>
+          (await clock.getAttribute('data-state')) === 'expired' &&
+          /stored|holds it/.test((await clock.textContent()) ?? ''),
+        true,
+        20_000,
+      );
+      const said = (await clock.textContent()) ?? '';
+      const held = (await rowOf(page, demo.url(), key ?? '')) !== null;
+      expect([held, /no longer/.test(said) ? false : /still/.test(said) ? true : null]).toEqual([held, held]);
+      await page.close();
+    },
+  );
 });

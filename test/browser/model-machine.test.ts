@@ -6,7 +6,7 @@
 import { expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { screenshot, seriousViolations, until } from './harness.js';
-import { eachModelPage, lit, rowOf, step as checked, untrue } from './model-kit.js';
+import { acted, eachModelPage, lit, rowOf, step as checked, untrue } from './model-kit.js';
 
 eachModelPage('model page state machine in Chromium', (store, demo, viewport) => {
   const step = (page: Page, output: string, key: string, button: string) =>
@@ -78,6 +78,24 @@ eachModelPage('model page state machine in Chromium', (store, demo, viewport) =>
       await page.getByRole('heading', { name: 'The state machine' }).scrollIntoViewIfNeeded();
       await screenshot(page, `model-${store.name}-machine`, viewport);
       expect(page.errors).toEqual([]);
+      await page.close();
+    },
+  );
+
+  it.skipIf(store.skip)(
+    'a second Record the outcome with the same token wrote nothing, and never says it wrote (issue 28, finding 5)',
+    async () => {
+      const page = await demo.open(viewport);
+      const key = await page.locator('#claim-key').inputValue();
+      await page.getByRole('button', { name: 'Run Claim a request key' }).click();
+      await until(async () => (await page.locator('#complete-token').inputValue()).length, 36);
+      const complete = () => page.getByRole('button', { name: 'Run Record the outcome' }).click();
+      await acted(page, demo.url(), 'complete-output', key, complete);
+      const again = await acted(page, demo.url(), 'complete-output', key, complete);
+      // The store wrote nothing the second time (Redis still answers ok); the sentence must not say otherwise.
+      expect(again.after).toEqual(again.before);
+      expect(again.message).toMatch(/nothing (written|changed)/);
+      expect(again.message).not.toMatch(/^ok|^written|the outcome is written/);
       await page.close();
     },
   );
