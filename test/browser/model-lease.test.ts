@@ -46,7 +46,7 @@ describe.skipIf(!chromiumAvailable())('the lease, as the pages tell it and as th
     await page.goto(`${server.url}/model`);
     const note = ((await page.getByTestId('lease-note').textContent()) ?? '').replace(/\s+/g, ' ').trim();
     expect(note).toBe(
-      "A slow charge keeps its key: the engine renews the lease every third of leaseMs, so a retry gets 409 for as long as the work runs, however long that is. The lease lapses only when renewals stop: the process crashed, froze or lost the store. The holder also watches its own clock: if no renewal has been confirmed by leaseMs − leaseMarginMs after the last one, it aborts its work's signal itself, before any retry could take over. And work that never settles is given up after maxHoldMs (5 minutes by default): its signal is aborted and the key is recorded failed, retryable. So size the lease to how fast you want a crash noticed, and maxHoldMs above your slowest processor.",
+      "A slow charge keeps its key: the engine renews the lease while the work runs (every third of leaseMs by default), so a retry gets 409 for as long as the work runs, up to maxHoldMs. The lease lapses only when renewals stop reaching the store: the process crashed, froze or lost the store. The holder also watches its own clock: if no renewal has been confirmed by leaseMs − leaseMarginMs after the last one, it aborts its work's signal itself, before any retry could take over. And work that never settles is given up after maxHoldMs (5 minutes by default): its signal is aborted and the key is recorded failed, retryable. So size the lease to how fast you want a crash noticed, and maxHoldMs above your slowest processor.",
     );
     expect(page.errors).toEqual([]);
     await page.close();
