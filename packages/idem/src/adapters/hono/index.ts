@@ -2,7 +2,7 @@
  * @module `idem/hono` — idempotency keys as Hono 4 middleware, on the Web-standard layer.
  */
 import type { Context, MiddlewareHandler } from 'hono';
-import type { Engine } from '../../core/engine.js';
+import { classifyStatus, type Engine } from '../../core/engine.js';
 import { createGate, serveWeb, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
 import { BodyTooLargeError, readBytes } from '../../http/replay.js';
 
@@ -43,7 +43,7 @@ export function idempotency<Tx = never>(
         return c.res;
       },
       (limit) => bodyOf(c, limit),
-      { answeredEarly: (response) => timedOut(c, response) },
+      { answeredEarly: () => timedOut(c) },
     );
     // Cleared first so Hono does not merge the handler's headers into an answer that replaced its response.
     c.res = undefined;
@@ -64,10 +64,20 @@ async function bodyOf(c: Context, limit: number): Promise<Uint8Array> {
 }
 
 /**
- * A timeout answered for the handler, which may still be running: Hono's error handler wrote the answer to a
- * thrown 408 or 504 (`timeout()` from `hono/timeout` throws a 504 `HTTPException` while the handler's promise goes
- * on). Mounted inside the adapter, the middleware hides that promise from it.
+ * An answer given while the handler may still run. Hono's `compose` hides the handler's own promise from a
+ * middleware: a timeout mounted inside the guard (`timeout()` from `hono/timeout`, whatever `HTTPException` it is
+ * given) rejects its `next()` race and Hono's error handler answers, whatever status `onError` turns that into, while
+ * the handler's promise goes on. What the guard can see is the error that was answered (`c.error`): an
+ * `HTTPException` whose status is retryable (5xx, 408, 429…), which is what a timeout throws. Recording that answer
+ * retryable would let a retry run beside the handler, so it is abandoned instead; a handler's own plain `Error`
+ * (its promise has settled: it threw) and a final refusal (an `HTTPException(402)`, which no retry runs past) are
+ * recorded as answered.
  */
-function timedOut(c: Context, response: Response): boolean {
-  return c.error !== undefined && (response.status === 408 || response.status === 504);
+function timedOut(c: Context): boolean {
+  const error = c.error as { status?: unknown; getResponse?: unknown } | undefined;
+  return (
+    typeof error?.getResponse === 'function' &&
+    typeof error.status === 'number' &&
+    classifyStatus(error.status) === 'failed-retryable'
+  );
 }
