@@ -35,12 +35,18 @@ export function route<H extends (req: Request, res: ExpressResponse, next: NextF
     state.running = Math.max(state.running, 0) + 1;
     let result: unknown;
     try {
-      result = handler(req, res, next);
+      result = handler(req, res, (error?: unknown) => {
+        // Handed on to the next middleware ('route' and 'router' too): the work goes on past the promise's end.
+        if (error === undefined || error === 'route' || error === 'router') state.unseen = true;
+        next(error);
+      });
     } catch (error) {
       handlerSettled(state);
       throw error;
     }
     if (!isThenable(result)) {
+      // A callback-style handler, a router, a pre-handler: its return is not the end of its work.
+      state.unseen = true;
       handlerSettled(state);
       return result;
     }
@@ -50,10 +56,15 @@ export function route<H extends (req: Request, res: ExpressResponse, next: NextF
 }
 
 function handlerSettled(state: Held<unknown>): void {
-  if (--state.running > 0) return;
+  if (--state.running > 0 && !state.unseen) return;
   const waiting = state.whenSettled;
   state.whenSettled = undefined;
   waiting?.();
+}
+
+/** The middleware cannot see the work end: no `route()`, or a wrapped function that returned no promise. */
+function unseen(state: Held<unknown>): boolean {
+  return state.running < 0 || state.unseen;
 }
 
 /** One middleware's settings for the responses it holds. */
@@ -63,10 +74,15 @@ export interface Settings {
   readonly classify: IdempotencyOptions<unknown, Request>['classify'];
   /** How long a handler streaming to a client that left has to end its response: half a lease. */
   readonly graceMs: number;
+  /** The problem for an error (the gate's): the lease's 409 when the engine gives the key up. */
+  readonly answerFor: (error: unknown, request: Request) => Response;
 }
 
 /** What {@link capture} keeps for one response: the methods it replaced, and what the handler sent so far. */
 interface Held<Tx> {
+  /** The lease's signal's listener: see {@link heldAbort}. */
+  readonly handleEvent: (this: Held<unknown>) => void;
+  readonly res: Capturing;
   readonly claim: Claim<Tx>;
   readonly settings: Settings;
   // Whoever wrapped these methods before us, every call below is theirs, called on this response with
@@ -91,6 +107,8 @@ interface Held<Tx> {
   streamed: boolean;
   /** Handlers wrapped by `route()` still running: -1 before one has begun (the middleware cannot see it settle). */
   running: number;
+  /** A wrapped function returned no promise or handed on with `next()`: its settling says nothing of the work. */
+  unseen: boolean;
   /** Called once `running` drops to 0: set by a retryable answer that came before the handler settled. */
   whenSettled: (() => void) | undefined;
   /** The answer as it stood at the handler's `end()`: what is recorded is what is sent. */
@@ -130,6 +148,8 @@ type Capturing = ServerResponse & { [HELD]: Held<unknown> };
 export function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, settings: Settings): void {
   /* eslint-disable @typescript-eslint/unbound-method */
   const held: Held<Tx> = {
+    handleEvent: heldAbort,
+    res: res as Capturing,
     claim,
     settings,
     writeHead: res.writeHead as Held<Tx>['writeHead'],
@@ -145,6 +165,7 @@ export function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, settings: Set
     ended: false,
     streamed: false,
     running: -1,
+    unseen: false,
     whenSettled: undefined,
     status: 0,
     headers: undefined,
@@ -157,6 +178,28 @@ export function capture<Tx>(res: ServerResponse, claim: Claim<Tx>, settings: Set
   res.write = heldWrite as ServerResponse['write'];
   res.end = heldEnd as ServerResponse['end'];
   res.destroy = heldDestroy;
+  // The engine gives the key up at `maxHoldMs`: it aborts the signal and settles the lease in the same turn.
+  claim.lease?.signal.addEventListener('abort', held, { once: true });
+}
+
+/**
+ * The lease's signal aborted (`handleEvent` of a {@link Held}: no closure per response). If the engine gave the key
+ * up (held past `maxHoldMs`: settled failed, retryable) and nothing was sent, the client gets the lease's problem
+ * (409) now rather than a connection held for a handler that may never answer; whatever the handler sends later is
+ * dropped, as after its own `end()`. A signal aborted past the local deadline alone leaves the lease renewed, and
+ * the handler's answer may still be recorded: that is left to the handler.
+ */
+function heldAbort(this: Held<unknown>): void {
+  queueMicrotask(() => {
+    const { claim, res } = this;
+    if (!claim.lease?.settled || !this.held || this.ended) return;
+    this.ended = true;
+    void responseParts(this.settings.answerFor(claim.lease.signal.reason, res.req as Request)).then((parts) => {
+      if (!this.held) return; // destroyed meanwhile
+      send(res, this, parts, undefined);
+      this.held = true; // stays ended: the handler's later writes are dropped, not written after our end
+    });
+  });
 }
 
 /**
@@ -203,8 +246,30 @@ function keep(state: Held<unknown>, chunk: unknown, encoding: unknown): void {
 function heldWriteHead(this: Capturing, statusCode: number, ...rest: unknown[]): ServerResponse {
   const state = this[HELD];
   if (!state.held) return state.writeHead.call(this, statusCode, ...rest);
-  if (!state.ended) holdHead(this, statusCode, rest);
+  if (state.ended) return this;
+  checkWriteHead(state, rest);
+  holdHead(this, statusCode, rest);
   return this;
+}
+
+/**
+ * What Node refuses in `writeHead` and a held response would otherwise take: a head after the body began (or after
+ * `flushHeaders`), a flat header list of odd length, an undefined header value. Thrown in the handler, as by Node.
+ */
+function checkWriteHead(state: Held<unknown>, rest: readonly unknown[]): void {
+  if (state.streamed)
+    throw Object.assign(new Error('Cannot write headers after they are sent to the client'), {
+      code: 'ERR_HTTP_HEADERS_SENT',
+    });
+  const headers = typeof rest[0] === 'string' ? rest[1] : rest[0];
+  if (Array.isArray(headers)) {
+    if (headers.length % 2 !== 0 && !Array.isArray(headers[0]))
+      throw nodeError('ERR_INVALID_ARG_VALUE', "The argument 'headers' is invalid.");
+  } else if (typeof headers === 'object' && headers !== null) {
+    for (const [name, value] of Object.entries(headers))
+      if (value === undefined)
+        throw nodeError('ERR_HTTP_INVALID_HEADER_VALUE', `Invalid value "undefined" for header "${name}"`);
+  }
 }
 
 function heldFlushHeaders(this: Capturing): void {
@@ -313,7 +378,8 @@ async function finish(res: ServerResponse, state: Held<unknown>, callback: (() =
     const empty = head || NULL_BODY_STATUSES.has(status);
     body = empty ? NO_BYTES : joinBytes(state.chunks, state.size);
     const stored = { status, headers: storableNodeHeaders(sent, state.settings.replayHeaders), body };
-    const frees = state.running !== 0 && freesKey(status, res.req as Request, state.settings.classify);
+    const frees =
+      (state.running !== 0 || state.unseen) && freesKey(status, res.req as Request, state.settings.classify);
     if (frees && (await answeredEarly(res, state, stored, callback))) return;
     replacement = await claim.complete(stored);
   }
@@ -325,7 +391,8 @@ async function finish(res: ServerResponse, state: Held<unknown>, callback: (() =
  * An answer that would free the key (retryable, or released) while the handler may still be running — a timeout
  * middleware's 503, an error handler reached by `next(err)` while the handler goes on — is sent at once, and the key
  * is kept from a retry until the handler has settled: a handler wrapped by `route()` is waited for, then the answer
- * is recorded; one the middleware cannot see settle has its lease abandoned (409 until it lapses, then a takeover).
+ * is recorded; one the middleware cannot see settle (no `route()`, or a wrapped function that returned no promise or
+ * called `next()`) has its lease abandoned (409 until it lapses, then a takeover).
  * False when the answer is recorded the usual way, first: the handler settled before it, or settles in the same
  * turn (it answered, then returned), or the key is a local route's transaction's.
  */
@@ -336,16 +403,12 @@ async function answeredEarly(
   callback: (() => void) | undefined,
 ): Promise<boolean> {
   const { lease } = state.claim;
-  if (state.running < 0) {
-    if (!lease) return false;
-    send(res, state, stored.body, callback);
-    await lease.abandon();
-    return true;
-  }
-  if (await handlerSettles(state, true)) return false;
+  if (!unseen(state) && (await handlerSettles(state, true)) && !unseen(state)) return false;
+  if (unseen(state) && !lease) return false;
   send(res, state, stored.body, callback);
-  await handlerSettles(state, false);
-  await state.claim.complete(stored);
+  if (!unseen(state)) await handlerSettles(state, false);
+  if (unseen(state) && lease) await lease.abandon();
+  else await state.claim.complete(stored);
   return true;
 }
 

@@ -15,8 +15,8 @@ export type ExpressIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Reque
 export interface ExpressIdempotency<Tx = never> extends RequestHandler {
   readonly engine: Engine<Tx>;
   /**
-   * Wraps a route handler so the middleware sees it settle (its promise, or its return or throw): a retryable
-   * answer sent before then — a timeout middleware's 503, an error handler reached by `next(err)` while the handler
+   * Wraps an async route handler so the middleware sees it settle (its promise, which must end when its work ends;
+   * a function returning no promise, or calling `next()`, is treated as unwrapped): a retryable answer sent before then — a timeout middleware's 503, an error handler reached by `next(err)` while the handler
    * goes on — is recorded only once the handler has settled, and retries get 409 until then. Without it such an
    * answer keeps the key refused until the lease lapses (see docs/ADAPTERS.md). Unguarded requests just call it.
    *
@@ -55,6 +55,7 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
     replayHeaders: gate.replayHeaders,
     classify: options.classify,
     graceMs: Math.ceil(gate.engine.leaseMs / 2),
+    answerFor: (error: unknown, request: Request) => gate.answerFor(error, request),
   });
   const middleware = async function idempotencyMiddleware(
     req: Request,
@@ -62,6 +63,12 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
     next: NextFunction,
   ): Promise<void> {
     const admission = await gate.admit(new ExpressRequest(req));
+    if (answered(req, res)) {
+      // Answered while the body was read (connect-timeout's 503 goes out before the response is held): nothing
+      // ran, nothing will (the chain is halted or has ended), so the key is given back at once.
+      if (admission.kind === 'run') void (admission.lease ? admission.lease.release() : admission.fail());
+      return;
+    }
     if (admission.kind === 'answer') {
       // A replay is written from the stored parts directly; other answers (problems) from their Response.
       const { status, headers, body } = admission.replay
@@ -78,6 +85,11 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
     next();
   };
   return Object.assign(middleware, { engine: gate.engine, route });
+}
+
+/** The response was answered before the middleware could hold it, or a timeout middleware fired meanwhile. */
+function answered(req: Request, res: ExpressResponse): boolean {
+  return res.headersSent || res.writableEnded || (req as Request & { timedout?: boolean }).timedout === true;
 }
 
 /** Strict UTF-8 (a bad byte throws); without `stream` it keeps no state between calls, so one serves all. */

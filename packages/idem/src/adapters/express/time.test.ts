@@ -3,51 +3,13 @@
  * connect-timeout's 503, an error handler reached by `next(err)` while the handler goes on — and a client that
  * leaves mid-stream. Each case counts the executions of the work and how many ran at once.
  */
-import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
-import express, { type Express, type NextFunction, type Request, type RequestHandler, type Response } from 'express';
-import { afterEach, describe, expect, it } from 'vitest';
-import { recordPk } from '../../core/key.js';
-import { memoryStore } from '../../stores/memory/index.js';
+import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
+import { describe, expect, it } from 'vitest';
 import { eventsUntilGone, lineThenWait, until, Work } from '../../../../../test/work.js';
-import { idempotency, idempotencyContext } from './index.js';
+import { idempotencyContext } from './index.js';
+import { listen, setup as guarded, timeout } from './time.test-kit.js';
 
-/** connect-timeout 1.9: after `time` ms it calls `next(503 'Response timeout')`; the handler goes on. */
-const timeout = createRequire(import.meta.url)('connect-timeout') as (time: number) => RequestHandler;
-
-const DAY = 86_400_000;
-const closers: Array<() => Promise<void>> = [];
-afterEach(async () => {
-  for (const close of closers.splice(0)) await close();
-});
-
-function setup(leaseMs: number) {
-  const store = memoryStore();
-  const guard = idempotency({ store, scope: 'single-tenant', ttlMs: DAY, leaseMs, onError: () => {} });
-  const app = express();
-  app.set('env', 'test'); // Express logs no error it hands to finalhandler
-  const record = async (key = 'k1') => store.get(recordPk('single-tenant', key));
-  return { app, guard, record, work: new Work() };
-}
-
-async function listen(app: Express) {
-  const server = app.listen(0, '127.0.0.1');
-  await new Promise((resolve) => server.once('listening', resolve));
-  closers.push(async () => {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
-  });
-  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/c`;
-  return async (key = 'k1', signal?: AbortSignal) => {
-    const response = await fetch(url, {
-      method: 'POST',
-      headers: { 'idempotency-key': key, 'content-type': 'application/json' },
-      body: '{}',
-      ...(signal ? { signal } : {}),
-    });
-    return { status: response.status, body: await response.text() };
-  };
-}
+const setup = (leaseMs: number, maxHoldMs?: number) => ({ ...guarded(leaseMs, maxHoldMs), work: new Work() });
 
 type Handler = (req: Request, res: Response, next: NextFunction) => Promise<void>;
 
