@@ -35,6 +35,16 @@ interface Link {
   readonly held: { toUpstream: Buffer[]; toClient: Buffer[] };
 }
 
+/** Listens on a free port of 127.0.0.1 and resolves with it once the server is listening. */
+export async function listenLocal(server: Server): Promise<number> {
+  server.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve, reject) => {
+    server.once('listening', resolve);
+    server.once('error', reject);
+  });
+  return (server.address() as AddressInfo).port;
+}
+
 /**
  * Starts a proxy on 127.0.0.1 (a free port) to `target`.
  *
@@ -111,12 +121,7 @@ export async function startFaultProxy(targetHost: string, targetPort: number): P
     if (mode === 'open') openUpstream(link);
     else client.pause();
   });
-  server.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve, reject) => {
-    server.once('listening', resolve);
-    server.once('error', reject);
-  });
-  const { port } = server.address() as AddressInfo;
+  const port = await listenLocal(server);
 
   return {
     host: '127.0.0.1',

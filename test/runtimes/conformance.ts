@@ -6,36 +6,18 @@
  */
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { closingWith } from '../../packages/idem/src/testing/fixtures.js';
 import { describeStoreConformance } from '../../packages/idem/src/testing/index.js';
-import type { IdempotencyStore } from '../../packages/idem/src/core/record.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { postgresStore } from '../../packages/idem/src/stores/postgres/index.js';
 import { redisStore } from '../../packages/idem/src/stores/redis/index.js';
+import { deleteKeysUnder } from '../fixtures/redis-keys.js';
 import { run } from './vitest-shim.js';
 import { runtimeName } from './runtime.js';
 
 const env = (globalThis as { process?: { env: Record<string, string | undefined> } }).process?.env ?? {};
 const stores = (env.IDEM_STORES ?? 'memory').split(',').filter(Boolean);
 const closing: Array<() => Promise<unknown>> = [];
-
-/** The store as the suite sees it, delegating (its `#private` fields need `this`), with `close` also running `cleanup`. */
-const withCleanup = <Tx>(store: IdempotencyStore<Tx>, cleanup: () => Promise<void>): IdempotencyStore<Tx> => ({
-  name: store.name,
-  get roundTrips() {
-    return store.roundTrips;
-  },
-  claim: (r) => store.claim(r),
-  complete: (r) => store.complete(r),
-  renew: (r) => store.renew(r),
-  release: (r) => store.release(r),
-  get: (pk) => store.get(pk),
-  sweep: (r) => store.sweep(r),
-  list: (r) => store.list(r),
-  close: async () => {
-    await store.close();
-    await cleanup();
-  },
-});
 
 if (stores.includes('memory')) describeStoreConformance({ name: 'memory', create: async () => memoryStore() });
 
@@ -50,13 +32,8 @@ if (stores.includes('redis')) {
       const prefix = `idemtest:runtimes:${crypto.randomUUID()}:`;
       const store = redisStore({ client, prefix });
       await store.load();
-      return withCleanup(store, async () => {
-        let cursor = '0';
-        do {
-          const [next, keys] = await admin.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-          cursor = next;
-          if (keys.length > 0) await admin.del(...keys);
-        } while (cursor !== '0');
+      return closingWith(store, async () => {
+        await deleteKeysUnder(admin, prefix);
         await client.quit();
       });
     },
@@ -76,9 +53,7 @@ if (stores.includes('postgres')) {
       const schema = `idem_rt_${crypto.randomUUID().replaceAll('-', '').slice(0, 12)}`;
       const store = postgresStore<pg.PoolClient>({ pool, schema });
       await store.migrate();
-      return withCleanup(store, async () => {
-        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      });
+      return closingWith(store, () => pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`));
     },
   });
 }

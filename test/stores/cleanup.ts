@@ -3,6 +3,7 @@
  */
 import pg from 'pg';
 import { Redis } from 'ioredis';
+import { deleteKeysUnder } from '../fixtures/redis-keys.js';
 import { POSTGRES_URL, REDIS_URL } from '../services.js';
 
 /** Drops `schema` and everything in it. */
@@ -16,16 +17,11 @@ export async function dropSchema(schema: string): Promise<void> {
   }
 }
 
-/** Deletes every key under `prefix` (SCAN, then DEL per page). */
+/** Deletes every key under `prefix`. */
 export async function deleteRedisPrefix(prefix: string): Promise<void> {
   const redis = new Redis(REDIS_URL);
   try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await redis.del(...keys);
-    } while (cursor !== '0');
+    await deleteKeysUnder(redis, prefix);
   } finally {
     redis.disconnect();
   }

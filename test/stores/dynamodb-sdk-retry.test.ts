@@ -11,29 +11,13 @@ import { DeleteTableCommand, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import { createEngine, recordPk } from 'idem';
 import { dynamodbStore, type DynamoDBStore } from 'idem/stores/dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ClaimRequest, Outcome } from '../../packages/idem/src/core/record.js';
+import type { Outcome } from '../../packages/idem/src/core/record.js';
+import { claimRequests, LEASE, T0, TTL } from '../../packages/idem/src/testing/fixtures.js';
 import { startLocalDynamo } from '../../apps/demo/src/local-dynamo.js';
 import { startReplyDropProxy, type ReplyDropProxy, type SeenRequest } from './reply-drop-proxy.js';
 
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const LEASE = 10_000;
-const TTL = 60_000;
 const scope = 'acct_retry';
-
-const request = (): ClaimRequest => {
-  const key = randomUUID();
-  return {
-    pk: recordPk(scope, key),
-    scope,
-    key,
-    fingerprint: 'f'.repeat(64),
-    token: randomUUID(),
-    id: randomUUID(),
-    now: T0,
-    leaseMs: LEASE,
-    ttlMs: TTL,
-  };
-};
+const request = claimRequests({ scope });
 /** A request of DynamoDB operation `op` that names `pk`. */
 const write = (op: string, pk: string) => (seen: SeenRequest) =>
   seen.target === `DynamoDB_20120810.${op}` && seen.body.includes(JSON.stringify(pk));

@@ -29,7 +29,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock, type Clock } from '../../packages/idem/src/core/clock.js';
 import { createEngine } from '../../packages/idem/src/core/engine.js';
 import { recordPk } from '../../packages/idem/src/core/key.js';
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore } from '../../packages/idem/src/core/record.js';
+import type { IdempotencyRecord, IdempotencyStore } from '../../packages/idem/src/core/record.js';
+import { claimRequests } from '../../packages/idem/src/testing/fixtures.js';
 import { redisStore, type RedisStore } from 'idem/stores/redis';
 import { poll, redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
 
@@ -121,20 +122,8 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     const [plain, waiting] = [await storesFor(0), await storesFor(1)] as const;
     const samples: Record<'async' | 'WAIT 1', number[]> = { async: [], 'WAIT 1': [] };
     const scope = 'acct_latency';
-    const claim = (): ClaimRequest => {
-      const key = randomUUID();
-      return {
-        pk: recordPk(scope, key),
-        scope,
-        key,
-        fingerprint: 'f'.repeat(64),
-        token: randomUUID(),
-        id: randomUUID(),
-        now: Date.now(),
-        leaseMs: LEASE_MS,
-        ttlMs: 60_000,
-      };
-    };
+    const request = claimRequests({ scope });
+    const claim = () => request({ now: Date.now(), leaseMs: LEASE_MS, ttlMs: 60_000 });
     // 10 alternating batches of 200 claims per mode, 8 at a time: machine load drifts over both alike.
     for (let batch = 0; batch < 20; batch++) {
       const mode = batch % 2 === 0 ? 'async' : 'WAIT 1';

@@ -7,7 +7,8 @@
  * as a whole; this one needs to see request boundaries, so it reads `Content-Length`-framed requests (no
  * chunked bodies, no pipelining: what the SDK sends).
  */
-import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
+import { listenLocal } from '../fault-proxy.js';
 
 /** One request as the proxy saw it. */
 export interface SeenRequest {
@@ -95,12 +96,7 @@ export async function startReplyDropProxy(targetHost: string, targetPort: number
     client.on('close', destroy);
     upstream.on('close', destroy);
   });
-  server.listen(0, '127.0.0.1');
-  await new Promise<void>((resolve, reject) => {
-    server.once('listening', resolve);
-    server.once('error', reject);
-  });
-  const { port } = server.address() as AddressInfo;
+  const port = await listenLocal(server);
 
   return {
     endpoint: `http://127.0.0.1:${port}`,

@@ -6,8 +6,8 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { manualClock } from '../core/clock.js';
 import { createEngine } from '../core/engine.js';
-import { recordPk } from '../core/key.js';
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, Outcome, StoredResponse } from '../core/record.js';
+import { claimRequests, LEASE, T0, TTL } from './fixtures.js';
 
 export interface ConformanceOptions<Tx> {
   /** Shown in the test names. */
@@ -25,10 +25,6 @@ export interface ConformanceOptions<Tx> {
    */
   readonly refusedClaimTrips?: number;
 }
-
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const LEASE = 10_000;
-const TTL = 60_000;
 
 /**
  * Registers the conformance cases for one store.
@@ -52,21 +48,7 @@ export function describeStoreConformance<Tx>({
     });
 
     const scope = 'acct_conformance';
-    const request = (overrides: Partial<ClaimRequest> = {}): ClaimRequest => {
-      const key = overrides.key ?? randomUUID();
-      return {
-        pk: recordPk(overrides.scope ?? scope, key),
-        scope,
-        key,
-        fingerprint: 'f'.repeat(64),
-        token: randomUUID(),
-        id: randomUUID(),
-        now: T0,
-        leaseMs: LEASE,
-        ttlMs: TTL,
-        ...overrides,
-      };
-    };
+    const request = claimRequests({ scope });
     const response: StoredResponse = {
       status: 201,
       headers: [
