@@ -14,7 +14,7 @@ function files(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) return name === 'node_modules' ? [] : files(path);
-    return path.endsWith('.ts') && !path.endsWith('.test.ts') ? [path] : [];
+    return path.endsWith('.ts') && !/\.test(-kit)?\.ts$/.test(path) ? [path] : []; // tests and their kits are not the library
   });
 }
 

@@ -11,7 +11,7 @@ function sources(dir: string): string[] {
   return readdirSync(dir).flatMap((name) => {
     const path = join(dir, name);
     if (statSync(path).isDirectory()) return sources(path);
-    return path.endsWith('.ts') && !path.endsWith('.test.ts') ? [path] : [];
+    return path.endsWith('.ts') && !/\.test(-kit)?\.ts$/.test(path) ? [path] : []; // tests and their kits are not the library
   });
 }
 
