@@ -37,7 +37,9 @@ import { sqliteStore, type SqliteDatabase } from 'idem/stores/sqlite';
 import { startFaultProxy } from '../fault-proxy.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { POSTGRES_URL, serviceAvailable } from '../services.js';
+import { POSTGRES } from '../stores/backings.js';
 import { dropSchema } from '../stores/cleanup.js';
+import { chargeRequest, held } from '../stores/scenarios.js';
 
 const LEASE_MS = 1_000;
 const T0 = Date.parse('2026-06-01T12:00:00Z');
@@ -300,50 +302,29 @@ describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
   'zombie fencing across two server processes on PostgreSQL (renewals stalled by the fault proxy)',
   () => {
     it("the stalled server loses the key; its charge transaction rolls back; one charge; every retry gets the new owner's bytes", async () => {
-      const schema = `idem_zombie_srv_${suffix()}`;
       const proxy = await startFaultProxy('127.0.0.1', Number(new URL(POSTGRES_URL).port || 5432));
-      const url = (via: string) => `${via}${via.includes('?') ? '&' : '?'}schema=${schema}`;
+      const store = await POSTGRES.open((url) => proxy.via(url));
       const env = { IDEM_LEASE_MS: '2000' };
       let zombieServer: DemoProcess | undefined;
       let owner: DemoProcess | undefined;
       try {
         // Start one, then the other: both migrate the same schema (advisory-locked), so the order does not matter.
-        zombieServer = await startDemo({ ...env, IDEM_STORE: url(proxy.via(POSTGRES_URL)) });
-        owner = await startDemo({ ...env, IDEM_STORE: url(POSTGRES_URL) });
+        zombieServer = await startDemo({ ...env, ...store.env });
+        owner = await startDemo({ ...env, ...store.direct });
         const key = randomUUID();
         const amount = 4_000 + Math.floor(Math.random() * 999);
         const charge = (server: DemoProcess, headers: Record<string, string> = {}) =>
-          fetch(`${server.url}/v1/charges`, {
-            method: 'POST',
-            headers: {
-              authorization: 'Bearer sk_test_alice',
-              'content-type': 'application/json',
-              'idempotency-key': key,
-              ...headers,
-            },
-            body: JSON.stringify({ amount }),
-            signal: AbortSignal.timeout(30_000),
-          }).then(async (r) => ({
-            status: r.status,
-            replayed: r.headers.get('idempotent-replayed'),
-            body: await r.text(),
-          }));
-        const records = async () =>
-          (
-            (await (
-              await fetch(`${owner?.url}/v1/idempotency_records`, {
-                headers: { authorization: 'Bearer sk_test_alice' },
-              })
-            ).json()) as {
-              data: Array<{ key: string; status: string }>;
-            }
-          ).data.find((r) => r.key === key);
+          fetch(chargeRequest(server.url, key, { amount }, headers), { signal: AbortSignal.timeout(30_000) }).then(
+            async (r) => ({
+              status: r.status,
+              replayed: r.headers.get('idempotent-replayed'),
+              body: await r.text(),
+            }),
+          );
 
         // The slow first attempt, on the proxied server; stall its database link once the claim is visible.
         const slow = charge(zombieServer, { 'idem-lab-delay-ms': '6000' });
-        for (let i = 0; i < 100 && (await records())?.status !== 'in_progress'; i++)
-          await new Promise((r) => setTimeout(r, 50));
-        expect((await records())?.status).toBe('in_progress');
+        expect((await held(store, key)).status).toBe('in_progress');
         proxy.stall();
 
         // The other server: 409 while the lease lives, then (no renewal got through) a takeover that charges.
@@ -370,17 +351,12 @@ describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
           [201, 'true', taken?.body],
           [201, 'true', taken?.body],
         ]);
-        const ledger = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-        try {
-          const { rows } = await ledger.query(`SELECT id FROM "${schema}".charges WHERE amount = $1`, [amount]);
-          expect(rows).toEqual([{ id: (JSON.parse(taken?.body ?? '{}') as { id: string }).id }]);
-        } finally {
-          await ledger.end();
-        }
+        // The schema is this test's own: its only charge is the new owner's (the zombie's rolled back).
+        expect(await store.charges()).toEqual([(JSON.parse(taken?.body ?? '{}') as { id: string }).id]);
       } finally {
         await Promise.all([zombieServer?.stop(), owner?.stop()]);
         await proxy.close();
-        await dropSchema(schema);
+        await store.cleanup();
       }
     }, 60_000);
   },

@@ -20,16 +20,17 @@ import {
   type RedisStore,
   type RedisStoreOptions,
 } from 'idem/stores/redis';
-import { recordPk } from '../../packages/idem/src/core/key.js';
-import type { ClaimRequest, Outcome } from '../../packages/idem/src/core/record.js';
+import type { Outcome } from '../../packages/idem/src/core/record.js';
+import { claimRequests } from '../../packages/idem/src/testing/fixtures.js';
 import { idem } from '../cli/helpers.js';
+import { deleteKeysUnder } from '../fixtures/redis-keys.js';
 import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { poll, redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
+import { opened, sqliteLedger, type Opened } from './backings.js';
+import { $500, answer, held, LEASE_MS, oneChargeOfTwoHundred, takeoverAfterKill } from './scenarios.js';
 
 const available = redisClusterAvailable();
 const BASE_PORT = 7101;
-const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
-const LEASE_MS = 1500;
 
 describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1', () => {
   let cluster: LocalRedisCluster;
@@ -70,14 +71,7 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
   async function dropPrefix(prefix: string): Promise<void> {
     const primaries = (await cluster.topology()).filter((node) => node.role === 'master' && node.slots.length > 0);
     for (const { port } of primaries) {
-      await cluster.withNode(port, async (node) => {
-        let cursor = '0';
-        do {
-          const [next, keys] = await node.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1_000);
-          cursor = next;
-          for (const key of keys) await node.unlink(key);
-        } while (cursor !== '0');
-      });
+      await cluster.withNode(port, (node) => deleteKeysUnder(node, prefix, { one: true }));
     }
   }
 
@@ -111,17 +105,8 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
   describe('one hash slot per scope', () => {
     const T0 = Date.parse('2026-01-01T00:00:00Z');
     const scope = 'acct_cluster';
-    const request = (key: string, now: number): ClaimRequest => ({
-      pk: recordPk(scope, key),
-      scope,
-      key,
-      fingerprint: 'c'.repeat(64),
-      token: randomUUID(),
-      id: randomUUID(),
-      now,
-      leaseMs: 10_000,
-      ttlMs: 60_000,
-    });
+    const requests = claimRequests({ scope, fingerprint: 'c'.repeat(64) });
+    const request = (key: string, now: number) => requests({ key, now });
 
     it('every key a claim, complete, renew, release, get and list touches — MONITORed on the primary — has the scope’s CLUSTER KEYSLOT', async () => {
       const store = await isolated('ioredis');
@@ -200,38 +185,21 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
     let servers: DemoProcess[] = [];
     const dir = tempDir();
     const prefix = `idem_e2e_${randomBytes(5).toString('hex')}:`;
+    let store: Opened;
 
     beforeAll(async () => {
-      const env = {
-        IDEM_STORE: `${cluster.url}?prefix=${prefix}`,
-        IDEM_LEDGER: `${dir.path}/ledger.db`,
-        IDEM_LEASE_MS: String(LEASE_MS),
-      };
-      servers = await Promise.all([startDemo(env), startDemo(env), startDemo(env)]);
+      const env = { IDEM_STORE: `${cluster.url}?prefix=${prefix}`, IDEM_LEDGER: `${dir.path}/ledger.db` };
+      store = opened(env, env, sqliteLedger(env.IDEM_LEDGER), async () => {
+        await dropPrefix(prefix).catch(() => {});
+        dir.remove();
+      });
+      const withLease = { ...env, IDEM_LEASE_MS: String(LEASE_MS) };
+      servers = await Promise.all([startDemo(withLease), startDemo(withLease), startDemo(withLease)]);
     }, 90_000);
     afterAll(async () => {
       await Promise.all(servers.map((server) => server.stop()));
-      await dropPrefix(prefix).catch(() => {});
-      dir.remove();
+      await store?.cleanup();
     });
-
-    const answer = async (response: Response) => ({
-      status: response.status,
-      replayed: response.headers.get('idempotent-replayed'),
-      retryAfter: response.headers.get('retry-after'),
-      type:
-        response.headers.get('content-type') === 'application/problem+json'
-          ? (JSON.parse(await response.clone().text()) as { type: string }).type
-          : null,
-      body: await response.text(),
-    });
-    /** The record's status as any process lists it. */
-    const status = async (server: DemoProcess, key: string) => {
-      const list = (await (await api(server.url).get('/v1/idempotency_records')).json()) as {
-        data: Array<{ key: string; status: string }>;
-      };
-      return list.data.find((record) => record.key === key)?.status;
-    };
 
     it('the server says where its records are', () => {
       expect(servers[0]?.output()).toContain(
@@ -245,15 +213,19 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       const before = await alice.balance();
       const key = randomUUID();
       const slow = alice.charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '3000' }).then(answer);
-      await poll('the charge to hold its key', async () => (await status(second, key)) === 'in_progress', 20_000);
+      await held(store, key);
       const busy = await answer(await api(second.url).charge($500, { 'idempotency-key': key }));
-      expect([busy.status, busy.type, busy.retryAfter]).toEqual([409, 'urn:idem:problem:idempotency-key-in-use', '1']);
+      expect([busy.status, busy.problem, busy.retryAfter]).toEqual([
+        409,
+        'urn:idem:problem:idempotency-key-in-use',
+        '1',
+      ]);
       const charged = await slow;
       expect([charged.status, charged.replayed]).toEqual([201, null]);
       const replay = await answer(await api(second.url).charge($500, { 'idempotency-key': key }));
       expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', charged.body]);
       const tampered = await answer(await alice.charge({ ...$500, amount: 1 }, { 'idempotency-key': key }));
-      expect([tampered.status, tampered.type]).toEqual([400, 'urn:idem:problem:idempotency-key-reused']);
+      expect([tampered.status, tampered.problem]).toEqual([400, 'urn:idem:problem:idempotency-key-reused']);
       expect(await alice.balance()).toEqual({
         object: 'balance',
         charged: before.charged + 50000,
@@ -265,77 +237,22 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       const key = randomUUID();
       const charged = await api(servers[0]!.url).charge($500, { 'idempotency-key': key });
       const { id } = (await charged.json()) as { id: string };
-      const store = `${cluster.url}?prefix=${prefix}`;
-      const listed = await idem(['records', 'list', '--store', store, '--scope', 'acct_alice', '--json']);
+      const url = `${cluster.url}?prefix=${prefix}`;
+      const listed = await idem(['records', 'list', '--store', url, '--scope', 'acct_alice', '--json']);
       expect([listed.code, listed.stderr]).toEqual([0, '']);
       const records = JSON.parse(listed.stdout) as Array<{ key: string; status: string; resultId: string }>;
       const mine = records.find((record) => record.key === key);
       expect([mine?.status, mine?.resultId]).toEqual(['succeeded', id]);
-      const shown = await idem(['records', 'show', key, '--store', store, '--scope', 'acct_alice', '--json']);
+      const shown = await idem(['records', 'show', key, '--store', url, '--scope', 'acct_alice', '--json']);
       expect([shown.code, (JSON.parse(shown.stdout) as { resultId: string }).resultId]).toEqual([0, id]);
     });
 
     it('200 concurrent requests with one key over the three: one charge; the rest 409 or a byte-identical replay', async () => {
-      const before = await api(servers[1]!.url).balance();
-      const key = randomUUID();
-      const answers = await Promise.all(
-        Array.from({ length: 200 }, (_, i) =>
-          api(servers[i % 3]!.url)
-            .charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '300' })
-            .then(answer),
-        ),
-      );
-      const executed = answers.filter((a) => a.status === 201 && a.replayed === null);
-      expect(executed.length).toBe(1);
-      for (const a of answers) {
-        if (a === executed[0]) continue;
-        if (a.status === 409) expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
-        else expect([a.status, a.replayed, a.body]).toEqual([201, 'true', executed[0]!.body]);
-      }
-      for (const server of servers) {
-        expect(await api(server.url).balance()).toEqual({
-          object: 'balance',
-          charged: before.charged + 50000,
-          count: before.count + 1,
-        });
-      }
+      await oneChargeOfTwoHundred(servers, store);
     });
 
     it('kill -9 while a request holds the lease; a retry through another process after the lease charges once', async () => {
-      const [doomedServer, second, third] = servers as [DemoProcess, DemoProcess, DemoProcess];
-      const alice = api(second.url);
-      const before = await alice.balance();
-      const key = randomUUID();
-      const doomed = api(doomedServer.url)
-        .charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '30000' })
-        .catch((error: unknown) => error);
-      await poll(
-        'the doomed request to hold its key',
-        async () => (await status(second, key)) === 'in_progress',
-        20_000,
-      );
-      expect(await doomedServer.stop('SIGKILL')).toBe('SIGKILL');
-      expect(await doomed).toEqual(new TypeError('fetch failed'));
-      const statuses: number[] = [];
-      const retry = await poll(
-        'the retry to take the key over',
-        async () => {
-          const attempt = await answer(await alice.charge($500, { 'idempotency-key': key }));
-          statuses.push(attempt.status);
-          return attempt.status === 409 ? undefined : attempt;
-        },
-        20_000,
-        100,
-      );
-      expect([retry.status, retry.replayed]).toEqual([201, null]);
-      expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
-      const replay = await answer(await api(third.url).charge($500, { 'idempotency-key': key }));
-      expect([replay.status, replay.replayed, replay.body]).toEqual([201, 'true', retry.body]);
-      expect(await api(third.url).balance()).toEqual({
-        object: 'balance',
-        charged: before.charged + 50000,
-        count: before.count + 1,
-      });
+      await takeoverAfterKill(servers, store);
     });
   });
 });

@@ -1,96 +1,46 @@
 /**
  * Round trips per request kind, measured through the demo itself (`openBackend` + `createApp`, in-process) on
- * each store: the store's own `roundTrips` counter, and the operations its `onRoundTrip` observer saw.
- * docs/DESIGN.md, Round-trip budget: new key 2 (claim, complete); replay, conflict, mismatch 1.
+ * every store the demo runs on (./backings.ts): the store's own `roundTrips` counter, and the operations its
+ * `onRoundTrip` observer saw. docs/DESIGN.md, Round-trip budget: new key 2 (claim, complete); replay, conflict,
+ * mismatch 1.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { createApp, type App } from '../../apps/demo/src/app.js';
 import { loadConfig } from '../../apps/demo/src/config.js';
 import { openBackend, type Backend } from '../../apps/demo/src/stores.js';
 import { tempDir } from '../harness.js';
-import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
-import { deleteRedisPrefix, dropSchema } from './cleanup.js';
-
-const suffix = () => randomBytes(5).toString('hex');
+import { DYNAMODB, MYSQL, POSTGRES, REDIS, SQLITE, type Backing, type Opened } from './backings.js';
+import { $500, chargeRequest } from './scenarios.js';
 
 interface Kind {
   readonly trips: number;
   readonly ops: string[];
 }
+type Expected = Record<'newKey' | 'replay' | 'conflict' | 'mismatch', Kind>;
 
-const cases: Array<{
-  name: string;
-  available: boolean;
-  open: () => { env: Record<string, string>; cleanup: () => Promise<void> };
-  /** Expected trips: new key, replay, conflict, mismatch. */
-  expected: Record<'newKey' | 'replay' | 'conflict' | 'mismatch', Kind>;
-}> = [
+/** A claim and a completion for a new key; one claim for each refusal. */
+const PLAIN: Expected = {
+  newKey: { trips: 2, ops: ['claim', 'complete'] },
+  replay: { trips: 1, ops: ['claim'] },
+  conflict: { trips: 1, ops: ['claim'] },
+  mismatch: { trips: 1, ops: ['claim'] },
+};
+
+const cases: Array<{ backing: Backing; label: string; expected: Expected }> = [
+  { backing: SQLITE, label: 'SQLite (records and ledger in one transaction)', expected: PLAIN },
   {
-    name: 'SQLite (records and ledger in one transaction)',
-    available: true,
-    open: () => {
-      const dir = tempDir();
-      return { env: { IDEM_STORE: `sqlite:${dir.path}/idem.db` }, cleanup: async () => dir.remove() };
-    },
-    expected: {
-      newKey: { trips: 2, ops: ['claim', 'complete'] },
-      replay: { trips: 1, ops: ['claim'] },
-      conflict: { trips: 1, ops: ['claim'] },
-      mismatch: { trips: 1, ops: ['claim'] },
-    },
-  },
-  {
-    name: 'PostgreSQL (records and ledger in one transaction)',
-    available: await serviceAvailable('PostgreSQL', POSTGRES_URL),
-    open: () => {
-      const schema = `idem_e2e_${suffix()}`;
-      const url = new URL(POSTGRES_URL);
-      url.searchParams.set('schema', schema);
-      return { env: { IDEM_STORE: url.toString() }, cleanup: () => dropSchema(schema) };
-    },
+    backing: POSTGRES,
+    label: 'PostgreSQL (records and ledger in one transaction)',
     // The completion with effects is a transaction: BEGIN, the fenced UPDATE, COMMIT (the INSERT of the charge
     // is the work's own statement, not the store's). One statement per claim otherwise.
-    expected: {
-      newKey: { trips: 4, ops: ['claim', 'complete', 'complete', 'complete'] },
-      replay: { trips: 1, ops: ['claim'] },
-      conflict: { trips: 1, ops: ['claim'] },
-      mismatch: { trips: 1, ops: ['claim'] },
-    },
+    expected: { ...PLAIN, newKey: { trips: 4, ops: ['claim', 'complete', 'complete', 'complete'] } },
   },
+  { backing: REDIS, label: 'Redis (ledger in SQLite, unique on the record id)', expected: PLAIN },
   {
-    name: 'Redis (ledger in SQLite, unique on the record id)',
-    available: await serviceAvailable('Redis', REDIS_URL),
-    open: () => {
-      const prefix = `idem_e2e_${suffix()}:`;
-      const dir = tempDir();
-      const url = new URL(REDIS_URL);
-      url.searchParams.set('prefix', prefix);
-      return {
-        env: { IDEM_STORE: url.toString(), IDEM_LEDGER: `${dir.path}/ledger.db` },
-        cleanup: async () => {
-          await deleteRedisPrefix(prefix);
-          dir.remove();
-        },
-      };
-    },
-    expected: {
-      newKey: { trips: 2, ops: ['claim', 'complete'] },
-      replay: { trips: 1, ops: ['claim'] },
-      conflict: { trips: 1, ops: ['claim'] },
-      mismatch: { trips: 1, ops: ['claim'] },
-    },
-  },
-  {
-    name: 'DynamoDB on dynalite (ledger in SQLite)',
-    available: true,
-    open: () => {
-      const dir = tempDir();
-      return {
-        env: { IDEM_STORE: `dynamodb:local?table=idem_e2e_${suffix()}`, IDEM_LEDGER: `${dir.path}/ledger.db` },
-        cleanup: async () => dir.remove(),
-      };
-    },
+    backing: DYNAMODB,
+    label: 'DynamoDB on dynalite (ledger in SQLite)',
     // dynalite ignores ReturnValuesOnConditionCheckFailure: a refused claim costs a consistent GetItem more. On
     // DynamoDB itself the refused PutItem returns the item (ALL_OLD): 1 trip.
     expected: {
@@ -100,20 +50,19 @@ const cases: Array<{
       mismatch: { trips: 2, ops: ['claim', 'claim'] },
     },
   },
+  // The demo keeps charges in SQLite beside MySQL, so the completion carries no effects and is one statement.
+  { backing: MYSQL, label: 'MySQL (ledger in SQLite)', expected: PLAIN },
 ];
 
-const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
-
-for (const c of cases) {
-  describe.skipIf(!c.available)(`round trips through the demo on ${c.name}`, () => {
+for (const { backing, label, expected } of cases) {
+  describe.skipIf(!backing.available)(`round trips through the demo on ${label}`, () => {
+    let opened: Opened;
     let backend: Backend;
     let app: App;
-    let cleanup: () => Promise<void>;
     const seen: string[] = [];
 
     beforeAll(async () => {
-      const opened = c.open();
-      cleanup = opened.cleanup;
+      opened = await backing.open();
       const config = loadConfig({ ...opened.env, IDEM_LAB: '1' });
       backend = await openBackend(config, { onRoundTrip: (trip) => seen.push(trip.op) });
       app = createApp({ ...config, ...backend });
@@ -121,22 +70,11 @@ for (const c of cases) {
 
     afterAll(async () => {
       await backend?.close();
-      await cleanup?.();
+      await opened?.cleanup();
     });
 
     const charge = (key: string, body: unknown = $500, headers: Record<string, string> = {}) =>
-      app(
-        new Request('http://127.0.0.1/v1/charges', {
-          method: 'POST',
-          headers: {
-            authorization: 'Bearer sk_test_alice',
-            'content-type': 'application/json',
-            'idempotency-key': key,
-            ...headers,
-          },
-          body: JSON.stringify(body),
-        }),
-      );
+      app(chargeRequest('http://127.0.0.1', key, body, headers));
 
     /** The store's round trips while `run` runs, and the operations the observer saw. */
     const measure = async (run: () => Promise<Response>): Promise<Kind & { status: number }> => {
@@ -173,18 +111,23 @@ for (const c of cases) {
       const [before, reported] = [backend.store.roundTrips, seen.length];
       const first = charge(busy, $500, { 'idem-lab-delay-ms': '1500' });
       // Sent (the counter) and answered (the observer, which hears of a trip when its reply arrives).
-      while (backend.store.roundTrips === before || seen.length === reported)
-        await new Promise((r) => setTimeout(r, 5));
+      await waitFor(
+        'the first claim to be answered',
+        () => backend.store.roundTrips > before && seen.length > reported,
+        {
+          everyMs: 5,
+        },
+      );
       const conflict = await measure(() => charge(busy));
       expect((await first).status).toBe(201);
 
       expect({ newKey, replay, conflict, mismatch }).toEqual({
-        newKey: { status: 201, ...c.expected.newKey },
-        replay: { status: 201, ...c.expected.replay },
-        conflict: { status: 409, ...c.expected.conflict },
-        mismatch: { status: 400, ...c.expected.mismatch },
+        newKey: { status: 201, ...expected.newKey },
+        replay: { status: 201, ...expected.replay },
+        conflict: { status: 409, ...expected.conflict },
+        mismatch: { status: 400, ...expected.mismatch },
       });
-    });
+    }, 30_000);
   });
 }
 
@@ -198,17 +141,7 @@ describe('round trips through the demo with IDEM_CACHE_SIZE (SQLite)', () => {
     try {
       const charge = async (key: string, body: unknown = $500) => {
         const before = backend.store.roundTrips;
-        const response = await app(
-          new Request('http://127.0.0.1/v1/charges', {
-            method: 'POST',
-            headers: {
-              authorization: 'Bearer sk_test_alice',
-              'content-type': 'application/json',
-              'idempotency-key': key,
-            },
-            body: JSON.stringify(body),
-          }),
-        );
+        const response = await app(chargeRequest('http://127.0.0.1', key, body));
         return { status: response.status, body: await response.text(), trips: backend.store.roundTrips - before };
       };
       const key = randomUUID();
