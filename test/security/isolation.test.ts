@@ -231,18 +231,18 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
       (await two.post('/v1/model/complete', { key, token: mine.result.record.token, outcome: 'succeeded' })).body,
     ) as { result: unknown };
     expect(forged.result).toEqual({ ok: false });
-    // Two claims the key with the shortest TTL, and it lapses: One's record neither expires nor changes.
-    const short = JSON.parse((await two.post('/v1/model/claim', { key, ttlMs: 1000 })).body) as {
+    // Two claims the key with the shortest TTL (its lease the shortest, 1 s, under it), and it lapses: One's record neither expires nor changes.
+    const short = JSON.parse((await two.post('/v1/model/claim', { key, ttlMs: 2000 })).body) as {
       result: { kind: string };
     };
     expect(short.result.kind).toBe('claimed');
-    // Until Two's own read says its record has expired (1 s of server time; polled, bounded).
+    // Until Two's own read says its record has expired (2 s of server time; polled, bounded).
     for (let i = 0; ; i++) {
       const own = JSON.parse((await two.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
         expired: boolean;
       };
       if (own.expired) break;
-      if (i > 300) throw new Error("Two's 1 s record never expired");
+      if (i > 600) throw new Error("Two's 2 s record never expired");
       await new Promise((r) => setTimeout(r, 10));
     }
     const still = JSON.parse((await one.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
