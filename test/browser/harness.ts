@@ -47,7 +47,9 @@ function newestSource(dir: string): number {
  * `npx vitest run test/browser`). A lock directory keeps two test files from building at once.
  */
 export async function ensureBuilt(): Promise<void> {
-  const fresh = () => existsSync(BUILT) && statSync(BUILT).mtimeMs >= newestSource(WEB);
+  // The lab bundles idem/client from its source (web/vite.config.ts), so a change there is a change to the page.
+  const newest = () => Math.max(newestSource(WEB), newestSource(join(ROOT, 'packages/idem/src/client')));
+  const fresh = () => existsSync(BUILT) && statSync(BUILT).mtimeMs >= newest();
   if (fresh()) return;
   const lock = join(ROOT, 'apps/demo/dist/.pages-build-lock');
   mkdirSync(join(ROOT, 'apps/demo/dist'), { recursive: true });
