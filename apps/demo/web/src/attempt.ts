@@ -25,9 +25,8 @@ export type Outcome =
   /** No answer, and the server's history could not be read: nothing is known. */
   | 'unknown';
 
-export interface Attempt {
-  /** The page's id for the request (`Idem-Lab-Request`); the history finds it by this. */
-  readonly request: string;
+/** One logical request: what the person asked for. */
+export interface Spec {
   /** The control that sent it: Charge, Retry, Race, Tamper, Auto-retry, or a guided run's step. */
   readonly control: string;
   /** The payment the person meant: a charge and its retries share it. */
@@ -39,6 +38,12 @@ export interface Attempt {
   readonly amount: number;
   readonly source: string;
   readonly faults: LabFaults;
+}
+
+/** One request as sent: its spec, and what the browser and the server's history say happened to it. */
+export interface Attempt extends Spec {
+  /** The page's id for the request (`Idem-Lab-Request`); the history finds it by this. */
+  readonly request: string;
   /** Epoch ms when it was sent (or, from the history, received). */
   readonly sentAt: number;
   /** What this browser saw: null for a request this page did not send (another tab, an earlier load). */

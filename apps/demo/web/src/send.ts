@@ -4,19 +4,10 @@
  * first attempt's answer is stored). Every attempt, first or retry, is its own request in the server's history.
  */
 import { idempotentFetch } from 'idem/client';
-import { authHeaders, uuid, type LabFaults } from './api.js';
-import type { Attempt } from './attempt.js';
+import { authHeaders, uuid } from './api.js';
+import type { Attempt, Spec } from './attempt.js';
 
-/** One logical request: what the person asked for. */
-export interface Spec {
-  readonly control: string;
-  readonly payment: string;
-  readonly group: string | null;
-  readonly key: string | null;
-  readonly amount: number;
-  readonly source: string;
-  readonly faults: LabFaults;
-}
+export type { Spec } from './attempt.js';
 
 /**
  * The lab's client policy when Auto-retry is on: `idem/client`'s own defaults with shorter waits, so a reader sees
