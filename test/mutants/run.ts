@@ -253,6 +253,7 @@ interface Stage {
 const UNIT_FILES = [
   'packages/idem/src/core/engine.test.ts',
   'packages/idem/src/core/lease.test.ts',
+  'packages/idem/src/core/wait.test.ts',
   'packages/idem/src/core/fingerprint.test.ts',
   'packages/idem/src/stores/memory/index.test.ts',
   'packages/idem/src/stores/sqlite/index.test.ts',

@@ -1,38 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../stores/memory/index.js';
+import { answer, DAY, setup, step, T0, tick } from './engine.test-kit.js';
 import { manualClock } from './clock.js';
-import { classifyStatus, createEngine, type IdempotencyEvent, type WorkContext, type WorkResult } from './engine.js';
+import { classifyStatus, createEngine, type WorkContext, type WorkResult } from './engine.js';
 import { IdempotencyError } from './errors.js';
 import { recordPk } from './key.js';
 import type { IdempotencyStore } from './record.js';
-
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const DAY = 86_400_000;
-const answer = (status: number, text = `{"status":${status}}`): WorkResult<undefined> => ({
-  response: { status, headers: [['content-type', 'application/json']], body: new TextEncoder().encode(text) },
-});
-const setup = (options: { leaseMs?: number; waitForOutcomeMs?: number; store?: IdempotencyStore<undefined> } = {}) => {
-  const clock = manualClock(T0);
-  const store = options.store ?? memoryStore();
-  const events: IdempotencyEvent[] = [];
-  const engine = createEngine({
-    store,
-    clock,
-    ttlMs: DAY,
-    leaseMs: options.leaseMs ?? 10_000,
-    waitForOutcomeMs: options.waitForOutcomeMs ?? 0,
-    onEvent: (e) => e.type !== 'store_op' && events.push(e),
-  });
-  return { clock, store, engine, events, request: { scope: 'acct_a', key: 'k1', fingerprint: 'f1' } };
-};
-const tick = () => new Promise((resolve) => setTimeout(resolve, 0));
-/** Moves the manual clock in small steps, letting the engine's timers and store calls run between them. */
-const step = async (clock: ReturnType<typeof manualClock>, ms: number, by = 25) => {
-  for (let moved = 0; moved < ms; moved += by) {
-    clock.advance(Math.min(by, ms - moved));
-    await tick();
-  }
-};
 
 describe('createEngine options', () => {
   it('names the option that is wrong', () => {
@@ -492,74 +465,5 @@ describe('a 303 See Other is final', () => {
     expect(retry.replayed).toBe(true);
     expect(retry.response.status).toBe(303);
     expect(retry.response.headers).toEqual([['location', '/v1/charges/ch_1']]);
-  });
-});
-
-describe('waitForOutcomeMs when the first attempt ends retryable or is released', () => {
-  for (const ending of ['failed-retryable', 'release'] as const) {
-    it(`runs the waiter's work on the freed key (${ending}) instead of a stale 409`, async () => {
-      const { engine, request, clock } = setup({ waitForOutcomeMs: 1_000, leaseMs: 10_000 });
-      const first = await engine.begin(request);
-      if (first.kind !== 'lease') throw new Error('expected a lease');
-      let runs = 0;
-      const waiter = engine.run(request, async () => {
-        runs++;
-        return answer(201, 'second');
-      });
-      // The waiter polls with the injected clock; the first attempt ends inside its last poll interval.
-      await step(clock, 900);
-      await (ending === 'release' ? first.lease.release() : first.lease.complete(answer(503)));
-      await step(clock, 200);
-      const result = await waiter;
-      expect(runs).toBe(1);
-      expect(result.replayed).toBe(false);
-      expect(new TextDecoder().decode(result.response.body)).toBe('second');
-    });
-  }
-});
-
-describe('waitForOutcomeMs with a holder that keeps renewing', () => {
-  it('waits past the first lease it saw, until the outcome, and replays it', async () => {
-    const { engine, request, clock } = setup({ waitForOutcomeMs: 5_000, leaseMs: 1_000 });
-    const first = await engine.begin(request);
-    if (first.kind !== 'lease') throw new Error('expected a lease');
-    let runs = 0;
-    const waiter = engine.run(request, async () => {
-      runs++;
-      return answer(201, 'second');
-    });
-    // The holder renews (every leaseMs / 3) well past its first lease, then answers at 2.5 s.
-    await step(clock, 2_500);
-    await first.lease.complete(answer(201, 'first'));
-    await step(clock, 600);
-    const result = await waiter;
-    expect(runs).toBe(0);
-    expect([result.replayed, new TextDecoder().decode(result.response.body)]).toEqual([true, 'first']);
-  });
-
-  it("stops waiting when the holder's lease lapses (it died) and takes the key over with the same id", async () => {
-    const { engine, request, clock, store } = setup({ waitForOutcomeMs: 30_000, leaseMs: 1_000 });
-    // A holder that died right after its claim: a record in progress that nobody renews.
-    const pk = recordPk(request.scope, request.key);
-    const dead = await store.claim({
-      pk,
-      ...request,
-      token: 't-dead',
-      id: 'rec-1',
-      now: clock.now(),
-      leaseMs: 1_000,
-      ttlMs: DAY,
-    });
-    expect(dead.kind).toBe('claimed');
-    let runs = 0;
-    const taker = engine.run(request, async ({ id, reclaimed }) => {
-      runs++;
-      return answer(201, `${id} ${String(reclaimed)}`);
-    });
-    // Polls back off to 500 ms: by 2 s one has seen the lapsed lease.
-    await step(clock, 2_000);
-    const result = await taker;
-    expect(runs).toBe(1);
-    expect(new TextDecoder().decode(result.response.body)).toBe('rec-1 true');
   });
 });
