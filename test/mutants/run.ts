@@ -256,7 +256,7 @@ const UNIT_FILES = [
   'packages/idem/src/core/wait.test.ts',
   'packages/idem/src/core/fingerprint.test.ts',
   'packages/idem/src/stores/memory/index.test.ts',
-  'packages/idem/src/stores/sqlite/index.test.ts',
+  'packages/idem/src/stores/sqlite/',
   'packages/idem/src/http/middleware.test.ts',
   'test/stores/sqlite-condition.test.ts',
 ];
