@@ -1,0 +1,259 @@
+/** The PostgreSQL store's round trips, as `onRoundTrip` sees them: each statement, what it returned or its error. */
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import type { ClaimRequest, RoundTrip } from '../contract.js';
+import { POSTGRES_URL } from '../../../../../test/services.js';
+import { available, freshSchema, pool, request, scope, TABLE } from '../../../../../test/fixtures/postgres.js';
+import { claimValues } from '../../../../../test/fixtures/sql.js';
+import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
+import { postgresSchemaSql, postgresStore } from './index.js';
+
+describe.skipIf(!available)('postgres store', () => {
+  describe('onRoundTrip', () => {
+    /** A store on a fresh schema whose trips land in `trips`, from its `migrate()` on. */
+    const observed = async (onRoundTrip?: (trip: RoundTrip) => void) => {
+      const schema = freshSchema();
+      const trips: RoundTrip[] = [];
+      const store = postgresStore<pg.PoolClient>({
+        pool,
+        schema,
+        onRoundTrip: onRoundTrip ?? ((trip) => void trips.push(trip)),
+      });
+      await store.migrate();
+      const drop = async () => {
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      };
+      return { schema, table: `"${schema}"."${TABLE}"`, store, trips, drop };
+    };
+    /** A row as pg returns it for a record claimed by `req` and not completed (`bigint` columns as strings). */
+    const claimedRow = (req: ClaimRequest) => ({
+      pk: req.pk,
+      scope: req.scope,
+      key: req.key,
+      status: 'in_progress',
+      fingerprint: req.fingerprint,
+      id: req.id,
+      token: req.token,
+      claimed_at: String(req.now),
+      lease_expires_at: String(req.now + req.leaseMs),
+      expires_at: String(req.now + req.ttlMs),
+      retryable: false,
+      result_id: null,
+      response_status: null,
+      response_headers: null,
+      response_body: null,
+    });
+    const textOf = (trip: RoundTrip | undefined) => (trip?.request as { text: string }).text;
+
+    it('migrate() reports each statement of its transaction', async () => {
+      const { schema, store, trips, drop } = await observed();
+      try {
+        const [createSchema, ...rest] = postgresSchemaSql({ schema }).trim().split('\n\n');
+        expect(trips.map(textOf)).toEqual([
+          'BEGIN',
+          'SELECT pg_advisory_xact_lock(hashtext($1))',
+          'SELECT 1 FROM pg_namespace WHERE nspname = $1',
+          createSchema,
+          ...rest,
+          'COMMIT',
+        ]);
+        expect(new Set(trips.map((trip) => trip.op))).toEqual(new Set(['migrate']));
+        expect(trips[0]).toEqual({ op: 'migrate', request: { text: 'BEGIN' }, response: { rows: [], rowCount: null } });
+        expect(trips[2]).toEqual({
+          op: 'migrate',
+          request: { text: 'SELECT 1 FROM pg_namespace WHERE nspname = $1', values: [schema] },
+          response: { rows: [], rowCount: 0 },
+        });
+        expect(trips.length).toBe(store.roundTrips);
+      } finally {
+        await drop();
+      }
+    });
+
+    it('a fresh claim is one trip: the claim statement, and the row it returned with claimed = true', async () => {
+      const { store, trips, drop } = await observed();
+      try {
+        trips.length = 0;
+        const req = request();
+        expect((await store.claim(req)).kind).toBe('claimed');
+        const text = textOf(trips[0]);
+        expect(trips).toEqual([
+          {
+            op: 'claim',
+            request: { text, values: claimValues(req) },
+            response: { rows: [{ ...claimedRow(req), claimed: true }], rowCount: 1 },
+          },
+        ]);
+        expect(text).toContain('WITH cur AS (');
+        expect(text).toContain('ON CONFLICT (pk) DO UPDATE SET');
+      } finally {
+        await drop();
+      }
+    });
+
+    it('a losing claim is one trip whose rows hold the record in the way, with claimed = false', async () => {
+      const { store, trips, drop } = await observed();
+      try {
+        const winner = request();
+        await store.claim(winner);
+        trips.length = 0;
+        const loser = request({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
+        expect((await store.claim(loser)).kind).toBe('existing');
+        expect(trips).toEqual([
+          {
+            op: 'claim',
+            request: { text: textOf(trips[0]), values: claimValues(loser) },
+            response: { rows: [{ ...claimedRow(winner), claimed: false }], rowCount: 1 },
+          },
+        ]);
+        expect(textOf(trips[0])).toContain('WITH cur AS (');
+      } finally {
+        await drop();
+      }
+    });
+
+    it('a losing claim on a finished record shows jsonb as text and bytea as a Buffer, as pg returned them', async () => {
+      const { store, trips, drop } = await observed();
+      try {
+        const winner = request();
+        await store.claim(winner);
+        await store.complete({ pk: winner.pk, token: winner.token, now: T0 + 1, outcome: succeeded });
+        trips.length = 0;
+        await store.claim(request({ key: winner.key, token: randomUUID(), now: T0 + 2 }));
+        expect(trips[0]?.response).toEqual({
+          rows: [
+            {
+              ...claimedRow(winner),
+              status: 'succeeded',
+              result_id: 'ch_1',
+              response_status: 201,
+              response_headers: '[["content-type", "application/json"]]',
+              response_body: Buffer.from([0x7b, 0x7d]),
+              claimed: false,
+            },
+          ],
+          rowCount: 1,
+        });
+        const { rows } = trips[0]?.response as { rows: Array<{ response_body: unknown }> };
+        expect(Buffer.isBuffer(rows[0]?.response_body)).toBe(true);
+      } finally {
+        await drop();
+      }
+    });
+
+    it('reports as many trips as roundTrips counts; a transactional completion is BEGIN, UPDATE, COMMIT', async () => {
+      const { table, store, trips, drop } = await observed();
+      try {
+        const before = store.roundTrips;
+        trips.length = 0;
+        const req = request();
+        await store.claim(req);
+        await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
+        await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded });
+        await store.get(req.pk);
+        await store.list({ scope, limit: 10 });
+        const other = request();
+        await store.claim(other);
+        const effects = (tx: pg.PoolClient) => tx.query(`SELECT count(*) FROM ${table}`); // the work's: not reported
+        await store.complete({ pk: other.pk, token: other.token, now: T0 + 2, outcome: succeeded, effects });
+        await store.release({ pk: other.pk, token: other.token });
+        await store.sweep({ now: T0 + TTL });
+        expect(store.roundTrips - before).toBe(11);
+        expect(trips.length).toBe(11);
+        expect(trips.map((trip) => trip.op)).toEqual([
+          'claim',
+          'renew',
+          'complete',
+          'get',
+          'list',
+          'claim',
+          'complete',
+          'complete',
+          'complete',
+          'release',
+          'sweep',
+        ]);
+        expect(trips.slice(6, 9).map(textOf)).toEqual(['BEGIN', textOf(trips[2]), 'COMMIT']);
+        expect(trips.slice(6, 9).map((trip) => trip.response)).toEqual([
+          { rows: [], rowCount: null },
+          { rows: [], rowCount: 1 },
+          { rows: [], rowCount: null },
+        ]);
+        expect(trips[1]?.response).toEqual({ rows: [], rowCount: 1 });
+        expect(trips[3]?.request).toEqual({ text: textOf(trips[3]), values: [req.pk] });
+        expect(trips[9]?.response).toEqual({ rows: [], rowCount: 0 }); // a finished record is not released
+        expect(trips[10]?.response).toEqual({ rows: [], rowCount: 2 }); // both records, in one short batch
+      } finally {
+        await drop();
+      }
+    });
+
+    it('a statement that fails is reported with its error', async () => {
+      const own = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+      const trips: RoundTrip[] = [];
+      const store = postgresStore({
+        pool: own,
+        schema: 'idem_never_created',
+        onRoundTrip: (trip) => void trips.push(trip),
+      });
+      try {
+        const failure = await store.get('IDEMPOTENCY#x#y').then(
+          () => undefined,
+          (error: unknown) => error,
+        );
+        expect((failure as { code?: unknown }).code).toBe('42P01'); // undefined_table, Postgres's own answer
+        expect(trips).toEqual([
+          {
+            op: 'get',
+            request: { text: textOf(trips[0]), values: ['IDEMPOTENCY#x#y'] },
+            error: failure,
+          },
+        ]);
+      } finally {
+        await own.end();
+      }
+    });
+
+    it('an observer that throws changes nothing: same results and round trips', async () => {
+      let calls = 0;
+      const { schema, store, drop } = await observed(() => {
+        calls++;
+        throw new Error('observer broke');
+      });
+      try {
+        const ledger = `"${schema}"."ledger"`;
+        await pool.query(`CREATE TABLE ${ledger} (record_id text PRIMARY KEY)`);
+        const before = store.roundTrips;
+        const req = request();
+        const won = await store.claim(req);
+        expect([won.kind, won.record.token]).toEqual(['claimed', req.token]);
+        const lost = await store.claim(request({ key: req.key, token: randomUUID() }));
+        expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
+        const effects = (tx: pg.PoolClient) => tx.query(`INSERT INTO ${ledger} VALUES ($1)`, [won.record.id]);
+        const completed = await store.complete({
+          pk: req.pk,
+          token: req.token,
+          now: T0 + 1,
+          outcome: succeeded,
+          effects,
+        });
+        expect(completed).toEqual({ ok: true });
+        expect((await store.get(req.pk))?.status).toBe('succeeded');
+        expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
+        expect((await pool.query(`SELECT record_id FROM ${ledger}`)).rows).toEqual([{ record_id: req.id }]);
+        expect(store.roundTrips - before).toBe(7); // claim ×2, BEGIN, UPDATE, COMMIT, get, list
+        expect(calls).toBe(store.roundTrips);
+        expect(pool.totalCount).toBe(pool.idleCount); // the connection went back to the pool
+      } finally {
+        await drop();
+      }
+    });
+
+    it('refuses an onRoundTrip that is not a function', () => {
+      expect(() => postgresStore({ pool, onRoundTrip: 'log' as never })).toThrow(
+        'Expected `onRoundTrip` to be a function, got "log".',
+      );
+    });
+  });
+});
