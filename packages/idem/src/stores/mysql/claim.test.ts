@@ -13,7 +13,8 @@ import {
   rowOf,
   scope,
 } from '../../../../../test/fixtures/mysql.js';
-import { claimTwoHundredTimes, describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
+import { describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
+import { claimTwoHundredTimes } from '../../../../../test/fixtures/stores.js';
 import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { mysqlStore, type MysqlPool } from './index.js';
 

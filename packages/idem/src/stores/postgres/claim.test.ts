@@ -12,7 +12,8 @@ import {
   POSTGRES,
   request,
 } from '../../../../../test/fixtures/postgres.js';
-import { claimTwoHundredTimes, describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
+import { describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
+import { claimTwoHundredTimes } from '../../../../../test/fixtures/stores.js';
 import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { postgresStore } from './index.js';
 

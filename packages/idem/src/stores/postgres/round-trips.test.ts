@@ -6,6 +6,7 @@ import type { ClaimRequest, RoundTrip } from '../contract.js';
 import { POSTGRES_URL } from '../../../../../test/services.js';
 import { available, freshSchema, pool, request, scope, TABLE } from '../../../../../test/fixtures/postgres.js';
 import { claimValues } from '../../../../../test/fixtures/sql.js';
+import { oneKeyThrough } from '../../../../../test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { postgresSchemaSql, postgresStore } from './index.js';
 
@@ -225,22 +226,8 @@ describe.skipIf(!available)('postgres store', () => {
         const ledger = `"${schema}"."ledger"`;
         await pool.query(`CREATE TABLE ${ledger} (record_id text PRIMARY KEY)`);
         const before = store.roundTrips;
-        const req = request();
-        const won = await store.claim(req);
-        expect([won.kind, won.record.token]).toEqual(['claimed', req.token]);
-        const lost = await store.claim(request({ key: req.key, token: randomUUID() }));
-        expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
-        const effects = (tx: pg.PoolClient) => tx.query(`INSERT INTO ${ledger} VALUES ($1)`, [won.record.id]);
-        const completed = await store.complete({
-          pk: req.pk,
-          token: req.token,
-          now: T0 + 1,
-          outcome: succeeded,
-          effects,
-        });
-        expect(completed).toEqual({ ok: true });
-        expect((await store.get(req.pk))?.status).toBe('succeeded');
-        expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
+        const effects = (tx: pg.PoolClient, id: string) => tx.query(`INSERT INTO ${ledger} VALUES ($1)`, [id]);
+        const req = await oneKeyThrough(store, request, { effects });
         expect((await pool.query(`SELECT record_id FROM ${ledger}`)).rows).toEqual([{ record_id: req.id }]);
         expect(store.roundTrips - before).toBe(7); // claim ×2, BEGIN, UPDATE, COMMIT, get, list
         expect(calls).toBe(store.roundTrips);

@@ -11,6 +11,7 @@ import {
   scope,
   seamedAfterRead,
 } from '../../../../../test/fixtures/sqlite.js';
+import { oneKeyThrough } from '../../../../../test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { sqliteSchema, sqliteStore } from './index.js';
 
@@ -247,16 +248,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
         throw new Error('observer broke');
       },
     });
-    const req = claimRequest();
-    const won = await store.claim(req);
-    expect([won.kind, won.record.token]).toEqual(['claimed', req.token]);
-    const lost = await store.claim(claimRequest({ key: req.key, token: randomUUID() }));
-    expect([lost.kind, lost.record.token]).toEqual(['existing', req.token]);
-    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded })).toEqual({
-      ok: true,
-    });
-    expect((await store.get(req.pk))?.status).toBe('succeeded');
-    expect((await store.list({ scope, limit: 10 })).map((r) => r.pk)).toEqual([req.pk]);
+    await oneKeyThrough(store, claimRequest);
     const boom = new Error('effects failed');
     const second = claimRequest();
     await store.claim(second);

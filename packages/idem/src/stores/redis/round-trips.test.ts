@@ -1,0 +1,226 @@
+/** The Redis store's round trips, as `onRoundTrip` sees them: each script call, its keys, arguments and reply. */
+import { randomUUID } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import {
+  available,
+  claimRequest,
+  closing,
+  drivers,
+  indexKey,
+  ioredis,
+  isolated,
+  observing,
+  recordKey,
+  scope,
+  unknownScripts,
+} from '../../../../../test/fixtures/redis.js';
+import { oneKeyThrough } from '../../../../../test/fixtures/stores.js';
+import type { ClaimRequest, Outcome } from '../contract.js';
+import { LEASE, T0, TTL } from '../../testing/fixtures.js';
+import type { RedisStore } from './index.js';
+import { SCRIPTS } from './scripts.js';
+
+describe.skipIf(!available)('redis store', () => {
+  for (const driver of drivers) {
+    describe(`redis store (${driver.name})`, () => {
+      describe('onRoundTrip', () => {
+        /** The claim script's arguments for `req`, as the store sends them. */
+        const claimArgs = (store: RedisStore, req: ClaimRequest) => [
+          String(req.now),
+          req.fingerprint,
+          req.token,
+          req.id,
+          String(req.now + req.leaseMs),
+          String(req.now + req.ttlMs),
+          String(req.ttlMs),
+          req.scope,
+          req.key,
+          `${store.prefix}{IDEMPOTENCY#${req.scope}}#`,
+          req.key,
+        ];
+        /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
+        const claimedFields = (req: ClaimRequest) => [
+          'scope',
+          req.scope,
+          'key',
+          req.key,
+          'status',
+          'in_progress',
+          'fingerprint',
+          req.fingerprint,
+          'id',
+          req.id,
+          'token',
+          req.token,
+          'claimedAt',
+          String(req.now),
+          'leaseExpiresAt',
+          String(req.now + req.leaseMs),
+          'expiresAt',
+          String(req.now + req.ttlMs),
+          'retryable',
+          '0',
+        ];
+
+        it('load() reports one SCRIPT LOAD per script, answered with its SHA', () =>
+          observing(driver, { load: false }, async (store, trips) => {
+            await store.load();
+            const byScript = [...trips].sort((a, b) =>
+              String((a.request as { script: string }).script).localeCompare(
+                String((b.request as { script: string }).script),
+              ),
+            );
+            expect(byScript).toEqual(
+              Object.values(SCRIPTS)
+                .map(({ name, sha }) => ({
+                  op: 'load',
+                  request: { command: 'SCRIPT LOAD', script: name },
+                  response: sha,
+                }))
+                .sort((a, b) => a.request.script.localeCompare(b.request.script)),
+            );
+            expect(trips.length).toBe(store.roundTrips);
+          }));
+
+        it('a fresh claim is one EVALSHA of the claim script, answered [1, the id]: the rest is the request’s', () =>
+          observing(driver, {}, async (store, trips) => {
+            trips.length = 0;
+            const req = claimRequest();
+            expect((await store.claim(req)).kind).toBe('claimed');
+            expect(trips).toEqual([
+              {
+                op: 'claim',
+                request: {
+                  command: 'EVALSHA',
+                  script: 'claim',
+                  keys: [recordKey(store, req.pk), indexKey(store, scope)],
+                  args: claimArgs(store, req),
+                },
+                response: [1, req.id],
+              },
+            ]);
+          }));
+
+        it('a losing claim is one EVALSHA answered [0, the fields of the record in the way]', () =>
+          observing(driver, {}, async (store, trips) => {
+            const winner = claimRequest();
+            await store.claim(winner);
+            trips.length = 0;
+            const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
+            expect((await store.claim(loser)).kind).toBe('existing');
+            expect(trips).toEqual([
+              {
+                op: 'claim',
+                request: {
+                  command: 'EVALSHA',
+                  script: 'claim',
+                  keys: [recordKey(store, winner.pk), indexKey(store, scope)],
+                  args: claimArgs(store, loser),
+                },
+                response: [0, claimedFields(winner)],
+              },
+            ]);
+          }));
+
+        it('a resend meeting its own token answers the record as it stands, renewed or completed since', () =>
+          closing(isolated(driver), async (store) => {
+            const req = claimRequest();
+            await store.claim(req);
+            await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL + 1 });
+            const renewed = await store.claim(req); // the client resending the first claim after a lost reply
+            expect([renewed.kind, renewed.record]).toEqual(['claimed', await store.get(req.pk)]);
+            expect(renewed.record.leaseExpiresAt).toBe(T0 + 1 + LEASE);
+            const outcome = { status: 'failed', retryable: true, resultId: null, response: null } as const;
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome });
+            const completed = await store.claim(req);
+            expect([completed.record.status, completed.record.retryable]).toEqual(['failed', true]);
+            expect(completed.record).toEqual(await store.get(req.pk));
+          }));
+
+        it('reports as many trips as roundTrips counts: claim, complete, get, and list’s one script call', () =>
+          observing(driver, {}, async (store, trips) => {
+            const before = store.roundTrips;
+            trips.length = 0;
+            const req = claimRequest();
+            const key = recordKey(store, req.pk);
+            const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+            await store.claim(req);
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome });
+            await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome }); // its own resend: 1
+            await store.complete({
+              pk: req.pk,
+              token: req.token,
+              now: T0 + 2,
+              outcome: { ...outcome, status: 'failed' },
+            });
+            await store.get(req.pk);
+            await store.list({ scope, limit: 10 });
+            expect(trips.length).toBe(store.roundTrips - before);
+            const args = [req.token, 'succeeded', '0', '1', 'ch_1', '0', '', '', ''];
+            const completion = { command: 'EVALSHA', script: 'complete', keys: [key], args };
+            const fields = [
+              ...claimedFields(req).map((v) => (v === 'in_progress' ? 'succeeded' : v)),
+              'resultId',
+              'ch_1',
+            ];
+            expect(trips.slice(1)).toEqual([
+              { op: 'complete', request: completion, response: 1 },
+              { op: 'complete', request: completion, response: 1 },
+              {
+                op: 'complete',
+                request: { ...completion, args: [req.token, 'failed', ...args.slice(2)] },
+                response: 0,
+              },
+              { op: 'get', request: { command: 'EVALSHA', script: 'get', keys: [key], args: [] }, response: fields },
+              {
+                op: 'list',
+                request: {
+                  command: 'EVALSHA',
+                  script: 'list',
+                  keys: [indexKey(store, scope)],
+                  args: [`${store.prefix}{IDEMPOTENCY#${scope}}#`, '10', '1000'],
+                },
+                response: [0, [fields]],
+              },
+            ]);
+          }));
+
+        it('an observer that throws changes nothing: same results and round trips', async () => {
+          let calls = 0;
+          const onRoundTrip = () => {
+            calls++;
+            throw new Error('observer broke');
+          };
+          await closing(isolated(driver, { onRoundTrip }), async (store) => {
+            const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
+            await oneKeyThrough(store, claimRequest, { outcome });
+            expect(calls).toBe(store.roundTrips); // load ×6 included
+          });
+        });
+      });
+    });
+  }
+
+  it('an EVALSHA answered NOSCRIPT falls back to EVAL and both count as round trips', () =>
+    closing(isolated(ioredis, { wrap: unknownScripts }), async (store) => {
+      const before = store.roundTrips;
+      const req = claimRequest();
+      expect((await store.claim(req)).kind).toBe('claimed');
+      expect(store.roundTrips - before).toBe(2);
+      expect((await store.get(req.pk))?.token).toBe(req.token);
+      expect(store.roundTrips - before).toBe(4);
+    }));
+
+  it('onRoundTrip sees the EVALSHA answered NOSCRIPT as an error, then the EVAL that followed', () =>
+    observing(ioredis, { load: false, wrap: unknownScripts }, async (store, trips) => {
+      const req = claimRequest();
+      await store.get(req.pk);
+      const request = { script: 'get', keys: [recordKey(store, req.pk)], args: [] };
+      expect(trips).toEqual([
+        { op: 'get', request: { command: 'EVALSHA', ...request }, error: trips[0]?.error },
+        { op: 'get', request: { command: 'EVAL', ...request }, response: [] },
+      ]);
+      expect(String(trips[0]?.error)).toMatch(/^ReplyError: NOSCRIPT/);
+      expect(store.roundTrips).toBe(2);
+    }));
+});
