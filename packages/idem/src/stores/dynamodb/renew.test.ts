@@ -1,16 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { DeleteTableCommand, GetItemCommand } from '@aws-sdk/client-dynamodb';
-import { afterAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
+import { local } from '../../../../../test/fixtures/dynamodb.js';
+import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { dynamodbStore } from './index.js';
-import { startLocalDynamo } from './local.js';
-
-const local = await startLocalDynamo();
-afterAll(() => local.close());
-
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const LEASE = 10_000;
-const TTL = 60_000;
 
 it('a late renewal moves none of the three attributes back (lease, TTL seconds, exact ms), in 2 round trips', async () => {
   const table = `idem-test-${randomUUID()}`;
