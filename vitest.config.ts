@@ -27,6 +27,8 @@ export default defineConfig({
       { find: /^idem\/stores\/(.+)$/, replacement: src('stores/$1/index.ts') },
       { find: /^idem\/(express|fastify|hono|nest)$/, replacement: src('adapters/$1/index.ts') },
       { find: /^idem\/(otel|prometheus)$/, replacement: src('$1/index.ts') },
+      // What tests share (test/fixtures, test/services.ts), by one path from anywhere in the tree.
+      { find: /^#test\/(.+)$/, replacement: fileURLToPath(new URL('./test/$1', import.meta.url)) },
     ],
   },
   test: {

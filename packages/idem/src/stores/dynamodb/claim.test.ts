@@ -3,16 +3,7 @@ import { randomUUID } from 'node:crypto';
 import { ConditionalCheckFailedException, DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import type { GetItemCommand, PutItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
-import {
-  failedOutcome,
-  kinds,
-  local,
-  recordingStore,
-  request,
-  tableName,
-  track,
-  trackTable,
-} from '../../../../../test/fixtures/dynamodb.js';
+import { failedOutcome, kinds, local, recordingStore, request, track, trackedTable } from '#test/fixtures/dynamodb.js';
 import type { IdempotencyRecord, RoundTrip } from '../contract.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { dynamodbStore, type DynamoDBClientLike, type DynamoDBStore } from './index.js';
@@ -105,10 +96,9 @@ describe('dynamodb store against dynalite', () => {
   });
 
   it('a takeover whose item was replaced after it was read is refused, re-read, and keeps the stored id', async () => {
-    const table = tableName();
+    const table = trackedTable();
     const other = dynamodbStore({ client: local.client, table });
     await other.createTable({ pollMs: 10 });
-    trackTable(table);
     const first = request();
     await other.claim(first);
     await other.complete({ pk: first.pk, token: first.token, now: T0 + 1, outcome: failedOutcome });
@@ -136,7 +126,7 @@ describe('dynamodb store against dynalite', () => {
   });
 
   it('50 concurrent claims through 3 separate clients: exactly one is claimed', async () => {
-    const table = tableName();
+    const table = trackedTable();
     const clients = [0, 1, 2].map(
       () =>
         new DynamoDBClient({
@@ -148,7 +138,6 @@ describe('dynamodb store against dynalite', () => {
     for (const client of clients) track({ close: async () => client.destroy() });
     const stores = clients.map((client) => dynamodbStore({ client, table }));
     await (stores[0] as DynamoDBStore).createTable({ pollMs: 10 });
-    trackTable(table);
     const base = request();
     const results = await Promise.all(
       Array.from({ length: 50 }, (_, i) =>

@@ -1,6 +1,6 @@
 /** The DynamoDB store against the shared conformance suite on dynalite, each case on a table of its own. */
 import { describeStoreConformance } from 'idem/testing';
-import { isolated, SINGLE_TABLE } from '../../../../../test/fixtures/dynamodb.js';
+import { isolated, SINGLE_TABLE } from '#test/fixtures/dynamodb.js';
 
 // dynalite ignores ReturnValuesOnConditionCheckFailure, so a refused claim gets no item back with its
 // ConditionalCheckFailedException and the store reads it with a consistent GetItem: 2 round trips here, 1 on

@@ -1,7 +1,7 @@
 /** The DynamoDB store's items: attribute names and types, expiry attributes, sizes and bytes. */
 import { GetItemCommand, PutItemCommand } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
-import { kinds, local, recordingStore, request, SINGLE_TABLE } from '../../../../../test/fixtures/dynamodb.js';
+import { kinds, local, recordingStore, request, SINGLE_TABLE } from '#test/fixtures/dynamodb.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { DEFAULT_ATTRIBUTE_NAMES, DYNAMODB_MAX_RESPONSE_BYTES } from './index.js';
 

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { DeleteTableCommand, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import { expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
-import { local } from '../../../../../test/fixtures/dynamodb.js';
+import { local } from '#test/fixtures/dynamodb.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { dynamodbStore } from './index.js';
 

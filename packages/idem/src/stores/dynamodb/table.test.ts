@@ -1,16 +1,7 @@
 /** The DynamoDB store's table: createTable, list through the scope index, and its options. */
 import { BatchWriteItemCommand, CreateTableCommand, DescribeTableCommand } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
-import {
-  failedOutcome,
-  kinds,
-  local,
-  recordingStore,
-  request,
-  tableName,
-  track,
-  trackTable,
-} from '../../../../../test/fixtures/dynamodb.js';
+import { failedOutcome, kinds, local, recordingStore, request, track, trackedTable } from '#test/fixtures/dynamodb.js';
 import { startLocalDynamo } from '../../../../../apps/demo/src/local-dynamo.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { DEFAULT_LIST_INDEX, dynamodbStore, type DynamoDBAttributeNames, type DynamoDBClientLike } from './index.js';
@@ -67,7 +58,7 @@ describe('dynamodb store against dynalite', () => {
   });
 
   it('list through an index that projects every attribute is the Query alone', async () => {
-    const table = tableName();
+    const table = trackedTable();
     await local.client.send(
       new CreateTableCommand({
         TableName: table,
@@ -90,7 +81,6 @@ describe('dynamodb store against dynalite', () => {
         ],
       }),
     );
-    trackTable(table);
     const store = dynamodbStore({ client: local.client, table, listIndex: 'everything' });
     const req = request();
     const { record } = await store.claim(req);
@@ -100,7 +90,7 @@ describe('dynamodb store against dynalite', () => {
   });
 
   it('list on a table without the index fails in one line that names the fix; it never scans', async () => {
-    const table = tableName();
+    const table = trackedTable();
     await local.client.send(
       new CreateTableCommand({
         TableName: table,
@@ -109,7 +99,6 @@ describe('dynamodb store against dynalite', () => {
         KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
       }),
     );
-    trackTable(table);
     const store = dynamodbStore({ client: local.client, table });
     await store.claim(request());
     const before = store.roundTrips;
@@ -123,7 +112,7 @@ describe('dynamodb store against dynalite', () => {
 
   it('createTable creates a PAY_PER_REQUEST table with the list index, waits until ACTIVE, reports that TTL is not enabled, and is idempotent', async () => {
     const slow = track(await startLocalDynamo({ tableStateMs: 300 }));
-    const table = tableName();
+    const table = trackedTable(slow);
     const store = dynamodbStore({ client: slow.client, table });
     const result = await store.createTable({ pollMs: 20 });
     expect(result.created).toBe(true);

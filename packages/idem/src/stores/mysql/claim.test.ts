@@ -3,18 +3,9 @@ import { randomUUID } from 'node:crypto';
 import type mysql from 'mysql2/promise';
 import { describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
-import {
-  available,
-  isolated,
-  MYSQL,
-  newPool,
-  pool,
-  request,
-  rowOf,
-  scope,
-} from '../../../../../test/fixtures/mysql.js';
-import { describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
-import { claimTwoHundredTimes } from '../../../../../test/fixtures/stores.js';
+import { available, isolated, MYSQL, newPool, pool, request, rowOf, scope } from '#test/fixtures/mysql.js';
+import { describeBlockedClaims } from '#test/fixtures/sql.js';
+import { claimTwoHundredTimes } from '#test/fixtures/stores.js';
 import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { mysqlStore, type MysqlPool } from './index.js';
 

@@ -5,7 +5,7 @@
 import type mysql from 'mysql2/promise';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { describeStoreConformance } from 'idem/testing';
-import { available, isolated, mariadb, newPool } from '../../../../../test/fixtures/mysql.js';
+import { available, isolated, mariadb, newPool } from '#test/fixtures/mysql.js';
 import { closingWith } from '../../testing/fixtures.js';
 
 /** A store on a fresh table of `on`, its table dropped when the suite closes it. */

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type mysql from 'mysql2/promise';
 import { describe, expect, it } from 'vitest';
 import type { RoundTrip } from '../contract.js';
-import { available, isolated, pool, request, scope } from '../../../../../test/fixtures/mysql.js';
+import { available, isolated, pool, request, scope } from '#test/fixtures/mysql.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { mysqlStore } from './index.js';
 

@@ -2,18 +2,8 @@
 import { readFile } from 'node:fs/promises';
 import mysql from 'mysql2/promise';
 import { describe, expect, it } from 'vitest';
-import {
-  available,
-  database,
-  hex,
-  isolated,
-  MYSQL,
-  newPool,
-  pool,
-  request,
-  url,
-} from '../../../../../test/fixtures/mysql.js';
-import { ddlOf, describeSweep, everyStatement } from '../../../../../test/fixtures/sql.js';
+import { available, database, hex, isolated, MYSQL, newPool, pool, request, url } from '#test/fixtures/mysql.js';
+import { ddlOf, describeSweep, everyStatement } from '#test/fixtures/sql.js';
 import { T0, TTL } from '../../testing/fixtures.js';
 import { mysqlSchemaSql, mysqlStore, type MysqlPool, type MysqlStore } from './index.js';
 

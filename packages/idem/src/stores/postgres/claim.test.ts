@@ -2,18 +2,10 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { POSTGRES_URL } from '../../../../../test/services.js';
-import {
-  available,
-  blockedOn,
-  insertClaim,
-  isolated,
-  pool,
-  POSTGRES,
-  request,
-} from '../../../../../test/fixtures/postgres.js';
-import { describeBlockedClaims } from '../../../../../test/fixtures/sql.js';
-import { claimTwoHundredTimes } from '../../../../../test/fixtures/stores.js';
+import { POSTGRES_URL } from '#test/services.js';
+import { available, blockedOn, insertClaim, isolated, pool, POSTGRES, request } from '#test/fixtures/postgres.js';
+import { describeBlockedClaims } from '#test/fixtures/sql.js';
+import { claimTwoHundredTimes } from '#test/fixtures/stores.js';
 import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { postgresStore } from './index.js';
 

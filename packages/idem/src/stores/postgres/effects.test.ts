@@ -3,9 +3,9 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RoundTrip } from '../contract.js';
-import { POSTGRES_URL } from '../../../../../test/services.js';
-import { available, blockedOn, isolated, pool, POSTGRES, request } from '../../../../../test/fixtures/postgres.js';
-import { describeTransactionalCompletion } from '../../../../../test/fixtures/sql.js';
+import { POSTGRES_URL } from '#test/services.js';
+import { available, blockedOn, isolated, pool, POSTGRES, request } from '#test/fixtures/postgres.js';
+import { describeTransactionalCompletion } from '#test/fixtures/sql.js';
 import { SUCCEEDED as succeeded } from '../../testing/fixtures.js';
 import { postgresStore } from './index.js';
 

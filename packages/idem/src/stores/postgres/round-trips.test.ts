@@ -3,10 +3,10 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { ClaimRequest, RoundTrip } from '../contract.js';
-import { POSTGRES_URL } from '../../../../../test/services.js';
-import { available, freshSchema, pool, request, scope, TABLE } from '../../../../../test/fixtures/postgres.js';
-import { claimValues } from '../../../../../test/fixtures/sql.js';
-import { oneKeyThrough } from '../../../../../test/fixtures/stores.js';
+import { POSTGRES_URL } from '#test/services.js';
+import { available, freshSchema, pool, request, scope, TABLE } from '#test/fixtures/postgres.js';
+import { claimedRow as sqlRow, claimValues } from '#test/fixtures/sql.js';
+import { oneKeyThrough } from '#test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { postgresSchemaSql, postgresStore } from './index.js';
 
@@ -28,23 +28,7 @@ describe.skipIf(!available)('postgres store', () => {
       return { schema, table: `"${schema}"."${TABLE}"`, store, trips, drop };
     };
     /** A row as pg returns it for a record claimed by `req` and not completed (`bigint` columns as strings). */
-    const claimedRow = (req: ClaimRequest) => ({
-      pk: req.pk,
-      scope: req.scope,
-      key: req.key,
-      status: 'in_progress',
-      fingerprint: req.fingerprint,
-      id: req.id,
-      token: req.token,
-      claimed_at: String(req.now),
-      lease_expires_at: String(req.now + req.leaseMs),
-      expires_at: String(req.now + req.ttlMs),
-      retryable: false,
-      result_id: null,
-      response_status: null,
-      response_headers: null,
-      response_body: null,
-    });
+    const claimedRow = (req: ClaimRequest) => sqlRow(req, String, false);
     const textOf = (trip: RoundTrip | undefined) => (trip?.request as { text: string }).text;
 
     it('migrate() reports each statement of its transaction', async () => {

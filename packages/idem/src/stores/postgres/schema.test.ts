@@ -2,9 +2,9 @@
 import { readFile } from 'node:fs/promises';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { POSTGRES_URL } from '../../../../../test/services.js';
-import { available, freshSchema, isolated, pool, POSTGRES, request } from '../../../../../test/fixtures/postgres.js';
-import { ddlOf, describeSweep, everyStatement } from '../../../../../test/fixtures/sql.js';
+import { POSTGRES_URL } from '#test/services.js';
+import { available, freshSchema, isolated, pool, POSTGRES, request } from '#test/fixtures/postgres.js';
+import { ddlOf, describeSweep, everyStatement } from '#test/fixtures/sql.js';
 import { SUCCEEDED as succeeded, T0 } from '../../testing/fixtures.js';
 import { postgresSchemaSql, postgresStore, type PostgresStore } from './index.js';
 

@@ -1,8 +1,8 @@
 /** The Redis store's claim under contention, and scripts resent after a lost reply. */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { available, claimRequest, closing, ioredis, isolated } from '../../../../../test/fixtures/redis.js';
-import { claimTwoHundredTimes } from '../../../../../test/fixtures/stores.js';
+import { available, claimRequest, closing, ioredis, isolated } from '#test/fixtures/redis.js';
+import { claimTwoHundredTimes } from '#test/fixtures/stores.js';
 import type { Outcome } from '../contract.js';
 import { T0 } from '../../testing/fixtures.js';
 import type { RedisStore } from './index.js';

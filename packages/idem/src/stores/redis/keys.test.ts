@@ -1,7 +1,7 @@
 /** Where the Redis store keeps a record and its scope's index: keys, hash slots, native expiry, sweep and list. */
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { deleteKeysUnder, keysUnder } from '../../../../../test/fixtures/redis-keys.js';
+import { deleteKeysUnder, keysUnder } from '#test/fixtures/redis-keys.js';
 import {
   admin,
   available,
@@ -16,7 +16,7 @@ import {
   keySlot,
   recordKey,
   scope,
-} from '../../../../../test/fixtures/redis.js';
+} from '#test/fixtures/redis.js';
 import { recordPk } from '../../core/key.js';
 import type { Outcome } from '../contract.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';

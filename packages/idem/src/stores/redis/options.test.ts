@@ -2,16 +2,8 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
-import { REDIS_URL } from '../../../../../test/services.js';
-import {
-  admin,
-  available,
-  claimRequest,
-  closing,
-  ioredis,
-  isolated,
-  scope,
-} from '../../../../../test/fixtures/redis.js';
+import { REDIS_URL } from '#test/services.js';
+import { admin, available, claimRequest, closing, ioredis, isolated, scope } from '#test/fixtures/redis.js';
 import { recordPk } from '../../core/key.js';
 import type { Outcome } from '../contract.js';
 import { T0 } from '../../testing/fixtures.js';

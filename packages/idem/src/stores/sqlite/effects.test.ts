@@ -4,7 +4,7 @@ import type Database from 'better-sqlite3';
 import { createEngine, manualClock } from 'idem';
 import type { Outcome } from 'idem';
 import { describe, expect, it } from 'vitest';
-import { claimRequest, scope, storeWithLedger } from '../../../../../test/fixtures/sqlite.js';
+import { claimRequest, scope, storeWithLedger } from '#test/fixtures/sqlite.js';
 import { LEASE, SUCCEEDED as succeeded, T0 } from '../../testing/fixtures.js';
 import type { SqliteDatabase } from './index.js';
 

@@ -3,13 +3,13 @@ import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { recordPk } from 'idem';
 import { describe, expect, it } from 'vitest';
-import { startChild } from '../../../../../test/fixtures/child.js';
-import { claimRequest, freshFile } from '../../../../../test/fixtures/sqlite.js';
+import { startChild } from '#test/fixtures/child.js';
+import { claimRequest, freshFile } from '#test/fixtures/sqlite.js';
 import { SUCCEEDED as succeeded, T0 } from '../../testing/fixtures.js';
 import { sqliteStore } from './index.js';
 
 describe('sqlite store: two processes racing on one database file', () => {
-  const child = new URL('../../../../../test/fixtures/sqlite-race-child.ts', import.meta.url);
+  const child = 'sqlite-race-child.ts';
 
   interface ChildResult {
     readonly key: string;
@@ -91,7 +91,7 @@ describe('sqlite store: refusals do not take the write lock', () => {
 });
 
 describe('sqlite store: runLocal from 4 processes on one new key', () => {
-  const child = new URL('../../../../../test/fixtures/sqlite-local-child.ts', import.meta.url);
+  const child = 'sqlite-local-child.ts';
 
   interface ChildReport {
     readonly replayed: boolean;

@@ -3,15 +3,9 @@ import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import type { ClaimRequest, RoundTrip } from 'idem';
 import { describe, expect, it } from 'vitest';
-import {
-  claimRequest,
-  freshFile,
-  freshStore,
-  READ_KEY,
-  scope,
-  seamedAfterRead,
-} from '../../../../../test/fixtures/sqlite.js';
-import { oneKeyThrough } from '../../../../../test/fixtures/stores.js';
+import { claimRequest, freshFile, freshStore, READ_KEY, scope, seamedAfterRead } from '#test/fixtures/sqlite.js';
+import { claimedRow as sqlRow } from '#test/fixtures/sql.js';
+import { oneKeyThrough } from '#test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { sqliteSchema, sqliteStore } from './index.js';
 
@@ -23,33 +17,18 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
     return { store, trips };
   }
   /** The row the engine returns for a record claimed by `req` and not completed. */
-  const claimedRow = (req: ClaimRequest) => ({
-    pk: req.pk,
-    scope: req.scope,
-    key: req.key,
-    status: 'in_progress',
-    fingerprint: req.fingerprint,
-    id: req.id,
-    token: req.token,
-    claimed_at: req.now,
-    lease_expires_at: req.now + req.leaseMs,
-    expires_at: req.now + req.ttlMs,
-    retryable: 0,
-    result_id: null,
-    response_status: null,
-    response_headers: null,
-    response_body: null,
-  });
-  const claimParams = (req: ClaimRequest) => ({
-    pk: req.pk,
-    scope: req.scope,
-    key: req.key,
-    fingerprint: req.fingerprint,
-    id: req.id,
-    token: req.token,
-    now: req.now,
-    leaseExpiresAt: req.now + req.leaseMs,
-    expiresAt: req.now + req.ttlMs,
+  const claimedRow = (req: ClaimRequest) => sqlRow(req, (ms) => ms, 0);
+  /** The claim upsert's named parameters for `req`. */
+  const claimParams = ({ pk, scope, key, fingerprint, id, token, now, leaseMs, ttlMs }: ClaimRequest) => ({
+    pk,
+    scope,
+    key,
+    fingerprint,
+    id,
+    token,
+    now,
+    leaseExpiresAt: now + leaseMs,
+    expiresAt: now + ttlMs,
   });
   const statementsOf = (trip: RoundTrip | undefined) =>
     (trip?.request as { statements: Array<{ sql: string; params?: unknown }> }).statements;

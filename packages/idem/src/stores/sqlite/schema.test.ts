@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import type { Outcome } from 'idem';
 import { describe, expect, it } from 'vitest';
-import { claimRequest, freshFile, freshStore } from '../../../../../test/fixtures/sqlite.js';
+import { claimRequest, freshFile, freshStore } from '#test/fixtures/sqlite.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { sqliteSchema, sqliteStore } from './index.js';
 

@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import type Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { freshStore } from '../../../../../test/fixtures/sqlite.js';
+import { freshStore } from '#test/fixtures/sqlite.js';
 import { T0, TTL } from '../../testing/fixtures.js';
 
 describe('sqlite store: sweep', () => {
