@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import { available, isolated, MYSQL, newPool, pool, request, rowOf, scope } from '#test/fixtures/mysql.js';
 import { describeBlockedClaims } from '#test/fixtures/sql.js';
-import { claimTwoHundredTimes } from '#test/fixtures/stores.js';
+import { claimTwoHundredTimes, doneAndLive, expectRefusals } from '#test/fixtures/stores.js';
 import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { mysqlStore, type MysqlPool } from './index.js';
 
@@ -136,24 +136,9 @@ describe.skipIf(!available)('mysql store', () => {
     it('a replay, a mismatch and a live lease leave the row byte for byte as it was', async () => {
       const { name: table, store, drop } = await isolated();
       try {
-        const done = request();
-        await store.claim(done);
-        await store.complete({ pk: done.pk, token: done.token, now: T0 + 1, outcome: succeeded });
-        const live = request();
-        await store.claim(live);
+        const { done, live } = await doneAndLive(store, request);
         const before = [await rowOf(table, done.pk), await rowOf(table, live.pk)];
-        const again = { token: randomUUID(), id: randomUUID(), now: T0 + 2 };
-        const replay = await store.claim({ ...done, ...again });
-        const mismatch = await store.claim({ ...done, ...again, fingerprint: 'e'.repeat(64) });
-        const busy = await store.claim({ ...live, ...again });
-        expect([
-          replay.kind,
-          replay.record.status,
-          mismatch.kind,
-          mismatch.record.token,
-          busy.kind,
-          busy.record.token,
-        ]).toEqual(['existing', 'succeeded', 'existing', done.token, 'existing', live.token]);
+        await expectRefusals((r) => store.claim(r), { done, live });
         expect([await rowOf(table, done.pk), await rowOf(table, live.pk)]).toEqual(before);
       } finally {
         await drop();

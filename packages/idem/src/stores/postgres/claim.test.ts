@@ -5,8 +5,8 @@ import { describe, expect, it } from 'vitest';
 import { POSTGRES_URL } from '#test/services.js';
 import { available, blockedOn, insertClaim, isolated, pool, POSTGRES, request } from '#test/fixtures/postgres.js';
 import { describeBlockedClaims } from '#test/fixtures/sql.js';
-import { claimTwoHundredTimes } from '#test/fixtures/stores.js';
-import { SUCCEEDED as succeeded, T0, tripMeter as trips } from '../../testing/fixtures.js';
+import { claimTwoHundredTimes, doneAndLive, expectRefusals } from '#test/fixtures/stores.js';
+import { T0, tripMeter as trips } from '../../testing/fixtures.js';
 import { postgresStore } from './index.js';
 
 describe.skipIf(!available)('postgres store', () => {
@@ -69,11 +69,7 @@ describe.skipIf(!available)('postgres store', () => {
       const { schema, table, store, drop } = await isolated();
       const client = await pool.connect();
       try {
-        const done = request();
-        await store.claim(done);
-        await store.complete({ pk: done.pk, token: done.token, now: T0 + 1, outcome: succeeded });
-        const live = request();
-        await store.claim(live);
+        const { done, live } = await doneAndLive(store, request);
         // The same store, on one connection inside an open transaction, so Postgres can tell whether it wrote.
         const onClient = {
           query: client.query.bind(client),
@@ -83,13 +79,7 @@ describe.skipIf(!available)('postgres store', () => {
         const xid = async () =>
           (await client.query<{ xid: string | null }>('SELECT txid_current_if_assigned()::text AS xid')).rows[0]?.xid;
         await client.query('BEGIN');
-        const again = { token: randomUUID(), id: randomUUID(), now: T0 + 2 };
-        const replay = await inTx.claim({ ...done, ...again });
-        expect([replay.kind, replay.record.status]).toEqual(['existing', 'succeeded']);
-        const mismatch = await inTx.claim({ ...done, ...again, fingerprint: 'e'.repeat(64) });
-        expect([mismatch.kind, mismatch.record.token]).toEqual(['existing', done.token]);
-        const busy = await inTx.claim({ ...live, ...again });
-        expect([busy.kind, busy.record.token]).toEqual(['existing', live.token]);
+        await expectRefusals((r) => inTx.claim(r), { done, live });
         expect(await xid()).toBeNull();
         expect((await inTx.claim(request({ now: T0 + 2 }))).kind).toBe('claimed');
         expect(await xid()).not.toBeNull();

@@ -1,12 +1,11 @@
 /** The PostgreSQL store's round trips, as `onRoundTrip` sees them: each statement, what it returned or its error. */
-import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { ClaimRequest, RoundTrip } from '../contract.js';
 import { POSTGRES_URL } from '#test/services.js';
 import { available, freshSchema, pool, request, scope, TABLE } from '#test/fixtures/postgres.js';
 import { claimedRow as sqlRow, claimValues } from '#test/fixtures/sql.js';
-import { oneKeyThrough } from '#test/fixtures/stores.js';
+import { losingClaim, oneKeyThrough } from '#test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { postgresSchemaSql, postgresStore } from './index.js';
 
@@ -80,11 +79,7 @@ describe.skipIf(!available)('postgres store', () => {
     it('a losing claim is one trip whose rows hold the record in the way, with claimed = false', async () => {
       const { store, trips, drop } = await observed();
       try {
-        const winner = request();
-        await store.claim(winner);
-        trips.length = 0;
-        const loser = request({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
-        expect((await store.claim(loser)).kind).toBe('existing');
+        const { winner, loser } = await losingClaim(store, request, trips);
         expect(trips).toEqual([
           {
             op: 'claim',
@@ -101,11 +96,7 @@ describe.skipIf(!available)('postgres store', () => {
     it('a losing claim on a finished record shows jsonb as text and bytea as a Buffer, as pg returned them', async () => {
       const { store, trips, drop } = await observed();
       try {
-        const winner = request();
-        await store.claim(winner);
-        await store.complete({ pk: winner.pk, token: winner.token, now: T0 + 1, outcome: succeeded });
-        trips.length = 0;
-        await store.claim(request({ key: winner.key, token: randomUUID(), now: T0 + 2 }));
+        const { winner } = await losingClaim(store, request, trips, succeeded);
         expect(trips[0]?.response).toEqual({
           rows: [
             {

@@ -18,7 +18,7 @@ import {
   scope,
   unknownScripts,
 } from '#test/fixtures/redis.js';
-import { oneKeyThrough } from '#test/fixtures/stores.js';
+import { losingClaim, oneKeyThrough } from '#test/fixtures/stores.js';
 import type { ClaimRequest, Outcome, RoundTrip } from '../contract.js';
 import { createEngine } from '../../core/engine.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
@@ -108,11 +108,7 @@ describe.skipIf(!available)('redis store', () => {
 
         it('a losing claim is one EVALSHA answered [0, the fields of the record in the way]', () =>
           observing(driver, {}, async (store, trips) => {
-            const winner = claimRequest();
-            await store.claim(winner);
-            trips.length = 0;
-            const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
-            expect((await store.claim(loser)).kind).toBe('existing');
+            const { winner, loser } = await losingClaim(store, claimRequest, trips);
             expect(trips).toEqual([
               {
                 op: 'claim',

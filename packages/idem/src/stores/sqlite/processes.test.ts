@@ -4,8 +4,8 @@ import Database from 'better-sqlite3';
 import { recordPk } from 'idem';
 import { describe, expect, it } from 'vitest';
 import { startChild } from '#test/fixtures/child.js';
+import { doneAndLive, expectRefusals } from '#test/fixtures/stores.js';
 import { claimRequest, freshFile } from '#test/fixtures/sqlite.js';
-import { SUCCEEDED as succeeded, T0 } from '../../testing/fixtures.js';
 import { sqliteStore } from './index.js';
 
 describe('sqlite store: two processes racing on one database file', () => {
@@ -60,25 +60,12 @@ describe('sqlite store: refusals do not take the write lock', () => {
     const file = freshFile();
     const store = sqliteStore({ database: new Database(file), closeDatabase: true, busyTimeoutMs: 2_000 });
     await store.migrate();
-    const finished = claimRequest();
-    await store.claim(finished);
-    await store.complete({ pk: finished.pk, token: finished.token, now: T0 + 1, outcome: succeeded });
-    const live = claimRequest();
-    await store.claim(live);
+    const keys = await doneAndLive(store, claimRequest);
     // A writer that stalls inside its transaction (a frozen process): the write lock stays taken.
     const blocker = new Database(file);
     blocker.exec('BEGIN IMMEDIATE');
     try {
-      const replay = await store.claim(claimRequest({ key: finished.key, now: T0 + 2 }));
-      const mismatch = await store.claim(claimRequest({ key: finished.key, fingerprint: 'other', now: T0 + 2 }));
-      const busy = await store.claim(claimRequest({ key: live.key, now: T0 + 2 }));
-      expect([replay.kind, replay.record.status, mismatch.kind, busy.kind, busy.record.token]).toEqual([
-        'existing',
-        'succeeded',
-        'existing',
-        'existing',
-        live.token,
-      ]);
+      await expectRefusals((r) => store.claim(r), keys);
       // (Were a refusal to take the lock, each of these would wait busy_timeout, then fail SQLITE_BUSY.)
       // A fresh key does need the lock: it waits, then fails closed.
       await expect(store.claim(claimRequest())).rejects.toMatchObject({ code: 'SQLITE_BUSY' });

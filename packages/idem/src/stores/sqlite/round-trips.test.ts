@@ -5,7 +5,7 @@ import type { ClaimRequest, RoundTrip } from 'idem';
 import { describe, expect, it } from 'vitest';
 import { claimRequest, freshFile, freshStore, READ_KEY, scope, seamedAfterRead } from '#test/fixtures/sqlite.js';
 import { claimedRow as sqlRow } from '#test/fixtures/sql.js';
-import { oneKeyThrough } from '#test/fixtures/stores.js';
+import { losingClaim, oneKeyThrough } from '#test/fixtures/stores.js';
 import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { sqliteSchema, sqliteStore } from './index.js';
 
@@ -77,11 +77,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
 
   it('a losing claim is one trip of one read: no write lock, no upsert', async () => {
     const { store, trips } = await observedStore();
-    const winner = claimRequest();
-    await store.claim(winner);
-    trips.length = 0;
-    const loser = claimRequest({ key: winner.key, token: randomUUID(), id: randomUUID(), now: T0 + 1 });
-    expect((await store.claim(loser)).kind).toBe('existing');
+    const { winner } = await losingClaim(store, claimRequest, trips);
     expect(trips).toEqual([
       {
         op: 'claim',
@@ -116,11 +112,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
 
   it('a losing claim on a finished record gets the stored BLOB as the driver returns it (a Buffer)', async () => {
     const { store, trips } = await observedStore();
-    const winner = claimRequest();
-    await store.claim(winner);
-    await store.complete({ pk: winner.pk, token: winner.token, now: T0 + 1, outcome: succeeded });
-    trips.length = 0;
-    await store.claim(claimRequest({ key: winner.key, token: randomUUID(), now: T0 + 2 }));
+    const { winner } = await losingClaim(store, claimRequest, trips, succeeded);
     expect(trips[0]?.response).toEqual([
       [
         {
