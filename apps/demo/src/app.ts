@@ -123,7 +123,8 @@ export function createApp(options: AppOptions): App {
       ...params,
       status: declined ? 'failed' : 'succeeded',
       failureCode: declined ? 'card_declined' : null,
-      ref: context.protected ? context.id : null,
+      // A keyless lab charge carries its request's ref, so the lab can find it after a restart.
+      ref: context.protected ? context.id : (journal?.refOf(request) ?? null),
     };
     let charge = draftCharge(input);
     if (!context.protected) await ledger.insert(charge, input);

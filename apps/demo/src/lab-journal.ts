@@ -4,12 +4,25 @@
  * it left, the answer sent or the connection cut — read back from the store and the ledger once the request is
  * done, and kept in the ledger's database (`lab_requests`). The lab page draws every sentence from these entries,
  * so a reload, another tab or a fresh page shows exactly what happened (`GET /v1/lab/history`).
+ *
+ * The history is whole, or the request does not run: an account keeps at most `LAB_HISTORY_LIMIT` requests (the
+ * next is refused 409 before it runs, and Reset starts a fresh account), and a request whose entry cannot be
+ * written is refused 503 before it runs. So every ledger row of a sandbox account belongs to an entry the page
+ * reads. A request that a previous server process left `running` (the server stopped under it) is read back as
+ * `interrupted`: its record and its ledger row as they are now. The lab runs one demo process per database.
  */
+import { randomUUID } from 'node:crypto';
 import { recordPk, type IdempotencyRecord, type IdempotencyStore, type WriteResult } from 'idem';
+import { problem as problemResponse } from 'idem/http';
 import type { Charge, Ledger } from './ledger.js';
 
-/** The most entries `GET /v1/lab/history` returns (the newest), and the most charges beside them. */
+/** The most requests a sandbox account's history keeps; past it, the account's charges are refused (Reset). */
 export const LAB_HISTORY_LIMIT = 500;
+/** One line in the server's log (the entry itself is never printed). */
+const unwritten = (error: unknown): void =>
+  console.error(`demo: lab history not written: ${error instanceof Error ? error.message : String(error)}`);
+/** This server process: entries it left `running` belong to it; others' were interrupted by a restart. */
+const INSTANCE = randomUUID();
 /** Set by the server on each journaled request (any client value is replaced): finds the request's trace. */
 const TRACE = 'x-idem-lab-trace';
 const IN_USE = 'urn:idem:problem:idempotency-key-in-use';
@@ -70,7 +83,12 @@ export interface LabEntry {
   readonly at: number;
   /** Ms until the server answered or cut the connection; null while it runs. */
   readonly ms: number | null;
-  readonly state: 'running' | 'done';
+  /** `interrupted`: the server process stopped while it ran; `record` and `charge` were read back afterwards. */
+  readonly state: 'running' | 'done' | 'interrupted';
+  /** The server process that ran it. */
+  readonly instance: string;
+  /** The ledger ref a keyless charge of this request carries (a keyed one carries its record's id). */
+  readonly ref: string;
   /** What the person did (`Idem-Lab-Control`): Charge, Retry, Race, a guided run's step… */
   readonly control: string;
   /** The payment the person meant (`Idem-Lab-Payment`): a charge and its retries share it. */
@@ -119,7 +137,9 @@ export interface LabJournal {
   ): Promise<Response>;
   /** Called by the charge handler: what the work did. A request that is not journaled is ignored. */
   note(request: Request, trace: LabTrace): void;
-  /** The account's newest entries (oldest first) and its charges, newest first. */
+  /** The ledger ref for a keyless charge of this request, or null when it is not journaled. */
+  refOf(request: Request): string | null;
+  /** The account's whole history (oldest first) and its charges, newest first. */
   history(account: string): Promise<{ entries: LabEntry[]; charges: Charge[] }>;
 }
 
@@ -180,13 +200,25 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       return null;
     }
   };
-  const write = async (account: string, seq: number | null, entry: LabEntry): Promise<number | null> => {
+  /** Writes `entry` over row `seq`. A failure is logged: the entry then shows as interrupted after a restart. */
+  const update = async (account: string, seq: number, entry: LabEntry): Promise<void> => {
     try {
-      return await ledger.journal(account, seq, JSON.stringify(entry));
+      await ledger.journal(account, seq, JSON.stringify(entry), LAB_HISTORY_LIMIT);
     } catch (error) {
-      console.error('demo: lab history not written', error);
-      return null;
+      unwritten(error);
     }
+  };
+  /** The record and the ledger row a request left, read now: for an entry the server stopped under. */
+  const interrupted = async (account: string, entry: LabEntry): Promise<LabEntry> => {
+    const record = await read(entry.key === null ? null : recordPk(account, entry.key));
+    const ref = entry.key === null ? (entry.ref ?? null) : (record?.id ?? null);
+    const charge = ref === null ? undefined : await ledger.byRef(account, ref);
+    return {
+      ...entry,
+      state: 'interrupted',
+      record,
+      charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status } : null,
+    };
   };
 
   return {
@@ -204,6 +236,8 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
         at,
         ms: null,
         state: 'running',
+        instance: INSTANCE,
+        ref: `lab_${traceId}`,
         control: label(headers.get('idem-lab-control')) ?? 'API',
         payment: label(headers.get('idem-lab-payment')),
         group: label(headers.get('idem-lab-group')),
@@ -220,8 +254,27 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
         work: null,
         charge: null,
       };
-      const seq = await write(account, null, entry);
-      if (seq !== null) entry = { ...entry, seq, request: entry.request || String(seq) };
+      let seq: number | null;
+      try {
+        seq = await ledger.journal(account, null, JSON.stringify(entry), LAB_HISTORY_LIMIT);
+      } catch (error) {
+        unwritten(error);
+        return problemResponse({
+          status: 503,
+          slug: 'lab-history-unavailable',
+          title: 'Lab history unavailable',
+          detail: 'The lab could not record this request, so it did not run it: nothing was charged.',
+        });
+      }
+      if (seq === null) {
+        return problemResponse({
+          status: 409,
+          slug: 'lab-history-full',
+          title: 'Lab history full',
+          detail: `This sandbox account has sent ${LAB_HISTORY_LIMIT} requests, the most the lab keeps, so it did not run this one: nothing was charged. Reset starts a fresh account.`,
+        });
+      }
+      entry = { ...entry, seq, request: entry.request || String(seq) };
       traces.set(traceId, {});
       let response: Response;
       let trace: LabTrace;
@@ -258,7 +311,7 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
         work: trace.work ?? null,
         charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status } : null,
       };
-      if (seq !== null) await write(account, seq, done);
+      await update(account, seq, done);
       return response;
     },
     note(request, trace) {
@@ -266,12 +319,23 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       const known = id === null ? undefined : traces.get(id);
       if (id !== null && known) traces.set(id, { ...known, ...trace });
     },
+    refOf(request) {
+      const id = request.headers.get(TRACE);
+      return id !== null && traces.has(id) ? `lab_${id}` : null;
+    },
     async history(account) {
-      const [rows, charges] = await Promise.all([
-        ledger.history(account, LAB_HISTORY_LIMIT),
-        ledger.list(account, LAB_HISTORY_LIMIT),
-      ]);
-      return { entries: rows.map((row) => ({ ...(JSON.parse(row.entry) as LabEntry), seq: row.seq })), charges };
+      const rows = await ledger.history(account, LAB_HISTORY_LIMIT);
+      const entries = await Promise.all(
+        rows.map(async (row) => {
+          const entry: LabEntry = { ...(JSON.parse(row.entry) as LabEntry), seq: row.seq };
+          if (entry.state !== 'running' || entry.instance === INSTANCE) return entry;
+          const read = await interrupted(account, entry);
+          await update(account, row.seq, read);
+          return read;
+        }),
+      );
+      // Read after the entries: every charge an entry names is among them. At most one per entry.
+      return { entries, charges: await ledger.list(account, LAB_HISTORY_LIMIT) };
     },
   };
 }

@@ -67,11 +67,7 @@ export class PostgresLedger implements Ledger {
    * serialises concurrent `CREATE TABLE IF NOT EXISTS` (which can otherwise collide on the catalog).
    */
   async migrate(): Promise<void> {
-    const client = await this.#pool.connect();
-    let failed: Error | undefined;
-    try {
-      await client.query('BEGIN');
-      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`idem:demo-ledger:${this.#schema}`]);
+    await this.#locked(`idem:demo-ledger:${this.#schema}`, async (client) => {
       await client.query(`CREATE TABLE IF NOT EXISTS ${this.#table} (
   seq             bigserial PRIMARY KEY,
   id              text      NOT NULL UNIQUE,
@@ -89,7 +85,19 @@ export class PostgresLedger implements Ledger {
         `CREATE TABLE IF NOT EXISTS ${this.#journal} (seq bigserial PRIMARY KEY, account text NOT NULL, entry text NOT NULL)`,
       );
       await client.query(`CREATE INDEX IF NOT EXISTS lab_requests_account ON ${this.#journal} (account, seq)`);
+    });
+  }
+
+  /** Runs `work` in a transaction holding the advisory lock `name` until it commits. */
+  async #locked<T>(name: string, work: (client: PostgresQueryable) => Promise<T>): Promise<T> {
+    const client = await this.#pool.connect();
+    let failed: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [name]);
+      const result = await work(client);
       await client.query('COMMIT');
+      return result;
     } catch (error) {
       failed = error instanceof Error ? error : new Error(String(error));
       await client.query('ROLLBACK').catch(() => {});
@@ -146,6 +154,15 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
     return row && toCharge(row);
   }
 
+  async byRef(account: string, ref: string): Promise<Charge | undefined> {
+    const { rows } = await this.#pool.query(
+      `SELECT * FROM ${this.#table} WHERE account = $1 AND idempotency_ref = $2`,
+      [account, ref],
+    );
+    const row = rows[0] as Row | undefined;
+    return row && toCharge(row);
+  }
+
   async balance(account: string): Promise<{ charged: number; count: number }> {
     const { rows } = await this.#pool.query(
       `SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM ${this.#table} WHERE account = $1 AND status = 'succeeded'`,
@@ -160,7 +177,7 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
     return (await this.#pool.query(`DELETE FROM ${this.#table} WHERE account = $1`, [account])).rowCount ?? 0;
   }
 
-  async journal(account: string, seq: number | null, entry: string): Promise<number> {
+  async journal(account: string, seq: number | null, entry: string, limit: number): Promise<number | null> {
     if (seq !== null) {
       await this.#pool.query(`UPDATE ${this.#journal} SET entry = $1 WHERE seq = $2 AND account = $3`, [
         entry,
@@ -169,20 +186,27 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
       ]);
       return seq;
     }
-    const { rows } = await this.#pool.query(
-      `INSERT INTO ${this.#journal} (account, entry) VALUES ($1, $2) RETURNING seq`,
-      [account, entry],
+    // Under READ COMMITTED two inserts could each count the other out; the account's lock orders them, and the
+    // INSERT, a statement after the lock, sees every row committed before it.
+    const { rows } = await this.#locked(`idem:demo-lab:${account}`, (client) =>
+      client.query(
+        `INSERT INTO ${this.#journal} (account, entry)
+         SELECT $1, $2 WHERE (SELECT count(*) FROM ${this.#journal} WHERE account = $1) < $3 RETURNING seq`,
+        [account, entry, limit],
+      ),
     );
-    return Number((rows[0] as { seq: string | number }).seq);
+    const row = rows[0] as { seq: string | number } | undefined;
+    return row === undefined ? null : Number(row.seq);
   }
 
   async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {
     const { rows } = await this.#pool.query(
-      `SELECT seq, entry FROM ${this.#journal} WHERE account = $1 ORDER BY seq DESC LIMIT $2`,
+      `SELECT seq, entry FROM ${this.#journal} WHERE account = $1 ORDER BY seq LIMIT $2`,
       [account, limit],
     );
-    return (rows as Array<{ seq: string | number; entry: string }>)
-      .map((r) => ({ seq: Number(r.seq), entry: r.entry }))
-      .reverse();
+    return (rows as Array<{ seq: string | number; entry: string }>).map((r) => ({
+      seq: Number(r.seq),
+      entry: r.entry,
+    }));
   }
 }

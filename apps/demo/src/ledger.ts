@@ -85,15 +85,19 @@ export interface Ledger {
   insertOnce(charge: Charge, input: NewCharge & { readonly ref: string }): Promise<Charge>;
   list(account: string, limit: number): Promise<Charge[]>;
   get(account: string, id: string): Promise<Charge | undefined>;
+  /** The account's charge written under `ref` (a record's id, or a keyless lab request's own ref), if any. */
+  byRef(account: string, ref: string): Promise<Charge | undefined>;
   balance(account: string): Promise<{ charged: number; count: number }>;
   /** Deletes an account's charges and its lab history (the lab's Reset). Returns how many charges. */
   clear(account: string): Promise<number>;
   /**
-   * Lab only: stores one request's history entry (JSON text) for the account, as a new row when `seq` is null,
-   * else over row `seq`. Returns the row's seq. The lab page rebuilds its past from these (GET /v1/lab/history).
+   * Lab only: stores one request's history entry (JSON text) for the account: over row `seq`, or as a new row when
+   * `seq` is null — unless the account already holds `limit` rows (checked and written atomically, so concurrent
+   * requests never pass it). Returns the row's seq, or null when the account's history is full.
+   * The lab page rebuilds its past from these (GET /v1/lab/history).
    */
-  journal(account: string, seq: number | null, entry: string): Promise<number>;
-  /** Lab only: the account's newest `limit` history entries, oldest first. */
+  journal(account: string, seq: number | null, entry: string, limit: number): Promise<number | null>;
+  /** Lab only: the account's first `limit` history entries, oldest first. */
   history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>>;
 }
 
@@ -175,6 +179,13 @@ export class SqliteLedger implements Ledger {
     return row && toCharge(row);
   }
 
+  async byRef(account: string, ref: string): Promise<Charge | undefined> {
+    const row = this.#db
+      .prepare('SELECT * FROM charges WHERE account = ? AND idempotency_ref = ?')
+      .get(account, ref) as Row | undefined;
+    return row && toCharge(row);
+  }
+
   async balance(account: string): Promise<{ charged: number; count: number }> {
     const row = this.#db
       .prepare(
@@ -189,19 +200,24 @@ export class SqliteLedger implements Ledger {
     return this.#db.prepare('DELETE FROM charges WHERE account = ?').run(account).changes;
   }
 
-  async journal(account: string, seq: number | null, entry: string): Promise<number> {
+  async journal(account: string, seq: number | null, entry: string, limit: number): Promise<number | null> {
     if (seq !== null) {
       this.#db.prepare('UPDATE lab_requests SET entry = ? WHERE seq = ? AND account = ?').run(entry, seq, account);
       return seq;
     }
-    const inserted = this.#db.prepare('INSERT INTO lab_requests (account, entry) VALUES (?, ?)').run(account, entry);
-    return Number(inserted.lastInsertRowid);
+    // One statement, and SQLite runs one writer at a time: the count and the insert cannot interleave.
+    const inserted = this.#db
+      .prepare(
+        `INSERT INTO lab_requests (account, entry)
+         SELECT ?, ? WHERE (SELECT COUNT(*) FROM lab_requests WHERE account = ?) < ?`,
+      )
+      .run(account, entry, account, limit);
+    return inserted.changes === 1 ? Number(inserted.lastInsertRowid) : null;
   }
 
   async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {
-    const rows = this.#db
-      .prepare('SELECT seq, entry FROM lab_requests WHERE account = ? ORDER BY seq DESC LIMIT ?')
+    return this.#db
+      .prepare('SELECT seq, entry FROM lab_requests WHERE account = ? ORDER BY seq LIMIT ?')
       .all(account, limit) as Array<{ seq: number; entry: string }>;
-    return rows.reverse();
   }
 }

@@ -10,6 +10,10 @@ export type Outcome =
   | 'pending'
   /** The server is still working on it (sent before this page loaded, or from another tab). */
   | 'running'
+  /** The server process stopped while it ran: its record and ledger row were read back afterwards. */
+  | 'interrupted'
+  /** The lab refused it before it ran (its history is full, or could not be written): nothing was charged. */
+  | 'refused'
   | 'charged'
   | 'replayed'
   | 'in-flight'
@@ -47,10 +51,23 @@ export interface Attempt extends Spec {
   /** Epoch ms when it was sent (or, from the history, received). */
   readonly sentAt: number;
   /** What this browser saw: null for a request this page did not send (another tab, an earlier load). */
-  seen: { status: number | null; retryAfter: string | null; latencyMs: number | null; answered: boolean } | null;
+  seen: {
+    status: number | null;
+    retryAfter: string | null;
+    latencyMs: number | null;
+    answered: boolean;
+    /** The problem+json `type` of the answer, if it was one. */
+    problem: string | null;
+  } | null;
   /** The server's account, once read back. */
   entry: LabEntry | null;
 }
+
+/** The problem types of a request the lab refused before running it. */
+export const LAB_REFUSALS: readonly string[] = [
+  'urn:idem:problem:lab-history-full',
+  'urn:idem:problem:lab-history-unavailable',
+];
 
 /** An attempt known only from the server's history. */
 export function fromEntry(entry: LabEntry): Attempt {
@@ -77,11 +94,13 @@ export function fromEntry(entry: LabEntry): Attempt {
  */
 export function outcome(a: Attempt): Outcome {
   const e = a.entry;
+  if (e === null && a.seen?.problem && LAB_REFUSALS.includes(a.seen.problem)) return 'refused';
   if (e === null || e.state === 'running') {
     if (a.seen === null) return e === null ? 'unknown' : 'running';
     if (a.seen.latencyMs === null) return 'pending';
     return e === null ? 'unknown' : 'running';
   }
+  if (e.state === 'interrupted') return 'interrupted';
   if (e.work === 'crashed') return 'crashed';
   if (e.faults.drop && e.answer === null) return e.work === null ? 'error' : 'dropped';
   if (e.claim === 'replayed') return 'replayed';
@@ -106,6 +125,10 @@ export function describeOutcome(a: Attempt): string {
       return 'waiting…';
     case 'running':
       return 'running on the server';
+    case 'interrupted':
+      return e?.charge?.status === 'succeeded' ? 'server stopped; charged' : 'server stopped';
+    case 'refused':
+      return `${a.seen?.status ?? ''} not run`.trim();
     case 'charged':
       return e?.claim === 'taken-over'
         ? 'took over, charged'

@@ -129,7 +129,7 @@ function verdictOf(intended: number, charged: number, attempts: readonly Attempt
 
 /**
  * Groups the requests into payments, each with its own Intended and Charged read from the ledger. `stray`: ledger
- * rows no request in the history accounts for (sent by another client with this key, say).
+ * rows no request in the history names (the history is whole: a request that cannot be journaled does not run).
  *
  * @example
  * const { list, stray } = payments()

@@ -145,9 +145,17 @@ async function sendSpecs(specs: readonly Spec[]): Promise<() => Told> {
     last = first;
     if (first.key !== null) lastKeyed = first;
   }
-  await sendAll(specs, { autoRetry: ui.autoRetry.checked }, observe(sent));
+  await sendAll(specs, { autoRetry: ui.autoRetry.checked, signal: retrying.signal }, observe(sent));
   return () => tell(sent, paymentOf);
 }
+
+/** Aborted when Auto-retry is switched off: the client's pending retries stop there. */
+let retrying = new AbortController();
+ui.autoRetry.addEventListener('change', () => {
+  if (ui.autoRetry.checked) return;
+  retrying.abort(new Error('Auto-retry was switched off'));
+  retrying = new AbortController();
+});
 
 const faults = (drop: boolean) => ({
   drop,

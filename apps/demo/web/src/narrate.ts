@@ -6,7 +6,7 @@
 import type { Attempt } from './attempt.js';
 import { describeOutcome, outcome } from './attempt.js';
 import { abbreviate, clock, dollars, plural } from './format.js';
-import type { Payment } from './history.js';
+import { state, type Payment } from './history.js';
 
 /**
  * One claim a sentence makes about one request: `charged` — it left ledger row `charge`; `not-charged` — it moved no
@@ -93,6 +93,24 @@ function cut(a: Attempt, crashed: boolean): Told {
   };
 }
 
+/** A request the server stopped under: no answer was sent; its record and its ledger row as read since. */
+function interrupted(a: Attempt): Told {
+  const e = a.entry;
+  const id = e?.charge?.status === 'succeeded' ? e.charge.id : null;
+  const money = id
+    ? `The ledger holds its charge of ${dollars(e?.charge?.amount ?? a.amount)} (${row(id)}).`
+    : a.key === null
+      ? 'The ledger holds no charge from it.'
+      : "The ledger holds no charge under its key's record.";
+  return {
+    text: `The server stopped while this request ran, so no answer was sent. ${money} ${a.key === null ? 'Without a key no record was kept.' : retryWill(a)}`,
+    claims: [
+      claim(a, id ? 'charged' : 'not-charged', id),
+      ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : []),
+    ],
+  };
+}
+
 /** What a retry with the key will meet, from the record read back after the request. */
 function retryWill(a: Attempt): string {
   const r = a.entry?.record;
@@ -117,7 +135,22 @@ export function tellOne(a: Attempt, payment?: Payment): Told {
   switch (outcome(a)) {
     case 'pending':
     case 'running':
-      return { text: 'Still running on the server…', claims: [] };
+      return state.unreachable === null
+        ? { text: 'Still running on the server…', claims: [] }
+        : {
+            text: 'No answer yet, and the server cannot be reached to read back what happened. This page does not know whether it ran or charged, and claims nothing.',
+            claims: [claim(a, 'unknown')],
+          };
+    case 'interrupted':
+      return interrupted(a);
+    case 'refused':
+      return {
+        text:
+          a.seen?.problem === 'urn:idem:problem:lab-history-full'
+            ? `This sandbox account has sent as many requests as the lab keeps, so the server refused this one with ${a.seen.status ?? 409} before running it: nothing was charged. Reset starts a fresh account.`
+            : `The server could not record this request in the lab's history, so it refused it with ${a.seen?.status ?? 503} before running it: nothing was charged.`,
+        claims: [claim(a, 'refused')],
+      };
     case 'charged':
       return charged(a, payment);
     case 'dropped':

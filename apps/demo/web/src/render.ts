@@ -74,7 +74,9 @@ function callout(list: readonly Payment[]): void {
     text = `${names(of('unknown'))}: unknown whether charged. The server could not be read back.`;
   } else if (of('unpaid').length > 0) {
     flag = 'unpaid';
-    text = `${names(of('unpaid'))}: meant, but nothing charged yet. Retry with the same key to charge once.`;
+    // Advice only where it holds: a keyless payment has no key to retry, and a mismatched body meets 400 again.
+    const retryable = of('unpaid').every((p) => p.key !== null && p.attempts.every((a) => outcome(a) !== 'mismatch'));
+    text = `${names(of('unpaid'))}: meant, but nothing charged yet.${retryable ? ' Retry with the same key to charge once.' : ''}`;
   } else if (of('in-progress').length > 0) {
     flag = 'in-progress';
     text = `${names(of('in-progress'))}: still in progress on the server.`;
@@ -90,7 +92,7 @@ function callout(list: readonly Payment[]): void {
   ui.callout.textContent = text;
 }
 
-/** A row for ledger charges no request in the history accounts for (another client, with this sandbox key). */
+/** A row for ledger charges no request in the history names (the history is whole, so this row is rare). */
 const strayRow = (stray: readonly Charge[]) =>
   h(
     'tr',
@@ -103,7 +105,7 @@ const strayRow = (stray: readonly Charge[]) =>
     h('td', { class: 'c-key' }, '—'),
     h('td', { class: 'num c-intended' }, '—'),
     h('td', { class: 'num c-charged' }, dollars(stray.reduce((sum, c) => sum + c.amount, 0))),
-    h('td', { class: 'c-verdict' }, 'sent by another client'),
+    h('td', { class: 'c-verdict' }, 'named by no request here'),
     h('td', { class: 'c-requests' }, plural(stray.length, 'charge')),
   );
 

@@ -41,9 +41,17 @@ function headersFor(spec: Spec, attempt: Attempt, first: boolean): Record<string
  * connection closes before any answer; a request whose connection the server will cut therefore goes on a
  * connection of its own (requests without credentials use a separate pool).
  */
-function observed(spec: Spec, onAttempt: OnAttempt): (url: string, init: RequestInit) => Promise<Response> {
+function observed(
+  spec: Spec,
+  onAttempt: OnAttempt,
+): {
+  fetch: (url: string, init: RequestInit) => Promise<Response>;
+  /** Every attempt sent so far, answered or failed (the client stops waiting on an abort; the page does not). */
+  answered: () => Promise<unknown>;
+} {
   let n = 0;
-  return async (url, init) => {
+  const sent: Array<Promise<unknown>> = [];
+  const fetchOne = async (url: string, init: RequestInit): Promise<Response> => {
     const first = ++n === 1;
     const attempt: Attempt = {
       request: uuid(),
@@ -55,7 +63,7 @@ function observed(spec: Spec, onAttempt: OnAttempt): (url: string, init: Request
       source: spec.source,
       faults: first ? spec.faults : { ...spec.faults, drop: false, crash: false },
       sentAt: Date.now(),
-      seen: { status: null, retryAfter: null, latencyMs: null, answered: false },
+      seen: { status: null, retryAfter: null, latencyMs: null, answered: false, problem: null },
       entry: null,
     };
     const cut = attempt.faults.drop || attempt.faults.crash;
@@ -66,15 +74,25 @@ function observed(spec: Spec, onAttempt: OnAttempt): (url: string, init: Request
       cache: 'no-store',
       ...(cut ? { credentials: 'omit' as const } : {}),
     });
+    sent.push(answer.catch(() => null));
     onAttempt(attempt, 'sent');
     const started = performance.now();
     try {
       const response = await answer;
+      const latencyMs = Math.round(performance.now() - started);
+      const problem = (response.headers.get('content-type') ?? '').includes('problem+json')
+        ? await response
+            .clone()
+            .json()
+            .then((body: { type?: unknown }) => (typeof body.type === 'string' ? body.type : null))
+            .catch(() => null)
+        : null;
       attempt.seen = {
         status: response.status,
         retryAfter: response.headers.get('retry-after'),
-        latencyMs: Math.round(performance.now() - started),
+        latencyMs,
         answered: true,
+        problem,
       };
       return response;
     } catch (error) {
@@ -83,15 +101,26 @@ function observed(spec: Spec, onAttempt: OnAttempt): (url: string, init: Request
         retryAfter: null,
         latencyMs: Math.round(performance.now() - started),
         answered: false,
+        problem: null,
       };
       throw error;
     } finally {
       onAttempt(attempt, 'answered');
     }
   };
+  return { fetch: fetchOne, answered: () => Promise.all(sent) };
 }
 
 const bodyOf = (spec: Spec): string => JSON.stringify({ amount: spec.amount, currency: 'usd', source: spec.source });
+
+/**
+ * The client policy of one control: `autoRetry` on or off as it was clicked; `signal` aborts when Auto-retry is
+ * switched off, so no retry leaves after that (an attempt already sent is still answered and read back).
+ */
+export interface SendOptions {
+  readonly autoRetry: boolean;
+  readonly signal?: AbortSignal;
+}
 
 /**
  * Sends one logical request, retried by `idem/client` when `autoRetry` is on. Resolves once the last attempt is
@@ -100,8 +129,8 @@ const bodyOf = (spec: Spec): string => JSON.stringify({ amount: spec.amount, cur
  * @example
  * await send(spec, { autoRetry: true }, (attempt, phase) => render())
  */
-export async function send(spec: Spec, { autoRetry }: { autoRetry: boolean }, onAttempt: OnAttempt): Promise<void> {
-  const attempt = observed(spec, onAttempt);
+export async function send(spec: Spec, { autoRetry, signal }: SendOptions, onAttempt: OnAttempt): Promise<void> {
+  const { fetch: attempt, answered } = observed(spec, onAttempt);
   try {
     if (!autoRetry) {
       await attempt('/v1/charges', { body: bodyOf(spec) });
@@ -111,11 +140,12 @@ export async function send(spec: Spec, { autoRetry }: { autoRetry: boolean }, on
     await idempotentFetch(
       '/v1/charges',
       { method: 'POST', body: bodyOf(spec) },
-      { ...AUTO_RETRY, key: spec.key ?? uuid(), fetch: attempt },
+      { ...AUTO_RETRY, key: spec.key ?? uuid(), fetch: attempt, ...(signal ? { signal } : {}) },
     );
   } catch {
     // The attempt has recorded that it got no answer; the history says what the server did.
   }
+  await answered();
 }
 
 /**
@@ -125,10 +155,6 @@ export async function send(spec: Spec, { autoRetry }: { autoRetry: boolean }, on
  * @example
  * await sendAll(Array.from({ length: 5 }, () => spec), { autoRetry: false }, onAttempt)
  */
-export async function sendAll(
-  specs: readonly Spec[],
-  options: { autoRetry: boolean },
-  onAttempt: OnAttempt,
-): Promise<void> {
+export async function sendAll(specs: readonly Spec[], options: SendOptions, onAttempt: OnAttempt): Promise<void> {
   await Promise.all(specs.map((spec) => send(spec, options, onAttempt)));
 }

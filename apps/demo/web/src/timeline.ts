@@ -26,6 +26,7 @@ interface Step {
 function claimStep(a: Attempt): Step {
   const e = a.entry;
   if (a.key === null) return { lane: 'store', text: 'no key: nothing is checked', tone: 'muted' };
+  if (e?.state === 'interrupted') return { lane: 'store', text: 'claim: not told (the server stopped)', tone: 'muted' };
   switch (e?.state === 'done' ? e.claim : null) {
     case 'fresh':
       return { lane: 'store', text: 'claim: inserted in_progress' };
@@ -52,6 +53,10 @@ function claimStep(a: Attempt): Step {
  */
 function workSteps(a: Attempt, known: ReadonlySet<string>): Step[] {
   const e = a.entry;
+  if (e?.state === 'interrupted') {
+    const text = e.charge ? `ledger: ${abbreviate(e.charge.id, 7, 4)} ${e.charge.status}` : 'ledger: no row';
+    return [{ lane: 'store', text: `${text} (read after the restart)`, tone: e.charge ? 'good' : 'muted' }];
+  }
   if (!e?.work) return [];
   const delay = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
   const ref = e.recordId ? `, ref ${abbreviate(e.recordId, 8, 4)}` : '';
@@ -76,7 +81,7 @@ function workSteps(a: Attempt, known: ReadonlySet<string>): Step[] {
 
 /** The key's record once the request was done (read back). */
 function recordStep(a: Attempt): Step[] {
-  const r = a.entry?.state === 'done' ? a.entry.record : null;
+  const r = a.entry && a.entry.state !== 'running' ? a.entry.record : null;
   if (!r) return [];
   const text =
     r.status === 'in_progress'
@@ -100,6 +105,10 @@ function answerStep(a: Attempt): Step {
       return { lane: 'client', text: '✕ no answer: the connection was cut', tone: 'bad' };
     case 'unknown':
       return { lane: 'client', text: '✕ no answer, nothing read back: unknown', tone: 'muted' };
+    case 'interrupted':
+      return { lane: 'client', text: '✕ no answer: the server stopped', tone: 'bad' };
+    case 'refused':
+      return { lane: 'client', text: `← ${status} not run: the lab's history`, tone: 'bad' };
     case 'charged':
       return { lane: 'client', text: `← ${status} charged`, tone: 'good' };
     case 'replayed':

@@ -1,0 +1,107 @@
+/**
+ * The lab page across a server stop and restart, and its client policy (issue 28, after the hostile review): a
+ * request the server was killed under reads back as interrupted — never "running" for ever — with its record and
+ * ledger row as they are; while the server is down the page claims nothing; Auto-retry switched off stops the
+ * client's retries; and the flag line advises a retry only where one would charge. On SQLite.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Page } from 'playwright-core';
+import { startDemo, tempDir } from '../harness.js';
+import { VIEWPORTS, chromiumAvailable, until } from './harness.js';
+import { callout, narration, outcomes, paymentRows, readAccount, settled, untrue } from './lab-oracle.js';
+import { labStores, labSuite } from './lab-server.js';
+
+const [sqlite] = labStores('lab_restart');
+const box = (page: Page, name: string) => page.getByRole('checkbox', { name, exact: true });
+const button = (page: Page, name: string) => page.getByRole('button', { name, exact: true });
+
+describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', () => {
+  const lab = labSuite(sqlite as NonNullable<typeof sqlite>);
+
+  it('killed mid-request: claims nothing while down; after the restart the request reads back as interrupted', async ({
+    skip,
+  }) => {
+    if (!lab.available) skip();
+    const own = tempDir();
+    const env = sqlite?.env(own.path) ?? {};
+    let server = await startDemo(env);
+    try {
+      const page = await lab.open(VIEWPORTS[0], undefined, server.url);
+      await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('3000');
+      await button(page, 'Charge $500').click();
+      // The signal: the server's history holds the request, running (the processor takes 3 s).
+      const key = String(await page.evaluate('sessionStorage.getItem("idem-lab-api-key")'));
+      const history = async (url: string) =>
+        (await (await fetch(`${url}/v1/lab/history`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
+          entries: Array<{ state: string }>;
+        };
+      const url = server.url;
+      await until(async () => (await history(url)).entries.map((e) => e.state), ['running']);
+      expect(await server.stop('SIGKILL')).toBe('SIGKILL');
+      await settled(page);
+      // Down: the page does not say "still running", and claims nothing.
+      expect([
+        'No answer yet, and the server cannot be reached to read back what happened. This page does not know whether it ran or charged, and claims nothing.',
+        'No answer, and the server could not be reached to read back what happened. This page does not know whether anything was charged, and claims nothing.',
+      ]).toContain(await narration(page));
+      expect((await callout(page)).flag).toBe('unknown');
+      // Back on the same port and database: the request is told as interrupted, its record as it is now.
+      server = await startDemo({ ...env, PORT: new URL(url).port });
+      await page.reload();
+      await settled(page);
+      expect(await outcomes(page)).toEqual(['interrupted']);
+      expect(await narration(page)).toBe(
+        "Read back from the server: 1 request so far. The last: The server stopped while this request ran, so no answer was sent. The ledger holds no charge under its key's record. The key's record says in_progress: a retry gets 409 until it is settled.",
+      );
+      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$0.00', 'in-progress']]);
+      expect(await untrue(page, server.url, await readAccount(page, server.url))).toEqual([]);
+      expect((await history(server.url)).entries.map((e) => e.state)).toEqual(['interrupted']);
+      expect(page.errors).toEqual([]);
+      await page.close();
+    } finally {
+      await server.stop();
+      own.remove();
+    }
+  });
+
+  it('Auto-retry switched off while the first attempt runs: no retry leaves', async ({ skip }) => {
+    if (!lab.available) skip();
+    const page = await lab.open(VIEWPORTS[0]);
+    await box(page, 'Auto-retry').check();
+    await box(page, 'Processor fails').check();
+    await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('1000');
+    await button(page, 'Charge $500').click();
+    await until(async () => (await outcomes(page)).length, 1);
+    await box(page, 'Auto-retry').uncheck();
+    await settled(page);
+    expect(await outcomes(page)).toEqual(['processor-failed']);
+    await page.close();
+  });
+
+  it('the flag line advises a retry only where one would charge: not after a mismatch, not without a key', async ({
+    skip,
+  }) => {
+    if (!lab.available) skip();
+    const page = await lab.open(VIEWPORTS[0]);
+    await page.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
+    await box(page, 'Processor fails').check();
+    await button(page, 'Charge $500').click();
+    await settled(page);
+    expect(await callout(page)).toEqual({
+      flag: 'unpaid',
+      text: 'Payment 1: meant, but nothing charged yet. Retry with the same key to charge once.',
+    });
+    // Tamper: the same key with another amount meets 400, and so would a Retry of it.
+    await button(page, 'Tamper').click();
+    await settled(page);
+    expect(await outcomes(page)).toEqual(['processor-failed', 'mismatch']);
+    expect(await callout(page)).toEqual({ flag: 'unpaid', text: 'Payment 1: meant, but nothing charged yet.' });
+    await button(page, 'Reset').click();
+    await settled(page);
+    await box(page, 'Use idempotency keys').uncheck();
+    await button(page, 'Charge $500').click();
+    await settled(page);
+    expect(await callout(page)).toEqual({ flag: 'unpaid', text: 'Payment 1: meant, but nothing charged yet.' });
+    await page.close();
+  });
+});
