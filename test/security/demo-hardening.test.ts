@@ -396,6 +396,8 @@ describe('the connection cap and the timeouts', () => {
       IDEM_STORE: 'memory:',
       IDEM_LEDGER: ':memory:',
       IDEM_MAX_CONNECTIONS: '8',
+      // The cap alone: one address may hold all of it here (the share is in fair-connections.test.ts).
+      IDEM_MAX_CONNECTIONS_PER_ADDRESS: '8',
       IDEM_METRICS_PORT: '0',
     });
     const metricsUrl = /metrics: (http:\/\/\S+\/metrics)/.exec(server.output())?.[1] ?? 'metrics URL not printed';

@@ -27,6 +27,8 @@ describe('demo configuration: what may serve', () => {
       labKeys: [...lab.apiKeys],
       allowedHosts: production.allowedHosts,
       maxConnections: production.maxConnections,
+      maxConnectionsPerAddress: production.maxConnectionsPerAddress,
+      firstByteTimeoutMs: production.firstByteTimeoutMs,
       headersTimeoutMs: production.headersTimeoutMs,
       requestTimeoutMs: production.requestTimeoutMs,
       metricsPort: production.metricsPort,
@@ -41,6 +43,8 @@ describe('demo configuration: what may serve', () => {
       ],
       allowedHosts: undefined,
       maxConnections: 256,
+      maxConnectionsPerAddress: 128,
+      firstByteTimeoutMs: 2_000,
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 30_000,
       metricsPort: undefined,
@@ -124,6 +128,12 @@ describe('demo configuration: what may serve', () => {
       error({ IDEM_MAX_CONNECTIONS: '0' }),
       error({ IDEM_HEADERS_TIMEOUT_MS: '40000' }),
       error({ IDEM_METRICS_PORT: '70000' }),
+      error({ IDEM_MAX_CONNECTIONS_PER_ADDRESS: '0' }),
+      error({ IDEM_MAX_CONNECTIONS_PER_ADDRESS: 'half' }),
+      error({ IDEM_MAX_CONNECTIONS: '16', IDEM_MAX_CONNECTIONS_PER_ADDRESS: '17' }),
+      error({ IDEM_FIRST_BYTE_TIMEOUT_MS: '1.5' }),
+      error({ IDEM_FIRST_BYTE_TIMEOUT_MS: '10001' }),
+      error({ IDEM_HEADERS_TIMEOUT_MS: '500', IDEM_FIRST_BYTE_TIMEOUT_MS: '2000' }),
     ]).toEqual([
       'IDEM_LAB_ALLOW_REMOTE (--lab-allow-remote) must be 1 or 0, got "yes".',
       'IDEM_ALLOWED_HOSTS (--allowed-hosts) is either * alone or a list of names, got "a.test,*".',
@@ -131,7 +141,27 @@ describe('demo configuration: what may serve', () => {
       'IDEM_MAX_CONNECTIONS (--max-connections) must be an integer ≥ 1, got "0".',
       'IDEM_HEADERS_TIMEOUT_MS (--headers-timeout-ms) must not exceed IDEM_REQUEST_TIMEOUT_MS (30000), got 40000.',
       'IDEM_METRICS_PORT (--metrics-port) must be at most 65535, got 70000.',
+      'IDEM_MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must be an integer ≥ 1, got "0".',
+      'IDEM_MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must be an integer ≥ 1, got "half".',
+      'IDEM_MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must not exceed IDEM_MAX_CONNECTIONS (16), got 17.',
+      'IDEM_FIRST_BYTE_TIMEOUT_MS (--first-byte-timeout-ms) must be an integer ≥ 1, got "1.5".',
+      'IDEM_FIRST_BYTE_TIMEOUT_MS (--first-byte-timeout-ms) must not exceed IDEM_HEADERS_TIMEOUT_MS (10000), got 10001.',
+      'IDEM_FIRST_BYTE_TIMEOUT_MS (--first-byte-timeout-ms) must not exceed IDEM_HEADERS_TIMEOUT_MS (500), got 2000.',
     ]);
+    // Unset, the share follows the cap and the first-byte timeout never exceeds the headers timeout; flags win.
+    const small = loadConfig({ IDEM_MAX_CONNECTIONS: '8', IDEM_HEADERS_TIMEOUT_MS: '500' });
+    const flags = loadConfig({ IDEM_MAX_CONNECTIONS_PER_ADDRESS: '4' }, [
+      '--max-connections-per-address',
+      '256',
+      '--first-byte-timeout-ms',
+      '750',
+    ]);
+    expect([
+      small.maxConnectionsPerAddress,
+      small.firstByteTimeoutMs,
+      flags.maxConnectionsPerAddress,
+      flags.firstByteTimeoutMs,
+    ]).toEqual([4, 500, 256, 750]);
   });
 
   it('loopback is localhost, 127.0.0.0/8 and ::1, nothing else', () => {

@@ -3,6 +3,7 @@
  */
 import { parseArgs } from 'node:util';
 import { isIdempotencyError } from 'idem';
+import { shareOf } from './connections.js';
 
 export interface DemoConfig {
   readonly port: number;
@@ -31,6 +32,10 @@ export interface DemoConfig {
   readonly allowedHosts: readonly string[] | undefined;
   /** Connections held at once (`server.maxConnections`); beyond it a new connection is closed at once. */
   readonly maxConnections: number;
+  /** Connections one remote address (an IPv6 /64) holds at once; beyond it its new connection is closed at once. */
+  readonly maxConnectionsPerAddress: number;
+  /** A connection that has sent no byte this long is closed unanswered (before the headers timeout). */
+  readonly firstByteTimeoutMs: number;
   /** Time to receive a request's headers (`server.headersTimeout`); then 408 and the connection is closed. */
   readonly headersTimeoutMs: number;
   /** Time to receive a whole request, headers and body (`server.requestTimeout`); then 408. */
@@ -57,6 +62,8 @@ export const DEFAULTS = {
   /** The well-known test keys: lab mode only. */
   labApiKeys: 'sk_test_alice:acct_alice,sk_test_bob:acct_bob',
   maxConnections: 256,
+  /** A client sends its request as soon as it connects; 2 s is many round trips, even on a bad mobile link. */
+  firstByteTimeoutMs: 2_000,
   headersTimeoutMs: 10_000,
   requestTimeoutMs: 30_000,
   metricsHost: '127.0.0.1',
@@ -96,6 +103,14 @@ export const OPTIONS = {
   'max-connections': {
     env: 'IDEM_MAX_CONNECTIONS',
     help: `connections held at once; more are closed at once (default ${DEFAULTS.maxConnections})`,
+  },
+  'max-connections-per-address': {
+    env: 'IDEM_MAX_CONNECTIONS_PER_ADDRESS',
+    help: 'connections one address (IPv6: one /64) holds at once (default half of IDEM_MAX_CONNECTIONS)',
+  },
+  'first-byte-timeout-ms': {
+    env: 'IDEM_FIRST_BYTE_TIMEOUT_MS',
+    help: `close a connection that sent nothing after this, ms (default ${DEFAULTS.firstByteTimeoutMs})`,
   },
   'headers-timeout-ms': {
     env: 'IDEM_HEADERS_TIMEOUT_MS',
@@ -213,6 +228,23 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
       `IDEM_HEADERS_TIMEOUT_MS (--headers-timeout-ms) must not exceed IDEM_REQUEST_TIMEOUT_MS (${requestTimeoutMs}), got ${headersTimeoutMs}.`,
     );
   }
+  const maxConnections = integer('max-connections', DEFAULTS.maxConnections, 1);
+  const maxConnectionsPerAddress = integer('max-connections-per-address', shareOf(maxConnections), 1);
+  if (maxConnectionsPerAddress > maxConnections) {
+    throw new ConfigError(
+      `IDEM_MAX_CONNECTIONS_PER_ADDRESS (--max-connections-per-address) must not exceed IDEM_MAX_CONNECTIONS (${maxConnections}), got ${maxConnectionsPerAddress}.`,
+    );
+  }
+  const firstByteTimeoutMs = integer(
+    'first-byte-timeout-ms',
+    Math.min(DEFAULTS.firstByteTimeoutMs, headersTimeoutMs),
+    1,
+  );
+  if (firstByteTimeoutMs > headersTimeoutMs) {
+    throw new ConfigError(
+      `IDEM_FIRST_BYTE_TIMEOUT_MS (--first-byte-timeout-ms) must not exceed IDEM_HEADERS_TIMEOUT_MS (${headersTimeoutMs}), got ${firstByteTimeoutMs}.`,
+    );
+  }
   const metricsRaw = get('metrics-port') ?? '';
   const metricsPort = metricsRaw === '' ? undefined : integer('metrics-port', 0, 0);
   if (metricsPort !== undefined && metricsPort > 65_535)
@@ -229,7 +261,9 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
     labAllowRemote: flag('lab-allow-remote'),
     apiKeys,
     allowedHosts: parseAllowedHosts(get('allowed-hosts')),
-    maxConnections: integer('max-connections', DEFAULTS.maxConnections, 1),
+    maxConnections,
+    maxConnectionsPerAddress,
+    firstByteTimeoutMs,
     headersTimeoutMs,
     requestTimeoutMs,
     metricsPort,

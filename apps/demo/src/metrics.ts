@@ -15,6 +15,10 @@ export interface DemoMetrics {
   onEvent(event: IdempotencyEvent): void;
   /** Counts a connection the API listener closed at once because it held `maxConnections` already. */
   onConnectionDropped(): void;
+  /** Counts a connection the API listener closed at once because its address held its share of the cap. */
+  onConnectionOverShare(): void;
+  /** Counts a connection the API listener closed because it sent nothing within the first-byte timeout. */
+  onConnectionSilent(): void;
   /** The Prometheus text exposition. */
   response(): Promise<Response>;
 }
@@ -30,6 +34,8 @@ export interface DemoMetrics {
  * | `idem_in_flight_conflicts_total` | | `in_flight` — the same as `idem_requests_total{decision="in_flight"}` |
  * | `idem_fingerprint_mismatches_total` | | `mismatch` — the same as `idem_requests_total{decision="mismatch"}` |
  * | `idem_http_connections_dropped_total` | | (the listener) a connection closed unanswered: `maxConnections` reached |
+ * | `idem_http_connections_over_share_total` | | (the listener) a connection closed unanswered: its address held its share |
+ * | `idem_http_connections_silent_total` | | (the listener) a connection closed unanswered: no byte within the first-byte timeout |
  *
  * The three aliases keep the names docs/OPERATIONS.md documented before `idem_requests_total`, for dashboards
  * built on them.
@@ -44,26 +50,28 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   const idem = prometheusMetrics({ registry });
   const registers = [registry];
 
-  const replays = new Counter({
-    name: 'idem_replays_total',
-    help: 'Retries answered with the stored response.',
-    registers,
-  });
-  const conflicts = new Counter({
-    name: 'idem_in_flight_conflicts_total',
-    help: 'Duplicates that arrived while the first attempt was running (answered 409).',
-    registers,
-  });
-  const mismatches = new Counter({
-    name: 'idem_fingerprint_mismatches_total',
-    help: 'Keys reused with another payload (answered 400 or 422).',
-    registers,
-  });
-  const dropped = new Counter({
-    name: 'idem_http_connections_dropped_total',
-    help: 'Connections the API listener closed unanswered because it already held maxConnections.',
-    registers,
-  });
+  const counter = (name: string, help: string) => new Counter({ name, help, registers });
+  const replays = counter('idem_replays_total', 'Retries answered with the stored response.');
+  const conflicts = counter(
+    'idem_in_flight_conflicts_total',
+    'Duplicates that arrived while the first attempt was running (answered 409).',
+  );
+  const mismatches = counter(
+    'idem_fingerprint_mismatches_total',
+    'Keys reused with another payload (answered 400 or 422).',
+  );
+  const dropped = counter(
+    'idem_http_connections_dropped_total',
+    'Connections the API listener closed unanswered because it already held maxConnections.',
+  );
+  const overShare = counter(
+    'idem_http_connections_over_share_total',
+    'Connections the API listener closed unanswered because their address already held its share (IDEM_MAX_CONNECTIONS_PER_ADDRESS).',
+  );
+  const silent = counter(
+    'idem_http_connections_silent_total',
+    'Connections the API listener closed unanswered because they sent no byte within IDEM_FIRST_BYTE_TIMEOUT_MS.',
+  );
 
   const onEvent = (event: IdempotencyEvent): void => {
     idem.onEvent(event);
@@ -80,6 +88,8 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     registry,
     onEvent,
     onConnectionDropped: () => dropped.inc(),
+    onConnectionOverShare: () => overShare.inc(),
+    onConnectionSilent: () => silent.inc(),
     response: async () =>
       new Response(await registry.metrics(), {
         status: 200,

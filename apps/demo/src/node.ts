@@ -6,6 +6,7 @@ import type { Socket } from 'node:net';
 import { problem } from 'idem/http';
 import { MAX_BODY_BYTES, type App } from './app.js';
 import { LOOPBACK_HOSTS } from './config.js';
+import { shareConnections, shareOf } from './connections.js';
 
 export interface ServeOptions {
   /**
@@ -16,6 +17,16 @@ export interface ServeOptions {
   readonly allowedHosts?: readonly string[];
   /** Connections held at once (`server.maxConnections`); a connection beyond it is closed unanswered. Default 256. */
   readonly maxConnections?: number;
+  /**
+   * Connections one remote address (an IPv6 /64) may hold at once; a new one over it is closed unanswered, so one
+   * address cannot take the whole cap. At most `maxConnections`. Default half of `maxConnections`.
+   */
+  readonly maxConnectionsPerAddress?: number;
+  /**
+   * A connection that has sent no byte this long after it was accepted is closed unanswered. At most
+   * `headersTimeoutMs`. Default 2 s (or `headersTimeoutMs` when that is shorter).
+   */
+  readonly firstByteTimeoutMs?: number;
   /** Time to receive a request's headers, then 408 (`server.headersTimeout`). Default 10 s. */
   readonly headersTimeoutMs?: number;
   /** Time to receive a whole request, then 408 (`server.requestTimeout`). Default 30 s. */
@@ -24,6 +35,10 @@ export interface ServeOptions {
   readonly keepAliveTimeoutMs?: number;
   /** Called for each connection closed because `maxConnections` were held (node's `drop` event). */
   readonly onDrop?: () => void;
+  /** Called for each connection closed because its address held `maxConnectionsPerAddress`. */
+  readonly onOverShare?: () => void;
+  /** Called for each connection closed because it sent nothing within `firstByteTimeoutMs`. */
+  readonly onSilent?: () => void;
 }
 
 /**
@@ -45,20 +60,30 @@ export function serve(
     headersTimeoutMs = 10_000,
     requestTimeoutMs = 30_000,
     keepAliveTimeoutMs = 5_000,
+    maxConnectionsPerAddress = shareOf(maxConnections),
+    firstByteTimeoutMs = Math.min(2_000, headersTimeoutMs),
     onDrop,
+    onOverShare,
+    onSilent,
   }: ServeOptions = {},
-): Server & { inFlight(): number } {
+): Server & { inFlight(): number; connectionsByAddress(): ReadonlyMap<string, number> } {
   for (const [name, value] of Object.entries({
     maxConnections,
+    maxConnectionsPerAddress,
     headersTimeoutMs,
     requestTimeoutMs,
     keepAliveTimeoutMs,
+    firstByteTimeoutMs,
   })) {
     if (!Number.isSafeInteger(value) || value < 1)
       throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
   }
   if (headersTimeoutMs > requestTimeoutMs)
     throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
+  if (firstByteTimeoutMs > headersTimeoutMs)
+    throw new TypeError('Expected `firstByteTimeoutMs` to be at most `headersTimeoutMs`.');
+  if (maxConnectionsPerAddress > maxConnections)
+    throw new TypeError('Expected `maxConnectionsPerAddress` to be at most `maxConnections`.');
   const allowed = hostAllowList(allowedHosts);
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
@@ -141,8 +166,16 @@ export function serve(
   // already held keep being served, and memory stays bounded.
   server.maxConnections = maxConnections;
   if (onDrop) server.on('drop', onDrop);
+  // Below the cap, no address holds more than its share, and a connection that sends nothing goes in seconds:
+  // 256 idle sockets from one address no longer lock every other client out.
+  const connectionsByAddress = shareConnections(server, {
+    perAddress: maxConnectionsPerAddress,
+    firstByteTimeoutMs,
+    onOverShare,
+    onSilent,
+  });
   server.keepAliveTimeout = keepAliveTimeoutMs;
-  return Object.assign(server, { inFlight: () => inFlight });
+  return Object.assign(server, { inFlight: () => inFlight, connectionsByAddress });
 }
 
 /** A matcher for `Host` values (and absolute-form authorities) against the allow-list. */

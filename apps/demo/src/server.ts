@@ -57,7 +57,11 @@ export async function startServer(
     ...limits,
     allowedHosts,
     maxConnections: config.maxConnections,
+    maxConnectionsPerAddress: config.maxConnectionsPerAddress,
+    firstByteTimeoutMs: config.firstByteTimeoutMs,
     onDrop: () => metrics.onConnectionDropped(),
+    onOverShare: () => metrics.onConnectionOverShare(),
+    onSilent: () => metrics.onConnectionSilent(),
   });
   const scrape =
     config.metricsPort === undefined
