@@ -1,5 +1,6 @@
 /**
- * @module Entry bundled by `runtimes.test.ts`: a Hono app behind `idem/hono` on the memory store, served by the
+ * @module Entry bundled by `runtimes.test.ts`: a Hono app behind `idem/hono` on the memory store, its responses
+ * sealed (`sealed()`: AES-GCM through the runtime's own WebCrypto, so every replay is opened there), served by the
  * runtime's own server — `Bun.serve`, `Deno.serve`, or `node:http` through a small fetch bridge — on a free port it
  * prints as `IDEM_LISTENING <json>`. The test drives it over HTTP. `POST /v1/charges` counts its executions; a
  * request with `Test-Hold: <name>` marks `<name>` started and waits until `POST /test/release/<name>`, and
@@ -7,6 +8,7 @@
  */
 import { Hono } from 'hono';
 import { idempotency, type IdempotencyVariables } from '../../packages/idem/src/adapters/hono/index.js';
+import { sealed } from '../../packages/idem/src/core/sealed.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { runtimeName } from './runtime.js';
 
@@ -28,7 +30,8 @@ const hold = (name: string) => {
 
 let executions = 0;
 const app = new Hono<{ Variables: IdempotencyVariables }>();
-app.post('/v1/charges', idempotency({ store: memoryStore(), scope: 'single-tenant', required: true }), async (c) => {
+const store = sealed(memoryStore(), { keys: [{ id: 'runtimes', key: new Uint8Array(32).fill(7) }] });
+app.post('/v1/charges', idempotency({ store, scope: 'single-tenant', required: true }), async (c) => {
   executions += 1;
   const n = executions;
   const { amount, currency } = await c.req.json<{ amount: number; currency: string }>();

@@ -1,19 +1,19 @@
 /**
  * @module Entry bundled for Cloudflare's workerd by `runtimes.test.ts`: the Web-standard layer
- * (`idempotency(options)(handler)`) on the memory store, as a module worker. It is built with esbuild's neutral
- * platform and no external modules, so a `node:` import anywhere on this path fails the build. `POST /v1/charges`
+ * (`idempotency(options)(handler)`) on the memory store, as a module worker; the charges' responses are sealed
+ * (`sealed()`, AES-GCM through workerd's WebCrypto). It is built with esbuild's neutral platform and no external
+ * modules, so a `node:` import anywhere on this path fails the build. `POST /v1/charges`
  * counts its executions; `POST /v1/renewing` holds its lease past a renewal; `GET /test/executions` reports the
  * executions with what the isolate offers (WebCrypto, `process`).
  */
 import { idempotency } from '../../packages/idem/src/http/index.js';
+import { sealed } from '../../packages/idem/src/core/sealed.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 
 let executions = 0;
 
-const charges = idempotency({ store: memoryStore(), scope: 'single-tenant', required: true })(async (
-  request,
-  { id },
-) => {
+const sealedStore = sealed(memoryStore(), { keys: [{ id: 'workerd', key: new Uint8Array(32).fill(7) }] });
+const charges = idempotency({ store: sealedStore, scope: 'single-tenant', required: true })(async (request, { id }) => {
   executions += 1;
   const n = executions;
   const { amount, currency } = (await request.json()) as { amount: number; currency: string };

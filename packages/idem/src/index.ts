@@ -28,6 +28,8 @@ export { parseKey, recordPk, MAX_KEY_LENGTH } from './core/key.js';
 export { systemClock, manualClock } from './core/clock.js';
 export type { Clock, ManualClock, TimerHandle } from './core/clock.js';
 export { isClaimable } from './core/record.js';
+export { sealed, sealOverhead, SealedRecordError } from './core/sealed.js';
+export type { SealedOptions, SealedRecordReason, SealingKey } from './core/sealed.js';
 export type {
   ClaimRequest,
   ClaimResult,
