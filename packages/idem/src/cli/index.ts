@@ -5,6 +5,7 @@
 import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { CommandError, UsageError, type Io } from './args.js';
+import { visible } from './escape.js';
 import { probeCommand } from './probe.js';
 import { MIGRATE_HELP, RECORDS_HELP, migrateCommand, recordsCommand } from './records.js';
 
@@ -24,6 +25,9 @@ Examples:
   idem records sweep --store sqlite:./.idem/idem.db --batch-size 5000
   idem probe http://127.0.0.1:4000/v1/charges -H 'Authorization: Bearer sk_test_alice' \\
     --count-url http://127.0.0.1:4000/v1/balance --count-path count --delay-header 'Idem-Lab-Delay-Ms: 500'
+
+Stored and remote text (keys, headers, bodies, what a probed API answers) is printed escaped: control and
+invisible characters as \\xHH or \\uHHHH, in tables and --json alike.
 
 Run "idem <command> --help" for a command's options. Exit codes: 0 ok, 1 failed, 2 wrong arguments.
 `;
@@ -70,18 +74,26 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
   } catch (error) {
     if (error instanceof UsageError) {
       const where = error.command ? `idem ${error.command}` : 'idem';
-      io.stderr(`${where}: ${error.message}\nRun "${where} --help" for usage.\n`);
+      io.stderr(`${where}: ${oneLine(error.message)}\nRun "${where} --help" for usage.\n`);
       return 2;
     }
     if (error instanceof CommandError) {
-      io.stderr(`idem${command ? ` ${command}` : ''}: ${error.message}\n`);
+      io.stderr(`idem${command ? ` ${command}` : ''}: ${oneLine(error.message)}\n`);
       return 1;
     }
     io.stderr(
-      `idem${command ? ` ${command}` : ''}: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+      `idem${command ? ` ${command}` : ''}: ${visible(error instanceof Error ? (error.stack ?? error.message) : String(error), { backslash: false, newlines: true })}\n`,
     );
     return 1;
   }
+}
+
+/**
+ * An error message as one line with nothing a terminal acts on: a message may quote what a store, a server or the
+ * arguments said. Text made visible already keeps its escapes (the backslash is not escaped again).
+ */
+function oneLine(message: string): string {
+  return visible(message, { backslash: false });
 }
 
 async function help(topic: string | undefined, io: Io): Promise<number> {

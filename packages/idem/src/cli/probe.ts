@@ -6,6 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { CommandError, UsageError, headerOption, integerOption, table, usage, type Io } from './args.js';
+import { safeJson, visible } from './escape.js';
+
+export { visible } from './escape.js';
 
 export type CheckId =
   | 'first'
@@ -414,7 +417,7 @@ export async function probe({
       let observed: string;
       if (conflicts.length > 0) {
         result = valid.length === conflicts.length ? 'pass' : 'warn';
-        const values = [...new Set(valid)].map(visible).join(', ');
+        const values = [...new Set(valid)].map((v) => visible(v)).join(', ');
         observed =
           valid.length === conflicts.length
             ? `${conflicts.length} × 409 with Retry-After: ${values}`
@@ -640,82 +643,14 @@ function problemType(answer: Answer): string | undefined {
 }
 
 /**
- * `text` with every character a terminal may act on — C0 controls (ESC, CR, LF, BEL, tab…), DEL and C1
- * controls (U+0080–U+009F, CSI among them) — written visibly as `\xHH`. A hostile server's problem type or
- * header then cannot clear the screen, set the window title, or print a line of its own ("ALL CHECKS PASSED").
- *
- * @example
- * visible('urn:x\x1b[2J\rOK') // → 'urn:x\\x1b[2J\\x0dOK' (printed: urn:x\x1b[2J\x0dOK)
- */
-export function visible(text: string): string {
-  return escapeWhere(text, isControl, (code) =>
-    code === 0x5c
-      ? '\\\\'
-      : code > 0xff
-        ? `\\u${code.toString(16).padStart(4, '0')}`
-        : `\\x${code.toString(16).padStart(2, '0')}`,
-  );
-}
-
-/**
- * What {@link visible} escapes, but the backslash: for text that was made visible already (a second pass must not
- * double its escapes) and must still never carry a control to the terminal.
- */
-function terminalSafe(text: string): string {
-  return escapeWhere(
-    text,
-    (code) => code !== 0x5c && isControl(code),
-    (code) => (code > 0xff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\x${code.toString(16).padStart(2, '0')}`),
-  );
-}
-
-/**
- * The report as JSON (2-space indent, a final newline) with no character a terminal acts on: `JSON.stringify`
- * escapes C0 controls in strings; DEL, C1 controls, bidi and zero-width characters, which it leaves raw, are
- * written as `\uXXXX` here. The text parses to the same report.
+ * The report as JSON (2-space indent, a final newline) with no character a terminal acts on (see `safeJson`).
+ * The text parses to the same report.
  *
  * @example
  * io.stdout(formatJson(await probe(options)))
  */
 export function formatJson(report: ProbeReport): string {
-  const json = JSON.stringify(report, null, 2);
-  // Outside strings JSON has no character from U+007F up, so each one found is inside a string, where \u00XX is valid.
-  // C0 controls inside strings are already escaped by JSON.stringify (and outside them are its own whitespace).
-  return `${escapeWhere(
-    json,
-    (code) => code >= 0x7f && isControl(code),
-    (code) => `\\u${code.toString(16).padStart(4, '0')}`,
-  )}\n`;
-}
-
-/**
- * What a terminal may act on or a reader cannot see: C0 and C1 controls, DEL, bidirectional overrides and
- * isolates (which reorder what follows), zero-width characters, line and paragraph separators; and the backslash
- * itself, so a server's literal `\x1b` cannot pass for an escaped ESC.
- */
-function isControl(code: number): boolean {
-  return (
-    code < 0x20 ||
-    (code >= 0x7f && code <= 0x9f) ||
-    code === 0x5c ||
-    (code >= 0x200b && code <= 0x200f) ||
-    (code >= 0x2028 && code <= 0x202e) ||
-    (code >= 0x2060 && code <= 0x2069) ||
-    code === 0xfeff
-  );
-}
-
-/** `text` with each UTF-16 unit that passes `test` replaced by `escape(unit)`; one pass, no regular expression. */
-function escapeWhere(text: string, test: (code: number) => boolean, escape: (code: number) => string): string {
-  let out = '';
-  let from = 0;
-  for (let at = 0; at < text.length; at++) {
-    const code = text.charCodeAt(at);
-    if (!test(code)) continue;
-    out += text.slice(from, at) + escape(code);
-    from = at + 1;
-  }
-  return from === 0 ? text : out + text.slice(from);
+  return `${safeJson(report, 2)}\n`;
 }
 
 function tally(statuses: readonly number[]): string {
@@ -744,9 +679,12 @@ function reason(error: unknown): string {
 export function formatReport(report: ProbeReport): string {
   const mark = (v: ProfileVerdict): string =>
     v.ok === null ? '·' : `${v.ok ? '✓' : '✗'}${v.note ? ` ${v.note}` : ''}`;
-  // Server text is escaped where it enters `observed`; every cell is escaped again here, whatever its origin.
+  // Server text is made visible where it enters `observed`; every cell is escaped again here, whatever its origin,
+  // but for the backslash (a second pass must not double the first one's escapes).
   const rows = report.checks.map((c) =>
-    [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map(terminalSafe),
+    [c.title, c.result.toUpperCase(), mark(c.ietf), mark(c.stripe), c.observed].map((cell) =>
+      visible(cell, { backslash: false }),
+    ),
   );
   const { pass, warn, fail, skip } = report.summary;
   return [

@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import type { IdempotencyRecord } from '../core/record.js';
 import { CommandError, UsageError, integerOption, table, usage, type Io } from './args.js';
+import { safeJson, visible } from './escape.js';
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 
 const STORE_HELP = [
@@ -126,25 +127,25 @@ async function list(args: readonly string[], io: Io): Promise<number> {
     const records = await store.list({ scope, limit });
     if (values.json) {
       io.stdout(
-        JSON.stringify(
+        safeJson(
           records.map((record) => recordJson(record, false)),
-          null,
           2,
         ) + '\n',
       );
       return 0;
     }
     if (records.length === 0) {
-      io.stdout(`No records for scope ${scope}.\n`);
+      io.stdout(`No records for scope ${visible(scope)}.\n`);
       return 0;
     }
     const now = Date.now();
+    // Keys and result ids are whatever clients and handlers sent: made visible, like every stored string.
     const rows = records.map((r) => [
-      r.key,
+      visible(r.key),
       keyHash(r.key),
       stateOf(r, now),
       r.response ? String(r.response.status) : '-',
-      r.resultId ?? '-',
+      r.resultId === null ? '-' : visible(r.resultId),
       isoTime(r.claimedAt),
       isoTime(r.expiresAt),
     ]);
@@ -183,36 +184,39 @@ async function show(args: readonly string[], io: Io): Promise<number> {
   return withStore(command, url, true, async ({ store }) => {
     const record = await store.get(recordPk(scope, key));
     if (!record) {
-      io.stderr(`idem records show: no record for key "${key}" in scope ${scope}.\n`);
+      io.stderr(`idem records show: no record for key "${visible(key)}" in scope ${visible(scope)}.\n`);
       return 1;
     }
     if (values.json) {
-      io.stdout(JSON.stringify(recordJson(record, values.body === true), null, 2) + '\n');
+      io.stdout(safeJson(recordJson(record, values.body === true), 2) + '\n');
       return 0;
     }
     const now = Date.now();
     const response = record.response;
+    // Every stored string is made visible: a key, a header or a body may carry ESC, CR, U+202E…
     const lines: Array<[string, string]> = [
-      ['key', record.key],
+      ['key', visible(record.key)],
       ['key hash', keyHash(record.key)],
-      ['scope', record.scope],
-      ['pk', record.pk],
+      ['scope', visible(record.scope)],
+      ['pk', visible(record.pk)],
       ['status', stateOf(record, now)],
-      ['id', record.id],
-      ['fingerprint', record.fingerprint],
+      ['id', visible(record.id)],
+      ['fingerprint', visible(record.fingerprint)],
       ['claimed', isoTime(record.claimedAt)],
       [
         'lease expires',
         `${isoTime(record.leaseExpiresAt)}${record.status === 'in_progress' ? ` (${relative(record.leaseExpiresAt - now)})` : ''}`,
       ],
       ['expires', `${isoTime(record.expiresAt)} (${relative(record.expiresAt - now)})`],
-      ['result', record.resultId ?? '-'],
+      ['result', record.resultId === null ? '-' : visible(record.resultId)],
       ['response', response ? `${response.status}, ${response.body.byteLength} bytes` : '-'],
-      ...(response?.headers ?? []).map(([name, value]): [string, string] => [`  ${name}`, value]),
+      ...(response?.headers ?? []).map(([name, value]): [string, string] => [`  ${visible(name)}`, visible(value)]),
     ];
     const width = Math.max(...lines.map(([name]) => name.length));
     io.stdout(lines.map(([name, value]) => `${name.padEnd(width)}  ${value}`).join('\n') + '\n');
-    if (values.body && response) io.stdout(`\n${new TextDecoder().decode(response.body)}\n`);
+    // The body is a block of its own: its line feeds are kept, so a pretty-printed answer stays readable.
+    if (values.body && response)
+      io.stdout(`\n${visible(new TextDecoder().decode(response.body), { newlines: true })}\n`);
     return 0;
   });
 }
