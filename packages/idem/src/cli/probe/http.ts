@@ -1,0 +1,111 @@
+/**
+ * @module The probe's HTTP: the requests it sends and the answers it reads.
+ */
+import { CommandError } from '../args.js';
+import { visible } from '../escape.js';
+import type { Answer } from './model.js';
+
+export interface HttpSettings {
+  readonly url: string;
+  readonly method: string;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly keyHeader: string;
+  readonly sfString: boolean;
+  readonly timeoutMs: number;
+  readonly countUrl: string | undefined;
+  readonly countPath: string | undefined;
+}
+
+export interface Requester {
+  /** Sends `payload` with `key` (none when null) and `extra` headers; never follows a redirect. */
+  readonly send: (
+    key: string | null,
+    payload: string,
+    extra?: ReadonlyArray<readonly [string, string]>,
+  ) => Promise<Answer>;
+  /** The side effects so far, read from the count URL; null without one. */
+  readonly count: () => Promise<number | null>;
+}
+
+/**
+ * The probe's two kinds of request, with `settings` applied to each.
+ *
+ * @example
+ * const { send } = requester(settings); const first = await send(randomUUID(), '{"amount":500}')
+ */
+export function requester(settings: HttpSettings): Requester {
+  const { url, method, headers, keyHeader, sfString, timeoutMs, countUrl, countPath } = settings;
+  const base = (): Headers => {
+    const h = new Headers();
+    for (const [name, value] of headers) h.append(name, value);
+    return h;
+  };
+
+  async function send(
+    key: string | null,
+    payload: string,
+    extra: ReadonlyArray<readonly [string, string]> = [],
+  ): Promise<Answer> {
+    const h = base();
+    if (!h.has('content-type')) h.set('content-type', 'application/json');
+    if (key !== null) h.set(keyHeader, sfString ? `"${key.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"` : key);
+    for (const [name, value] of extra) h.set(name, value);
+    // Never follow a redirect: it would re-send the body, the key and the caller's headers to another origin, and
+    // the probe judges the answer the server gave, which a 3xx is.
+    const response = await fetch(url, {
+      method,
+      headers: h,
+      body: payload,
+      redirect: 'manual',
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    return { status: response.status, headers: response.headers, body: new Uint8Array(await response.arrayBuffer()) };
+  }
+
+  async function count(): Promise<number | null> {
+    if (countUrl === undefined) return null;
+    let response: Response;
+    try {
+      response = await fetch(countUrl, { headers: base(), redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+    } catch (error) {
+      throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
+    }
+    const text = await response.text();
+    if (!response.ok)
+      throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
+    return readCount(text, countPath, countUrl);
+  }
+
+  return { send, count };
+}
+
+/** Reads the count from a bare number or JSON (at `path`, dotted). */
+function readCount(text: string, path: string | undefined, url: string): number {
+  let value: unknown = text.trim();
+  if (path !== undefined) {
+    try {
+      value = JSON.parse(text);
+    } catch {
+      throw new CommandError(
+        `--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${visible(text.slice(0, 200))}`,
+      );
+    }
+    for (const part of path.split('.').filter(Boolean)) {
+      value = value !== null && typeof value === 'object' ? (value as Record<string, unknown>)[part] : undefined;
+    }
+  }
+  const number = typeof value === 'number' ? value : typeof value === 'string' && value !== '' ? Number(value) : NaN;
+  if (!Number.isFinite(number)) {
+    throw new CommandError(
+      `--count-url ${url}${path ? ` at --count-path ${path}` : ''} is not a number (got ${visible(`${JSON.stringify(value)?.slice(0, 120)}`)})`,
+    );
+  }
+  return number;
+}
+
+/** Why a request failed, in one visible line (with its cause: fetch's own message says little). */
+export function reason(error: unknown): string {
+  if (!(error instanceof Error)) return visible(String(error));
+  const cause = error.cause instanceof Error ? `: ${error.cause.message}` : '';
+  return visible(`${error.message}${cause}`);
+}
