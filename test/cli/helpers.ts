@@ -30,7 +30,7 @@ function command(built: boolean): string[] {
 }
 
 /**
- * Runs `idem ...args` to completion.
+ * Runs `idem ...args` to completion. `preload`: a CommonJS file to `--require` first (e.g. one that watches `dns`).
  *
  * @example
  * const { code, stderr } = await idem(['records', 'list'])
@@ -38,9 +38,9 @@ function command(built: boolean): string[] {
 export function idem(
   args: readonly string[],
   env: Record<string, string> = {},
-  { built = false } = {},
+  { built = false, preload }: { built?: boolean; preload?: string } = {},
 ): Promise<CliResult> {
-  return run([...command(built), ...args], env);
+  return run([...(preload ? ['--require', preload] : []), ...command(built), ...args], env);
 }
 
 /**

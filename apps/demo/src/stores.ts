@@ -6,7 +6,14 @@ import { dirname } from 'node:path';
 import type { DynamoDBClient } from '@aws-sdk/client-dynamodb';
 import Database from 'better-sqlite3';
 import type { PoolClient } from 'pg';
-import type { IdempotencyStore, RoundTripObserver } from 'idem';
+import {
+  isIdempotencyError,
+  parseStoreUrl,
+  redact,
+  type IdempotencyStore,
+  type RoundTripObserver,
+  type StoreUrl,
+} from 'idem';
 import { memoryStore } from 'idem/stores/memory';
 import { mysqlStore } from 'idem/stores/mysql';
 import { postgresStore } from 'idem/stores/postgres';
@@ -32,50 +39,70 @@ function openSqlite(path: string): Database.Database {
 }
 
 /**
- * Opens the backend for `config.store`: `sqlite:<path>` (records and ledger in one database) or `memory:`
- * (records in memory, ledger in `config.ledger`). `observer.onRoundTrip` sees every store round trip (the model page).
+ * Opens the backend for `config.store` (read by the library's `parseStoreUrl`): `sqlite:<path>` (records and ledger
+ * in one database), `memory:` (records in memory, ledger in `config.ledger`) or a network store. A URL refused, or a
+ * store that cannot be opened, is one {@link ConfigError} line with no password in it. `observer.onRoundTrip` sees
+ * every store round trip (the model page).
  *
  * @example
  * const backend = await openBackend(loadConfig(process.env))
  */
 export async function openBackend(config: DemoConfig, observer: RoundTripObserver = {}): Promise<Backend> {
-  const url = config.store;
-  if (url.startsWith('sqlite:')) {
-    const path = url.slice('sqlite:'.length);
-    if (!path) throw new ConfigError('IDEM_STORE=sqlite:<path> needs a path, e.g. sqlite:./.idem/idem.db');
-    const database = openSqlite(path);
-    const store = sqliteStore({ database, ...observer });
-    await store.migrate();
-    return {
-      store,
-      ledger: new SqliteLedger(database),
-      sharedLedger: true,
-      description: `SQLite ${path} (records and ledger, one transaction)`,
-      close: async () => {
-        await store.close();
-        database.close();
-      },
-    };
+  const url = parseStoreUrl(config.store, 'IDEM_STORE');
+  try {
+    return await open(url, config.store, config.ledger, observer);
+  } catch (error) {
+    if (error instanceof ConfigError) throw error;
+    // A store that refuses its options or cannot be opened (unreachable, a wrong password): one line, no secret.
+    const why = isIdempotencyError(error, 'CONFIG_INVALID') ? '' : 'cannot open the store: ';
+    throw new ConfigError(`IDEM_STORE ${url.shown}: ${why}${warning(error, config.store)}`, { cause: error });
   }
-  if (url === 'memory:') {
-    const ledgerDb = openSqlite(config.ledger);
-    const store = memoryStore(observer);
-    return {
-      store,
-      ledger: new SqliteLedger(ledgerDb),
-      sharedLedger: false,
-      description: `memory (records), SQLite ${config.ledger} (ledger)`,
-      close: async () => {
-        await store.close();
-        ledgerDb.close();
-      },
-    };
+}
+
+function open(url: StoreUrl, raw: string, ledger: string, observer: RoundTripObserver): Promise<Backend> {
+  switch (url.kind) {
+    case 'sqlite':
+      return openSqliteBackend(url.path, observer);
+    case 'memory': {
+      const ledgerDb = openSqlite(ledger);
+      const store = memoryStore(observer);
+      return Promise.resolve({
+        store,
+        ledger: new SqliteLedger(ledgerDb),
+        sharedLedger: false,
+        description: `memory (records), SQLite ${ledger} (ledger)`,
+        close: async () => {
+          await store.close();
+          ledgerDb.close();
+        },
+      });
+    }
+    case 'postgres':
+      return openPostgres(url, raw, observer);
+    case 'redis':
+    case 'redis-cluster':
+      return openRedis(url, raw, ledger, observer);
+    case 'mysql':
+      return openMysql(url, raw, ledger, observer);
+    case 'dynamodb':
+      return openDynamo(url, ledger, observer);
   }
-  if (/^postgres(ql)?:\/\//.test(url)) return openPostgres(url, observer);
-  if (/^(rediss?|redis-cluster):\/\//.test(url)) return openRedis(url, config.ledger, observer);
-  if (url.startsWith('mysql://')) return openMysql(url, config.ledger, observer);
-  if (url.startsWith('dynamodb:')) return openDynamo(url, config.ledger, observer);
-  throw new ConfigError(`IDEM_STORE must be one of ${ACCEPTED_STORES}; got "${url}".`);
+}
+
+async function openSqliteBackend(path: string, observer: RoundTripObserver): Promise<Backend> {
+  const database = openSqlite(path);
+  const store = sqliteStore({ database, ...observer });
+  await store.migrate();
+  return {
+    store,
+    ledger: new SqliteLedger(database),
+    sharedLedger: true,
+    description: `SQLite ${path} (records and ledger, one transaction)`,
+    close: async () => {
+      await store.close();
+      database.close();
+    },
+  };
 }
 
 /**
@@ -94,13 +121,6 @@ async function need<T>(load: () => Promise<T>, name: string, forUrl: string): Pr
     throw error;
   }
 }
-
-/** The forms `IDEM_STORE` accepts, for error messages and `--help`. */
-export const ACCEPTED_STORES =
-  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], redis://host:6379[/db][?prefix=name:], ' +
-  'redis-cluster://host:port[,host:port…][?prefix=name:&replicas=1&replicaTimeoutMs=500], ' +
-  'mysql://user[:password]@host:3306/db, ' +
-  'dynamodb://host:port[?table=name&region=r], dynamodb:local[?table=name]';
 
 /**
  * Client timeouts for the network stores, so that a stalled store (a partition, a hung server) answers 503
@@ -123,76 +143,66 @@ export const STORE_TIMEOUTS = {
   idleInTransactionMs: 5_000,
 } as const;
 
-/** A connection-error logger that prints at most one line every 5 s (a cut store errors on every reconnect). */
-function warner(name: string): (error: unknown) => void {
-  let last = 0;
-  return (error) => {
+/**
+ * A connection-error logger that prints at most one line every 5 s (a cut store errors on every reconnect). Quiet
+ * until `opened()`: an error while the store opens is the start-up's own one line.
+ */
+function warner(name: string, url: string): ((error: unknown) => void) & { opened(): void } {
+  let last = Infinity;
+  const warn = (error: unknown) => {
     const now = Date.now();
     if (now - last < 5_000) return;
     last = now;
-    console.error(`demo: ${name} connection error: ${error instanceof Error ? error.message : String(error)}`);
+    console.error(`demo: ${name} connection error: ${warning(error, url)}`);
   };
+  return Object.assign(warn, { opened: () => void (last = 0) });
 }
 
-/** Parses a store URL; `params` are demo options removed from it before the driver sees it. */
-function storeUrl(url: string, params: readonly string[]): { url: URL; options: Map<string, string>; shown: string } {
-  let parsed: URL;
-  try {
-    parsed = new URL(url);
-  } catch {
-    throw new ConfigError(`IDEM_STORE is not a valid URL: "${url}". Accepted: ${ACCEPTED_STORES}.`);
-  }
-  const options = new Map<string, string>();
-  for (const name of params) {
-    const value = parsed.searchParams.get(name);
-    if (value !== null) options.set(name, value);
-    parsed.searchParams.delete(name);
-  }
-  const shown = new URL(parsed);
-  if (shown.password) shown.password = '***';
-  return { url: parsed, options, shown: shown.toString() };
+/** A driver's error as one line, with the store URL's secrets masked wherever the driver repeated them. */
+function warning(error: unknown, url: string): string {
+  return redact(error instanceof Error ? error.message : String(error), url).replace(/\s+/g, ' ');
 }
+
+type Url<K extends StoreUrl['kind']> = Extract<StoreUrl, { kind: K }>;
 
 /**
  * `postgres://…[?schema=name]`: records and the ledger's `charges` table in one database and schema (default
  * `public`); the charge is written on the completion's transaction (`sharedLedger`). Both tables are migrated
  * at startup (idempotent, safe from several processes at once).
  */
-async function openPostgres(raw: string, observer: RoundTripObserver): Promise<Backend> {
-  const { url, options, shown } = storeUrl(raw, ['schema']);
-  const schema = options.get('schema') ?? 'public';
-  if (!/^[A-Za-z_][A-Za-z0-9_]{0,47}$/.test(schema)) {
-    throw new ConfigError(`IDEM_STORE ?schema= must be a plain identifier (letters, digits, _), got "${schema}".`);
-  }
+async function openPostgres(url: Url<'postgres'>, raw: string, observer: RoundTripObserver): Promise<Backend> {
+  const { schema = 'public' } = url.options;
   const { default: pg } = await need(() => import('pg'), 'pg', 'postgres://');
   const pool = new pg.Pool({
-    connectionString: url.toString(),
+    connectionString: url.connectionString,
     connectionTimeoutMillis: STORE_TIMEOUTS.connectMs,
     statement_timeout: STORE_TIMEOUTS.statementMs,
     query_timeout: STORE_TIMEOUTS.requestMs,
     idle_in_transaction_session_timeout: STORE_TIMEOUTS.idleInTransactionMs,
     keepAlive: true,
   });
-  const warn = warner('postgres');
+  const warn = warner('postgres', raw);
   // An idle pooled connection that dies is reported on the pool; one checked out (inside a transaction) on the
   // client itself. Without listeners either would crash the process: the store sees the failure as a rejected
   // query anyway.
   pool.on('error', warn);
   pool.on('connect', (client) => client.on('error', warn));
-  const store = postgresStore<PoolClient>({ pool, schema, ...observer });
-  const ledger = new PostgresLedger(pool, schema);
-  try {
-    await store.migrate();
-    await ledger.migrate();
-  } catch (error) {
-    await pool.end();
-    throw error;
-  }
+  const { store, ledger } = await closingOnError(
+    async () => {
+      const store = postgresStore<PoolClient>({ pool, ...url.options, ...observer });
+      const ledger = new PostgresLedger(pool, schema);
+      await store.migrate();
+      await ledger.migrate();
+      return { store, ledger };
+    },
+    () => pool.end(),
+  );
+  warn.opened();
   return {
     store,
     ledger,
     sharedLedger: true,
-    description: `PostgreSQL ${shown} schema ${schema} (records and ledger, one transaction)`,
+    description: `PostgreSQL ${url.shown} schema ${schema} (records and ledger, one transaction)`,
     close: async () => {
       await store.close();
       await pool.end();
@@ -205,41 +215,52 @@ async function openPostgres(raw: string, observer: RoundTripObserver): Promise<B
  * startup), the ledger in the SQLite file `ledgerPath`, each charge unique on its record's id. The pool is
  * created with `multipleStatements` (the store's claim is one query of two statements).
  */
-async function openMysql(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
-  const { url, shown } = storeUrl(raw, []);
-  if (url.pathname.length <= 1)
-    throw new ConfigError(`IDEM_STORE=mysql://user@host:3306/db needs a database, got "${shown}".`);
+async function openMysql(
+  url: Url<'mysql'>,
+  raw: string,
+  ledgerPath: string,
+  observer: RoundTripObserver,
+): Promise<Backend> {
   const { default: mysql } = await need(() => import('mysql2/promise'), 'mysql2', 'mysql://');
   const pool = mysql.createPool({
-    uri: url.toString(),
+    uri: url.uri,
     multipleStatements: true,
     connectTimeout: STORE_TIMEOUTS.connectMs,
     enableKeepAlive: true,
   });
   // An idle pooled connection that dies is reported on its core connection; without a listener it would crash.
-  const warn = warner('mysql');
+  const warn = warner('mysql', raw);
   pool.pool.on('connection', (connection) => connection.on('error', warn));
-  const store = mysqlStore({ pool, ...observer });
-  let ledgerDb: Database.Database | undefined;
-  try {
-    await store.migrate();
-    ledgerDb = openLedgerDb(ledgerPath);
-  } catch (error) {
-    await pool.end();
-    throw error;
-  }
-  const db = ledgerDb;
+  const { store, db } = await closingOnError(
+    async () => {
+      const store = mysqlStore({ pool, ...url.options, ...observer });
+      await store.migrate();
+      return { store, db: openLedgerDb(ledgerPath) };
+    },
+    () => pool.end(),
+  );
+  warn.opened();
   return {
     store,
     ledger: new SqliteLedger(db),
     sharedLedger: false,
-    description: `MySQL ${shown} (records), SQLite ${ledgerPath} (ledger)`,
+    description: `MySQL ${url.shown} (records), SQLite ${ledgerPath} (ledger)`,
     close: async () => {
       await store.close();
       await pool.end();
       db.close();
     },
   };
+}
+
+/** Runs `open`; if it throws, runs `cleanUp` (the pool or client it was given) and rethrows. */
+async function closingOnError<T>(open: () => Promise<T>, cleanUp: () => unknown): Promise<T> {
+  try {
+    return await open();
+  } catch (error) {
+    await cleanUp();
+    throw error;
+  }
 }
 
 /** The ledger beside a store that is not SQL: a SQLite file, WAL so several server processes can share it. */
@@ -255,26 +276,12 @@ function openLedgerDb(path: string): Database.Database {
  * SQLite file `ledgerPath`, each charge unique on its record's id. `replicas=N` (default 0) makes every write wait
  * for N replicas (`WAIT`, `replicaTimeoutMs` default 1000) or fail. Scripts are loaded at startup.
  */
-async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
-  const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-  const nodes = seeds?.split(',').map((seed) => ({
-    host: seed.slice(0, seed.lastIndexOf(':')),
-    port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
-  }));
-  if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
-    throw new ConfigError(`IDEM_STORE=redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
-  }
-  const { url, options, shown } = storeUrl(
-    seeds === undefined ? raw : `redis://cluster${raw.slice('redis-cluster://'.length + seeds.length)}`,
-    ['prefix', 'replicas', 'replicaTimeoutMs'],
-  );
-  const prefix = options.get('prefix') ?? 'idem:';
-  if (/[{}]/.test(prefix)) throw new ConfigError(`IDEM_STORE ?prefix= must not contain { or }, got "${prefix}".`);
-  const replicas = Number(options.get('replicas') ?? 0);
-  const replicaTimeoutMs = Number(options.get('replicaTimeoutMs') ?? 1_000);
-  if (!Number.isInteger(replicas) || replicas < 0 || !Number.isInteger(replicaTimeoutMs) || replicaTimeoutMs <= 0) {
-    throw new ConfigError(`IDEM_STORE ?replicas= must be an integer ≥ 0 and ?replicaTimeoutMs= one > 0, got "${raw}".`);
-  }
+async function openRedis(
+  url: Url<'redis' | 'redis-cluster'>,
+  raw: string,
+  ledgerPath: string,
+  observer: RoundTripObserver,
+): Promise<Backend> {
   const { Cluster, Redis } = await need(() => import('ioredis'), 'ioredis', 'redis://');
   // Fail fast and never resend: a command on a dropped connection is rejected at once (not queued until the
   // connection returns, not sent a second time after it). The engine answers 503; the client retries the key.
@@ -286,35 +293,38 @@ async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObs
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
   };
-  const client = nodes
-    ? new Cluster(nodes, { lazyConnect: true, enableOfflineQueue: false, redisOptions: connection })
-    : new Redis(url.toString(), {
-        ...connection,
-        lazyConnect: true,
-        enableOfflineQueue: false,
-        retryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
-      });
-  client.on('error', warner('redis'));
-  try {
-    await client.connect();
-  } catch (error) {
-    client.disconnect();
-    throw error;
-  }
-  const store = redisStore({ client, prefix, replicas, replicaTimeoutMs, ...observer });
-  const ledgerDb = openLedgerDb(ledgerPath);
-  try {
-    await store.load();
-  } catch (error) {
-    client.disconnect();
-    ledgerDb.close();
-    throw error;
-  }
+  const client =
+    url.kind === 'redis-cluster'
+      ? new Cluster([...url.nodes], {
+          lazyConnect: true,
+          enableOfflineQueue: false,
+          redisOptions: { ...url.redisOptions, ...connection },
+        })
+      : new Redis(url.url, {
+          ...connection,
+          lazyConnect: true,
+          enableOfflineQueue: false,
+          retryStrategy: (attempt: number) => Math.min(attempt * 100, 1_000),
+        });
+  const warn = warner('redis', raw);
+  client.on('error', warn);
+  const { prefix = 'idem:', replicas = 0 } = url.options;
+  const { store, ledgerDb } = await closingOnError(
+    async () => {
+      const store = redisStore({ client, ...url.options, ...observer });
+      await client.connect();
+      await store.load();
+      return { store, ledgerDb: openLedgerDb(ledgerPath) };
+    },
+    () => client.disconnect(),
+  );
+  warn.opened();
+  const name = url.kind === 'redis-cluster' ? 'Redis Cluster' : 'Redis';
   return {
     store,
     ledger: new SqliteLedger(ledgerDb),
     sharedLedger: false,
-    description: `${nodes ? `Redis Cluster ${seeds}` : `Redis ${shown}`} prefix ${prefix}${replicas ? ` WAIT ${replicas}` : ''} (records), SQLite ${ledgerPath} (ledger)`,
+    description: `${name} ${url.shown} prefix ${prefix}${replicas ? ` WAIT ${replicas}` : ''} (records), SQLite ${ledgerPath} (ledger)`,
     close: async () => {
       await store.close();
       await client.quit().catch(() => client.disconnect());
@@ -323,60 +333,40 @@ async function openRedis(raw: string, ledgerPath: string, observer: RoundTripObs
   };
 }
 
-const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]', '::1']);
-
 /**
  * `dynamodb://host:port[?table=name&region=r]` (an endpoint: DynamoDB Local, dynalite, or AWS itself over https)
  * or `dynamodb:local[?table=name]` (an in-process dynalite that forgets everything on exit). Table default
  * `idempotency`, created at startup if missing; the ledger in the SQLite file `ledgerPath`.
  */
-async function openDynamo(raw: string, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
+async function openDynamo(url: Url<'dynamodb'>, ledgerPath: string, observer: RoundTripObserver): Promise<Backend> {
   const { dynamodbStore } = await need(() => import('idem/stores/dynamodb'), '@aws-sdk/client-dynamodb', 'dynamodb:');
-  const local = raw === 'dynamodb:local' || raw.startsWith('dynamodb:local?');
-  if (!local && !raw.startsWith('dynamodb://')) {
-    throw new ConfigError(
-      `IDEM_STORE for DynamoDB must be dynamodb://host:port[?table=name] or dynamodb:local, got "${raw}".`,
-    );
-  }
-  const query = new URLSearchParams(raw.includes('?') ? raw.slice(raw.indexOf('?') + 1) : '');
-  const table = query.get('table') ?? 'idempotency';
+  const { table = 'idempotency' } = url.options;
   let client: DynamoDBClient;
   let stop: () => Promise<void>;
   let where: string;
-  if (local) {
+  if (!url.client) {
     const { startLocalDynamo } = await import('./local-dynamo.js');
     const dynalite = await need(() => startLocalDynamo(), 'dynalite', 'dynamodb:local');
     client = dynalite.client;
     stop = () => dynalite.close();
     where = `in-process dynalite ${dynalite.endpoint}`;
   } else {
-    const { url } = storeUrl(raw, ['table', 'region']);
-    if (!url.hostname) throw new ConfigError(`IDEM_STORE=dynamodb://host:port needs a host, got "${raw}".`);
-    const loopback = LOOPBACK.has(url.hostname);
-    const endpoint = `${loopback ? 'http' : 'https'}://${url.host}`;
     const sdkModule = await need(() => import('@aws-sdk/client-dynamodb'), '@aws-sdk/client-dynamodb', 'dynamodb://');
     client = new sdkModule.DynamoDBClient({
-      endpoint,
-      region: query.get('region') ?? process.env.AWS_REGION ?? 'us-east-1',
+      region: process.env.AWS_REGION ?? 'us-east-1',
+      ...url.client,
       maxAttempts: 2,
       requestHandler: { connectionTimeout: STORE_TIMEOUTS.connectMs, requestTimeout: STORE_TIMEOUTS.requestMs },
-      // A local engine takes any credentials; elsewhere the SDK's default chain (env, profile, role) applies.
-      ...(loopback ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
     });
     const sdk = client;
     stop = async () => sdk.destroy();
-    where = endpoint;
+    where = url.client.endpoint;
   }
-  const store = dynamodbStore({ client, table, ...observer });
-  let ledgerDb: Database.Database | undefined;
-  try {
+  const { store, db } = await closingOnError(async () => {
+    const store = dynamodbStore({ client, table, ...observer });
     await store.createTable();
-    ledgerDb = openLedgerDb(ledgerPath);
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  const db = ledgerDb;
+    return { store, db: openLedgerDb(ledgerPath) };
+  }, stop);
   return {
     store,
     ledger: new SqliteLedger(db),

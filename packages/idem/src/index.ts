@@ -28,6 +28,9 @@ export { parseKey, recordPk, MAX_KEY_LENGTH } from './core/key.js';
 export { systemClock, manualClock } from './core/clock.js';
 export type { Clock, ManualClock, TimerHandle } from './core/clock.js';
 export { isClaimable } from './core/record.js';
+/** Store URLs (`IDEM_STORE`, `idem --store`): one parser, and the redaction of every credential they carry. */
+export { parseStoreUrl, redact, redactUrl } from './core/store-url.js';
+export type { StoreUrl } from './core/store-url.js';
 export { sealed, sealOverhead, SealedRecordError } from './core/sealed.js';
 export type { SealedOptions, SealedRecordReason, SealingKey } from './core/sealed.js';
 export type {

@@ -13,17 +13,12 @@ import type * as IORedis from 'ioredis';
 import type Mysql from 'mysql2/promise';
 import type Pg from 'pg';
 import type { IdempotencyStore } from '../core/record.js';
+import { parseStoreUrl } from '../core/store-url.js';
 
-/** A URL or driver problem the operator fixes: the CLI prints the message and exits 2. */
+/** A store the CLI cannot open as asked (a driver to install, dynamodb:local): the CLI prints it and exits 2. */
 export class StoreUrlError extends Error {
   override readonly name = 'StoreUrlError';
 }
-
-/** The forms `--store` accepts, for error messages and `--help`. */
-export const ACCEPTED_STORES =
-  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name], mysql://user@host:3306/db[?table=name], ' +
-  'redis://host:6379[/db][?prefix=name:], redis-cluster://host:port[,host:port…][?prefix=name:], ' +
-  'dynamodb://host:port[?table=name&region=r]';
 
 /** A store opened from its URL, with `migrate` (SQL) or `createTable` (DynamoDB) when the store has one. */
 export interface OpenedStore {
@@ -58,24 +53,6 @@ async function driver<T>(name: string, forUrl: string): Promise<T> {
   }
 }
 
-function parseUrl(raw: string, params: readonly string[]): { url: URL; options: Map<string, string>; shown: string } {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new StoreUrlError(`--store is not a valid URL: "${raw}". Accepted: ${ACCEPTED_STORES}.`);
-  }
-  const options = new Map<string, string>();
-  for (const name of params) {
-    const value = url.searchParams.get(name);
-    if (value !== null) options.set(name, value);
-    url.searchParams.delete(name);
-  }
-  const shown = new URL(url);
-  if (shown.password) shown.password = '***';
-  return { url, options, shown: shown.toString() };
-}
-
 /**
  * Opens the store named by `url`. `create`: a SQLite file may be created (migrate); otherwise it must exist.
  *
@@ -86,138 +63,117 @@ export async function openStore(
   raw: string,
   { create = false }: { readonly create?: boolean } = {},
 ): Promise<OpenedStore> {
-  if (raw === 'memory:') {
-    const { memoryStore } = await import('../stores/memory/index.js');
-    const store = memoryStore();
-    return { store, description: 'memory (a fresh, empty store)', close: () => store.close() };
-  }
-  if (raw.startsWith('sqlite:')) {
-    const path = raw.slice('sqlite:'.length);
-    if (!path) throw new StoreUrlError('sqlite:<path> needs a path, e.g. sqlite:./.idem/idem.db');
-    const { default: Database } = await driver<{ default: typeof BetterSqlite3 }>('better-sqlite3', 'sqlite:');
-    if (create && path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
-    const database = new Database(path, { fileMustExist: !create && path !== ':memory:' });
-    const { sqliteStore } = await import('../stores/sqlite/index.js');
-    const store = sqliteStore({ database, closeDatabase: true });
-    return { store, description: `SQLite ${path}`, close: () => store.close() };
-  }
-  if (/^postgres(ql)?:\/\//.test(raw)) {
-    const { url, options, shown } = parseUrl(raw, ['schema', 'table']);
-    const { default: pg } = await driver<{ default: typeof Pg }>('pg', 'postgres://');
-    const pool = new pg.Pool({
-      connectionString: url.toString(),
-      connectionTimeoutMillis: CONNECT_MS,
-      query_timeout: REQUEST_MS,
-      max: 2,
-    });
-    pool.on('error', () => undefined);
-    const { postgresStore } = await import('../stores/postgres/index.js');
-    const schema = options.get('schema');
-    const table = options.get('table');
-    let store;
-    try {
-      store = postgresStore({ pool, endPoolOnClose: true, ...(schema ? { schema } : {}), ...(table ? { table } : {}) });
-    } catch (error) {
-      await pool.end();
-      throw new StoreUrlError((error as Error).message);
+  const url = parseStoreUrl(raw, '--store');
+  const { shown } = url;
+  switch (url.kind) {
+    case 'memory': {
+      const { memoryStore } = await import('../stores/memory/index.js');
+      const store = memoryStore();
+      return { store, description: 'memory (a fresh, empty store)', close: () => store.close() };
     }
-    return { store, description: `PostgreSQL ${shown} schema ${schema ?? 'public'}`, close: () => store.close() };
+    case 'sqlite': {
+      const { path } = url;
+      const { default: Database } = await driver<{ default: typeof BetterSqlite3 }>('better-sqlite3', 'sqlite:');
+      if (create && path !== ':memory:') mkdirSync(dirname(path), { recursive: true });
+      const database = new Database(path, { fileMustExist: !create && path !== ':memory:' });
+      const { sqliteStore } = await import('../stores/sqlite/index.js');
+      const store = sqliteStore({ database, closeDatabase: true });
+      return { store, description: `SQLite ${path}`, close: () => store.close() };
+    }
+    case 'postgres': {
+      const { default: pg } = await driver<{ default: typeof Pg }>('pg', 'postgres://');
+      const pool = new pg.Pool({
+        connectionString: url.connectionString,
+        connectionTimeoutMillis: CONNECT_MS,
+        query_timeout: REQUEST_MS,
+        max: 2,
+      });
+      pool.on('error', () => undefined);
+      const { postgresStore } = await import('../stores/postgres/index.js');
+      const store = await closingOnError(
+        () => postgresStore({ pool, endPoolOnClose: true, ...url.options }),
+        () => pool.end(),
+      );
+      const schema = url.options.schema ?? 'public';
+      return { store, description: `PostgreSQL ${shown} schema ${schema}`, close: () => store.close() };
+    }
+    case 'mysql': {
+      const { default: mysql } = await driver<{ default: typeof Mysql }>('mysql2/promise', 'mysql://');
+      // The store's claim is one query of two statements.
+      const pool = mysql.createPool({
+        uri: url.uri,
+        multipleStatements: true,
+        connectTimeout: CONNECT_MS,
+        connectionLimit: 2,
+      });
+      const { mysqlStore } = await import('../stores/mysql/index.js');
+      const store = await closingOnError(
+        () => mysqlStore({ pool, endPoolOnClose: true, ...url.options }),
+        () => pool.end(),
+      );
+      return { store, description: `MySQL ${shown}`, close: () => store.close() };
+    }
+    case 'redis':
+    case 'redis-cluster': {
+      const { Cluster, Redis } = await driver<typeof IORedis>('ioredis', 'redis://');
+      const connection = { connectTimeout: CONNECT_MS, commandTimeout: REQUEST_MS, maxRetriesPerRequest: 1 };
+      const client =
+        url.kind === 'redis-cluster'
+          ? new Cluster([...url.nodes], { lazyConnect: true, redisOptions: { ...url.redisOptions, ...connection } })
+          : new Redis(url.url, { ...connection, lazyConnect: true });
+      client.on('error', () => undefined);
+      const { redisStore } = await import('../stores/redis/index.js');
+      const { prefix = 'idem:' } = url.options;
+      const store = await closingOnError(
+        async () => {
+          const store = redisStore({ client, prefix });
+          await client.connect();
+          await store.load();
+          return store;
+        },
+        async () => client.disconnect(),
+      );
+      return {
+        store,
+        description: `${url.kind === 'redis-cluster' ? 'Redis Cluster' : 'Redis'} ${shown} prefix ${prefix}`,
+        close: async () => {
+          await store.close();
+          await client.quit().catch(() => client.disconnect());
+        },
+      };
+    }
+    case 'dynamodb': {
+      if (!url.client) {
+        throw new StoreUrlError(`DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "${shown}".`);
+      }
+      const sdk = await driver<typeof DynamoDB>('@aws-sdk/client-dynamodb', 'dynamodb://');
+      const client = new sdk.DynamoDBClient({
+        region: process.env.AWS_REGION ?? 'us-east-1',
+        ...url.client,
+        maxAttempts: 2,
+        requestHandler: { connectionTimeout: CONNECT_MS, requestTimeout: REQUEST_MS },
+      });
+      const { dynamodbStore } = await import('../stores/dynamodb/index.js');
+      const { table = 'idempotency' } = url.options;
+      const store = dynamodbStore({ client, table });
+      return {
+        store,
+        description: `DynamoDB ${url.client.endpoint} table ${table}`,
+        close: async () => {
+          await store.close();
+          client.destroy();
+        },
+      };
+    }
   }
-  if (raw.startsWith('mysql://')) {
-    const { url, options, shown } = parseUrl(raw, ['table']);
-    if (url.pathname.length <= 1)
-      throw new StoreUrlError(`mysql://user@host:3306/db needs a database, got "${shown}".`);
-    const { default: mysql } = await driver<{ default: typeof Mysql }>('mysql2/promise', 'mysql://');
-    // The store's claim is one query of two statements.
-    const pool = mysql.createPool({
-      uri: url.toString(),
-      multipleStatements: true,
-      connectTimeout: CONNECT_MS,
-      connectionLimit: 2,
-    });
-    const { mysqlStore } = await import('../stores/mysql/index.js');
-    const table = options.get('table');
-    let store;
-    try {
-      store = mysqlStore({ pool, endPoolOnClose: true, ...(table ? { table } : {}) });
-    } catch (error) {
-      await pool.end();
-      throw new StoreUrlError((error as Error).message);
-    }
-    return { store, description: `MySQL ${shown}`, close: () => store.close() };
+}
+
+/** Runs `open`; if it throws, runs `cleanUp` (the pool or client it was given) and rethrows. */
+async function closingOnError<T>(open: () => T | Promise<T>, cleanUp: () => Promise<unknown>): Promise<T> {
+  try {
+    return await open();
+  } catch (error) {
+    await cleanUp();
+    throw error;
   }
-  if (/^(rediss?|redis-cluster):\/\//.test(raw)) {
-    // redis-cluster://host:port[,host:port…]: the seed nodes of a Redis Cluster (as the demo reads them).
-    const seeds = /^redis-cluster:\/\/([^/?#]*)/.exec(raw)?.[1];
-    const nodes = seeds?.split(',').map((seed) => ({
-      host: seed.slice(0, seed.lastIndexOf(':')),
-      port: Number(seed.slice(seed.lastIndexOf(':') + 1)),
-    }));
-    if (nodes?.some(({ host, port }) => !host || !Number.isInteger(port) || port <= 0)) {
-      throw new StoreUrlError(`redis-cluster://host:port[,host:port…] needs host:port pairs, got "${raw}".`);
-    }
-    const { url, options, shown } = parseUrl(
-      seeds === undefined ? raw : `redis://cluster${raw.slice('redis-cluster://'.length + seeds.length)}`,
-      ['prefix', 'replicas', 'replicaTimeoutMs'],
-    );
-    const { Cluster, Redis } = await driver<typeof IORedis>('ioredis', 'redis://');
-    const connection = { connectTimeout: CONNECT_MS, commandTimeout: REQUEST_MS, maxRetriesPerRequest: 1 };
-    const client = nodes
-      ? new Cluster(nodes, { lazyConnect: true, redisOptions: connection })
-      : new Redis(url.toString(), { ...connection, lazyConnect: true });
-    client.on('error', () => undefined);
-    const { redisStore } = await import('../stores/redis/index.js');
-    const prefix = options.get('prefix') ?? 'idem:';
-    let store;
-    try {
-      store = redisStore({ client, prefix });
-    } catch (error) {
-      client.disconnect();
-      throw new StoreUrlError((error as Error).message);
-    }
-    try {
-      await client.connect();
-      await store.load();
-    } catch (error) {
-      client.disconnect();
-      throw error;
-    }
-    return {
-      store,
-      description: `${nodes ? `Redis Cluster ${seeds}` : `Redis ${shown}`} prefix ${prefix}`,
-      close: async () => {
-        await store.close();
-        await client.quit().catch(() => client.disconnect());
-      },
-    };
-  }
-  if (raw.startsWith('dynamodb:')) {
-    if (!raw.startsWith('dynamodb://')) {
-      throw new StoreUrlError(`DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "${raw}".`);
-    }
-    const { url, options } = parseUrl(raw, ['table', 'region']);
-    if (!url.hostname) throw new StoreUrlError(`dynamodb://host:port needs a host, got "${raw}".`);
-    const sdk = await driver<typeof DynamoDB>('@aws-sdk/client-dynamodb', 'dynamodb://');
-    const loopback = ['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname);
-    const endpoint = `${loopback ? 'http' : 'https'}://${url.host}`;
-    const client = new sdk.DynamoDBClient({
-      endpoint,
-      region: options.get('region') ?? process.env.AWS_REGION ?? 'us-east-1',
-      maxAttempts: 2,
-      requestHandler: { connectionTimeout: CONNECT_MS, requestTimeout: REQUEST_MS },
-      ...(loopback ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
-    });
-    const { dynamodbStore } = await import('../stores/dynamodb/index.js');
-    const table = options.get('table') ?? 'idempotency';
-    const store = dynamodbStore({ client, table });
-    return {
-      store,
-      description: `DynamoDB ${endpoint} table ${table}`,
-      close: async () => {
-        await store.close();
-        client.destroy();
-      },
-    };
-  }
-  throw new StoreUrlError(`--store must be one of ${ACCEPTED_STORES}; got "${raw}".`);
 }

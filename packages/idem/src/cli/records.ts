@@ -5,7 +5,9 @@ import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
+import { isIdempotencyError } from '../core/errors.js';
 import type { IdempotencyRecord } from '../core/record.js';
+import { redact, redactUrl } from '../core/store-url.js';
 import { CommandError, UsageError, integerOption, table, usage, type Io } from './args.js';
 import { safeJson, visible } from './escape.js';
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
@@ -306,15 +308,19 @@ async function withStore(
     // Opening runs no DDL: records commands need only SELECT/INSERT/UPDATE/DELETE on Idem's table.
     opened = await openStore(url, { create: !mustExist });
   } catch (error) {
-    if (error instanceof StoreUrlError) throw new UsageError(command, error.message);
-    throw new CommandError(`cannot open the store ${redact(url)}: ${(error as Error).message}`, { cause: error });
+    if (error instanceof StoreUrlError || isIdempotencyError(error, 'CONFIG_INVALID')) {
+      throw new UsageError(command, error.message);
+    }
+    throw new CommandError(`cannot open the store ${redactUrl(url)}: ${redact((error as Error).message, url)}`, {
+      cause: error,
+    });
   }
   try {
     return await fn(opened);
   } catch (error) {
     if (error instanceof UsageError || error instanceof CommandError) throw error;
     // A store that refuses (permission denied, a missing table): one line, not a stack trace.
-    throw new CommandError(`${redact(url)}: ${(error as Error).message}`, { cause: error });
+    throw new CommandError(`${redactUrl(url)}: ${redact((error as Error).message, url)}`, { cause: error });
   } finally {
     await opened.close();
   }
@@ -384,8 +390,4 @@ function relative(ms: number): string {
           ? `${Math.round(abs / 60_000)} min`
           : `${(abs / 3_600_000).toFixed(1)} h`;
   return ms >= 0 ? `in ${text}` : `${text} ago`;
-}
-
-function redact(url: string): string {
-  return url.replace(/\/\/([^:@/]+):[^@/]*@/, '//$1:***@');
 }

@@ -1,0 +1,168 @@
+/**
+ * Store URLs: every credential form is masked, exactly; a URL that does not parse shows its scheme only; a Redis
+ * Cluster's password never becomes part of a seed host (which would be sent to a DNS lookup).
+ */
+import { describe, expect, it } from 'vitest';
+import { parseStoreUrl, redact, redactUrl } from './store-url.js';
+
+const refusal = (raw: string): string => {
+  try {
+    parseStoreUrl(raw, 'IDEM_STORE');
+  } catch (error) {
+    return `${(error as { code?: string }).code}: ${(error as Error).message}`;
+  }
+  return 'accepted';
+};
+
+/**
+ * A URL as given, then as printed: user info (`user:pw@`, `:pw@`, a password holding `@`, percent-encoded, a user
+ * name equal to the password), query credentials, a cluster's seed list, opaque forms; then URLs that do not parse
+ * (`#`, `/`, `?` in the password, a bad escape, no `//`, no scheme), shown as their scheme only.
+ */
+const SHOWN = `
+postgres://app:S3CRET@db:5432/pay        postgres://app:***@db:5432/pay
+redis://:S3CRET@cache:6379/0             redis://:***@cache:6379/0
+redis://:S3@CRET@cache:6379              redis://:***@cache:6379
+mysql://root:S3%23CRET@db:3306/test      mysql://root:***@db:3306/test
+postgres://S3CRET:S3CRET@db/pay          postgres://***:***@db/pay
+postgres://app@db/pay?password=S3CRET&sslmode=require   postgres://app@db/pay?password=***&sslmode=require
+postgres://db/p?sslpassword=a&pass=b&pwd=c&secret=d&token=e&apiKey=f&sslkey=g&auth=h   postgres://db/p?sslpassword=***&pass=***&pwd=***&secret=***&token=***&apiKey=***&sslkey=***&auth=***
+dynamodb://db:8000?secretAccessKey=a&accessKeyId=b&sessionToken=c&X-Amz-Signature=d&X-Amz-Credential=e   dynamodb://db:8000?secretAccessKey=***&accessKeyId=***&sessionToken=***&X-Amz-Signature=***&X-Amz-Credential=***
+redis-cluster://:S3CRET@a:7000,b:7001?password=S3CRET   redis-cluster://:***@a:7000,b:7001?password=***
+postgres://app@db:5432/pay?schema=idem   postgres://app@db:5432/pay?schema=idem
+dynamodb:local?table=t&token=x           dynamodb:local?table=t&token=***
+sqlite:./.idem/idem.db                   sqlite:./.idem/idem.db
+redis://:S3#CRET@cache:6379              redis://…
+postgres://app:S3/CRET@db/pay            postgres://…
+redis://u:12?CRET@cache                  redis://…
+postgres://u:12#34@db/pay                postgres://…
+mysql://root:S3%zzCRET@db/test           mysql://…
+postgres:app:S3CRET@db                   postgres:…
+app:S3CRET@db                            app:…
+`;
+
+describe('redactUrl: every credential form, masked', () => {
+  it.each(
+    SHOWN.trim()
+      .split('\n')
+      .map((line) => line.split(/\s+/)),
+  )('%s → %s', (url, shown) => {
+    expect(redactUrl(url)).toBe(shown);
+  });
+
+  it('a password with a space does not parse either', () => {
+    expect(redactUrl('mysql://root:S3 CRET@db/test')).toBe('mysql://…');
+  });
+});
+
+describe('redact: credentials in any text, and the known password wherever a driver repeats it', () => {
+  it('masks URLs, name=value and JSON pairs in a message', () => {
+    expect(
+      redact(
+        'connect redis://:a1@h:6379 and postgres://u:b2@h/db failed; DSN host=h password=c3 sslpassword=\'d 4\' {"token": "e5"}',
+      ),
+    ).toBe(
+      'connect redis://:***@h:6379 and postgres://u:***@h/db failed; DSN host=h password=*** sslpassword=\'***\' {"token": "***"}',
+    );
+  });
+
+  it("masks the store URL's own secrets, as written and decoded", () => {
+    const url = 'postgres://S3CRET:p%40ss%2Fword@db/pay?password=Q%2BUERY&schema=idem';
+    expect(redact('role "S3CRET" does not exist; AUTH p@ss/word p%40ss%2Fword Q+UERY Q%2BUERY', url)).toBe(
+      'role "S3CRET" does not exist; AUTH *** *** *** ***',
+    );
+    expect(redact('role "S3CRET" failed', 'postgres://S3CRET:S3CRET@db/pay')).toBe('role "***" failed');
+  });
+
+  it('leaves a message without credentials as it was', () => {
+    const text = 'connect ECONNREFUSED 127.0.0.1:5432; Key (pk)=(abc) already exists; postgres://db:5432/pay';
+    expect(redact(text, 'postgres://app@db:5432/pay?schema=idem')).toBe(text);
+  });
+});
+
+describe('parseStoreUrl', () => {
+  it("a Redis Cluster: the seeds are host and port only, the password goes to every node's AUTH", () => {
+    expect(parseStoreUrl('redis-cluster://:S3CRET@cache:7000')).toEqual({
+      kind: 'redis-cluster',
+      nodes: [{ host: 'cache', port: 7000 }],
+      redisOptions: { password: 'S3CRET' },
+      options: {},
+      shown: 'redis-cluster://:***@cache:7000',
+    });
+    expect(parseStoreUrl('redis-cluster://ops:p%40ss@a:7000,[::1]:7001?prefix=t:&replicas=1&tls=x')).toEqual({
+      kind: 'redis-cluster',
+      nodes: [
+        { host: 'a', port: 7000 },
+        { host: '::1', port: 7001 },
+      ],
+      redisOptions: { tls: 'x', username: 'ops', password: 'p@ss' },
+      options: { prefix: 't:', replicas: 1 },
+      shown: 'redis-cluster://ops:***@a:7000,[::1]:7001?tls=x',
+    });
+  });
+
+  it("takes Idem's own options out of the query and leaves the driver's, byte for byte", () => {
+    expect(parseStoreUrl('postgres://app@db/pay?sslmode=require&schema=idem&password=S%20C&table=t')).toEqual({
+      kind: 'postgres',
+      connectionString: 'postgres://app@db/pay?sslmode=require&password=S%20C',
+      options: { schema: 'idem', table: 't' },
+      shown: 'postgres://app@db/pay?sslmode=require&password=***',
+    });
+    expect(parseStoreUrl('redis://:S3CRET@cache:6379/2?prefix=p:&replicaTimeoutMs=500')).toEqual({
+      kind: 'redis',
+      url: 'redis://:S3CRET@cache:6379/2',
+      options: { prefix: 'p:', replicaTimeoutMs: 500 },
+      shown: 'redis://:***@cache:6379/2',
+    });
+    expect(parseStoreUrl('mysql://root:S3CRET@db:3306/test?table=t')).toEqual({
+      kind: 'mysql',
+      uri: 'mysql://root:S3CRET@db:3306/test',
+      options: { table: 't' },
+      shown: 'mysql://root:***@db:3306/test',
+    });
+    expect(parseStoreUrl('dynamodb://127.0.0.1:8000?table=t&region=eu-west-1')).toEqual({
+      kind: 'dynamodb',
+      client: {
+        endpoint: 'http://127.0.0.1:8000',
+        region: 'eu-west-1',
+        credentials: { accessKeyId: 'local', secretAccessKey: 'local' },
+      },
+      options: { table: 't' },
+      shown: 'dynamodb://127.0.0.1:8000',
+    });
+    expect(parseStoreUrl('dynamodb://dynamodb.eu-west-1.amazonaws.com')).toMatchObject({
+      client: { endpoint: 'https://dynamodb.eu-west-1.amazonaws.com' },
+    });
+    expect(parseStoreUrl('dynamodb:local?table=t')).toEqual({
+      kind: 'dynamodb',
+      options: { table: 't' },
+      shown: 'dynamodb:local',
+    });
+    expect(parseStoreUrl('sqlite:./x.db')).toEqual({ kind: 'sqlite', path: './x.db', shown: 'sqlite:./x.db' });
+    expect(parseStoreUrl('memory:')).toEqual({ kind: 'memory', shown: 'memory:' });
+  });
+
+  it('refuses with the URL redacted, or its scheme only when it does not parse', () => {
+    const invalid = (scheme: string) =>
+      `CONFIG_INVALID: IDEM_STORE is not a valid store URL (${scheme}://…): percent-encode any @ # / ? : % or space in its user name and password.`;
+    expect(refusal('redis://:S3#CRET@cache:6379')).toBe(invalid('redis'));
+    expect(refusal('postgres://app:S3/CRET@db/pay')).toBe(invalid('postgres'));
+    expect(refusal('redis-cluster://:S3/CRET@a:7000')).toBe(invalid('redis-cluster'));
+    expect(refusal('redis-cluster://:S3CRET@a')).toBe(
+      'CONFIG_INVALID: IDEM_STORE redis-cluster://host:port[,host:port…] needs host:port pairs, got "redis-cluster://:***@a".',
+    );
+    expect(refusal('mysql://root:S3CRET@db:3306')).toBe(
+      'CONFIG_INVALID: IDEM_STORE mysql://user@host:3306/db needs a database, got "mysql://root:***@db:3306".',
+    );
+    expect(refusal('redis://cache?replicas=two')).toBe(
+      'CONFIG_INVALID: IDEM_STORE ?replicas= must be a whole number, got "two".',
+    );
+    expect(refusal('sqlite:')).toBe(
+      'CONFIG_INVALID: IDEM_STORE sqlite:<path> needs a path, e.g. sqlite:./.idem/idem.db',
+    );
+    expect(refusal('ftp://u:S3CRET@host')).toMatch(
+      /^CONFIG_INVALID: IDEM_STORE must be one of sqlite:<path>, memory:, .*; got "ftp:\/\/u:\*\*\*@host"\.$/,
+    );
+    expect(refusal('postgres:app:S3CRET@db')).toMatch(/; got "postgres:…"\.$/);
+  });
+});

@@ -1,0 +1,267 @@
+/**
+ * @module Store URLs (`IDEM_STORE`, `idem --store`), read in one place, and the one redaction of what they carry.
+ * Parsing opens nothing: it returns the driver's connection options, Idem's own options from the query
+ * (`?schema=`, `?prefix=`, …) and `shown`, the URL as it may be printed. No password is ever printed: not in the
+ * user info (`user:pw@`, `:pw@`), not in the query (`?password=`, `sslpassword`, `token`, `secretAccessKey`, …),
+ * not from a URL that does not parse (only its scheme is shown), and not where a driver's error repeats it.
+ */
+import { IdempotencyError } from './errors.js';
+
+/** A Redis Cluster node to start from; the others are discovered. */
+export interface SeedNode {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** The store a URL names: what to hand its driver, and the store's own options (only those the URL sets). */
+export type StoreUrl = { readonly shown: string } & (
+  | { readonly kind: 'memory' }
+  | { readonly kind: 'sqlite'; readonly path: string }
+  | {
+      readonly kind: 'postgres';
+      readonly connectionString: string;
+      readonly options: { schema?: string; table?: string };
+    }
+  | { readonly kind: 'mysql'; readonly uri: string; readonly options: { table?: string } }
+  | { readonly kind: 'redis'; readonly url: string; readonly options: RedisUrlOptions }
+  | {
+      readonly kind: 'redis-cluster';
+      readonly nodes: readonly SeedNode[];
+      /** ioredis `redisOptions`: the user name and password of the URL, and the rest of its query. */
+      readonly redisOptions: Readonly<Record<string, string>>;
+      readonly options: RedisUrlOptions;
+    }
+  | {
+      readonly kind: 'dynamodb';
+      /** The DynamoDBClient's endpoint and, on loopback, placeholder credentials; absent for `dynamodb:local`. */
+      readonly client?: {
+        endpoint: string;
+        region?: string;
+        credentials?: { accessKeyId: string; secretAccessKey: string };
+      };
+      readonly options: { table?: string };
+    }
+);
+
+interface RedisUrlOptions {
+  prefix?: string;
+  replicas?: number;
+  replicaTimeoutMs?: number;
+}
+
+const ACCEPTED =
+  'sqlite:<path>, memory:, postgres://user@host:5432/db[?schema=name&table=name], ' +
+  'mysql://user[:password]@host:3306/db[?table=name], redis://host:6379[/db][?prefix=name:&replicas=1&replicaTimeoutMs=500], ' +
+  'redis-cluster://host:port[,host:port…][?prefix=name:], dynamodb://host:port[?table=name&region=r], dynamodb:local[?table=name]';
+
+/** Idem's own options in each kind's query: taken out before the driver sees the URL. */
+const OWN = {
+  postgres: ['schema', 'table'],
+  mysql: ['table'],
+  redis: ['prefix', 'replicas', 'replicaTimeoutMs'],
+  'redis-cluster': ['prefix', 'replicas', 'replicaTimeoutMs'],
+  dynamodb: ['table', 'region'],
+} as const;
+
+const KINDS: Record<string, 'postgres' | 'mysql' | 'redis' | 'redis-cluster' | 'dynamodb'> = {
+  postgres: 'postgres',
+  postgresql: 'postgres',
+  mysql: 'mysql',
+  redis: 'redis',
+  rediss: 'redis',
+  'redis-cluster': 'redis-cluster',
+  dynamodb: 'dynamodb',
+};
+
+/** The user info of a URL in any text, to its last `@` (a password may hold `@`, `/` or `#`). */
+const USER_INFO = /([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):\S*@/gi;
+/** A parameter name that says it holds a credential: password, sslpassword, pwd, token, apiKey, secretAccessKey, … */
+const SECRET_NAME = /pass|pwd|secret|token|key|auth|cred|sig/i;
+/** `name=value` or `name: value` (a query, a DSN, JSON) with such a name, the name at a boundary. */
+const CREDENTIAL = new RegExp(
+  `(?<=^|[\\s?&;,({["'])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*)(["']?\\s*[=:]\\s*)(?:"[^"]*"|'[^']*'|[^\\s&;"']*)`,
+  'gi',
+);
+
+/**
+ * Reads a store URL, naming it `name` in errors (`CONFIG_INVALID`, the URL redacted). A URL that does not
+ * parse as written — a password with an unencoded `@`, `#`, `/` or `?` — is refused showing its scheme only.
+ *
+ * @example
+ * const parsed = parseStoreUrl(process.env.IDEM_STORE ?? 'memory:', 'IDEM_STORE') // { kind: 'redis', url, options, shown }
+ */
+export function parseStoreUrl(raw: string, name = 'the store URL'): StoreUrl {
+  const fail = (problem: string) => new IdempotencyError('CONFIG_INVALID', `${name} ${problem}`);
+  if (raw === 'memory:') return { kind: 'memory', shown: raw };
+  if (raw.startsWith('sqlite:')) {
+    const path = raw.slice('sqlite:'.length);
+    if (!path) throw fail('sqlite:<path> needs a path, e.g. sqlite:./.idem/idem.db');
+    return { kind: 'sqlite', path, shown: raw };
+  }
+  if (/^dynamodb:local(\?|$)/.test(raw)) {
+    const { stripped, own } = idemOptions(raw, ['table']);
+    return { kind: 'dynamodb', options: Object.fromEntries(own), shown: redactUrl(stripped) };
+  }
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(raw)?.[1]?.toLowerCase() ?? '';
+  const kind = KINDS[scheme];
+  if (!kind) throw fail(`must be one of ${ACCEPTED}; got "${redactUrl(raw)}".`);
+  const parts = urlParts(raw);
+  if (!parts || (kind !== 'redis-cluster' && !parsesAsUrl(raw))) {
+    throw fail(
+      `is not a valid store URL (${scheme}://…): percent-encode any @ # / ? : % or space in its user name and password.`,
+    );
+  }
+  const { stripped, own } = idemOptions(raw, OWN[kind]);
+  const shown = redactUrl(stripped);
+  const options = Object.fromEntries(own);
+  const redis = (): RedisUrlOptions => {
+    for (const key of ['replicas', 'replicaTimeoutMs'] as const) {
+      const value = own.get(key);
+      if (value !== undefined && !/^\d{1,9}$/.test(value))
+        throw fail(`?${key}= must be a whole number, got ${JSON.stringify(value)}.`);
+    }
+    const whole = (key: string) => (own.has(key) ? { [key]: Number(own.get(key)) } : {});
+    return {
+      ...(own.has('prefix') ? { prefix: options.prefix as string } : {}),
+      ...whole('replicas'),
+      ...whole('replicaTimeoutMs'),
+    };
+  };
+  const url = new URL(kind === 'redis-cluster' ? 'redis://cluster' : raw);
+  switch (kind) {
+    case 'postgres':
+      return { kind, connectionString: stripped, options, shown };
+    case 'mysql':
+      if (url.pathname.length <= 1) throw fail(`mysql://user@host:3306/db needs a database, got "${shown}".`);
+      return { kind, uri: stripped, options, shown };
+    case 'redis':
+      return { kind, url: stripped, options: redis(), shown };
+    case 'redis-cluster': {
+      const nodes = parts.hosts.split(',').map(seedNode);
+      if (nodes.some((node) => node === undefined)) {
+        throw fail(`redis-cluster://host:port[,host:port…] needs host:port pairs, got "${shown}".`);
+      }
+      // As ioredis reads a redis:// URL: the user info, and the rest of the query as options.
+      const redisOptions = {
+        ...Object.fromEntries(new URLSearchParams(stripped.split('?')[1])),
+        ...(parts.username ? { username: parts.username } : {}),
+        ...(parts.password ? { password: parts.password } : {}),
+      };
+      return { kind, nodes: nodes as SeedNode[], redisOptions, options: redis(), shown };
+    }
+    case 'dynamodb': {
+      if (!url.hostname) throw fail(`dynamodb://host:port needs a host, got "${shown}".`);
+      const loopback = ['127.0.0.1', 'localhost', '[::1]'].includes(url.hostname);
+      const client = {
+        endpoint: `${loopback ? 'http' : 'https'}://${url.host}`,
+        ...(options.region === undefined ? {} : { region: options.region }),
+        // A local engine takes any credentials; elsewhere the SDK's default chain (env, profile, role) applies.
+        ...(loopback ? { credentials: { accessKeyId: 'local', secretAccessKey: 'local' } } : {}),
+      };
+      return { kind, client, options: options.table === undefined ? {} : { table: options.table }, shown };
+    }
+  }
+}
+
+/**
+ * A URL as it may be printed: the password in its user info and every credential parameter of its query
+ * replaced by `***` (and the same value wherever else it stands: a user name equal to the password). A URL that
+ * does not parse is shown as its scheme only (`redis://…`).
+ *
+ * @example
+ * redactUrl('redis://:S3CRET@cache:6379/0?password=S3CRET') // 'redis://:***@cache:6379/0?password=***'
+ */
+export function redactUrl(url: string): string {
+  if (urlParts(url) || (!url.includes('@') && !url.includes('://'))) return redact(url, url);
+  return `${/^[a-z][a-z0-9+.-]*:(\/\/)?/i.exec(url)?.[0] ?? ''}…`;
+}
+
+/**
+ * `text` (an error message, a log line) with every credential masked: the password of any URL in it,
+ * `password=…`-like pairs, and — given the store URL it concerns — that URL's own secrets wherever they appear,
+ * as written or decoded (a driver may echo the password without its URL).
+ *
+ * @example
+ * redact('AUTH S3CRET failed', 'redis://:S3CRET@cache:6379') // 'AUTH *** failed'
+ */
+export function redact(text: string, url?: string): string {
+  let masked = text.replace(USER_INFO, '$1:***@').replace(CREDENTIAL, (all, name: string, between: string) => {
+    const quote = /^["']/.exec(all.slice(name.length + between.length))?.[0] ?? '';
+    return `${name}${between}${quote}***${quote}`;
+  });
+  for (const secret of url === undefined ? [] : secretsOf(url)) masked = masked.split(secret).join('***');
+  return masked;
+}
+
+/**
+ * The secrets of a URL, as written and decoded, longest first: its password and its credential parameters. One
+ * shorter than 4 characters is left to the patterns: masking every `a` of a message would hide the message, not
+ * the password.
+ */
+function secretsOf(url: string): string[] {
+  const found = new Set<string>();
+  const add = (value: string, decode: (value: string) => string) => {
+    for (const form of [value, attempt(() => decode(value))]) if (form && form.length >= 4) found.add(form);
+  };
+  const start = url.indexOf('://');
+  const userInfo = start < 0 ? '' : url.slice(start + 3, Math.max(start + 3, url.lastIndexOf('@')));
+  if (userInfo.includes(':')) add(userInfo.slice(userInfo.indexOf(':') + 1), decodeURIComponent);
+  const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
+  for (const pair of query.split(/[&;]/)) {
+    const [name = '', value = ''] = pair.split(/=(.*)/s);
+    if (SECRET_NAME.test(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
+  }
+  return [...found].sort((a, b) => b.length - a.length);
+}
+
+/** `scheme://[user[:password]@]hosts[/path][?query]` as written: undefined for anything a URL parser would misread. */
+function urlParts(url: string): { hosts: string; query: string; username: string; password: string } | undefined {
+  if (/[\s\p{Cc}]/u.test(url)) return undefined;
+  const match = /^[a-z][a-z0-9+.-]*:\/\/([^/?#]*)([^?#]*)(?:\?([^#]*))?$/i.exec(url);
+  if (!match) return undefined;
+  const [, authority = '', path = '', query = ''] = match;
+  // An `@` past the authority is a password's `/` or `?` read as the end of the user info.
+  if (path.includes('@') || query.includes('@')) return undefined;
+  const at = authority.lastIndexOf('@');
+  const userInfo = at < 0 ? '' : authority.slice(0, at);
+  const colon = userInfo.includes(':') ? userInfo.indexOf(':') : userInfo.length;
+  const username = attempt(() => decodeURIComponent(userInfo.slice(0, colon)));
+  const password = attempt(() => decodeURIComponent(userInfo.slice(colon + 1)));
+  if (username === undefined || password === undefined) return undefined;
+  return { hosts: authority.slice(at + 1), query, username, password };
+}
+
+function parsesAsUrl(url: string): boolean {
+  return attempt(() => new URL(url)) !== undefined && !urlParts(url)?.hosts.includes(',');
+}
+
+function seedNode(seed: string): SeedNode | undefined {
+  const url = attempt(() => new URL(`redis://${seed}`));
+  const port = Number(url?.port);
+  if (!url?.hostname || url.username || url.password || url.pathname || !Number.isInteger(port) || port <= 0) return;
+  return { host: url.hostname.replace(/^\[|\]$/g, ''), port };
+}
+
+/** Idem's own options taken out of the query; the rest, byte for byte, stays for the driver. */
+function idemOptions(url: string, names: readonly string[]): { stripped: string; own: Map<string, string> } {
+  const at = url.indexOf('?');
+  if (at < 0) return { stripped: url, own: new Map() };
+  const own = new Map<string, string>();
+  const kept = url
+    .slice(at + 1)
+    .split('&')
+    .filter((pair) => {
+      const [name = '', value = ''] = [...new URLSearchParams(pair)][0] ?? [];
+      if (names.includes(name)) own.set(name, value);
+      return pair && !names.includes(name);
+    });
+  return { stripped: url.slice(0, at) + (kept.length ? `?${kept.join('&')}` : ''), own };
+}
+
+function attempt<T>(fn: () => T): T | undefined {
+  try {
+    return fn();
+  } catch {
+    return undefined;
+  }
+}
