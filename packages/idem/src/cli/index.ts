@@ -16,7 +16,8 @@ Idempotency keys for payment APIs: the first attempt runs, every retry gets the 
 Commands:
   migrate --store URL          create Idem's records table and indexes (SQLite, PostgreSQL, DynamoDB)
   records list|show|sweep      list a tenant's records, show one, delete expired ones in batches
-  probe URL                    check any API's Idempotency-Key handling with real requests
+  probe URL                    check any API's Idempotency-Key handling with real requests; each answer is
+                               read up to --max-response-bytes N (default 4 MiB), then the check fails
   help [command]               this text, or a command's options
 
 Examples:

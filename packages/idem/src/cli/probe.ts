@@ -6,7 +6,7 @@
  */
 import { parseArgs } from 'node:util';
 import { UsageError, headerOption, integerOption, usage, type Io } from './args.js';
-import { CHECK_IDS, type CheckId, type ProbeOptions } from './probe/model.js';
+import { CHECK_IDS, MAX_RESPONSE_BYTES, type CheckId, type ProbeOptions } from './probe/model.js';
 import { tamper } from './probe/payload.js';
 import { formatJson, formatReport } from './probe/report.js';
 import { probe } from './probe/run.js';
@@ -14,6 +14,7 @@ import { probe } from './probe/run.js';
 export { visible } from './escape.js';
 export {
   CHECK_IDS,
+  MAX_RESPONSE_BYTES,
   type Check,
   type CheckId,
   type CheckResult,
@@ -24,6 +25,9 @@ export {
 export { tamper } from './probe/payload.js';
 export { formatJson, formatReport } from './probe/report.js';
 export { probe } from './probe/run.js';
+
+/** The largest `--max-response-bytes`: 1 GiB. */
+const MAX_RESPONSE_BYTES_CAP = 1024 * 1024 * 1024;
 
 export const PROBE_HELP = `Usage: idem probe URL [options]
 
@@ -49,6 +53,8 @@ Options:
   --replay-header NAME         default Idempotent-Replayed
   --sf-string                  send keys as RFC 8941 strings ("…"), as the IETF draft writes them
   --timeout-ms N               per request (default 30000)
+  --max-response-bytes N       the most read of one answer's body (default ${MAX_RESPONSE_BYTES}, 4 MiB); past it
+                               the check fails and the connection is dropped
   --skip CHECK                 skip a check (repeatable): ${CHECK_IDS.slice(1).join(', ')}
   --json                       print the report as JSON
 
@@ -83,6 +89,7 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
         'replay-header': { type: 'string' },
         'sf-string': { type: 'boolean' },
         'timeout-ms': { type: 'string' },
+        'max-response-bytes': { type: 'string' },
         skip: { type: 'string', multiple: true },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -139,6 +146,13 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
       : {}),
     sfString: values['sf-string'] === true,
     timeoutMs: integerOption(command, 'timeout-ms', values['timeout-ms'], 30_000),
+    maxResponseBytes: integerOption(
+      command,
+      'max-response-bytes',
+      values['max-response-bytes'],
+      MAX_RESPONSE_BYTES,
+      MAX_RESPONSE_BYTES_CAP,
+    ),
     skip,
     onCheck: (check) => io.stderr(`  ${check.result.padEnd(4)}  ${check.title}\n`),
   };

@@ -1,9 +1,20 @@
 /**
- * @module The probe's HTTP: the requests it sends and the answers it reads.
+ * @module The probe's HTTP: the requests it sends and the answers it reads, every body read up to a limit (a
+ * server answering without end costs the probe that limit, not its memory).
  */
 import { CommandError } from '../args.js';
 import { visible } from '../escape.js';
 import type { Answer } from './model.js';
+
+/** An answer whose body passed the limit: the probe stopped reading there and dropped the connection. */
+export class ResponseTooLarge extends Error {
+  override readonly name = 'ResponseTooLarge';
+  constructor(status: number, limit: number) {
+    super(
+      `${status} with a body over ${limit} bytes (--max-response-bytes): stopped reading and dropped the connection`,
+    );
+  }
+}
 
 export interface HttpSettings {
   readonly url: string;
@@ -12,6 +23,7 @@ export interface HttpSettings {
   readonly keyHeader: string;
   readonly sfString: boolean;
   readonly timeoutMs: number;
+  readonly maxResponseBytes: number;
   readonly countUrl: string | undefined;
   readonly countPath: string | undefined;
 }
@@ -34,12 +46,13 @@ export interface Requester {
  * const { send } = requester(settings); const first = await send(randomUUID(), '{"amount":500}')
  */
 export function requester(settings: HttpSettings): Requester {
-  const { url, method, headers, keyHeader, sfString, timeoutMs, countUrl, countPath } = settings;
+  const { url, method, headers, keyHeader, sfString, timeoutMs, maxResponseBytes, countUrl, countPath } = settings;
   const base = (): Headers => {
     const h = new Headers();
     for (const [name, value] of headers) h.append(name, value);
     return h;
   };
+  const signal = (abort: AbortController) => AbortSignal.any([abort.signal, AbortSignal.timeout(timeoutMs)]);
 
   async function send(
     key: string | null,
@@ -52,31 +65,59 @@ export function requester(settings: HttpSettings): Requester {
     for (const [name, value] of extra) h.set(name, value);
     // Never follow a redirect: it would re-send the body, the key and the caller's headers to another origin, and
     // the probe judges the answer the server gave, which a 3xx is.
-    const response = await fetch(url, {
-      method,
-      headers: h,
-      body: payload,
-      redirect: 'manual',
-      signal: AbortSignal.timeout(timeoutMs),
-    });
-    return { status: response.status, headers: response.headers, body: new Uint8Array(await response.arrayBuffer()) };
+    const abort = new AbortController();
+    const response = await fetch(url, { method, headers: h, body: payload, redirect: 'manual', signal: signal(abort) });
+    return {
+      status: response.status,
+      headers: response.headers,
+      body: await readBody(response, maxResponseBytes, abort),
+    };
   }
 
   async function count(): Promise<number | null> {
     if (countUrl === undefined) return null;
+    const abort = new AbortController();
     let response: Response;
     try {
-      response = await fetch(countUrl, { headers: base(), redirect: 'manual', signal: AbortSignal.timeout(timeoutMs) });
+      response = await fetch(countUrl, { headers: base(), redirect: 'manual', signal: signal(abort) });
     } catch (error) {
       throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
     }
-    const text = await response.text();
+    let text: string;
+    try {
+      text = new TextDecoder().decode(await readBody(response, maxResponseBytes, abort));
+    } catch (error) {
+      if (error instanceof ResponseTooLarge)
+        throw new CommandError(`--count-url ${countUrl} answered ${error.message}`);
+      throw error;
+    }
     if (!response.ok)
       throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
     return readCount(text, countPath, countUrl);
   }
 
   return { send, count };
+}
+
+/**
+ * `response`'s body, read whole — or, once it passes `limit` bytes, the request aborted (its connection dropped,
+ * the rest never read) and a {@link ResponseTooLarge} thrown. At most `limit` bytes plus one chunk are held.
+ */
+async function readBody(response: Response, limit: number, abort: AbortController): Promise<Uint8Array> {
+  if (response.body === null) return new Uint8Array(0);
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (let read = await reader.read(); !read.done; read = await reader.read()) {
+    total += read.value.byteLength;
+    if (total > limit) {
+      const error = new ResponseTooLarge(response.status, limit);
+      abort.abort(error);
+      throw error;
+    }
+    chunks.push(read.value);
+  }
+  return Buffer.concat(chunks, total);
 }
 
 /** Reads the count from a bare number or JSON (at `path`, dotted). */

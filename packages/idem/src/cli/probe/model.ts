@@ -108,12 +108,20 @@ export interface ProbeOptions {
   readonly sfString?: boolean;
   /** Per-request timeout. Default 30 s. */
   readonly timeoutMs?: number;
+  /**
+   * The most bytes read of one response body (and of the count URL's); past it the request fails and its
+   * connection is dropped. Default {@link MAX_RESPONSE_BYTES}.
+   */
+  readonly maxResponseBytes?: number;
   readonly skip?: readonly CheckId[];
   /** Called as each check completes (the CLI prints progress to stderr). */
   readonly onCheck?: (check: Check) => void;
 }
 
-/** One answer the server gave, its body read whole. */
+/** The default of {@link ProbeOptions.maxResponseBytes}: 4 MiB, far above any API's answer to a charge. */
+export const MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+
+/** One answer the server gave: its body read whole (at most `maxResponseBytes`). */
 export interface Answer {
   readonly status: number;
   readonly headers: Headers;

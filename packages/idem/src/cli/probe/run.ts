@@ -11,10 +11,11 @@ import { keyOrder } from './checks/key-order.js';
 import { mismatch } from './checks/mismatch.js';
 import { replay } from './checks/replay.js';
 import { effects, type CheckContext, type CheckSpec, type Measured } from './context.js';
-import { reason, requester } from './http.js';
+import { ResponseTooLarge, reason, requester } from './http.js';
 import {
   CHECK_IDS,
   DASH,
+  MAX_RESPONSE_BYTES,
   TITLES,
   unjudged,
   type Answer,
@@ -49,6 +50,7 @@ export async function probe({
   replayHeader = 'Idempotent-Replayed',
   sfString = false,
   timeoutMs = 30_000,
+  maxResponseBytes = MAX_RESPONSE_BYTES,
   skip = [],
   onCheck = () => {},
 }: ProbeOptions): Promise<ProbeReport> {
@@ -65,6 +67,7 @@ export async function probe({
     keyHeader,
     sfString,
     timeoutMs,
+    maxResponseBytes,
     countUrl,
     countPath,
   });
@@ -120,6 +123,10 @@ async function firstRequest(
     run = await send();
   } catch (error) {
     if (error instanceof CommandError) throw error;
+    if (error instanceof ResponseTooLarge) {
+      add(unjudged('first', 'fail', error.message));
+      return undefined;
+    }
     throw new CommandError(`cannot reach ${url}: ${reason(error)}`, { cause: error });
   }
   const first = run.value;
@@ -135,8 +142,8 @@ async function firstRequest(
 }
 
 /**
- * Runs one entry of the table, isolated: a network error fails that entry's checks, not the probe. Checks
- * skipped with `--skip`, or never added, are reported as skipped.
+ * Runs one entry of the table, isolated: a network error (or an answer over the size limit) fails that entry's
+ * checks, not the probe. Checks skipped with `--skip`, or never added, are reported as skipped.
  */
 async function guarded(spec: CheckSpec, context: CheckContext, checks: readonly Check[]): Promise<void> {
   const { ids } = spec;
