@@ -119,7 +119,7 @@ describe('dynamodb store against dynalite', () => {
     expect(kept.Item).toEqual(foreign);
   });
 
-  it('stores a response of exactly maxResponseBytes beside every other attribute at its largest (the budget in index.ts)', async () => {
+  it('stores a response of exactly maxResponseBytes beside every other attribute at its largest (the budget in options.ts)', async () => {
     expect(DYNAMODB_MAX_RESPONSE_BYTES).toBe(368_640);
     // Every attribute name at 255 bytes, the sort key's value at 1,024, the pk at DynamoDB's 2,048.
     const long = (name: string) => name.padEnd(255, '_');
