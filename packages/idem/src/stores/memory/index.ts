@@ -173,8 +173,25 @@ export function memoryStore({
     }),
     list: traced('list', async ({ scope, limit }: ListRequest): Promise<IdempotencyRecord[]> => {
       open();
-      const mine = [...(perScope.get(scope) ?? [])].map((pk) => records.get(pk) as IdempotencyRecord);
-      return mine.sort((a, b) => b.claimedAt - a.claimedAt).slice(0, limit);
+      // The newest `limit`, without sorting the whole scope. Read from the scope's end (usually the newest), into a
+      // short list kept newest first; a record goes before any claimed at the same time, since it came earlier in
+      // the scope (ties keep the scope's order, as a stable sort would), and most records are skipped at once.
+      const newest: IdempotencyRecord[] = [];
+      if (limit < 1) return newest;
+      const pks = [...(perScope.get(scope) ?? [])];
+      for (let i = pks.length - 1; i >= 0; i--) {
+        const record = records.get(pks[i] as string) as IdempotencyRecord;
+        if (newest.length === limit && (newest[limit - 1] as IdempotencyRecord).claimedAt > record.claimedAt) continue;
+        let [low, high] = [0, newest.length];
+        while (low < high) {
+          const mid = (low + high) >>> 1;
+          if ((newest[mid] as IdempotencyRecord).claimedAt > record.claimedAt) low = mid + 1;
+          else high = mid;
+        }
+        newest.splice(low, 0, record);
+        if (newest.length > limit) newest.pop();
+      }
+      return newest;
     }),
     async close(): Promise<void> {
       closed = true;
