@@ -3,7 +3,7 @@
  * them. Numbers are never formatted in Lua (Lua 5.1 would print `1.7672256e+12`): every time a script writes
  * arrives as a decimal string computed in JavaScript; Lua only parses to compare.
  *
- * Keys (see `index.ts`): a record is the hash `<prefix>{IDEMPOTENCY#<scope>}#<key>`; its scope's index is the
+ * Keys (see `schema.ts`): a record is the hash `<prefix>{IDEMPOTENCY#<scope>}#<key>`; its scope's index is the
  * sorted set `<prefix>{IDEMPOTENCY#<scope>}:claims` (member `<key>`, score `claimedAt`). Both carry the same
  * hash tag, so every key a script touches is in one Cluster slot and each call is atomic on its own. Scripts
  * that reach a record through the index (`list`, the claim's and `prune`'s clean-up) name it `base .. member`
