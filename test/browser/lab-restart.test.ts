@@ -104,4 +104,31 @@ describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', ()
     expect(await callout(page)).toEqual({ flag: 'unpaid', text: 'Payment 1: meant, but nothing charged yet.' });
     await page.close();
   });
+
+  it('a full account: a charge and a guided run are told as refused, and nothing is called unknown', async ({
+    skip,
+  }) => {
+    if (!lab.available) skip();
+    const page = await lab.open(VIEWPORTS[0]);
+    const key = String(await page.evaluate('sessionStorage.getItem("idem-lab-api-key")'));
+    const send = () =>
+      fetch(`${lab.url}/v1/charges`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ amount: 100, source: 'tok_visa' }),
+      }).then((r) => r.status);
+    for (let i = 0; i < 10; i++)
+      expect(await Promise.all(Array.from({ length: 50 }, send))).toEqual(Array(50).fill(201));
+    await page.reload();
+    await settled(page);
+    await button(page, 'Show me a 409 while the first attempt runs').click();
+    await settled(page);
+    const refused =
+      'This sandbox account has sent as many requests as the lab keeps, so the server refused this one with 409 before running it: nothing was charged. Reset starts a fresh account.';
+    expect(await narration(page)).toBe(`${refused} ${refused}`);
+    expect((await outcomes(page)).slice(-2)).toEqual(['refused', 'refused']);
+    expect(await callout(page)).toEqual({ flag: 'unpaid', text: 'Payment 501: meant, but nothing charged yet.' });
+    expect(page.errors).toEqual([]);
+    await page.close();
+  });
 });

@@ -51,9 +51,12 @@ export interface App {
   (request: Request): Promise<Response>;
   /**
    * True when the node bridge must drop the connection without answering (lab only): after the work committed
-   * (`Idem-Lab-Fault: drop-after-commit`), or as a crashed attempt would (`Idem-Lab-Fault: crash`).
+   * (`Idem-Lab-Fault: drop-after-commit`), or as a crashed attempt would (`Idem-Lab-Fault: crash`). A sandbox
+   * request whose work did not run (a replay, a 409, a refusal) is answered.
    */
   dropsAfterCommit(request: Request): boolean;
+  /** Lab mode, at start-up before serving: marks the requests a stopped process left running as interrupted. */
+  recover?(): Promise<number>;
   /**
    * Called with the request's head (no body) before the body is read: a caller without a valid API key gets its
    * 401 here, so an anonymous sender never makes the server buffer a body.
@@ -97,6 +100,8 @@ export function createApp(options: AppOptions): App {
   };
   /** Lab mode: each sandbox account's requests, read back after each one (lab-journal.ts). */
   const journal = lab ? labJournal(store, ledger) : undefined;
+  /** Sandbox requests whose work did not run: the fault headers do not cut their answers. */
+  const answered = new WeakSet<Request>();
 
   const chargeWork = async (request: Request, context: HandlerContext<unknown>): Promise<Response> => {
     const account = accountOf(request) as string;
@@ -126,7 +131,8 @@ export function createApp(options: AppOptions): App {
       // A keyless lab charge carries its request's ref, so the lab can find it after a restart.
       ref: context.protected ? context.id : (journal?.refOf(request) ?? null),
     };
-    let charge = draftCharge(input);
+    const drafted = draftCharge(input);
+    let charge = drafted;
     if (!context.protected) await ledger.insert(charge, input);
     else if (sharedLedger) context.declare({ effects: (tx) => ledger.insertIn(tx, charge, input) });
     else charge = await ledger.insertOnce(charge, { ...input, ref: context.id });
@@ -134,6 +140,7 @@ export function createApp(options: AppOptions): App {
     journal?.note(request, {
       work: faults?.crash ? 'crashed' : declined ? 'declined' : 'charged',
       chargeId: charge.id,
+      found: charge !== drafted,
     });
     if (charge.status === 'failed') {
       return problem({
@@ -202,7 +209,9 @@ export function createApp(options: AppOptions): App {
       });
       const gate = lab && labFaults(request.headers).crash ? crashingCharge : createCharge;
       if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
-      return journal.charge(account, charge, params, gate);
+      const response = await journal.charge(account, charge, params, gate);
+      if (!journal.cuts(response)) answered.add(request);
+      return response;
     }
     const one = /^\/v1\/charges\/([^/]+)$/.exec(path);
     if (one) {
@@ -254,8 +263,9 @@ export function createApp(options: AppOptions): App {
   return Object.assign(app, {
     dropsAfterCommit: (request: Request) => {
       const faults = lab ? labFaults(request.headers) : undefined;
-      return faults !== undefined && (faults.drop || faults.crash);
+      return faults !== undefined && (faults.drop || faults.crash) && !answered.has(request);
     },
+    recover: () => journal?.recover() ?? Promise.resolve(0),
     admit,
   });
 }

@@ -32,32 +32,31 @@ function lab() {
     leaseMs: 2_000,
     mismatchStatus: 400,
   });
-  const charge = (key: string | null, headers: Record<string, string> = {}) =>
-    app(
-      new Request('http://127.0.0.1/v1/charges', {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${SANDBOX}`,
-          'content-type': 'application/json',
-          ...(key === null ? {} : { 'idempotency-key': key }),
-          ...headers,
-        },
-        body: JSON.stringify({ amount: 500, source: 'tok_visa' }),
-      }),
-    );
+  const request = (key: string | null, headers: Record<string, string> = {}) =>
+    new Request('http://127.0.0.1/v1/charges', {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${SANDBOX}`,
+        'content-type': 'application/json',
+        ...(key === null ? {} : { 'idempotency-key': key }),
+        ...headers,
+      },
+      body: JSON.stringify({ amount: 500, source: 'tok_visa' }),
+    });
+  const charge = (key: string | null, headers: Record<string, string> = {}) => app(request(key, headers));
   const get = async <T>(path: string) =>
     (await (
       await app(new Request(`http://127.0.0.1${path}`, { headers: { authorization: `Bearer ${SANDBOX}` } }))
     ).json()) as T;
   const history = () => get<{ entries: LabEntry[]; charges: Array<{ id: string; status: string }> }>('/v1/lab/history');
-  return { db, store, ledger, charge, get, history };
+  return { db, app, store, ledger, request, charge, get, history };
 }
 
 const problemOf = async (response: Response) => [response.status, ((await response.json()) as { type: string }).type];
 
 describe('the lab history is whole', () => {
   it(`keeps ${LAB_HISTORY_LIMIT} requests per account; the next ones are refused 409 before they run`, async () => {
-    const { store, charge, get, history } = lab();
+    const { app, store, request, charge, get, history } = lab();
     await store.migrate();
     for (let i = 0; i < LAB_HISTORY_LIMIT - 5; i++) expect((await charge(null)).status).toBe(201);
     // 20 at once with 5 places left: exactly 5 run.
@@ -75,7 +74,25 @@ describe('the lab history is whole', () => {
     expect(await get('/v1/balance')).toEqual({ object: 'balance', charged: 500 * LAB_HISTORY_LIMIT, count: 500 });
     // A keyed charge is refused the same way and leaves no record.
     expect(await problemOf(await charge('k-after-full'))).toEqual([409, 'urn:idem:problem:lab-history-full']);
+    // A fault header does not cut a refusal: the client learns it was refused.
+    const cutFault = request(null, { 'idem-lab-fault': 'drop-after-commit' });
+    expect([(await app(cutFault)).status, app.dropsAfterCommit(cutFault)]).toEqual([409, false]);
     expect(await store.get(recordPk(ACCOUNT, 'k-after-full'))).toBe(null);
+  });
+
+  it('the drop and crash faults cut only an answer whose work ran: a replay, a 409, a refusal are answered', async () => {
+    const { app, store, request } = lab();
+    await store.migrate();
+    const drop = { 'idem-lab-fault': 'drop-after-commit' };
+    const cut = async (key: string | null, headers: Record<string, string>) => {
+      const sent = request(key, headers);
+      const answer = await app(sent);
+      return [answer.status, app.dropsAfterCommit(sent)];
+    };
+    expect(await cut('k-1', drop)).toEqual([201, true]);
+    expect(await cut('k-1', drop)).toEqual([201, false]); // the replay
+    expect(await cut('k-1', { 'idem-lab-fault': 'crash' })).toEqual([201, false]); // a replay too
+    expect(await cut('k-2', { ...drop, 'idem-lab-delay-ms': '0', 'idem-lab-fail': '503' })).toEqual([503, true]);
   });
 
   it('a request whose entry cannot be written is refused 503 and does not run', async () => {
@@ -88,8 +105,8 @@ describe('the lab history is whole', () => {
     expect((await get<{ data: unknown[] }>('/v1/idempotency_records')).data.length).toBe(0);
   });
 
-  it('an entry a stopped process left running reads back as interrupted, with its record and its charge', async () => {
-    const { db, store, charge, history } = lab();
+  it('at start-up, entries a stopped process left running are marked interrupted, with their record and charge', async () => {
+    const { db, app, store, charge, history } = lab();
     await store.migrate();
     expect((await charge('k-keyed')).status).toBe(201);
     expect((await charge(null)).status).toBe(201);
@@ -104,18 +121,43 @@ describe('the lab history is whole', () => {
     const third = done[2] as LabEntry;
     db.prepare('DELETE FROM charges WHERE id = ?').run(third.charge?.id);
     db.prepare('DELETE FROM idem_records WHERE pk = ?').run(recordPk(ACCOUNT, 'k-never-charged'));
+    // Read before start-up: still running (only the start-up decides, before anything else can run).
+    expect((await history()).entries.map((e) => e.state)).toEqual(['running', 'running', 'running']);
+    expect(await app.recover?.()).toBe(3);
     const read = (await history()).entries;
     expect(read.map((e) => [e.state, e.record?.status ?? null, e.charge?.id ?? null])).toEqual([
       ['interrupted', 'succeeded', done[0]?.charge?.id],
       ['interrupted', null, done[1]?.charge?.id],
       ['interrupted', null, null],
     ]);
-    // Written back: the next read finds them interrupted without reading the store again.
+    expect(read.map((e) => e.charge?.found ?? null)).toEqual([false, false, null]);
     const stored = db.prepare('SELECT entry FROM lab_requests ORDER BY seq').all() as Array<{ entry: string }>;
     expect(stored.map((row) => (JSON.parse(row.entry) as LabEntry).state)).toEqual([
       'interrupted',
       'interrupted',
       'interrupted',
+    ]);
+  });
+
+  it("a retry after the start-up takes the key over: the charge is its own, not the interrupted one's", async () => {
+    const { db, app, store, charge, history } = lab();
+    await store.migrate();
+    // As a process killed during the processor's delay leaves it: the claim landed, nothing after it (a crash
+    // fault on the shared ledger: its charge was to commit with the record), and its entry still running.
+    expect((await charge('k-killed', { 'idem-lab-fault': 'crash' })).status).toBe(201);
+    const [crashed] = (await history()).entries;
+    const entry = { ...crashed, state: 'running', instance: 'gone', record: null, charge: null, work: null };
+    db.prepare('UPDATE lab_requests SET entry = ? WHERE seq = ?').run(JSON.stringify(entry), crashed?.seq);
+    expect(await app.recover?.()).toBe(1);
+    // Once the lease has lapsed, the retry takes over under the same record id and makes the one charge.
+    const pk = recordPk(ACCOUNT, 'k-killed');
+    while (((await store.get(pk))?.leaseExpiresAt ?? 0) >= Date.now()) await new Promise((r) => setImmediate(r));
+    const retry = await charge('k-killed');
+    expect(retry.status).toBe(201);
+    const read = (await history()).entries;
+    expect(read.map((e) => [e.state, e.claim, e.charge === null ? null : e.charge.found])).toEqual([
+      ['interrupted', 'fresh', null],
+      ['done', 'taken-over', false],
     ]);
   });
 

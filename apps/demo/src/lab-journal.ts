@@ -8,8 +8,9 @@
  * The history is whole, or the request does not run: an account keeps at most `LAB_HISTORY_LIMIT` requests (the
  * next is refused 409 before it runs, and Reset starts a fresh account), and a request whose entry cannot be
  * written is refused 503 before it runs. So every ledger row of a sandbox account belongs to an entry the page
- * reads. A request that a previous server process left `running` (the server stopped under it) is read back as
- * `interrupted`: its record and its ledger row as they are now. The lab runs one demo process per database.
+ * reads. A request that a previous server process left `running` (the server stopped under it) is marked
+ * `interrupted` when the next process starts, before it serves anything: its record and its ledger row as they are
+ * then, which only the stopped request could have changed. The lab runs one demo process per database.
  */
 import { randomUUID } from 'node:crypto';
 import { recordPk, type IdempotencyRecord, type IdempotencyStore, type WriteResult } from 'idem';
@@ -21,7 +22,7 @@ export const LAB_HISTORY_LIMIT = 500;
 /** One line in the server's log (the entry itself is never printed). */
 const unwritten = (error: unknown): void =>
   console.error(`demo: lab history not written: ${error instanceof Error ? error.message : String(error)}`);
-/** This server process: entries it left `running` belong to it; others' were interrupted by a restart. */
+/** This server process, written with each entry. */
 const INSTANCE = randomUUID();
 /** Set by the server on each journaled request (any client value is replaced): finds the request's trace. */
 const TRACE = 'x-idem-lab-trace';
@@ -115,8 +116,13 @@ export interface LabEntry {
   /** The record id the work ran under: the processor's own key for the charge. Null when no work ran under a key. */
   readonly recordId: string | null;
   readonly work: LabWork | null;
-  /** The ledger row the work wrote or was given back, read from the ledger after the request; null: none there. */
-  readonly charge: Pick<Charge, 'id' | 'amount' | 'status'> | null;
+  /**
+   * The ledger row the work wrote or was given back, read from the ledger after the request; null: none there.
+   * `found`: the row was already there (another attempt under the same record id had made it), so this one made none.
+   */
+  readonly charge: (Pick<Charge, 'id' | 'amount' | 'status'> & { readonly found: boolean }) | null;
+  /** Whether the server cut the connection (the fault asked for it, and the work ran): no answer was sent. */
+  readonly cut?: boolean;
 }
 
 /** What the charge handler tells the journal about the work (`note`). */
@@ -125,6 +131,8 @@ export interface LabTrace {
   reclaimed?: boolean;
   work?: LabWork;
   chargeId?: string;
+  /** The charge was already in the ledger under the record id: the work was handed it and made none. */
+  found?: boolean;
 }
 
 export interface LabJournal {
@@ -139,6 +147,10 @@ export interface LabJournal {
   note(request: Request, trace: LabTrace): void;
   /** The ledger ref for a keyless charge of this request, or null when it is not journaled. */
   refOf(request: Request): string | null;
+  /** Whether the fault headers may cut this answer's connection: only when the request's work ran. */
+  cuts(response: Response): boolean;
+  /** At start-up, before serving: marks what a stopped process left running as interrupted. Returns how many. */
+  recover(): Promise<number>;
   /** The account's whole history (oldest first) and its charges, newest first. */
   history(account: string): Promise<{ entries: LabEntry[]; charges: Charge[] }>;
 }
@@ -208,18 +220,31 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       unwritten(error);
     }
   };
-  /** The record and the ledger row a request left, read now: for an entry the server stopped under. */
+  /**
+   * What a request a stopped process left running did, read before anything else runs: its key's record, and the
+   * ledger row under that record's id (or the keyless request's own ref). A keyed row another entry says it made
+   * was not made by this one.
+   */
   const interrupted = async (account: string, entry: LabEntry): Promise<LabEntry> => {
     const record = await read(entry.key === null ? null : recordPk(account, entry.key));
     const ref = entry.key === null ? (entry.ref ?? null) : (record?.id ?? null);
     const charge = ref === null ? undefined : await ledger.byRef(account, ref);
+    let found = false;
+    if (charge && entry.key !== null) {
+      const others = (await ledger.history(account, LAB_HISTORY_LIMIT)).filter((row) => row.seq !== entry.seq);
+      found = others.some((row) => {
+        const other = JSON.parse(row.entry) as LabEntry;
+        return other.charge?.id === charge.id && !other.charge.found;
+      });
+    }
     return {
       ...entry,
       state: 'interrupted',
       record,
-      charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status } : null,
+      charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status, found } : null,
     };
   };
+  const cutting = new WeakSet<Response>();
 
   return {
     async charge(account, request, params, run) {
@@ -291,7 +316,9 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       } catch {
         charge = undefined;
       }
-      const cut = faults.drop || faults.crash;
+      // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
+      const cut = (faults.drop || faults.crash) && trace.work !== undefined;
+      if (cut) cutting.add(response);
       const done: LabEntry = {
         ...entry,
         ms: Date.now() - at,
@@ -309,7 +336,10 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
         record: await read(pk),
         recordId: trace.recordId ?? null,
         work: trace.work ?? null,
-        charge: charge ? { id: charge.id, amount: charge.amount, status: charge.status } : null,
+        charge: charge
+          ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
+          : null,
+        cut,
       };
       await update(account, seq, done);
       return response;
@@ -323,17 +353,20 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       const id = request.headers.get(TRACE);
       return id !== null && traces.has(id) ? `lab_${id}` : null;
     },
+    cuts: (response) => cutting.has(response),
+    async recover() {
+      let marked = 0;
+      for (const row of await ledger.unfinished()) {
+        const entry: LabEntry = { ...(JSON.parse(row.entry) as LabEntry), seq: row.seq };
+        if (entry.state !== 'running' || entry.instance === INSTANCE) continue;
+        await update(row.account, row.seq, await interrupted(row.account, entry));
+        marked++;
+      }
+      return marked;
+    },
     async history(account) {
       const rows = await ledger.history(account, LAB_HISTORY_LIMIT);
-      const entries = await Promise.all(
-        rows.map(async (row) => {
-          const entry: LabEntry = { ...(JSON.parse(row.entry) as LabEntry), seq: row.seq };
-          if (entry.state !== 'running' || entry.instance === INSTANCE) return entry;
-          const read = await interrupted(account, entry);
-          await update(account, row.seq, read);
-          return read;
-        }),
-      );
+      const entries = rows.map((row): LabEntry => ({ ...(JSON.parse(row.entry) as LabEntry), seq: row.seq }));
       // Read after the entries: every charge an entry names is among them. At most one per entry.
       return { entries, charges: await ledger.list(account, LAB_HISTORY_LIMIT) };
     },

@@ -199,6 +199,16 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
     return row === undefined ? null : Number(row.seq);
   }
 
+  async unfinished(): Promise<Array<{ seq: number; account: string; entry: string }>> {
+    const { rows } = await this.#pool.query(
+      `SELECT seq, account, entry FROM ${this.#journal} WHERE entry LIKE '%"state":"running"%' ORDER BY seq`,
+    );
+    return (rows as Array<{ seq: string | number; account: string; entry: string }>).map((r) => ({
+      ...r,
+      seq: Number(r.seq),
+    }));
+  }
+
   async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {
     const { rows } = await this.#pool.query(
       `SELECT seq, entry FROM ${this.#journal} WHERE account = $1 ORDER BY seq LIMIT $2`,

@@ -99,6 +99,8 @@ export interface Ledger {
   journal(account: string, seq: number | null, entry: string, limit: number): Promise<number | null>;
   /** Lab only: the account's first `limit` history entries, oldest first. */
   history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>>;
+  /** Lab only: every account's entries still marked running (read at start-up: a stopped process left them). */
+  unfinished(): Promise<Array<{ seq: number; account: string; entry: string }>>;
 }
 
 /** A new charge object, not yet written. */
@@ -213,6 +215,12 @@ export class SqliteLedger implements Ledger {
       )
       .run(account, entry, account, limit);
     return inserted.changes === 1 ? Number(inserted.lastInsertRowid) : null;
+  }
+
+  async unfinished(): Promise<Array<{ seq: number; account: string; entry: string }>> {
+    return this.#db
+      .prepare(`SELECT seq, account, entry FROM lab_requests WHERE entry LIKE '%"state":"running"%' ORDER BY seq`)
+      .all() as Array<{ seq: number; account: string; entry: string }>;
   }
 
   async history(account: string, limit: number): Promise<Array<{ seq: number; entry: string }>> {

@@ -51,6 +51,7 @@ export async function startServer(
     pages: staticPages(),
     ...(config.lab ? { model: modelRoutes({ store: backend.store, trips, ttlMs: config.ttlMs }) } : {}),
   });
+  if (config.lab) await app.recover?.();
   const limits = { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs };
   const allowedHosts = config.allowedHosts ?? [...LOOPBACK_HOSTS, ...(isLoopback(config.host) ? [config.host] : [])];
   const server = serve(app, {

@@ -5,7 +5,7 @@
  * makes the same reads and so shows the same past.
  */
 import { ApiError, getJson, type Balance, type Charge, type LabHistory, type List, type PublicRecord } from './api.js';
-import { fromEntry, settled, type Attempt } from './attempt.js';
+import { fromEntry, outcome, settled, type Attempt } from './attempt.js';
 
 export interface State {
   /** Every request, in the order the server received them; this page's unread ones last. */
@@ -123,7 +123,8 @@ function verdictOf(intended: number, charged: number, attempts: readonly Attempt
   if (records.some((r) => keys.has(r.key) && r.status === 'in_progress')) return 'in-progress';
   const last = attempts.at(-1)?.entry;
   if (last?.record?.status === 'failed' && last.record.retryable === false) return 'declined';
-  if (attempts.some((a) => a.entry === null)) return 'unknown';
+  // A request the lab refused before running it ran nothing: it is known, not unknown.
+  if (attempts.some((a) => a.entry === null && outcome(a) !== 'refused')) return 'unknown';
   return 'unpaid';
 }
 

@@ -267,8 +267,12 @@ const runner: Runner = {
     await refresh();
     return sent[0] as Attempt;
   },
-  held: (key) =>
-    until(() => state.records.some((r) => r.key === key && r.status === 'in_progress'), `${key} in_progress`, 10_000),
+  held: (key, over) =>
+    until(
+      () => over() || state.records.some((r) => r.key === key && r.status === 'in_progress'),
+      `${key} in_progress`,
+      10_000,
+    ),
   lapsed: (key) =>
     until(
       () => {

@@ -34,10 +34,6 @@ const claim = (a: Attempt, kind: Claim['kind'], charge: string | null = null): C
   charge,
 });
 
-/** Whether an earlier request of the same payment had already left this ledger row. */
-const earlierRow = (a: Attempt, payment: Payment | undefined, id: string): boolean =>
-  (payment?.attempts ?? []).some((b) => b !== a && b.sentAt <= a.sentAt && b.entry?.charge?.id === id);
-
 function charged(a: Attempt, payment: Payment | undefined): Told {
   const e = a.entry;
   const amount = dollars(a.amount);
@@ -49,7 +45,7 @@ function charged(a: Attempt, payment: Payment | undefined): Told {
     };
   }
   if (e?.claim === 'taken-over') {
-    const same = earlierRow(a, payment, id);
+    const same = e.charge?.found === true;
     return {
       text: `The first attempt's lease had lapsed with its record still in progress, so this retry took the key over under the same record id (${abbreviate(e.recordId ?? '', 8, 4)}) and passed it to the processor as its key. ${
         same
@@ -75,7 +71,8 @@ function charged(a: Attempt, payment: Payment | undefined): Told {
 function cut(a: Attempt, crashed: boolean): Told {
   const e = a.entry;
   const id = e?.charge?.status === 'succeeded' ? e.charge.id : null;
-  const money: Claim = claim(a, id ? 'charged' : 'not-charged', id);
+  const found = e?.charge?.found === true;
+  const money: Claim = claim(a, id && !found ? 'charged' : 'not-charged', id && !found ? id : null);
   if (!crashed) {
     const what = id ? `The server charged ${dollars(a.amount)} (${row(id)})` : 'The server charged nothing';
     const after = a.key === null ? 'Without a key, a retry will be a second charge.' : retryWill(a);
@@ -85,9 +82,11 @@ function cut(a: Attempt, crashed: boolean): Told {
     e?.record?.status === 'in_progress' ? ` until its lease lapses at ${clock(e.record.leaseExpiresAt)}` : '';
   return {
     text: `The attempt claimed the key (record ${abbreviate(e?.recordId ?? '', 8, 4)}), called the processor and crashed before completing: no answer, no renewal. ${
-      id
-        ? `The processor had charged ${dollars(a.amount)} under that record id (${row(id)}).`
-        : 'Its charge was to commit with the record, so nothing reached the ledger.'
+      id && found
+        ? `The processor already had a charge under that record id (${row(id)}), made by another attempt, and returned it: this one charged nothing.`
+        : id
+          ? `The processor had charged ${dollars(a.amount)} under that record id (${row(id)}).`
+          : 'Its charge was to commit with the record, so nothing reached the ledger.'
     } The record stays in_progress${lease}; a retry before then gets 409.`,
     claims: [money, ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : [])],
   };
@@ -97,15 +96,18 @@ function cut(a: Attempt, crashed: boolean): Told {
 function interrupted(a: Attempt): Told {
   const e = a.entry;
   const id = e?.charge?.status === 'succeeded' ? e.charge.id : null;
+  const found = e?.charge?.found === true;
   const money = id
-    ? `The ledger holds its charge of ${dollars(e?.charge?.amount ?? a.amount)} (${row(id)}).`
+    ? found
+      ? `The ledger's charge under its key's record (${row(id)}) was made by an earlier attempt: this one charged nothing.`
+      : `The ledger holds its charge of ${dollars(e?.charge?.amount ?? a.amount)} (${row(id)}).`
     : a.key === null
       ? 'The ledger holds no charge from it.'
       : "The ledger holds no charge under its key's record.";
   return {
     text: `The server stopped while this request ran, so no answer was sent. ${money} ${a.key === null ? 'Without a key no record was kept.' : retryWill(a)}`,
     claims: [
-      claim(a, id ? 'charged' : 'not-charged', id),
+      claim(a, id && !found ? 'charged' : 'not-charged', id && !found ? id : null),
       ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : []),
     ],
   };

@@ -71,11 +71,13 @@ function callout(list: readonly Payment[]): void {
         : `${names(over)} were each charged more than you meant: double charges.`;
   } else if (of('unknown').length > 0) {
     flag = 'unknown';
-    text = `${names(of('unknown'))}: unknown whether charged. The server could not be read back.`;
+    text = `${names(of('unknown'))}: unknown whether charged. No answer reached this page, and the server's history does not say.`;
   } else if (of('unpaid').length > 0) {
     flag = 'unpaid';
     // Advice only where it holds: a keyless payment has no key to retry, and a mismatched body meets 400 again.
-    const retryable = of('unpaid').every((p) => p.key !== null && p.attempts.every((a) => outcome(a) !== 'mismatch'));
+    const retryable = of('unpaid').every(
+      (p) => p.key !== null && p.attempts.every((a) => outcome(a) !== 'mismatch' && outcome(a) !== 'refused'),
+    );
     text = `${names(of('unpaid'))}: meant, but nothing charged yet.${retryable ? ' Retry with the same key to charge once.' : ''}`;
   } else if (of('in-progress').length > 0) {
     flag = 'in-progress';

@@ -48,13 +48,15 @@ function claimStep(a: Attempt): Step {
 }
 
 /**
- * What the work did, and what the ledger holds from it (read back). `known`: ledger rows an earlier request of the
- * same payment had already left (a takeover whose processor returned the crashed attempt's charge).
+ * What the work did, and what the ledger holds from it (read back). A row the work `found` was already there (a
+ * takeover whose processor returned the crashed attempt's charge): no new row.
  */
-function workSteps(a: Attempt, known: ReadonlySet<string>): Step[] {
+function workSteps(a: Attempt): Step[] {
   const e = a.entry;
   if (e?.state === 'interrupted') {
-    const text = e.charge ? `ledger: ${abbreviate(e.charge.id, 7, 4)} ${e.charge.status}` : 'ledger: no row';
+    const text = e.charge
+      ? `ledger: ${abbreviate(e.charge.id, 7, 4)} ${e.charge.found ? 'made earlier, none by it' : e.charge.status}`
+      : 'ledger: no row';
     return [{ lane: 'store', text: `${text} (read after the restart)`, tone: e.charge ? 'good' : 'muted' }];
   }
   if (!e?.work) return [];
@@ -69,7 +71,7 @@ function workSteps(a: Attempt, known: ReadonlySet<string>): Step[] {
   const row = e.charge && abbreviate(e.charge.id, 7, 4);
   const ledger: Step = !e.charge
     ? { lane: 'store', text: 'ledger: no row', tone: 'muted' }
-    : known.has(e.charge.id)
+    : e.charge.found
       ? { lane: 'store', text: `ledger: ${row} already there, no new row`, tone: 'info' }
       : {
           lane: 'store',
@@ -130,7 +132,7 @@ function answerStep(a: Attempt): Step {
   }
 }
 
-function steps(a: Attempt, known: ReadonlySet<string>): Step[] {
+function steps(a: Attempt): Step[] {
   const faults = [a.faults.drop ? 'flaky' : '', a.faults.crash ? 'crash' : ''].filter(Boolean).join(', ');
   return [
     {
@@ -138,7 +140,7 @@ function steps(a: Attempt, known: ReadonlySet<string>): Step[] {
       text: `sends POST ${dollars(a.amount)}${a.key === null ? ', no key' : ''}${faults ? ` (${faults})` : ''}`,
     },
     claimStep(a),
-    ...workSteps(a, known),
+    ...workSteps(a),
     ...recordStep(a),
     answerStep(a),
   ];
@@ -147,7 +149,7 @@ function steps(a: Attempt, known: ReadonlySet<string>): Step[] {
 /** Each request's number in the request log (1-based, in the order the server received them). */
 export type Numbering = (a: Attempt) => number;
 
-function card(a: Attempt, n: Numbering, known: ReadonlySet<string>): HTMLElement {
+function card(a: Attempt, n: Numbering): HTMLElement {
   const o = outcome(a);
   const latency = latencyOf(a);
   return h(
@@ -162,7 +164,7 @@ function card(a: Attempt, n: Numbering, known: ReadonlySet<string>): HTMLElement
     h(
       'ol',
       { class: 'steps', 'aria-label': `#${n(a)} ${a.control}: ${describeOutcome(a)}` },
-      ...steps(a, known).map((step) =>
+      ...steps(a).map((step) =>
         h(
           'li',
           {
@@ -180,13 +182,7 @@ function card(a: Attempt, n: Numbering, known: ReadonlySet<string>): HTMLElement
 /** A payment's cards, a race's requests as one block inside it. */
 function blocks(attempts: readonly Attempt[], n: Numbering): HTMLElement[] {
   const out: HTMLElement[] = [];
-  const known = new Set<string>();
-  /** A card, told which ledger rows the payment's earlier requests left. */
-  const next = (a: Attempt): HTMLElement => {
-    const drawn = card(a, n, new Set(known));
-    if (a.entry?.charge) known.add(a.entry.charge.id);
-    return drawn;
-  };
+  const next = (a: Attempt): HTMLElement => card(a, n);
   for (let i = 0; i < attempts.length;) {
     const a = attempts[i] as Attempt;
     if (a.group === null) {
