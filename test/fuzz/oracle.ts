@@ -7,7 +7,7 @@
  */
 
 export const MiB = 1_048_576;
-export const API_KEY = 'sk_test_alice';
+export const API_KEY = 'sk_live_alice';
 const CURRENCIES = new Set(['usd', 'eur', 'gbp']);
 const SOURCES = new Set(['tok_visa', 'tok_mastercard', 'tok_chargeDeclined']);
 
@@ -88,10 +88,10 @@ export function chargeOf(body: Uint8Array): ChargeParams | undefined {
 }
 
 /**
- * The answer the demo owes `request` (lab mode off, account `sk_test_alice`, every valid key unused so far).
+ * The answer the demo owes `request` (lab mode off, account `sk_live_alice`, every valid key unused so far).
  *
  * @example
- * expected({ method: 'POST', target: '/v1/charges', authorization: 'Bearer sk_test_alice', keys: [], body })
+ * expected({ method: 'POST', target: '/v1/charges', authorization: 'Bearer sk_live_alice', keys: [], body })
  */
 export function expected(request: SeenRequest): Expected {
   const refused = (status: number): Expected => ({ status, charges: false, records: false });

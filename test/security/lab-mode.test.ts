@@ -14,7 +14,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 
-const ALICE = { authorization: 'Bearer sk_test_alice', 'content-type': 'application/json' };
+const ALICE = { authorization: 'Bearer sk_live_alice', 'content-type': 'application/json' };
+/** One key on both servers: the lab's own sk_test_ keys are refused outside lab mode. */
+const KEYS = 'sk_live_alice:acct_alice';
 const BODY = JSON.stringify({ amount: 500 });
 
 async function charge(
@@ -79,9 +81,8 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
   let lab: DemoProcess;
   beforeAll(async () => {
     [production, lab] = await Promise.all([
-      // Outside lab mode the well-known key is live only because it is listed explicitly.
-      startDemo({ IDEM_STORE: `sqlite:${dir.path}/prod.db`, IDEM_LAB: '0', IDEM_API_KEYS: 'sk_test_alice:acct_alice' }),
-      startDemo({ IDEM_STORE: `sqlite:${dir.path}/lab.db`, IDEM_LAB: '1' }),
+      startDemo({ IDEM_STORE: `sqlite:${dir.path}/prod.db`, IDEM_LAB: '0', IDEM_API_KEYS: KEYS }),
+      startDemo({ IDEM_STORE: `sqlite:${dir.path}/lab.db`, IDEM_LAB: '1', IDEM_API_KEYS: KEYS }),
     ]);
   });
   afterAll(async () => {
@@ -176,5 +177,16 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
       stderr:
         'idem demo: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.\n',
     });
+  });
+
+  it('outside lab mode an sk_test_ key in IDEM_API_KEYS is a one-line refusal to start (exit 2), in lab mode it serves', async () => {
+    const keys = 'sk_live_mine:acct_mine,sk_test_alice:acct_alice';
+    expect(await startup({ IDEM_LAB: '0', IDEM_API_KEYS: keys })).toEqual({
+      code: 2,
+      stdout: '',
+      stderr:
+        "idem demo: IDEM_API_KEYS (--api-keys) holds an sk_test_ key outside lab mode: those are the lab's published keys; give keys of your own.\n",
+    });
+    expect((await startup({ IDEM_LAB: '1', IDEM_API_KEYS: keys })).code).toBe('listening');
   });
 });

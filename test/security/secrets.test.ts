@@ -14,7 +14,7 @@ import { idempotency } from 'idem/http';
 import { memoryStore } from 'idem/stores/memory';
 import { startDemo, tempDir } from '../harness.js';
 
-const API_KEY = 'sk_test_S3cretApiKey7f3a9c';
+const API_KEY = 'sk_live_S3cretApiKey7f3a9c';
 const SECRETS = [API_KEY, 'c00kie-s3ssion-9b1d', 'xk-s3cret-4e8f', 'proxy-s3cret-77aa'];
 
 describe('credentials are never stored or logged (real server, SQLite)', () => {

@@ -289,10 +289,10 @@ describe('payments API process lifecycle', () => {
     const server = await startDemo({
       IDEM_STORE: `sqlite:${dir.path}/idem.db`,
       IDEM_LAB: '0',
-      IDEM_API_KEYS: 'sk_test_alice:acct_alice',
+      IDEM_API_KEYS: 'sk_live_alice:acct_alice',
     });
     try {
-      const alice = api(server.url);
+      const alice = api(server.url, 'sk_live_alice');
       const headers = { 'idem-lab-fault': 'drop-after-commit', 'idem-lab-fail': '503', 'idem-lab-delay-ms': '60000' };
       const answer = await alice.charge($500, { ...headers, 'idempotency-key': randomUUID() });
       expect(answer.status).toBe(201);
@@ -301,7 +301,7 @@ describe('payments API process lifecycle', () => {
         (
           await fetch(`${server.url}/v1/lab/reset`, {
             method: 'POST',
-            headers: { authorization: 'Bearer sk_test_alice' },
+            headers: { authorization: 'Bearer sk_live_alice' },
           })
         ).status,
       ).toBe(404);

@@ -316,7 +316,8 @@ export function isLoopback(host: string): boolean {
  *
  * - lab mode (any made-up `sk_lab_` key is an account; the fault headers hold keys) on an address that is not
  *   loopback, unless `IDEM_LAB_ALLOW_REMOTE=1`;
- * - no API keys: outside lab mode the well-known test keys are off, so `IDEM_API_KEYS` is required;
+ * - no API keys: outside lab mode the well-known test keys are off, so `IDEM_API_KEYS` is required, and an
+ *   `sk_test_` key in it is refused;
  * - a listener (the API's or the metrics one) on an address that is not loopback with the default, loopback-only
  *   `Host` allow-list: every remote request would be refused, so `IDEM_ALLOWED_HOSTS` must name the hosts served.
  *
@@ -332,6 +333,12 @@ export function checkServable(config: DemoConfig): void {
   if (config.apiKeys.size === 0) {
     throw new ConfigError(
       'IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
+    );
+  }
+  // The sk_test_ keys are published (README, tests): outside the lab one would open an account to anyone.
+  if (!config.lab && [...config.apiKeys.keys()].some((key) => key.startsWith('sk_test_'))) {
+    throw new ConfigError(
+      "IDEM_API_KEYS (--api-keys) holds an sk_test_ key outside lab mode: those are the lab's published keys; give keys of your own.",
     );
   }
   for (const [variable, host] of [
