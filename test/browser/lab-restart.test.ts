@@ -131,4 +131,26 @@ describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', ()
     expect(page.errors).toEqual([]);
     await page.close();
   });
+
+  it('a keyless crash sent by another client is told without a key or a record', async ({ skip }) => {
+    if (!lab.available) skip();
+    const page = await lab.open(VIEWPORTS[0]);
+    const key = String(await page.evaluate('sessionStorage.getItem("idem-lab-api-key")'));
+    const cut = await fetch(`${lab.url}/v1/charges`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idem-lab-fault': 'crash' },
+      body: JSON.stringify({ amount: 100, source: 'tok_visa' }),
+    }).then(
+      (r) => r.status,
+      () => 'cut',
+    );
+    expect(cut).toBe('cut');
+    await page.reload();
+    await settled(page);
+    expect(await narration(page)).toMatch(
+      /^Read back from the server: 1 request so far\. The last: The attempt called the processor and crashed before answering\. It had charged \$1\.00 \(ch_[0-9a-f]{4}…[0-9a-f]{4}\)\. Without a key no record was kept: a retry runs the charge again\.$/,
+    );
+    expect(await untrue(page, lab.url, await readAccount(page, lab.url))).toEqual([]);
+    await page.close();
+  });
 });

@@ -78,6 +78,13 @@ function cut(a: Attempt, crashed: boolean): Told {
     const after = a.key === null ? 'Without a key, a retry will be a second charge.' : retryWill(a);
     return { text: `${what}, then the connection was cut before the answer reached you. ${after}`, claims: [money] };
   }
+  if (a.key === null) {
+    const what = id ? `It had charged ${dollars(a.amount)} (${row(id)}).` : 'It had charged nothing.';
+    return {
+      text: `The attempt called the processor and crashed before answering. ${what} Without a key no record was kept: a retry runs the charge again.`,
+      claims: [money],
+    };
+  }
   const lease =
     e?.record?.status === 'in_progress' ? ` until its lease lapses at ${clock(e.record.leaseExpiresAt)}` : '';
   return {
