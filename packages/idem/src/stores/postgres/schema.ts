@@ -1,12 +1,12 @@
 /** The table: identifiers, the DDL (`postgresSchemaSql`, `schema.sql`), and `migrate()`. */
-import { configError } from '../../core/errors.js';
+import { checkIdentifier as checkSqlIdentifier } from '../shared/identifier.js';
 import type { PostgresPoolClient, PostgresStoreOptions } from './options.js';
 import type { Query } from './statements.js';
 
 export const DEFAULT_SCHEMA = 'public';
 export const DEFAULT_TABLE = 'idempotency_records';
 /** 48, not 63: the index names append up to 15 characters, and Postgres would truncate them into one name. */
-export const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,47}$/;
+const MAX_IDENTIFIER = 48;
 
 /** The DDL for a schema and table, in the order `migrate()` runs it. */
 function ddl(schema: string, table: string): { createSchema: string; rest: string[] } {
@@ -80,13 +80,7 @@ export async function migrate(
 }
 
 export function checkIdentifier(name: string, value: unknown): void {
-  if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
-    throw configError(
-      name,
-      'an identifier of letters, digits and _ (not starting with a digit, at most 48 characters)',
-      value,
-    );
-  }
+  checkSqlIdentifier(name, value, MAX_IDENTIFIER);
 }
 
 export function quote(identifier: string): string {
