@@ -153,4 +153,25 @@ describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', ()
     expect(await untrue(page, lab.url, await readAccount(page, lab.url))).toEqual([]);
     await page.close();
   });
+
+  it('Reset in another tab: this tab drops what the server no longer holds, and advises no retry that replays', async ({
+    skip,
+  }) => {
+    if (!lab.available) skip();
+    const a = await lab.open(VIEWPORTS[0]);
+    await a.getByRole('combobox', { name: 'Slow processor' }).selectOption('0');
+    await button(a, 'Charge $500').click();
+    await settled(a);
+    const key = String(await a.evaluate('sessionStorage.getItem("idem-lab-api-key")'));
+    const b = await lab.open(VIEWPORTS[0], key);
+    await button(b, 'Reset').click();
+    await settled(b);
+    // Back in the first tab: Retry replays the stored 201 (the record outlives the ledger's rows).
+    await button(a, 'Retry').click();
+    await settled(a);
+    expect(await outcomes(a)).toEqual(['replayed']);
+    expect(await callout(a)).toEqual({ flag: 'unpaid', text: 'Payment 1: meant, but nothing charged yet.' });
+    expect(await untrue(a, lab.url, await readAccount(a, lab.url))).toEqual([]);
+    await Promise.all([a.close(), b.close()]);
+  });
 });

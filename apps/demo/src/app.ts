@@ -55,8 +55,11 @@ export interface App {
    * request whose work did not run (a replay, a 409, a refusal) is answered.
    */
   dropsAfterCommit(request: Request): boolean;
-  /** Lab mode, at start-up before serving: marks the requests a stopped process left running as interrupted. */
-  recover?(): Promise<number>;
+  /**
+   * Lab mode, once the server holds its port: marks the requests a stopped process left running as interrupted.
+   * Lab charges and history reads wait for it, so nothing runs on a key before its past is settled.
+   */
+  recover?(after?: Promise<unknown>): Promise<number>;
   /**
    * Called with the request's head (no body) before the body is read: a caller without a valid API key gets its
    * 401 here, so an anonymous sender never makes the server buffer a body.
@@ -102,6 +105,8 @@ export function createApp(options: AppOptions): App {
   const journal = lab ? labJournal(store, ledger) : undefined;
   /** Sandbox requests whose work did not run: the fault headers do not cut their answers. */
   const answered = new WeakSet<Request>();
+  /** The start-up's marking of interrupted requests: lab charges and history reads wait for it. */
+  let recovered: Promise<unknown> = Promise.resolve();
 
   const chargeWork = async (request: Request, context: HandlerContext<unknown>): Promise<Response> => {
     const account = accountOf(request) as string;
@@ -209,6 +214,7 @@ export function createApp(options: AppOptions): App {
       });
       const gate = lab && labFaults(request.headers).crash ? crashingCharge : createCharge;
       if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
+      await recovered;
       const response = await journal.charge(account, charge, params, gate);
       if (!journal.cuts(response)) answered.add(request);
       return response;
@@ -235,10 +241,20 @@ export function createApp(options: AppOptions): App {
     }
     if (path === '/v1/lab/history' && journal) {
       if (request.method !== 'GET') return notAllowed('GET');
+      await recovered;
       return json({ object: 'lab_history', ...(await journal.history(account)) });
     }
     if (path === '/v1/lab/reset' && lab) {
       if (request.method !== 'POST') return notAllowed('POST');
+      // A running request's last history write would find its row gone, leaving a charge no entry names.
+      const running = journal?.running(account) ?? 0;
+      if (running > 0)
+        return problem({
+          status: 409,
+          slug: 'lab-busy',
+          title: 'Requests still running',
+          detail: `${running} of this account's requests ${running === 1 ? 'is' : 'are'} still running: Reset once they are done.`,
+        });
       return json({ object: 'lab_reset', deleted_charges: await ledger.clear(account) });
     }
     return notFound(path);
@@ -265,7 +281,11 @@ export function createApp(options: AppOptions): App {
       const faults = lab ? labFaults(request.headers) : undefined;
       return faults !== undefined && (faults.drop || faults.crash) && !answered.has(request);
     },
-    recover: () => journal?.recover() ?? Promise.resolve(0),
+    recover: (after: Promise<unknown> = Promise.resolve()) => {
+      const marked = after.then(() => journal?.recover() ?? 0);
+      recovered = marked.catch(() => undefined);
+      return marked;
+    },
     admit,
   });
 }

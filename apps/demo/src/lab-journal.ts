@@ -149,8 +149,10 @@ export interface LabJournal {
   refOf(request: Request): string | null;
   /** Whether the fault headers may cut this answer's connection: only when the request's work ran. */
   cuts(response: Response): boolean;
-  /** At start-up, before serving: marks what a stopped process left running as interrupted. Returns how many. */
+  /** Once this process holds its port: marks what a stopped process left running as interrupted. Returns how many. */
   recover(): Promise<number>;
+  /** How many of the account's requests this process is running now. */
+  running(account: string): number;
   /** The account's whole history (oldest first) and its charges, newest first. */
   history(account: string): Promise<{ entries: LabEntry[]; charges: Charge[] }>;
 }
@@ -245,6 +247,8 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
     };
   };
   const cutting = new WeakSet<Response>();
+  /** Requests running now, per account: Reset waits for none (their last write would find no row). */
+  const busy = new Map<string, number>();
 
   return {
     async charge(account, request, params, run) {
@@ -301,48 +305,57 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       }
       entry = { ...entry, seq, request: entry.request || String(seq) };
       traces.set(traceId, {});
-      let response: Response;
-      let trace: LabTrace;
+      busy.set(account, (busy.get(account) ?? 0) + 1);
       try {
-        response = await run(new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }));
+        let response: Response;
+        let trace: LabTrace;
+        try {
+          response = await run(
+            new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }),
+          );
+        } finally {
+          trace = traces.get(traceId) ?? {};
+          traces.delete(traceId);
+        }
+        const problem = await problemType(response);
+        let charge: Charge | undefined;
+        try {
+          charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
+        } catch {
+          charge = undefined;
+        }
+        // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
+        const cut = (faults.drop || faults.crash) && trace.work !== undefined;
+        if (cut) cutting.add(response);
+        const done: LabEntry = {
+          ...entry,
+          ms: Date.now() - at,
+          state: 'done',
+          status: response.status,
+          answer: cut
+            ? null
+            : {
+                status: response.status,
+                replayed: response.headers.get('idempotent-replayed') === 'true',
+                problem,
+                retryAfter: response.headers.get('retry-after'),
+              },
+          claim: claimOf(key, trace, entry.before, response, problem),
+          record: await read(pk),
+          recordId: trace.recordId ?? null,
+          work: trace.work ?? null,
+          charge: charge
+            ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
+            : null,
+          cut,
+        };
+        await update(account, seq, done);
+        return response;
       } finally {
-        trace = traces.get(traceId) ?? {};
-        traces.delete(traceId);
+        const left = (busy.get(account) ?? 1) - 1;
+        if (left === 0) busy.delete(account);
+        else busy.set(account, left);
       }
-      const problem = await problemType(response);
-      let charge: Charge | undefined;
-      try {
-        charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
-      } catch {
-        charge = undefined;
-      }
-      // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
-      const cut = (faults.drop || faults.crash) && trace.work !== undefined;
-      if (cut) cutting.add(response);
-      const done: LabEntry = {
-        ...entry,
-        ms: Date.now() - at,
-        state: 'done',
-        status: response.status,
-        answer: cut
-          ? null
-          : {
-              status: response.status,
-              replayed: response.headers.get('idempotent-replayed') === 'true',
-              problem,
-              retryAfter: response.headers.get('retry-after'),
-            },
-        claim: claimOf(key, trace, entry.before, response, problem),
-        record: await read(pk),
-        recordId: trace.recordId ?? null,
-        work: trace.work ?? null,
-        charge: charge
-          ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
-          : null,
-        cut,
-      };
-      await update(account, seq, done);
-      return response;
     },
     note(request, trace) {
       const id = request.headers.get(TRACE);
@@ -354,6 +367,7 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       return id !== null && traces.has(id) ? `lab_${id}` : null;
     },
     cuts: (response) => cutting.has(response),
+    running: (account) => busy.get(account) ?? 0,
     async recover() {
       let marked = 0;
       for (const row of await ledger.unfinished()) {

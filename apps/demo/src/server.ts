@@ -51,7 +51,6 @@ export async function startServer(
     pages: staticPages(),
     ...(config.lab ? { model: modelRoutes({ store: backend.store, trips, ttlMs: config.ttlMs }) } : {}),
   });
-  if (config.lab) await app.recover?.();
   const limits = { headersTimeoutMs: config.headersTimeoutMs, requestTimeoutMs: config.requestTimeoutMs };
   const allowedHosts = config.allowedHosts ?? [...LOOPBACK_HOSTS, ...(isLoopback(config.host) ? [config.host] : [])];
   const server = serve(app, {
@@ -77,11 +76,23 @@ export async function startServer(
         });
   let url: string;
   let metricsUrl: string | undefined;
+  // Lab mode: what a stopped process left running is marked interrupted once this one holds the port (a second
+  // process that cannot listen marks nothing); lab requests arriving first wait for it.
+  let bound: (ok: boolean) => void = () => {};
+  const listening = new Promise<boolean>((resolve) => (bound = resolve));
+  const marked = config.lab
+    ? app.recover?.(listening.then((ok) => (ok ? undefined : Promise.reject(new Error('not listening')))))
+    : undefined;
+  marked?.catch((error: Error) => {
+    if (error.message !== 'not listening') console.error(`idem demo: lab history not recovered: ${error.message}`);
+  });
   try {
     url = await listen(server, config.port, config.host, 'HOST/PORT');
+    bound(true);
     if (scrape)
       metricsUrl = `${await listen(scrape, config.metricsPort ?? 0, config.metricsHost, 'IDEM_METRICS_HOST/IDEM_METRICS_PORT')}/metrics`;
   } catch (error) {
+    bound(false);
     server.close();
     scrape?.close();
     await backend.close();

@@ -71,7 +71,9 @@ export async function refresh(): Promise<boolean> {
       mineToo.entry = entry;
       return mineToo;
     });
-    state.attempts = [...known, ...local.values()];
+    // Kept beside the history: this page's requests the server has not journaled (unanswered yet, refused, lost).
+    // One the history held before and holds no more was deleted by a Reset (another tab): it is gone.
+    state.attempts = [...known, ...[...local.values()].filter((a) => a.entry === null)];
     state.charges = history.charges;
     state.balance = balance;
     state.records = records.data;

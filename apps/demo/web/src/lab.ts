@@ -218,6 +218,11 @@ ui.reset.addEventListener('click', () => {
     let deleted: number | null = null;
     try {
       const response = await fetch('/v1/lab/reset', { method: 'POST', headers: authHeaders(), cache: 'no-store' });
+      if (response.status === 409) {
+        // Requests of this account still run (another tab's): nothing was deleted, and the page stays on it.
+        const { detail } = (await response.json()) as { detail: string };
+        return () => ({ text: `Reset refused, nothing deleted: ${detail}`, claims: [] });
+      }
       if (response.ok) deleted = ((await response.json()) as { deleted_charges: number }).deleted_charges;
     } catch {
       // the account switch below still starts the page over

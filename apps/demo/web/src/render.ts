@@ -50,6 +50,12 @@ const VERDICT: Record<Payment['verdict'], string> = {
 const names = (list: readonly Payment[]): string =>
   list.length === 1 ? `Payment ${list[0]?.n}` : `Payments ${list.map((p) => p.n).join(', ')}`;
 
+/** Whether a retry with `key` runs the charge: its record is absent, or failed and retryable (else it replays). */
+const retryRuns = (key: string): boolean => {
+  const r = state.records.find((x) => x.key === key);
+  return r === undefined || (r.status === 'failed' && r.retryable === true);
+};
+
 /**
  * The flag line: the payments whose Charged is not what was meant, by name; the line keeps its place when there
  * are none. `data-flag` says which verdict it reports.
@@ -74,9 +80,11 @@ function callout(list: readonly Payment[]): void {
     text = `${names(of('unknown'))}: unknown whether charged. No answer reached this page, and the server's history does not say.`;
   } else if (of('unpaid').length > 0) {
     flag = 'unpaid';
-    // Advice only where it holds: a keyless payment has no key to retry, and a mismatched body meets 400 again.
+    // Advice only where it holds: a keyless payment has no key to retry, a mismatched body meets 400 again, a
+    // refused request was never run, and a record holding an answer replays it.
     const retryable = of('unpaid').every(
-      (p) => p.key !== null && p.attempts.every((a) => outcome(a) !== 'mismatch' && outcome(a) !== 'refused'),
+      (p) =>
+        p.key !== null && p.attempts.every((a) => !['mismatch', 'refused'].includes(outcome(a))) && retryRuns(p.key),
     );
     text = `${names(of('unpaid'))}: meant, but nothing charged yet.${retryable ? ' Retry with the same key to charge once.' : ''}`;
   } else if (of('in-progress').length > 0) {
