@@ -194,28 +194,28 @@ const MUTANTS: readonly Mutant[] = [
   // ── SQLite store ────────────────────────────────────────────────────────────────────────────────────────────
   {
     id: 'S1',
-    file: 'packages/idem/src/stores/sqlite/index.ts',
+    file: 'packages/idem/src/stores/sqlite/claim.ts',
     what: "the claim's SQL drops its fingerprint condition",
     find: 'OR (${t}."fingerprint" = excluded."fingerprint" AND (',
     replace: 'OR ((',
   },
   {
     id: 'S2',
-    file: 'packages/idem/src/stores/sqlite/index.ts',
+    file: 'packages/idem/src/stores/sqlite/statements.ts',
     what: 'completion not fenced by the token',
     find: '"response_body" = @responseBody\n      WHERE "pk" = @pk AND "token" = @token AND "status" = \'in_progress\'',
     replace: '"response_body" = @responseBody\n      WHERE "pk" = @pk AND "status" = \'in_progress\'',
   },
   {
     id: 'S3',
-    file: 'packages/idem/src/stores/sqlite/index.ts',
+    file: 'packages/idem/src/stores/sqlite/statements.ts',
     what: 'renew does not write expires_at',
     find: '@leaseExpiresAt),\n      "expires_at" = max("expires_at", @expiresAt) WHERE',
     replace: '@leaseExpiresAt) WHERE',
   },
   {
     id: 'S4',
-    file: 'packages/idem/src/stores/sqlite/index.ts',
+    file: 'packages/idem/src/stores/sqlite/claim.ts',
     what: 'a takeover gets a new id (the work cannot find what the dead attempt did)',
     find: '"id" = CASE WHEN ${t}."expires_at" > @now THEN ${t}."id" ELSE excluded."id" END',
     replace: '"id" = excluded."id"',
