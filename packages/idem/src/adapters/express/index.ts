@@ -5,8 +5,9 @@ import type { NextFunction, Request, RequestHandler, Response as ExpressResponse
 import type { Engine } from '../../core/engine.js';
 import { createGate, type GateRequest, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
 import { replayParts } from '../../http/replay.js';
+import { hold, type HoldSettings } from '../node/hold.js';
 import { headerValue, readAndRestore, responseParts } from '../shared.js';
-import { capture, route, toDictionary, type Settings } from './held.js';
+import { route, toDictionary, UNSEEN } from './route.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Express request. */
 export type ExpressIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Request>;
@@ -50,7 +51,7 @@ const CONTEXT = 'idempotency';
  */
 export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>): ExpressIdempotency<Tx> {
   const gate = createGate<Tx, Request>(options);
-  const settings: Settings = Object.freeze({
+  const settings: HoldSettings<Request> = Object.freeze({
     limit: gate.maxResponseBytes,
     replayHeaders: gate.replayHeaders,
     classify: options.classify,
@@ -81,7 +82,10 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
       return;
     }
     (res.locals as Record<string, unknown>)[CONTEXT] = admission.context;
-    if (admission.kind === 'run') capture(res, admission, settings);
+    if (admission.kind === 'run') {
+      toDictionary(res);
+      hold(res, req, admission, settings, UNSEEN);
+    }
     next();
   };
   return Object.assign(middleware, { engine: gate.engine, route });

@@ -9,6 +9,7 @@
 import type { CallHandler, ExecutionContext, NestInterceptor } from '@nestjs/common';
 import type { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { Observable } from 'rxjs';
+import type { Run as HeldRun } from '../node/hold.js';
 
 /** How an Observable ended: its last value, or its error. */
 export type Outcome = { readonly value: unknown } | { readonly error: unknown };
@@ -60,7 +61,7 @@ export function keep(source: Observable<unknown>, hooks: Hooks): Observable<unkn
  * saw it begin (an interceptor answered without calling it, or the watcher is not installed) — once the chain the
  * interceptor subscribed to has.
  */
-export class Run {
+export class Run implements HeldRun {
   #began = false;
   #handler = false;
   #chain = false;
@@ -68,6 +69,10 @@ export class Run {
 
   get settled(): boolean {
     return this.#handler || (this.#chain && !this.#began);
+  }
+  /** The watcher sees every handler settle. */
+  get unseen(): boolean {
+    return false;
   }
   began(): void {
     this.#began = true;

@@ -1,7 +1,8 @@
 /**
  * NestJS: nothing a handler sets on the head of a held response can take the process down (issue 27). A reason
  * phrase Node refuses throws where it is written, as without Idem, and the app answers 500; a valid custom reason
- * phrase is answered as a replay will give it: Node's own phrase for the status.
+ * phrase is answered as a replay will give it: Node's own phrase for the status. A `writeHead` Node refuses (an
+ * odd flat header list, an undefined value) throws where it is called, as in Express (the one Node holder's check).
  */
 import 'reflect-metadata';
 import type { Server, ServerResponse } from 'node:http';
@@ -33,6 +34,8 @@ const FIRST: Record<string, (res: ServerResponse) => void> = {
   'header name invalid': (res) => void res.setHeader('bad name', 'x'),
   'writeHead with a reason not Latin-1': (res) => void res.writeHead(201, 'Créé ✓', { 'content-type': 'text/plain' }),
   'writeHead with CR/LF in a header value': (res) => void res.writeHead(201, { 'x-injected': 'a\r\nb' }),
+  'writeHead with an odd header list': (res) => void res.writeHead(201, ['x-injected']),
+  'writeHead with an undefined header value': (res) => void res.writeHead(201, { 'x-injected': undefined }),
   'valid custom reason': (res) => void (res.statusMessage = 'Charge Created'),
 };
 
@@ -114,6 +117,8 @@ describe.each(['express', 'fastify'] as const)('Nest (%s): a head Node refuses',
     ['/passthrough', 'header name invalid'],
     ['/written', 'writeHead with a reason not Latin-1'],
     ['/written', 'writeHead with CR/LF in a header value'],
+    ['/written', 'writeHead with an odd header list'],
+    ['/written', 'writeHead with an undefined header value'],
     ['/written', 'reason with CR/LF'],
   ])('%s, %s: 500, recorded retryable; the retry runs and answers 201; the process lives on', async (path, name) => {
     const { send, record, engine } = await start(platform);

@@ -30,20 +30,11 @@ import {
 import { of, type Observable } from 'rxjs';
 import type { Engine } from '../../core/engine.js';
 import { configError } from '../../core/errors.js';
-import type { StoredResponse } from '../../core/record.js';
-import {
-  createGate,
-  responseTooLarge,
-  storedResponse,
-  type Claim,
-  type Gate,
-  type HandlerContext,
-  type IdempotencyOptions,
-} from '../../http/middleware.js';
-import { BodyTooLargeError, storableHeaders } from '../../http/replay.js';
-import { freesKey, headerValue, NO_BYTES } from '../shared.js';
-import { eachHandler, installWatcher, keep, watchRun, type Run } from './handler.js';
-import { hold, type HeldResponse, type Holding } from './hold.js';
+import { createGate, type Gate, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
+import { BodyTooLargeError } from '../../http/replay.js';
+import { abandonHeld, hold, type Held, type HoldSettings, type Recorder, type Run } from '../node/hold.js';
+import { headerValue, NO_BYTES } from '../shared.js';
+import { eachHandler, installWatcher, keep, watchRun } from './handler.js';
 
 /**
  * The request as the interceptor reads it: Express's `Request` and Fastify's `FastifyRequest` both fit. `rawBody`
@@ -135,11 +126,42 @@ export const IdempotencyContext: () => ParameterDecorator = createParamDecorator
   (_data: unknown, context: ExecutionContext) => idempotencyContext(context.switchToHttp().getRequest<object>()),
 );
 
-/** What the interceptor holds per route: the gate and the options it was made with, or `null` for a route left alone. */
+/**
+ * What the interceptor holds per route: the gate, and the settings its responses are held with; `null` for a route
+ * left alone.
+ */
 type RouteGate = {
   readonly gate: Gate<unknown, NestRequest>;
-  readonly options: NestIdempotencyOptions<unknown>;
+  readonly settings: HoldSettings<NestRequest>;
 } | null;
+
+function routeGate(options: NestIdempotencyOptions<unknown>): RouteGate & object {
+  const gate = createGate(options);
+  // No `answerFor`: past `maxHoldMs` the client gets the lease's 409 when the handler ends (from `complete`).
+  const settings = Object.freeze({
+    limit: gate.maxResponseBytes,
+    replayHeaders: gate.replayHeaders,
+    classify: options.classify,
+    graceMs: Math.ceil(gate.engine.leaseMs / 2),
+  });
+  return { gate, settings };
+}
+
+/** How a refusal or replay is held: any body Nest writes is dropped, and the answer sent in its place. */
+const ANSWERING: HoldSettings<NestRequest> = Object.freeze({
+  limit: 0,
+  replayHeaders: [],
+  classify: undefined,
+  graceMs: Infinity,
+});
+
+/** A run that has settled: the handler of a refused request never runs. */
+const SETTLED: Run = Object.freeze({ settled: true, unseen: false, whenSettled: () => Promise.resolve(true) });
+
+/** The recorder of a refusal or replay: `complete` answers the fixed response in place of what Nest sends. */
+function answering(response: Response): Recorder {
+  return { lease: null, complete: () => Promise.resolve(response), fail: () => Promise.resolve() };
+}
 
 /**
  * The interceptor `IdempotencyModule` registers app-wide. Per request it admits the request at the gate (the raw
@@ -173,7 +195,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     this.#discovery = discovery;
     this.#scanner = scanner;
     this.#adapter = adapter;
-    this.#gate = { gate: createGate(options), options };
+    this.#gate = routeGate(options);
     // Made with the providers, before Nest registers the routes (and reads their interceptors).
     if (discovery && scanner) installWatcher(discovery, scanner);
   }
@@ -213,22 +235,14 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
       const { response } = admission;
       // Whatever Nest sends for the value handed back is swapped for the answer. A route that takes @Res() answers
       // by itself, and it does not run: Nest sends nothing for it, so the answer is sent from here.
-      hold(res, 0, async () => response);
+      hold(res, request, answering(response), ANSWERING, SETTLED);
       if (!nestReplies(context)) res.end();
       return of(undefined);
     }
     contexts.set(request, admission.context);
     const claim = admission;
     const run = watchRun(request);
-    const { classify } = route.options;
-    const holding = hold(
-      res,
-      gate.maxResponseBytes,
-      (held) => record(claim, held, gate.replayHeaders, run, (status) => freesKey(status, request, classify)),
-      // A client gone mid-stream: the work may still run, so no retry may start before the lease lapses.
-      (why) => void (why === 'left' && claim.lease ? claim.lease.abandon() : claim.fail()),
-      Math.ceil(gate.engine.leaseMs / 2),
-    );
+    const holding = hold(res, request, claim, route.settings, run);
     const replies = nestReplies(context);
     const adapter = this.#adapter?.httpAdapter;
     return keep(next.handle(), {
@@ -249,10 +263,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
             if ('error' in outcome) new BaseExceptionFilter(adapter).catch(outcome.error, context);
             else
               void Promise.resolve(adapter.reply(http.getResponse<unknown>(), outcome.value)).catch(() =>
-                holding.abandon(),
+                abandonHeld(holding),
               );
           } catch {
-            holding.abandon();
+            abandonHeld(holding);
           }
         });
       },
@@ -277,8 +291,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnModuleInit {
     if (onMethod === false || (onMethod === undefined && onClass === false)) gate = null;
     else if (onMethod === undefined && onClass === undefined) gate = this.#gate;
     else {
-      const options = { ...this.#options, ...(onClass || {}), ...(onMethod || {}) };
-      gate = { gate: createGate(options), options };
+      gate = routeGate({ ...this.#options, ...(onClass || {}), ...(onMethod || {}) });
     }
     byHandler.set(handler, gate);
     return gate;
@@ -346,41 +359,12 @@ function dynamicModule(options: Provider[], imports: NonNullable<ModuleMetadata[
   };
 }
 
-function watch(file: StreamableFile, holding: Holding): void {
+function watch(file: StreamableFile, holding: Held): void {
   const stream = file.getStream();
   if (typeof stream.once !== 'function') return;
   stream.once('close', () => {
-    if (!stream.readableEnded) holding.abandon();
+    if (!stream.readableEnded) abandonHeld(holding);
   });
-}
-
-/**
- * Records what the platform would send; the replacement (problem) when it could not be. Never rejects. An answer
- * that would free the key (`frees`: retryable, or released) while the handler has not settled, and does not by the
- * next turn (a handler that answered through `@Res()`, then returned, does), is sent as it is, and recorded once the
- * handler has settled: no retry runs the work beside it.
- */
-async function record(
-  claim: Claim<unknown>,
-  held: HeldResponse,
-  replayHeaders: readonly string[],
-  run: Run,
-  frees: (status: number) => boolean,
-): Promise<Response | undefined> {
-  if (held.kind === 'too-large') {
-    const stored = await responseTooLarge(held.error);
-    return (await claim.complete(stored, 'failed-final')) ?? storedResponse(stored);
-  }
-  const stored: StoredResponse = {
-    status: held.status,
-    headers: storableHeaders(held.headers, replayHeaders),
-    body: held.body,
-  };
-  if (!run.settled && frees(stored.status) && !(await run.whenSettled(true))) {
-    void run.whenSettled(false).then(() => claim.complete(stored));
-    return undefined;
-  }
-  return claim.complete(stored);
 }
 
 const RAW_BODY_MISSING =
