@@ -7,7 +7,7 @@ import { PutItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import type { ClaimRequest, ClaimResult, IdempotencyRecord } from '../contract.js';
 import { claimedRecord, isClaimable } from '../contract.js';
 import { claimItem, num, str, ttlSeconds } from './codec.js';
-import type { DynamoTable } from './table.js';
+import type { DynamoTable } from './send.js';
 
 /** A claim retries only when another writer changed the item between our two writes; this bounds a livelock. */
 export const MAX_CLAIM_ATTEMPTS = 5;

@@ -64,7 +64,7 @@ import {
 } from './options.js';
 import { createTable, TABLE_NAME } from './schema.js';
 import { sweep } from './sweep.js';
-import { DynamoTable } from './table.js';
+import { DynamoTable } from './send.js';
 
 export { DEFAULT_ATTRIBUTE_NAMES, DEFAULT_LIST_INDEX, DYNAMODB_MAX_RESPONSE_BYTES };
 export type {

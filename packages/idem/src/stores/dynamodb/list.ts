@@ -9,7 +9,7 @@ import type { BatchGetItemCommandOutput, QueryCommandOutput } from '@aws-sdk/cli
 import type { IdempotencyRecord, ListRequest } from '../contract.js';
 import { MAX_CLAIM_ATTEMPTS } from './claim.js';
 import { decodeItem, str, type Item } from './codec.js';
-import type { DynamoTable } from './table.js';
+import type { DynamoTable } from './send.js';
 
 /**
  * A scope's records, newest claim first: a Query of `listIndex` (eventually consistent) for the newest `limit`

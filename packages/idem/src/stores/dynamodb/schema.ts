@@ -8,7 +8,7 @@ import {
 } from '@aws-sdk/client-dynamodb';
 import { configError } from '../../core/errors.js';
 import type { CreateTableOptions, CreateTableResult } from './options.js';
-import type { DynamoTable } from './table.js';
+import type { DynamoTable } from './send.js';
 
 /** DynamoDB's rule for a table's (and an index's) name. */
 export const TABLE_NAME = /^[a-zA-Z0-9_.-]{3,255}$/;

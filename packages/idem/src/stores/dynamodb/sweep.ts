@@ -3,7 +3,7 @@ import { DeleteItemCommand, ScanCommand } from '@aws-sdk/client-dynamodb';
 import { configError } from '../../core/errors.js';
 import type { SweepRequest } from '../contract.js';
 import { num, type Item } from './codec.js';
-import type { DynamoTable } from './table.js';
+import type { DynamoTable } from './send.js';
 
 /**
  * Native TTL deletes expired items on DynamoDB, and the claim treats them as absent meanwhile, so there is no
