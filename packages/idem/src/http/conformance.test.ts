@@ -1,11 +1,5 @@
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
-import { afterAll } from 'vitest';
-import { sqliteStore } from '../stores/sqlite/index.js';
 import { describeAdapterConformance, replyStream, serveFetch, type AdapterHarness } from '../testing/adapter.js';
+import { sqliteLedger } from '../testing/sqlite-ledger.test-kit.js';
 import { idempotency } from './middleware.js';
 
 /** The Web-standard layer itself, served by Node's HTTP server through `serveFetch`. */
@@ -33,20 +27,4 @@ const webHarness: AdapterHarness = {
   },
 };
 
-const dir = mkdtempSync(join(tmpdir(), 'idem-web-conformance-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-describeAdapterConformance({
-  harness: webHarness,
-  createStore: async () => {
-    const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
-    await store.migrate();
-    store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
-    return store;
-  },
-  effect: (tx: Database.Database, ref) => {
-    tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
-  },
-  countEffects: async (ref, store) =>
-    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
-});
+describeAdapterConformance({ harness: webHarness, ...sqliteLedger('web') });

@@ -1,15 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import compression from 'compression';
 import express from 'express';
-import { afterAll } from 'vitest';
-import { sqliteStore } from '../../stores/sqlite/index.js';
 import { describeAdapterConformance, type AdapterHarness } from '../../testing/adapter.js';
+import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
 import { idempotency, idempotencyContext } from './index.js';
 
 const expressHarness: AdapterHarness = {
@@ -74,20 +68,4 @@ const expressHarness: AdapterHarness = {
   },
 };
 
-const dir = mkdtempSync(join(tmpdir(), 'idem-express-conformance-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-describeAdapterConformance({
-  harness: expressHarness,
-  createStore: async () => {
-    const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
-    await store.migrate();
-    store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
-    return store;
-  },
-  effect: (tx: Database.Database, ref) => {
-    tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
-  },
-  countEffects: async (ref, store) =>
-    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
-});
+describeAdapterConformance({ harness: expressHarness, ...sqliteLedger('express') });

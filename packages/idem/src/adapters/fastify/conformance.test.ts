@@ -1,14 +1,8 @@
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import fastifyCompress from '@fastify/compress';
-import Database from 'better-sqlite3';
 import Fastify from 'fastify';
-import { afterAll } from 'vitest';
-import { sqliteStore } from '../../stores/sqlite/index.js';
 import { describeAdapterConformance, type AdapterHarness } from '../../testing/adapter.js';
+import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
 import { idempotency } from './index.js';
 
 const fastifyHarness: AdapterHarness = {
@@ -57,20 +51,4 @@ const fastifyHarness: AdapterHarness = {
   },
 };
 
-const dir = mkdtempSync(join(tmpdir(), 'idem-fastify-conformance-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-describeAdapterConformance({
-  harness: fastifyHarness,
-  createStore: async () => {
-    const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
-    await store.migrate();
-    store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
-    return store;
-  },
-  effect: (tx: Database.Database, ref) => {
-    tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
-  },
-  countEffects: async (ref, store) =>
-    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
-});
+describeAdapterConformance({ harness: fastifyHarness, ...sqliteLedger('fastify') });

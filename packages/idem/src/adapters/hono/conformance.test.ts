@@ -1,13 +1,7 @@
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { Hono } from 'hono';
 import { compress } from 'hono/compress';
-import { afterAll } from 'vitest';
-import { sqliteStore } from '../../stores/sqlite/index.js';
 import { describeAdapterConformance, replyStream, serveFetch, type AdapterHarness } from '../../testing/adapter.js';
+import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
 import { idempotency, type IdempotencyVariables } from './index.js';
 
 type Status = 201;
@@ -43,20 +37,4 @@ const honoHarness: AdapterHarness = {
   },
 };
 
-const dir = mkdtempSync(join(tmpdir(), 'idem-hono-conformance-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-describeAdapterConformance({
-  harness: honoHarness,
-  createStore: async () => {
-    const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
-    await store.migrate();
-    store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
-    return store;
-  },
-  effect: (tx: Database.Database, ref) => {
-    tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
-  },
-  countEffects: async (ref, store) =>
-    (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
-});
+describeAdapterConformance({ harness: honoHarness, ...sqliteLedger('hono') });

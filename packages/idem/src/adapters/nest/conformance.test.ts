@@ -5,24 +5,19 @@
  * repo's strict tsconfig, which has no `experimentalDecorators`.
  */
 import 'reflect-metadata';
-import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import fastifyCompress from '@fastify/compress';
 import { Body, Controller, Module, Post, Req, Res, StreamableFile, type DynamicModule } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import compression from 'compression';
-import { afterAll } from 'vitest';
 import type { IdempotencyStore } from '../../core/record.js';
-import { sqliteStore } from '../../stores/sqlite/index.js';
 import { describeAdapterConformance, type AdapterHarness, type SuiteReply } from '../../testing/adapter.js';
+import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
 import { idempotencyContext, IdempotencyModule, type NestRequest } from './index.js';
 
 /** What the passthrough response offers on both platforms: Express's `res` and Fastify's `reply`. */
@@ -146,22 +141,11 @@ function nestHarness(platform: 'express' | 'fastify'): AdapterHarness {
   };
 }
 
-const dir = mkdtempSync(join(tmpdir(), 'idem-nest-conformance-'));
-afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const ledger = sqliteLedger('nest');
 
 for (const platform of ['express', 'fastify'] as const) {
   describeAdapterConformance({
     harness: nestHarness(platform),
-    createStore: async () => {
-      const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
-      await store.migrate();
-      store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
-      return store;
-    },
-    effect: (tx: Database.Database, ref) => {
-      tx.prepare('INSERT INTO ledger (ref) VALUES (?)').run(ref);
-    },
-    countEffects: async (ref, store) =>
-      (store.database.prepare('SELECT count(*) AS n FROM ledger WHERE ref = ?').get(ref) as { n: number }).n,
+    ...ledger,
   });
 }
