@@ -50,6 +50,22 @@ describe('redactUrl: every credential form, masked', () => {
     expect(redactUrl(url)).toBe(shown);
   });
 
+  it('a query password holding ; \' or " is masked to the next &, as the driver reads it', () => {
+    expect(redactUrl('mysql://root@127.0.0.1:3306/nodb?password=AB;TAILSECRET')).toBe(
+      'mysql://root@127.0.0.1:3306/nodb?password=***',
+    );
+    expect(redactUrl("postgres://app@db/pay?password=AB'TAILSECRET&sslmode=require")).toBe(
+      'postgres://app@db/pay?password=***&sslmode=require',
+    );
+    expect(redactUrl('redis://cache:6379/0?password=AB"TAILSECRET')).toBe('redis://cache:6379/0?password=***');
+    expect(redactUrl('redis://cache:6379?db=1;password=x&token=A;B\'C"D&x=1')).toBe(
+      'redis://cache:6379?db=1;password=***&token=***&x=1',
+    );
+    expect(parseStoreUrl('postgres://app@db/pay?password=AB;TAILSECRET&schema=idem').shown).toBe(
+      'postgres://app@db/pay?password=***',
+    );
+  });
+
   it('a password with a space does not parse either', () => {
     expect(redactUrl('mysql://root:S3 CRET@db/test')).toBe('mysql://…');
   });
@@ -72,6 +88,17 @@ describe('redact: credentials in any text, and the known password wherever a dri
       'role "S3CRET" does not exist; AUTH *** *** *** ***',
     );
     expect(redact('role "S3CRET" failed', 'postgres://S3CRET:S3CRET@db/pay')).toBe('role "***" failed');
+  });
+
+  it("masks a store URL's query password holding ; ' or \" wherever a driver repeats it, before the patterns", () => {
+    const url = 'mysql://root@127.0.0.1:3306/nodb?password=AB;TAILSECRET';
+    expect(redact(`password AB;TAILSECRET refused by ${url}`, url)).toBe(
+      'password *** refused by mysql://root@127.0.0.1:3306/nodb?password=***',
+    );
+    expect(
+      redact("auth AB'TAILSECRET failed; DSN password=AB'TAILSECRET", "postgres://db/p?password=AB'TAILSECRET"),
+    ).toBe('auth *** failed; DSN password=***');
+    expect(redact('url redis://h?password=AB"TAILSECRET x=1')).toBe('url redis://h?password=*** x=1');
   });
 
   it('leaves a message without credentials as it was', () => {

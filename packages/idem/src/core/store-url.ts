@@ -82,6 +82,8 @@ const CREDENTIAL = new RegExp(
   `(?<=^|[\\s?&;,({["'])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*)(["']?\\s*[=:]\\s*)(?:"[^"]*"|'[^']*'|[^\\s&;"']*)`,
   'gi',
 );
+/** The same pair in a URL query (after `?` or `&`): its value runs to the next `&`, as a driver reads it. */
+const QUERY_CREDENTIAL = new RegExp(`(?<=[?&])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*=)[^\\s&]*`, 'gi');
 
 /**
  * Reads a store URL, naming it `name` in errors (`CONFIG_INVALID`, the URL redacted). A URL that does not
@@ -185,16 +187,21 @@ export function redactUrl(url: string): string {
  * redact('AUTH S3CRET failed', 'redis://:S3CRET@cache:6379') // 'AUTH *** failed'
  */
 export function redact(text: string, url?: string): string {
-  let masked = text.replace(USER_INFO, '$1:***@').replace(CREDENTIAL, (all, name: string, between: string) => {
-    const quote = /^["']/.exec(all.slice(name.length + between.length))?.[0] ?? '';
-    return `${name}${between}${quote}***${quote}`;
-  });
+  // The URL's own secrets first, whole: a pattern stopping at a `;` or a quote would leave a tail of them.
+  let masked = text;
   for (const secret of url === undefined ? [] : secretsOf(url)) masked = masked.split(secret).join('***');
-  return masked;
+  return masked
+    .replace(USER_INFO, '$1:***@')
+    .replace(QUERY_CREDENTIAL, '$1***')
+    .replace(CREDENTIAL, (all, name: string, between: string) => {
+      const quote = /^["']/.exec(all.slice(name.length + between.length))?.[0] ?? '';
+      return `${name}${between}${quote}***${quote}`;
+    });
 }
 
 /**
- * The secrets of a URL, as written and decoded, longest first: its password and its credential parameters. One
+ * The secrets of a URL, as written and decoded, longest first: its password and its credential parameters (a
+ * query split at `&` only, as drivers split it: `;` and quotes belong to the value). One
  * shorter than 4 characters is left to the patterns: masking every `a` of a message would hide the message, not
  * the password.
  */
@@ -207,7 +214,7 @@ function secretsOf(url: string): string[] {
   const userInfo = start < 0 ? '' : url.slice(start + 3, Math.max(start + 3, url.lastIndexOf('@')));
   if (userInfo.includes(':')) add(userInfo.slice(userInfo.indexOf(':') + 1), decodeURIComponent);
   const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
-  for (const pair of query.split(/[&;]/)) {
+  for (const pair of query.split('&')) {
     const [name = '', value = ''] = pair.split(/=(.*)/s);
     if (SECRET_NAME.test(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
   }
