@@ -83,6 +83,11 @@ const CLAIMED = Date.UTC(2025, 0, 2, 3, 4, 5);
 const EXPIRES = Date.UTC(2125, 0, 2, 3, 4, 5);
 const isoTime = (ms: number) => new Date(ms).toISOString().replace('T', ' ').replace('.000Z', 'Z');
 
+/** A status with a screen clear, a C1 CSI and a bidi override, and how it must be printed. */
+const STATUS_SCOPE = 'acct_status';
+const STATUS = 'ok\x1b[2J\x9b31m\u202e';
+const STATUS_SHOWN = 'ok\\x1b[2J\\x9b31m\\u202e';
+
 describe('idem records prints stored strings escaped (built binary, SQLite)', () => {
   const dir = tempDir();
   const url = `sqlite:${dir.path}/idem.db`;
@@ -106,12 +111,50 @@ describe('idem records prints stored strings escaped (built binary, SQLite)', ()
       const response = { status: 201, headers: [header], body: new TextEncoder().encode(body) };
       const outcome = { status: 'succeeded' as const, retryable: false, resultId, response };
       expect((await store.complete({ pk, token: claim.token, now: CLAIMED + 1, outcome })).ok).toBe(true);
+      // A status no store writes, put there by hand past the CHECK constraint: one live record, one expired.
+      for (const [one, ttlMs] of [
+        ['live', EXPIRES - CLAIMED],
+        ['gone', 1000],
+      ] as const) {
+        const token = randomUUID();
+        const pkOf = recordPk(STATUS_SCOPE, one);
+        const row = { pk: pkOf, scope: STATUS_SCOPE, key: one, fingerprint: 'f'.repeat(64), token, id: randomUUID() };
+        expect((await store.claim({ ...row, now: CLAIMED, leaseMs: 60_000, ttlMs })).kind).toBe('claimed');
+      }
+      database.pragma('ignore_check_constraints = 1');
+      database.prepare('UPDATE "idem_records" SET "status" = ? WHERE "scope" = ?').run(STATUS, STATUS_SCOPE);
     } finally {
       await store.close();
       database.close();
     }
   });
   afterAll(() => dir.remove());
+
+  it('a hostile status (written past the CHECK constraint) is escaped in list and show, live or expired', async () => {
+    const listed = await idemBytes(['records', 'list', '--store', url, '--scope', STATUS_SCOPE]);
+    const shown = await idemBytes(['records', 'show', 'gone', '--store', url, '--scope', STATUS_SCOPE]);
+    expect([listed.code, listed.stderr, rawIn(listed.stdout), shown.code, shown.stderr, rawIn(shown.stdout)]).toEqual([
+      0,
+      '',
+      [],
+      0,
+      '',
+      [],
+    ]);
+    expect(
+      listed.stdout
+        .toString('utf8')
+        .split('\n')
+        .slice(2, 4)
+        .map((line) => line.split(/  +/).slice(0, 3).join(' | '))
+        .sort(),
+    ).toEqual([`gone | ${keyHash('gone')} | ${STATUS_SHOWN} (expired)`, `live | ${keyHash('live')} | ${STATUS_SHOWN}`]);
+    const status = shown.stdout
+      .toString('utf8')
+      .split('\n')
+      .find((line) => line.startsWith('status '));
+    expect(status).toBe(`status         ${STATUS_SHOWN} (expired)`);
+  });
 
   it('list: the row shows the key and the result id escaped; no raw control or invisible byte', async () => {
     const { code, stdout, stderr } = await idemBytes(['records', 'list', '--store', url, '--scope', scope]);

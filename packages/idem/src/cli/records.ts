@@ -364,12 +364,13 @@ function keyHash(key: string): string {
   return createHash('sha256').update(key, 'utf8').digest('hex').slice(0, 16);
 }
 
+/** The status as printed: made visible, as a row written past the store's CHECK may hold any string. */
 function stateOf(record: IdempotencyRecord, now: number): string {
-  if (record.expiresAt <= now) return `${record.status} (expired)`;
+  if (record.expiresAt <= now) return `${visible(record.status)} (expired)`;
   if (record.status === 'in_progress')
     return record.leaseExpiresAt <= now ? 'in_progress (lease lapsed)' : 'in_progress';
   if (record.status === 'failed') return record.retryable ? 'failed (retryable)' : 'failed (final)';
-  return record.status;
+  return visible(record.status);
 }
 
 function isoTime(ms: number): string {
