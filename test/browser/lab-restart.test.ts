@@ -23,7 +23,7 @@ describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', ()
   }) => {
     if (!lab.available) skip();
     const own = tempDir();
-    const env = sqlite?.env(own.path) ?? {};
+    const env = { ...sqlite?.env(own.path), IDEM_LEASE_MS: '2000' };
     let server = await startDemo(env);
     try {
       const page = await lab.open(VIEWPORTS[0], undefined, server.url);
@@ -56,6 +56,20 @@ describe.skipIf(!chromiumAvailable())('lab page across a restart, on SQLite', ()
       expect(await paymentRows(page)).toEqual([['1', '$500.00', '$0.00', 'in-progress']]);
       expect(await untrue(page, server.url, await readAccount(page, server.url))).toEqual([]);
       expect((await history(server.url)).entries.map((e) => e.state)).toEqual(['interrupted']);
+      // Once the lease has lapsed (read from the API), nothing holds the key: a retry would take it over.
+      const lapsed = async () =>
+        (
+          (await (
+            await fetch(`${server.url}/v1/idempotency_records`, { headers: { authorization: `Bearer ${key}` } })
+          ).json()) as { data: Array<{ leaseExpiresAt: number }> }
+        ).data.every((r) => r.leaseExpiresAt < Date.now());
+      await until(lapsed, true);
+      await page.reload();
+      await settled(page);
+      expect(await narration(page)).toMatch(
+        /^Read back from the server: 1 request so far\. The last: The server stopped while this request ran, so no answer was sent\. The ledger holds no charge under its key's record\. The key's record says in_progress, but its lease lapsed at \d\d:\d\d:\d\d(\.\d+)?: a retry takes the key over under the same record id\.$/,
+      );
+      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$0.00', 'unpaid']]);
       expect(page.errors).toEqual([]);
       await page.close();
     } finally {

@@ -246,16 +246,10 @@ export function createApp(options: AppOptions): App {
     }
     if (path === '/v1/lab/reset' && lab) {
       if (request.method !== 'POST') return notAllowed('POST');
-      // A running request's last history write would find its row gone, leaving a charge no entry names.
-      const running = journal?.running(account) ?? 0;
-      if (running > 0)
-        return problem({
-          status: 409,
-          slug: 'lab-busy',
-          title: 'Requests still running',
-          detail: `${running} of this account's requests ${running === 1 ? 'is' : 'are'} still running: Reset once they are done.`,
-        });
-      return json({ object: 'lab_reset', deleted_charges: await ledger.clear(account) });
+      // A running request's last history write would find its row gone: the journal refuses Reset meanwhile.
+      const deleted = journal ? await journal.reset(account, () => ledger.clear(account)) : await ledger.clear(account);
+      if (deleted instanceof Response) return deleted;
+      return json({ object: 'lab_reset', deleted_charges: deleted });
     }
     return notFound(path);
   }
@@ -282,7 +276,17 @@ export function createApp(options: AppOptions): App {
       return faults !== undefined && (faults.drop || faults.crash) && !answered.has(request);
     },
     recover: (after: Promise<unknown> = Promise.resolve()) => {
-      const marked = after.then(() => journal?.recover() ?? 0);
+      // A pass that fails (the database locked at start-up, say) is tried again, 5 times 2 s apart at most.
+      const marked = after.then(async () => {
+        for (let pass = 1; ; pass++) {
+          try {
+            return (await journal?.recover()) ?? 0;
+          } catch (error) {
+            if (pass === 5) throw error;
+            await sleep(2_000);
+          }
+        }
+      });
       recovered = marked.catch(() => undefined);
       return marked;
     },

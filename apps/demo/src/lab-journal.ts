@@ -151,8 +151,11 @@ export interface LabJournal {
   cuts(response: Response): boolean;
   /** Once this process holds its port: marks what a stopped process left running as interrupted. Returns how many. */
   recover(): Promise<number>;
-  /** How many of the account's requests this process is running now. */
-  running(account: string): number;
+  /**
+   * Runs `clear` (deleting the account's history and charges) unless one of its requests is running — then a 409
+   * `lab-busy` problem. Its charges are refused while `clear` runs. Returns `clear`'s count, or the problem.
+   */
+  reset(account: string, clear: () => Promise<number>): Promise<number | Response>;
   /** The account's whole history (oldest first) and its charges, newest first. */
   history(account: string): Promise<{ entries: LabEntry[]; charges: Charge[] }>;
 }
@@ -247,114 +250,135 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
     };
   };
   const cutting = new WeakSet<Response>();
-  /** Requests running now, per account: Reset waits for none (their last write would find no row). */
+  /** Requests running now, per account: Reset is refused while any runs (their last write would find no row). */
   const busy = new Map<string, number>();
+  /** Accounts being Reset: their charges are refused meanwhile. */
+  const resetting = new Set<string>();
+  const busyProblem = (why: string): Response =>
+    problemResponse({ status: 409, slug: 'lab-busy', title: 'Lab account busy', detail: `${why}.` });
+
+  const journaled: LabJournal['charge'] = async (account, request, params, run) => {
+    const traceId = crypto.randomUUID();
+    const headers = new Headers(request.headers);
+    headers.set(TRACE, traceId);
+    const key = headers.get('idempotency-key');
+    const pk = key === null ? null : recordPk(account, key);
+    const faults = labFaults(headers);
+    const at = Date.now();
+    let entry: LabEntry = {
+      seq: 0,
+      request: label(headers.get('idem-lab-request')) ?? '',
+      at,
+      ms: null,
+      state: 'running',
+      instance: INSTANCE,
+      ref: `lab_${traceId}`,
+      control: label(headers.get('idem-lab-control')) ?? 'API',
+      payment: label(headers.get('idem-lab-payment')),
+      group: label(headers.get('idem-lab-group')),
+      key,
+      amount: params.amount,
+      source: params.source,
+      faults,
+      answer: null,
+      status: null,
+      claim: null,
+      before: await read(pk),
+      record: null,
+      recordId: null,
+      work: null,
+      charge: null,
+    };
+    let seq: number | null;
+    try {
+      seq = await ledger.journal(account, null, JSON.stringify(entry), LAB_HISTORY_LIMIT);
+    } catch (error) {
+      unwritten(error);
+      return problemResponse({
+        status: 503,
+        slug: 'lab-history-unavailable',
+        title: 'Lab history unavailable',
+        detail: 'The lab could not record this request, so it did not run it: nothing was charged.',
+      });
+    }
+    if (seq === null) {
+      return problemResponse({
+        status: 409,
+        slug: 'lab-history-full',
+        title: 'Lab history full',
+        detail: `This sandbox account has sent ${LAB_HISTORY_LIMIT} requests, the most the lab keeps, so it did not run this one: nothing was charged. Reset starts a fresh account.`,
+      });
+    }
+    entry = { ...entry, seq, request: entry.request || String(seq) };
+    traces.set(traceId, {});
+    {
+      let response: Response;
+      let trace: LabTrace;
+      try {
+        response = await run(new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }));
+      } finally {
+        trace = traces.get(traceId) ?? {};
+        traces.delete(traceId);
+      }
+      const problem = await problemType(response);
+      let charge: Charge | undefined;
+      try {
+        charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
+      } catch {
+        charge = undefined;
+      }
+      // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
+      const cut = (faults.drop || faults.crash) && trace.work !== undefined;
+      if (cut) cutting.add(response);
+      const done: LabEntry = {
+        ...entry,
+        ms: Date.now() - at,
+        state: 'done',
+        status: response.status,
+        answer: cut
+          ? null
+          : {
+              status: response.status,
+              replayed: response.headers.get('idempotent-replayed') === 'true',
+              problem,
+              retryAfter: response.headers.get('retry-after'),
+            },
+        claim: claimOf(key, trace, entry.before, response, problem),
+        record: await read(pk),
+        recordId: trace.recordId ?? null,
+        work: trace.work ?? null,
+        charge: charge
+          ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
+          : null,
+        cut,
+      };
+      await update(account, seq, done);
+      return response;
+    }
+  };
 
   return {
-    async charge(account, request, params, run) {
-      const traceId = crypto.randomUUID();
-      const headers = new Headers(request.headers);
-      headers.set(TRACE, traceId);
-      const key = headers.get('idempotency-key');
-      const pk = key === null ? null : recordPk(account, key);
-      const faults = labFaults(headers);
-      const at = Date.now();
-      let entry: LabEntry = {
-        seq: 0,
-        request: label(headers.get('idem-lab-request')) ?? '',
-        at,
-        ms: null,
-        state: 'running',
-        instance: INSTANCE,
-        ref: `lab_${traceId}`,
-        control: label(headers.get('idem-lab-control')) ?? 'API',
-        payment: label(headers.get('idem-lab-payment')),
-        group: label(headers.get('idem-lab-group')),
-        key,
-        amount: params.amount,
-        source: params.source,
-        faults,
-        answer: null,
-        status: null,
-        claim: null,
-        before: await read(pk),
-        record: null,
-        recordId: null,
-        work: null,
-        charge: null,
-      };
-      let seq: number | null;
-      try {
-        seq = await ledger.journal(account, null, JSON.stringify(entry), LAB_HISTORY_LIMIT);
-      } catch (error) {
-        unwritten(error);
-        return problemResponse({
-          status: 503,
-          slug: 'lab-history-unavailable',
-          title: 'Lab history unavailable',
-          detail: 'The lab could not record this request, so it did not run it: nothing was charged.',
-        });
-      }
-      if (seq === null) {
-        return problemResponse({
-          status: 409,
-          slug: 'lab-history-full',
-          title: 'Lab history full',
-          detail: `This sandbox account has sent ${LAB_HISTORY_LIMIT} requests, the most the lab keeps, so it did not run this one: nothing was charged. Reset starts a fresh account.`,
-        });
-      }
-      entry = { ...entry, seq, request: entry.request || String(seq) };
-      traces.set(traceId, {});
+    charge(account, request, params, run) {
+      // Counted from the first line, before anything awaits: a Reset sees it at once, and one running waits.
+      if (resetting.has(account)) return Promise.resolve(busyProblem('a Reset of this account is running'));
       busy.set(account, (busy.get(account) ?? 0) + 1);
-      try {
-        let response: Response;
-        let trace: LabTrace;
-        try {
-          response = await run(
-            new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }),
-          );
-        } finally {
-          trace = traces.get(traceId) ?? {};
-          traces.delete(traceId);
-        }
-        const problem = await problemType(response);
-        let charge: Charge | undefined;
-        try {
-          charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
-        } catch {
-          charge = undefined;
-        }
-        // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
-        const cut = (faults.drop || faults.crash) && trace.work !== undefined;
-        if (cut) cutting.add(response);
-        const done: LabEntry = {
-          ...entry,
-          ms: Date.now() - at,
-          state: 'done',
-          status: response.status,
-          answer: cut
-            ? null
-            : {
-                status: response.status,
-                replayed: response.headers.get('idempotent-replayed') === 'true',
-                problem,
-                retryAfter: response.headers.get('retry-after'),
-              },
-          claim: claimOf(key, trace, entry.before, response, problem),
-          record: await read(pk),
-          recordId: trace.recordId ?? null,
-          work: trace.work ?? null,
-          charge: charge
-            ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
-            : null,
-          cut,
-        };
-        await update(account, seq, done);
-        return response;
-      } finally {
+      return journaled(account, request, params, run).finally(() => {
         const left = (busy.get(account) ?? 1) - 1;
         if (left === 0) busy.delete(account);
         else busy.set(account, left);
+      });
+    },
+    async reset(account, clear) {
+      const running = busy.get(account) ?? 0;
+      if (running > 0)
+        return busyProblem(
+          `${running} of this account's requests ${running === 1 ? 'is' : 'are'} still running: Reset once they are done`,
+        );
+      resetting.add(account);
+      try {
+        return await clear();
+      } finally {
+        resetting.delete(account);
       }
     },
     note(request, trace) {
@@ -367,13 +391,14 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       return id !== null && traces.has(id) ? `lab_${id}` : null;
     },
     cuts: (response) => cutting.has(response),
-    running: (account) => busy.get(account) ?? 0,
     async recover() {
       let marked = 0;
       for (const row of await ledger.unfinished()) {
         const entry: LabEntry = { ...(JSON.parse(row.entry) as LabEntry), seq: row.seq };
         if (entry.state !== 'running' || entry.instance === INSTANCE) continue;
-        await update(row.account, row.seq, await interrupted(row.account, entry));
+        // Written strictly: a failure (a locked database) fails the pass, and the caller tries again.
+        const read = await interrupted(row.account, entry);
+        await ledger.journal(row.account, row.seq, JSON.stringify(read), LAB_HISTORY_LIMIT);
         marked++;
       }
       return marked;

@@ -67,6 +67,7 @@ export interface Attempt extends Spec {
 export const LAB_REFUSALS: readonly string[] = [
   'urn:idem:problem:lab-history-full',
   'urn:idem:problem:lab-history-unavailable',
+  'urn:idem:problem:lab-busy',
 ];
 
 /** An attempt known only from the server's history. */

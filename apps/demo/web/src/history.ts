@@ -122,7 +122,9 @@ function verdictOf(intended: number, charged: number, attempts: readonly Attempt
   if (charged === intended) return 'once';
   if (attempts.some((a) => !settled(a))) return 'in-progress';
   const keys = new Set(attempts.map((a) => a.key));
-  if (records.some((r) => keys.has(r.key) && r.status === 'in_progress')) return 'in-progress';
+  // A record in progress whose lease has lapsed (on this browser's clock) holds nothing: a retry takes it over.
+  if (records.some((r) => keys.has(r.key) && r.status === 'in_progress' && r.leaseExpiresAt > Date.now()))
+    return 'in-progress';
   const last = attempts.at(-1)?.entry;
   if (last?.record?.status === 'failed' && last.record.retryable === false) return 'declined';
   // A request the lab refused before running it ran nothing: it is known, not unknown.

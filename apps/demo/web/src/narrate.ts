@@ -126,6 +126,8 @@ function retryWill(a: Attempt): string {
   if (!r) return 'The key has no record: a retry with it runs as new.';
   const said = `The key's record says ${r.status}${r.responseStatus ? ` ${r.responseStatus}` : ''}`;
   if (r.status === 'succeeded') return `${said}: a retry with the same key gets that answer back.`;
+  if (r.status === 'in_progress' && r.leaseExpiresAt <= Date.now())
+    return `${said}, but its lease lapsed at ${clock(r.leaseExpiresAt)}: a retry takes the key over under the same record id.`;
   if (r.status === 'in_progress') return `${said}: a retry gets 409 until it is settled.`;
   return r.retryable
     ? `${said}, retryable: a retry with the same key runs the charge again.`
@@ -157,7 +159,9 @@ export function tellOne(a: Attempt, payment?: Payment): Told {
         text:
           a.seen?.problem === 'urn:idem:problem:lab-history-full'
             ? `This sandbox account has sent as many requests as the lab keeps, so the server refused this one with ${a.seen.status ?? 409} before running it: nothing was charged. Reset starts a fresh account.`
-            : `The server could not record this request in the lab's history, so it refused it with ${a.seen?.status ?? 503} before running it: nothing was charged.`,
+            : a.seen?.problem === 'urn:idem:problem:lab-busy'
+              ? `A Reset of this account was running, so the server refused this request with ${a.seen.status ?? 409} before running it: nothing was charged.`
+              : `The server could not record this request in the lab's history, so it refused it with ${a.seen?.status ?? 503} before running it: nothing was charged.`,
         claims: [claim(a, 'refused')],
       };
     case 'charged':
