@@ -4,6 +4,7 @@
  * `JSON.parse` of the same bytes: a ratio that grows with the body's size is a denial of service (one request
  * holds the event loop for seconds). `IDEM_FINGERPRINT=path/to/old-fingerprint.ts` benches an old copy
  * (`git show <rev>:packages/idem/src/core/fingerprint.ts > /tmp/old-fingerprint.ts`) beside the source.
+ * `CHARGES` are the same hostile shapes as whole charges the demo accepts, for bench/worst-case.ts.
  */
 
 const MiB = 1_048_576;
@@ -36,4 +37,60 @@ export const SHAPES: Readonly<Record<string, () => string>> = {
   'objects 200 deep': () => fill(`${'{"a":'.repeat(200)}1${'}'.repeat(200)}`),
   'one object, 130 000 duplicate keys': () => `{${Array.from({ length: 130_000 }, () => '"k":1').join(',')}}`,
   'one object, 60 000 keys': () => `{${Array.from({ length: 60_000 }, (_, i) => `"k${i}":1`).join(',')}}`,
+};
+
+/** A charge the demo accepts (`amount` and the rest valid), with `pad` filling the body to at most 1 MiB. */
+function charge(pad: (room: number) => string): string {
+  const head = '{"amount":500,"currency":"usd","source":"tok_visa","pad":';
+  return `${head}${pad(MiB - head.length - 1)}}`;
+}
+
+/** `item` repeated in a JSON array of at most `room` bytes. */
+function repeat(item: string, room: number): string {
+  return `[${Array<string>(Math.floor((room - 2) / (item.length + 1)))
+    .fill(item)
+    .join(',')}]`;
+}
+
+/** One object of `count` keys named by `name`, last first: every record must be sorted. */
+function reversed(count: number, name: (i: number) => string): string {
+  return `{${Array.from({ length: count }, (_, i) => `"${name(count - i)}":1`).join(',')}}`;
+}
+
+/**
+ * Crafted 1 MiB charge bodies (bench/worst-case.ts): valid charges, so the demo fingerprints them rather than
+ * refusing them, each padded with one hostile shape. All ASCII: a string's length is its byte length.
+ */
+export const CHARGES: Readonly<Record<string, () => string>> = {
+  // The body is an object and `pad` an array: 254 more objects bring the innermost number to the depth limit (256).
+  'objects 254 deep, repeated': () => charge((room) => repeat(`${'{"a":'.repeat(254)}1${'}'.repeat(254)}`, room)),
+  'unordered objects 254 deep around a string': () =>
+    charge((room) => {
+      const open = '{"b":0,"a":'.repeat(254);
+      return `${open}"${'x'.repeat(room - open.length - 254 - 2)}"${'}'.repeat(254)}`;
+    }),
+  'numbers [1,1,…]': () => charge((room) => repeat('1', room)),
+  'numbers [1.5,1.5,…]': () => charge((room) => repeat('1.5', room)),
+  'one object, 50 000 shuffled keys': () => {
+    // A fixed shuffle: i × 7919 mod 50 000 visits every index once (7919 is a prime, coprime with 50 000).
+    const keys = Array.from({ length: 50_000 }, (_, i) => `"key_${String((i * 7919) % 50_000).padStart(11, '0')}":1`);
+    return `{"amount":500,"currency":"usd","source":"tok_visa",${keys.join(',')}}`;
+  },
+  'small objects {"b":1,"a":2}': () => charge((room) => repeat('{"b":1,"a":2}', room)),
+  'records of 16 keys, reversed': () =>
+    charge((room) =>
+      repeat(
+        reversed(16, (i) => `k${i}`),
+        room,
+      ),
+    ),
+  'records of 20 keys, 40 bytes shared, reversed': () =>
+    charge((room) =>
+      repeat(
+        reversed(20, (i) => `${'p'.repeat(40)}${i}`),
+        room,
+      ),
+    ),
+  'strings with escapes': () => charge((room) => repeat('"\\u0041\\n"', room)),
+  'a plain long string': () => charge((room) => `"${'x'.repeat(room - 2)}"`),
 };
