@@ -1,0 +1,167 @@
+/**
+ * @module The pieces of canonical JSON output (src/core/canonical-json.ts): byte ranges of one output buffer in a
+ * linked list, so that an object's members are put in key order by relinking their ranges, never by copying their
+ * bytes. Piece 0 starts at byte 1 of the output. The last piece, `tail`, is open: the writer's position ends it.
+ */
+
+import { AT, HEAD, LAST, MEMBER, PIECE } from './key-order.js';
+
+// A piece is `out[start, end)`, and the next piece's number (-1: none).
+const FIELDS = 3;
+const START = 0;
+const END = 1;
+const NEXT = 2;
+
+/** Kept between calls (a call runs to its end before another starts) while it fits. */
+const kept = new Int32Array(64 * FIELDS);
+
+export class Pieces {
+  #table = kept;
+  #count = 0;
+  /** The open piece. */
+  tail = 0;
+
+  /** True once any object was relinked: the output is then the list, not one run. */
+  get used(): boolean {
+    return this.#count > 0;
+  }
+
+  /** Starts the list (piece 0, from byte 1) if it is not yet, and ends the open piece at `at`. */
+  close(at: number): void {
+    if (this.#count === 0) {
+      this.#table[START] = 1;
+      this.#table[NEXT] = -1;
+      this.#count = 1;
+    }
+    this.#table[this.tail * FIELDS + END] = at;
+  }
+
+  /** A new piece, `out[start, end)`, linked to nothing. */
+  add(start: number, end: number): number {
+    const p = this.#count++;
+    if ((p + 1) * FIELDS > this.#table.length) {
+      const grown = new Int32Array(2 * this.#table.length);
+      grown.set(this.#table);
+      this.#table = grown;
+    }
+    this.#table[p * FIELDS + START] = start;
+    this.#table[p * FIELDS + END] = end;
+    this.#table[p * FIELDS + NEXT] = -1;
+    return p;
+  }
+
+  /** Cuts `piece` at `at`: it ends there, and the new piece (returned) holds the rest and its link. */
+  split(piece: number, at: number): number {
+    const rest = this.add(at, this.#table[piece * FIELDS + END] as number);
+    this.#table[rest * FIELDS + NEXT] = this.#table[piece * FIELDS + NEXT] as number;
+    this.#table[piece * FIELDS + END] = at;
+    this.#table[piece * FIELDS + NEXT] = rest;
+    if (piece === this.tail) this.tail = rest;
+    return rest;
+  }
+
+  link(from: number, to: number): void {
+    this.#table[from * FIELDS + NEXT] = to;
+  }
+
+  /** Drops the first byte of `piece` (a member's comma, when it moves to the front of its object). */
+  dropFirstByte(piece: number): void {
+    this.#table[piece * FIELDS + START] = (this.#table[piece * FIELDS + START] as number) + 1;
+  }
+
+  /** The bytes in the list, from piece 0. */
+  total(): number {
+    let total = 0;
+    for (let p = 0; p !== -1; p = this.#table[p * FIELDS + NEXT] as number)
+      total += (this.#table[p * FIELDS + END] as number) - (this.#table[p * FIELDS + START] as number);
+    return total;
+  }
+
+  /** Copies the list's bytes in order to `out` from `at`, past every piece (room for `total()` made); returns the end. */
+  gather(out: Uint8Array, at: number): number {
+    const table = this.#table;
+    for (let p = 0; p !== -1; p = table[p * FIELDS + NEXT] as number) {
+      const start = table[p * FIELDS + START] as number;
+      const end = table[p * FIELDS + END] as number;
+      if (end - start > 16) out.copyWithin(at, start, end);
+      else for (let i = start; i < end; i++) out[at + i - start] = out[i] as number;
+      at += end - start;
+    }
+    return at;
+  }
+}
+
+/**
+ * An object to put in key order (canonical-json.ts): its members, `base` to `base + count` of the member table,
+ * and their new order, `order[0, kept)`.
+ */
+export interface Reordering {
+  readonly members: Int32Array;
+  readonly base: number;
+  readonly count: number;
+  readonly order: Int32Array;
+  readonly kept: number;
+}
+
+/**
+ * Reorders an object by pieces: splits them at each member's start, links the members' pieces in the new order,
+ * and opens a new piece at `at`, the output's end.
+ */
+export function relink(pieces: Pieces, { members, base, count, order, kept }: Reordering, at: number): void {
+  pieces.close(at);
+  for (let i = 0; i < count; i++) {
+    const row = (base + i) * MEMBER;
+    const piece = members[row + PIECE] as number;
+    // The piece open when this member started; if it was also the previous member's, that member's split has
+    // since cut it: this member starts in the second half.
+    const holder = i > 0 && piece === members[row - MEMBER + PIECE] ? (members[row - MEMBER + HEAD] as number) : piece;
+    members[row + HEAD] = pieces.split(holder, members[row + AT] as number);
+    if (i > 0) members[row - MEMBER + LAST] = holder;
+  }
+  members[(base + count - 1) * MEMBER + LAST] = pieces.tail;
+
+  let previous = members[base * MEMBER + PIECE] as number; // now ends just after the `{`
+  for (let j = 0; j < kept; j++) {
+    const row = (base + (order[j] as number)) * MEMBER;
+    const head = members[row + HEAD] as number;
+    if (j === 0 && order[j] !== 0) {
+      pieces.dropFirstByte(head); // its comma
+    } else if (j > 0 && order[j] === 0) {
+      const comma = pieces.add(0, 1); // `out[0]`
+      pieces.link(previous, comma);
+      previous = comma;
+    }
+    pieces.link(previous, head);
+    previous = members[row + LAST] as number;
+  }
+  pieces.tail = pieces.add(at, at);
+  pieces.link(previous, pieces.tail);
+}
+
+/**
+ * The reorder of a small object that lies in one piece, nothing in it relinked: its bytes, from its first member to
+ * `at` (the output's end), are copied past `at` (room made), then its members back in the order `order[0, kept)`.
+ * Returns the output's new end.
+ */
+export function reorderInPlace(out: Uint8Array, { members, base, count, order, kept }: Reordering, at: number): number {
+  const from = members[base * MEMBER + AT] as number;
+  const held = at;
+  if (at - from > 64) out.copyWithin(held, from, at);
+  else for (let i = from; i < held; i++) out[at++] = out[i] as number;
+  at = from;
+  for (let j = 0; j < kept; j++) {
+    const m = order[j] as number;
+    let start = (members[(base + m) * MEMBER + AT] as number) - from + held;
+    const end = m + 1 < count ? (members[(base + m + 1) * MEMBER + AT] as number) - from + held : 2 * held - from;
+    if (j === 0 && m !== 0)
+      start++; // past its comma
+    else if (j > 0 && m === 0) out[at++] = 0x2c;
+    if (end - start > 16) {
+      out.copyWithin(at, start, end);
+      at += end - start;
+    } else {
+      for (let i = start; i < end; i++) out[at++] = out[i] as number;
+    }
+  }
+  return at;
+}

@@ -1,0 +1,149 @@
+/**
+ * @module A JSON string with escapes, written as `JSON.stringify` writes its value: its escapes decoded, then only
+ * `"`, `\\`, control characters and lone surrogates escaped again (short forms where JSON has them, else `\\u` and
+ * lower-case hex), everything else as UTF-8. A string without escapes is already in that form.
+ */
+import { REFUSED } from './canonical-number.js';
+
+/** Strict UTF-8 (a bad byte throws). Without `stream`, `decode` keeps no state between calls, so one serves all. */
+const UTF8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+
+/** `bytes` as UTF-8 text; not UTF-8: refused (the body is hashed raw). */
+export function decodeStrict(bytes: Uint8Array): string {
+  try {
+    return UTF8.decode(bytes);
+  } catch {
+    throw REFUSED;
+  }
+}
+
+/** The unit each one-character escape stands for, by the character after the backslash; -1: no such escape. */
+const UNESCAPE = new Int32Array(0x80).fill(-1);
+/** The character after the backslash when JSON.stringify escapes a unit in short form, by unit; 0: none. */
+const SHORT_FORM = new Uint8Array(0x60);
+for (const [unit, char] of [
+  [0x22, '"'],
+  [0x5c, '\\'],
+  [0x08, 'b'],
+  [0x0c, 'f'],
+  [0x0a, 'n'],
+  [0x0d, 'r'],
+  [0x09, 't'],
+] as const) {
+  UNESCAPE[char.charCodeAt(0)] = unit;
+  SHORT_FORM[unit] = char.charCodeAt(0);
+}
+UNESCAPE[0x2f] = 0x2f; // `\/` is read; JSON.stringify never writes it
+
+/**
+ * `b[from, to)`, the contents of a string with escapes, decoded and written to `out` at `at` as JSON.stringify
+ * writes the value, quotes included; never longer than its source. Returns where the output ends.
+ *
+ * @example
+ * writeEscaped(utf8('"\\u0041\\n"'), 1, 9, out, 0) // → 5, out starts with `"A\\n"`
+ */
+export function writeEscaped(b: Uint8Array, from: number, to: number, out: Uint8Array, at: number): number {
+  out[at++] = 0x22;
+  let high = -1; // a high surrogate from a `\u` escape, waiting for its low half
+  let i = from;
+  while (i < to) {
+    let c = b[i] as number;
+    if (c !== 0x5c) {
+      if (high !== -1) at = escapeUnit(out, at, high);
+      high = -1;
+      out[at++] = c;
+      i++;
+      continue;
+    }
+    c = b[i + 1] as number;
+    let unit: number;
+    if (c === 0x75) {
+      unit = (hex(b[i + 2]) << 12) | (hex(b[i + 3]) << 8) | (hex(b[i + 4]) << 4) | hex(b[i + 5]);
+      if (unit < 0 || i + 6 > to) throw REFUSED;
+      i += 6;
+    } else {
+      unit = c < 0x80 ? (UNESCAPE[c] as number) : -1;
+      if (unit < 0) throw REFUSED;
+      i += 2;
+    }
+    if (high !== -1) {
+      if (unit >= 0xdc00 && unit <= 0xdfff) {
+        const point = 0x10000 + ((high - 0xd800) << 10) + (unit - 0xdc00);
+        out[at++] = 0xf0 | (point >> 18);
+        out[at++] = 0x80 | ((point >> 12) & 0x3f);
+        out[at++] = 0x80 | ((point >> 6) & 0x3f);
+        out[at++] = 0x80 | (point & 0x3f);
+        high = -1;
+        continue;
+      }
+      at = escapeUnit(out, at, high);
+      high = -1;
+    }
+    if (unit >= 0xd800 && unit <= 0xdbff) high = unit;
+    else if (unit >= 0xdc00 && unit <= 0xdfff) at = escapeUnit(out, at, unit);
+    else at = writeUnit(out, at, unit);
+  }
+  if (high !== -1) at = escapeUnit(out, at, high);
+  out[at++] = 0x22;
+  return at;
+}
+
+/** A hex digit's value, or a large negative number (so that any combination of four is negative). */
+function hex(c: number | undefined): number {
+  if (c === undefined) return -0x10000;
+  if (c >= 0x30 && c <= 0x39) return c - 0x30;
+  const lower = c | 0x20;
+  if (lower >= 0x61 && lower <= 0x66) return lower - 0x57;
+  return -0x10000;
+}
+
+const HEX = '0123456789abcdef';
+
+/** `\uxxxx` (lower-case hex), as JSON.stringify writes a control character or a lone surrogate. */
+function escapeUnit(out: Uint8Array, at: number, unit: number): number {
+  out[at++] = 0x5c;
+  out[at++] = 0x75;
+  for (let shift = 12; shift >= 0; shift -= 4) out[at++] = HEX.charCodeAt((unit >> shift) & 0xf);
+  return at;
+}
+
+/** One UTF-16 unit that is not a surrogate, as JSON.stringify writes it, in UTF-8. */
+function writeUnit(out: Uint8Array, at: number, unit: number): number {
+  const short = unit < 0x60 ? (SHORT_FORM[unit] as number) : 0;
+  if (short !== 0) {
+    out[at++] = 0x5c;
+    out[at++] = short;
+  } else if (unit < 0x20) {
+    at = escapeUnit(out, at, unit);
+  } else if (unit < 0x80) {
+    out[at++] = unit;
+  } else if (unit < 0x800) {
+    out[at++] = 0xc0 | (unit >> 6);
+    out[at++] = 0x80 | (unit & 0x3f);
+  } else {
+    out[at++] = 0xe0 | (unit >> 12);
+    out[at++] = 0x80 | ((unit >> 6) & 0x3f);
+    out[at++] = 0x80 | (unit & 0x3f);
+  }
+  return at;
+}
+
+/**
+ * The index of the first byte at or after `i` that a string scan must look at (`"`, `\`, a control character or
+ * a non-ASCII byte), or a few bytes before it: four bytes at a time, each word tested for all four at once.
+ */
+export function plainRun(view: DataView, i: number, out: DataView, shift: number): number {
+  const n = view.byteLength;
+  for (; i + 4 <= n; i += 4) {
+    const word = view.getInt32(i, true);
+    const quote = word ^ 0x22222222;
+    const slash = word ^ 0x5c5c5c5c;
+    // A byte that is 0 in `quote` or `slash`, below 0x20 in `word`, or with its high bit set (tested on `word`
+    // itself, which also keeps the `< 0x20` test exact): its high bit is set in `flags`.
+    const flags =
+      ((quote - 0x01010101) & ~quote) | ((slash - 0x01010101) & ~slash) | ((word - 0x20202020) & ~word) | word;
+    if ((flags & 0x80808080) !== 0) return i;
+    out.setInt32(i + shift, word, true);
+  }
+  return i;
+}
