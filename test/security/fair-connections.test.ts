@@ -84,6 +84,16 @@ function closes(conns: readonly Conn[], n: number, ms: number): Promise<number> 
 const demo = (env: Record<string, string>) =>
   startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_METRICS_PORT: '0', ...env });
 
+/** Resolves true once `condition()` holds (asked every 50 ms), or false after `ms`. */
+async function waitFor(condition: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await condition()) return true;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return false;
+}
+
 /** The demo's connection counters from its metrics listener. */
 async function counters(server: DemoProcess): Promise<Record<string, number>> {
   const url = /metrics: (http:\/\/\S+\/metrics)/.exec(server.output())?.[1] ?? 'metrics URL not printed';
@@ -93,6 +103,8 @@ async function counters(server: DemoProcess): Promise<Record<string, number>> {
     dropped: value('idem_http_connections_dropped_total'),
     overShare: value('idem_http_connections_over_share_total'),
     silent: value('idem_http_connections_silent_total'),
+    stalled: value('idem_http_connections_stalled_total'),
+    evicted: value('idem_http_connections_evicted_total'),
   };
 }
 
@@ -124,7 +136,7 @@ describe.skipIf(process.platform !== 'linux')('fair connections: no address lock
         heldByHog: 128,
         closedAreTheLast: 128,
         hogReceived: '',
-        counters: { dropped: 0, overShare: 173, silent: 0 },
+        counters: { dropped: 0, overShare: 173, silent: 0, stalled: 0, evicted: 0 },
       });
     } finally {
       for (const conn of hog) conn.socket.destroy();
@@ -164,11 +176,85 @@ describe.skipIf(process.platform !== 'linux')('fair connections: no address lock
         openAfterSilent: [false, false],
         second: 200,
         partialStatus: 408,
-        counters: { dropped: 0, overShare: 0, silent: 1 },
+        counters: { dropped: 0, overShare: 0, silent: 1, stalled: 0, evicted: 0 },
       });
     } finally {
       for (const conn of conns) conn.socket.destroy();
       await server.stop();
     }
   });
+
+  it('connections pipelining 2000 GET / and never reading are cut at once (over 32 unanswered); 127.0.0.1 is answered 200', async () => {
+    // The write-stall timeout (the request timeout, 30 s) is not what cuts these: the pipelining limit is.
+    await capped({}, async (server, hog) => {
+      const pipelined = 'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'.repeat(2_000);
+      for (const from of ['127.0.0.2', '127.0.0.3'])
+        for (let i = 0; i < 16; i++) {
+          const conn = await dial(server.url, '', from);
+          // Never read: the server's writes fill the socket buffers and stall.
+          conn.socket.pause();
+          conn.socket.write(pipelined);
+          hog.add(conn);
+        }
+      // A paused client does not see its socket close, so the server's count is what is waited for. Without the
+      // limit, each would be held until its answers stalled for the request timeout (30 s).
+      const cut = await waitFor(async () => (await counters(server)).stalled === 32, 5_000);
+      const bystander = await dial(server.url, `${HEALTHZ.slice(0, -2)}Connection: close\r\n\r\n`);
+      const status = await nextStatus(bystander, 2_000);
+      expect({ cut, status, counters: await counters(server) }).toEqual({
+        status: 200,
+        cut: true,
+        counters: { dropped: 0, overShare: 0, silent: 0, stalled: 32, evicted: 0 },
+      });
+    });
+  });
+
+  it('two addresses at their share (cap 32) each sending one byte then silence, re-opened on close: 127.0.0.1 is answered 200 five times in a row, each by evicting one', async () => {
+    await capped({ IDEM_HEADERS_TIMEOUT_MS: '1000', IDEM_REQUEST_TIMEOUT_MS: '1000' }, async (server, hog) => {
+      let reopened = 0;
+      let allReopened: () => void = () => undefined;
+      const slotsReopened = new Promise<void>((resolve) => (allReopened = resolve));
+      const hold = async (from: string): Promise<void> => {
+        const conn = await dial(server.url, 'G', from).catch(() => undefined);
+        if (!conn) return;
+        hog.add(conn);
+        void conn.closed.then(() => {
+          if (!hog.delete(conn)) return; // destroyed at the end of the test
+          if (++reopened === 32) allReopened();
+          void hold(from);
+        });
+      };
+      for (const from of ['127.0.0.2', '127.0.0.3']) for (let i = 0; i < 16; i++) await hold(from);
+      // Every first slot has timed out (the headers timeout) and been re-opened: the hog runs as in the attack.
+      await slotsReopened;
+      const statuses: Array<number | 'closed' | 'no answer'> = [];
+      for (let i = 0; i < 5; i++) {
+        const bystander = await dial(server.url, `${HEALTHZ.slice(0, -2)}Connection: close\r\n\r\n`);
+        statuses.push(await nextStatus(bystander, 2_000));
+        await bystander.closed;
+      }
+      const { evicted } = await counters(server);
+      expect({ statuses, evicted: (evicted ?? 0) >= 1 }).toEqual({
+        statuses: [200, 200, 200, 200, 200],
+        evicted: true,
+      });
+    });
+  });
 });
+
+/** Runs `body` on a demo capped at 32 connections (a share of 16) with `env`; then closes what `body` left open. */
+async function capped(
+  env: Record<string, string>,
+  body: (server: DemoProcess, open: Set<Conn>) => Promise<void>,
+): Promise<void> {
+  const server = await demo({ IDEM_MAX_CONNECTIONS: '32', ...env });
+  const open = new Set<Conn>();
+  try {
+    await body(server, open);
+  } finally {
+    const left = [...open];
+    open.clear();
+    for (const conn of left) conn.socket.destroy();
+    await server.stop();
+  }
+}

@@ -142,3 +142,41 @@ describe('the count per address', () => {
     );
   });
 });
+
+describe('a client that does not read its answers', () => {
+  it('is cut once its pending output has not shrunk for requestTimeoutMs, and counted once', async () => {
+    // 16 MiB does not fit in the loopback socket buffers: with the client paused, the server's write stalls.
+    const big: App = Object.assign(async () => new Response(new Uint8Array(16 * 1024 * 1024)), {
+      dropsAfterCommit: () => false,
+      admit: () => 'no-body' as const,
+    });
+    let stalled = 0;
+    let onStalled: () => void = () => undefined;
+    const cut = new Promise<'cut'>((resolve) => (onStalled = () => resolve('cut')));
+    const server = serve(big, {
+      headersTimeoutMs: 300,
+      requestTimeoutMs: 300,
+      onStalled: () => {
+        stalled++;
+        onStalled();
+      },
+    }).listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const client = connect((server.address() as AddressInfo).port, '127.0.0.1');
+    client.on('error', () => undefined);
+    try {
+      client.pause();
+      client.write('GET / HTTP/1.1\r\nHost: localhost\r\n\r\n');
+      // Without the write-stall check, no timeout covers the stalled write and this waits out.
+      const outcome = await Promise.race([cut, new Promise<'held'>((r) => setTimeout(() => r('held'), 5_000))]);
+      expect({ outcome, stalled, held: [...server.connectionsByAddress()] }).toEqual({
+        outcome: 'cut',
+        stalled: 1,
+        held: [],
+      });
+    } finally {
+      client.destroy();
+      server.close();
+    }
+  });
+});

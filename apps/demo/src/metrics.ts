@@ -19,6 +19,10 @@ export interface DemoMetrics {
   onConnectionOverShare(): void;
   /** Counts a connection the API listener closed because it sent nothing within the first-byte timeout. */
   onConnectionSilent(): void;
+  /** Counts a connection the API listener closed because its answers did not drain within the request timeout. */
+  onConnectionStalled(): void;
+  /** Counts a connection the API listener evicted, at the cap, for an address holding less than its share. */
+  onConnectionEvicted(): void;
   /** The Prometheus text exposition. */
   response(): Promise<Response>;
 }
@@ -36,6 +40,8 @@ export interface DemoMetrics {
  * | `idem_http_connections_dropped_total` | | (the listener) a connection closed unanswered: `maxConnections` reached |
  * | `idem_http_connections_over_share_total` | | (the listener) a connection closed unanswered: its address held its share |
  * | `idem_http_connections_silent_total` | | (the listener) a connection closed unanswered: no byte within the first-byte timeout |
+ * | `idem_http_connections_stalled_total` | | (the listener) a connection closed: its answers did not drain within the request timeout |
+ * | `idem_http_connections_evicted_total` | | (the listener) a connection closed at the cap for an address under its share |
  *
  * The three aliases keep the names docs/OPERATIONS.md documented before `idem_requests_total`, for dashboards
  * built on them.
@@ -72,6 +78,14 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     'idem_http_connections_silent_total',
     'Connections the API listener closed unanswered because they sent no byte within IDEM_FIRST_BYTE_TIMEOUT_MS.',
   );
+  const stalled = counter(
+    'idem_http_connections_stalled_total',
+    'Connections the API listener closed because their answers did not drain within IDEM_REQUEST_TIMEOUT_MS (the client does not read).',
+  );
+  const evicted = counter(
+    'idem_http_connections_evicted_total',
+    'Connections the API listener closed, at IDEM_MAX_CONNECTIONS, to admit an address holding less than its share.',
+  );
 
   const onEvent = (event: IdempotencyEvent): void => {
     idem.onEvent(event);
@@ -90,6 +104,8 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
     onConnectionDropped: () => dropped.inc(),
     onConnectionOverShare: () => overShare.inc(),
     onConnectionSilent: () => silent.inc(),
+    onConnectionStalled: () => stalled.inc(),
+    onConnectionEvicted: () => evicted.inc(),
     response: async () =>
       new Response(await registry.metrics(), {
         status: 200,

@@ -16,7 +16,7 @@ const app: App = Object.assign(async () => new Response('ok'), {
 describe('serve: connection limits', () => {
   it('defaults: 256 connections, headers in 10 s, the whole request in 30 s, idle keep-alive 5 s', () => {
     const server = serve(app);
-    expect([server.maxConnections, server.headersTimeout, server.requestTimeout, server.keepAliveTimeout]).toEqual([
+    expect([server.connectionCap, server.headersTimeout, server.requestTimeout, server.keepAliveTimeout]).toEqual([
       256, 10_000, 30_000, 5_000,
     ]);
     const tuned = serve(app, {
@@ -25,7 +25,7 @@ describe('serve: connection limits', () => {
       requestTimeoutMs: 1_000,
       keepAliveTimeoutMs: 2_000,
     });
-    expect([tuned.maxConnections, tuned.headersTimeout, tuned.requestTimeout, tuned.keepAliveTimeout]).toEqual([
+    expect([tuned.connectionCap, tuned.headersTimeout, tuned.requestTimeout, tuned.keepAliveTimeout]).toEqual([
       8, 500, 1_000, 2_000,
     ]);
   });

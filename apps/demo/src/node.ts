@@ -15,7 +15,7 @@ export interface ServeOptions {
    * at. Default: the loopback names (`localhost`, `127.0.0.1`, `[::1]`).
    */
   readonly allowedHosts?: readonly string[];
-  /** Connections held at once (`server.maxConnections`); a connection beyond it is closed unanswered. Default 256. */
+  /** Connections held at once; beyond it a new one is closed unanswered, or evicts an idle one (below). Default 256. */
   readonly maxConnections?: number;
   /**
    * Connections one remote address (an IPv6 /64) may hold at once; a new one over it is closed unanswered, so one
@@ -33,12 +33,16 @@ export interface ServeOptions {
   readonly requestTimeoutMs?: number;
   /** How long an idle keep-alive connection is held (`server.keepAliveTimeout`). Default 5 s. */
   readonly keepAliveTimeoutMs?: number;
-  /** Called for each connection closed because `maxConnections` were held (node's `drop` event). */
+  /** Called for each connection closed because `maxConnections` were held and none could be evicted. */
   readonly onDrop?: () => void;
   /** Called for each connection closed because its address held `maxConnectionsPerAddress`. */
   readonly onOverShare?: () => void;
   /** Called for each connection closed because it sent nothing within `firstByteTimeoutMs`. */
   readonly onSilent?: () => void;
+  /** Called for each connection closed because its answers did not drain for `requestTimeoutMs` (it does not read). */
+  readonly onStalled?: () => void;
+  /** Called for each connection evicted, at the cap, to make room for an address holding less than its share. */
+  readonly onEvicted?: () => void;
 }
 
 /**
@@ -65,8 +69,15 @@ export function serve(
     onDrop,
     onOverShare,
     onSilent,
+    onStalled,
+    onEvicted,
   }: ServeOptions = {},
-): Server & { inFlight(): number; connectionsByAddress(): ReadonlyMap<string, number> } {
+): Server & {
+  inFlight(): number;
+  connectionsByAddress(): ReadonlyMap<string, number>;
+  /** `maxConnections`, enforced with the shares (node's own `server.maxConnections` is unset: it cannot evict). */
+  readonly connectionCap: number;
+} {
   for (const [name, value] of Object.entries({
     maxConnections,
     maxConnectionsPerAddress,
@@ -91,12 +102,19 @@ export function serve(
   /** Sockets whose framing-error answer waits behind an earlier answer. */
   const queued = new WeakSet<Socket>();
   const onRequest = (expectsContinue: boolean) => (req: IncomingMessage, res: ServerResponse) => {
+    // A request parsed behind a connection already cut (a pipelining client that does not read) costs nothing.
+    if (req.socket.destroyed) return void res.destroy();
     inFlight++;
     answering.set(req.socket, { req, res });
-    res.on('close', () => {
+    // A pipelined response still queued when its socket dies never emits `close`: the socket's close ends it too.
+    const done = () => {
+      req.socket.off('close', done);
+      res.off('close', done);
       inFlight--;
       if (answering.get(req.socket)?.res === res) answering.delete(req.socket);
-    });
+    };
+    res.once('close', done);
+    req.socket.once('close', done);
     handle(app, allowed, req, res, expectsContinue).catch((error: unknown) => {
       // A body cut short (the client went away, or the request timed out and was answered 408) is not a failure.
       if ((error as { code?: string }).code !== 'ECONNRESET') console.error('demo: bridge failed', error);
@@ -162,20 +180,23 @@ export function serve(
     }
     endLingering(socket, bytes);
   });
-  // Past the cap node closes a new connection at once, unanswered: under a flood of slow connections the ones
-  // already held keep being served, and memory stays bounded.
-  server.maxConnections = maxConnections;
-  if (onDrop) server.on('drop', onDrop);
-  // Below the cap, no address holds more than its share, and a connection that sends nothing goes in seconds:
-  // 256 idle sockets from one address no longer lock every other client out.
+  // Past the cap a new connection is closed at once, unanswered (so memory stays bounded), unless its address holds
+  // less than its share: then an idle connection of the address holding the most is closed for it. No address holds
+  // more than its share, one that sends nothing goes in seconds, and one that does not read its answers goes after
+  // `requestTimeoutMs` (no HTTP timeout covers a stalled write).
   const connectionsByAddress = shareConnections(server, {
+    maxConnections,
     perAddress: maxConnectionsPerAddress,
     firstByteTimeoutMs,
+    writeTimeoutMs: requestTimeoutMs,
+    onDrop,
     onOverShare,
     onSilent,
+    onStalled,
+    onEvicted,
   });
   server.keepAliveTimeout = keepAliveTimeoutMs;
-  return Object.assign(server, { inFlight: () => inFlight, connectionsByAddress });
+  return Object.assign(server, { inFlight: () => inFlight, connectionsByAddress, connectionCap: maxConnections });
 }
 
 /** A matcher for `Host` values (and absolute-form authorities) against the allow-list. */

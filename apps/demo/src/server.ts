@@ -62,6 +62,8 @@ export async function startServer(
     onDrop: () => metrics.onConnectionDropped(),
     onOverShare: () => metrics.onConnectionOverShare(),
     onSilent: () => metrics.onConnectionSilent(),
+    onStalled: () => metrics.onConnectionStalled(),
+    onEvicted: () => metrics.onConnectionEvicted(),
   });
   const scrape =
     config.metricsPort === undefined
