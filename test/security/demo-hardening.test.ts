@@ -14,11 +14,10 @@
  * Every bound below is a limit on waiting for an event, never a sleep that orders events.
  */
 import { randomUUID } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { connect, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { rawExchange, rawRequest, type RawOutcome } from '../fuzz/raw.js';
 import { api, startDemo, type DemoProcess } from '../harness.js';
+import { hold, rssMiB, statusLine, type Held } from './held-socket.js';
 
 const MiB = 1_048_576;
 const ALICE = 'Bearer sk_test_alice';
@@ -55,57 +54,6 @@ function summary(outcome: RawOutcome): unknown {
 }
 
 const portOf = (url: string) => new URL(url).port;
-
-/** A connection that has sent `bytes` and waits: what it received, and a promise settled when it closes. */
-interface Held {
-  readonly socket: Socket;
-  received(): string;
-  readonly closed: Promise<void>;
-}
-
-function hold(url: string, bytes: string | Buffer): Promise<Held> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: hostname, port: Number(port) });
-    let received = '';
-    socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
-    socket.on('error', () => undefined); // a reset is a close here
-    const closed = new Promise<void>((done) => socket.once('close', () => done()));
-    socket.once('connect', () => {
-      socket.write(bytes);
-      resolve({ socket, received: () => received, closed });
-    });
-    socket.once('error', reject);
-  });
-}
-
-/** Resolves once `held` has received a complete response head (or closed, or `ms` passed): the status line, or why not. */
-function statusLine(held: Held, ms = 5_000): Promise<string> {
-  return new Promise((resolve) => {
-    const check = () => {
-      const text = held.received();
-      const end = text.indexOf('\r\n\r\n');
-      if (end >= 0) finish(text.slice(0, text.indexOf('\r\n')));
-    };
-    const finish = (line: string) => {
-      clearTimeout(timer);
-      held.socket.off('data', check);
-      resolve(line);
-    };
-    const timer = setTimeout(() => finish('no answer'), ms);
-    held.socket.on('data', check);
-    void held.closed.then(() =>
-      finish(held.received().length === 0 ? 'closed' : held.received().slice(0, held.received().indexOf('\r\n'))),
-    );
-    check();
-  });
-}
-
-/** The server process's resident set, from /proc (Linux). */
-function rssMiB(pid: number): number {
-  const kib = Number(/^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
-  return Math.round((kib / 1024) * 10) / 10;
-}
 
 describe('the Host allow-list and the metrics listener', () => {
   let server: DemoProcess;
