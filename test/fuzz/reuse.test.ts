@@ -131,7 +131,11 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
   beforeAll(async () => {
     console.log(`fuzz (key reuse) seed ${SEED} (IDEM_FUZZ_SEED=${SEED} replays it)`);
     // Outside lab mode the test keys must be configured (HEAD ignores the variable; the incoming config requires it).
-    server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db`, IDEM_LAB: '1' });
+    server = await startDemo({
+      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
+      IDEM_LAB: '1',
+      IDEM_API_KEYS: `${API_KEY}:acct_alice`,
+    });
     db = new Database(`${dir.path}/idem.db`, { readonly: true, fileMustExist: true });
   });
   afterAll(async () => {
