@@ -6,9 +6,9 @@
 import http from 'node:http';
 import express, { type NextFunction, type Request, type RequestHandler, type Response } from 'express';
 import { describe, expect, it } from 'vitest';
-import { until, Work } from '../../../../../test/work.js';
+import { Work } from '../../../../../test/work.js';
 import { idempotencyContext, type ExpressIdempotency } from './index.js';
-import { listen, setup as guarded, timeout } from './time.test-kit.js';
+import { answeredEarly, listen, setup as guarded, timeout } from './time.test-kit.js';
 
 const setup = (leaseMs: number, maxHoldMs?: number) => ({ ...guarded(leaseMs, maxHoldMs), work: new Work() });
 
@@ -56,21 +56,14 @@ describe('Express review: route() around a function that returns before its work
     it(`${name}: connect-timeout's 503 keeps retries out (409) until the lease lapses; never two runs at once`, async () => {
       const { app, guard, record, work } = setup(1_000);
       app.post('/c', timeout(100), guard, express.json(), ...make(guard, work));
-      const send = await listen(app);
-      work.hold();
-      const first = await send();
-      const during = [await send(), await send(), await send()].map((answer) => answer.status);
-      expect([first.status, during, (await record())?.status, work.runs, work.most]).toEqual([
+      const { held, retry } = await answeredEarly(await listen(app), record, work);
+      expect([held.first, held.during, held.record, held.runs, held.most]).toEqual([
         503,
         [409, 409, 409],
         'in_progress',
         1,
         1,
       ]);
-      const ended = work.next('end');
-      work.open();
-      await ended;
-      const retry = await until(send, (answer) => answer.status !== 409);
       expect([retry, work.runs, work.most, guard.engine.activeLeases]).toEqual([
         { status: 201, body: '{"run":2}' },
         2,

@@ -6,6 +6,7 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import express, { type Express, type RequestHandler } from 'express';
 import { afterEach } from 'vitest';
+import { until, type Work } from '../../../../../test/work.js';
 import { recordPk } from '../../core/key.js';
 import { memoryStore } from '../../stores/memory/index.js';
 import { idempotency } from './index.js';
@@ -55,4 +56,32 @@ export async function listen(app: Express) {
     return { status: response.status, body: await response.text() };
   };
   return Object.assign(send, { url });
+}
+
+/**
+ * An answer sent before the handler has finished, then retries: the work held at its gate, a first request (answered
+ * early), three more while the work runs, then the gate opened and the key retried until it is not 409. What each
+ * step saw, for the caller's own exact expectations.
+ */
+export async function answeredEarly(
+  send: Awaited<ReturnType<typeof listen>>,
+  record: ReturnType<typeof setup>['record'],
+  work: Work,
+) {
+  work.hold();
+  const first = await send();
+  const during = [await send(), await send(), await send()].map((answer) => answer.status);
+  const held = {
+    first: first.status,
+    during,
+    record: (await record())?.status,
+    runs: work.runs,
+    running: work.running,
+    most: work.most,
+  };
+  const ended = work.next('end');
+  work.open();
+  await ended;
+  const retry = await until(send, (answer) => answer.status !== 409);
+  return { held, retry };
 }

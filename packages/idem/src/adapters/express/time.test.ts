@@ -7,7 +7,7 @@ import express, { type NextFunction, type Request, type RequestHandler, type Res
 import { describe, expect, it } from 'vitest';
 import { eventsUntilGone, lineThenWait, until, Work } from '../../../../../test/work.js';
 import { idempotencyContext } from './index.js';
-import { listen, setup as guarded, timeout } from './time.test-kit.js';
+import { answeredEarly, listen, setup as guarded, timeout } from './time.test-kit.js';
 
 const setup = (leaseMs: number, maxHoldMs?: number) => ({ ...guarded(leaseMs, maxHoldMs), work: new Work() });
 
@@ -45,21 +45,14 @@ describe('Express: an answer sent before the handler has finished', () => {
       const { app, guard, record, work } = setup(1_000);
       const { before, handler } = make(work);
       app.post('/c', before, guard, express.json(), handler);
-      const send = await listen(app);
-      work.hold();
-      const first = await send();
-      const during = [await send(), await send(), await send()].map((answer) => answer.status);
-      expect([first.status, during, (await record())?.status, work.runs, work.running]).toEqual([
+      const { held, retry } = await answeredEarly(await listen(app), record, work);
+      expect([held.first, held.during, held.record, held.runs, held.running]).toEqual([
         503,
         [409, 409, 409],
         'in_progress',
         1,
         1,
       ]);
-      const ended = work.next('end');
-      work.open();
-      await ended;
-      const retry = await until(send, (answer) => answer.status !== 409);
       expect([retry, work.runs, work.most, guard.engine.activeLeases, work.seen]).toEqual([
         { status: 201, body: '{"run":2}' },
         2,
