@@ -2,7 +2,8 @@
  * Imports flow one way (CONVENTIONS.md): core imports nothing of ours; stores, http and adapters import core
  * (and http, for adapters); no store imports another (what stores share lives in stores/shared/), nor an adapter
  * another (what Node adapters share lives in adapters/shared.ts and adapters/node/); demo reaches the library only
- * by its package name.
+ * by its package name. Adapters reach the library only through its public entry points (package.json `exports`),
+ * so a third party can write an adapter the way ours are written.
  */
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -36,6 +37,23 @@ const violations = (dir: string, allowed: (target: string, file: string) => bool
       .map((target) => `${relative(ROOT, file)} → ${target}`),
   );
 
+/**
+ * The library's public entry points (package.json `exports`: `./dist/x.js` is built from `src/x.ts`), as import
+ * targets; an adapter's own entry point is not one for the other adapters.
+ */
+const PUBLIC: readonly string[] = Object.values(
+  (JSON.parse(readFileSync(join(ROOT, 'packages/idem/package.json'), 'utf8')) as { exports: Record<string, unknown> })
+    .exports,
+)
+  .map((target) => (target as { import?: { default?: string } }).import?.default)
+  .filter((path): path is string => typeof path === 'string' && path.startsWith('./dist/'))
+  .map((path) => `${LIB}/${path.slice('./dist/'.length)}`)
+  .filter((path) => !path.startsWith(`${LIB}/adapters/`));
+
+/** What the Node-based adapters share: adapters/shared.ts and adapters/node/. */
+const nodeLayer = (target: string): boolean =>
+  target === `${LIB}/adapters/shared.js` || target.startsWith(`${LIB}/adapters/node/`);
+
 describe('architecture', () => {
   it('core imports nothing of ours outside core', () => {
     expect(violations(`${LIB}/core`, (target) => target.startsWith(`${LIB}/core/`))).toEqual([]);
@@ -59,15 +77,18 @@ describe('architecture', () => {
     expect(violations(`${LIB}/http`, (t) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`))).toEqual([]);
   });
 
-  it('adapters import only core, http, what Node adapters share (shared.ts, node/) and their own folder', () => {
-    const shared = (t: string) => t === `${LIB}/adapters/shared.js` || t.startsWith(`${LIB}/adapters/node/`);
+  it('adapters import the library only through its public entry points, besides the Node layer they share', () => {
     const ownFolder = (target: string, file: string) => target.startsWith(dirname(file) + '/');
-    expect(
-      violations(
-        `${LIB}/adapters`,
-        (t, f) => t.startsWith(`${LIB}/core/`) || t.startsWith(`${LIB}/http/`) || shared(t) || ownFolder(t, f),
-      ),
-    ).toEqual([]);
+    expect(violations(`${LIB}/adapters`, (t, f) => PUBLIC.includes(t) || nodeLayer(t) || ownFolder(t, f))).toEqual([]);
+  });
+
+  it('the Node layer the adapters share (shared.ts, node/) is itself built on public entry points only', () => {
+    const inLayer = (file: string) => nodeLayer(file.replace(/\.ts$/, '.js'));
+    expect(violations(`${LIB}/adapters`, (t, f) => !inLayer(f) || PUBLIC.includes(t) || nodeLayer(t))).toEqual([]);
+  });
+
+  it('reads the public entry points from package.json exports', () => {
+    expect(PUBLIC).toEqual(expect.arrayContaining([`${LIB}/index.js`, `${LIB}/http/index.js`]));
   });
 
   it('the demo reaches the library only through its package name', () => {

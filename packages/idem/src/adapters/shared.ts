@@ -1,10 +1,10 @@
 /**
- * @module Helpers the Node-based adapters (Express, Fastify) share: header lists, stream reading, answers.
+ * @module Helpers the Node-based adapters (Express, Fastify, Nest) share: header lists, stream reading, answers.
+ * Built on the public surface (`idem/http`) only, as any adapter is.
  */
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
-import { classifyStatus, type OutcomeKind } from '../core/engine.js';
-import { BodyTooLargeError, joinBytes } from '../http/replay.js';
+import { BodyTooLargeError, classifyStatus, joinBytes, type OutcomeKind } from '../http/index.js';
 
 /** Statuses that carry no body: a stored response for them keeps no bytes. */
 export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([101, 204, 205, 304]);
@@ -58,102 +58,6 @@ export async function readStream(stream: Readable, limit: number): Promise<Uint8
     chunks.push(bytes);
   }
   return joinBytes(chunks, size);
-}
-
-/**
- * Reads the raw body without consuming it. Usually the whole message is already in the request's buffer by the
- * next microtask (node:http parses a small request's body in the same turn as its head): then its bytes are
- * copied from the buffer, which is left as it is for the next reader. Otherwise chunks are read in paused mode
- * and, once the message is complete and before `end` is emitted, put back with `unshift`, so the next reader (a
- * body parser) sees an untouched stream. `alreadyRead` is the error when someone read from it first.
- *
- * @example
- * const body = await readAndRestore(req, 1_048_576, 'mount idempotency() before the body parser')
- */
-export function readAndRestore(req: IncomingMessage, limit: number, alreadyRead: string): Promise<Uint8Array> {
-  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(alreadyRead));
-  return Promise.resolve(req).then((request) => buffered(request, limit) ?? readSlowly(request, limit, alreadyRead));
-}
-
-/**
- * The complete body, copied from the request's own buffer without reading it; undefined when that is not the
- * whole story (the message is not complete yet, someone read from it, or its buffer is not plain bytes).
- */
-function buffered(req: IncomingMessage, limit: number): Uint8Array | undefined {
-  if (req.readableEnded || req.readableFlowing === true || req.readableDidRead) return undefined;
-  const size = req.readableLength;
-  // Complete, or holding all the bytes its Content-Length declares (node:http marks it complete a moment later).
-  if (
-    !req.complete &&
-    (req.headers['transfer-encoding'] !== undefined || req.headers['content-length'] !== String(size))
-  )
-    return undefined;
-  if (size > limit) throw new BodyTooLargeError(limit);
-  if (size === 0) return NO_BYTES;
-  const chunks = (req as unknown as { readonly readableBuffer?: Iterable<unknown> }).readableBuffer;
-  if (!chunks || typeof chunks[Symbol.iterator] !== 'function') return undefined;
-  const body = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    if (chunk === null) continue; // an entry already consumed (Node keeps them as null in its buffer array)
-    if (!(chunk instanceof Uint8Array) || offset + chunk.byteLength > size) return undefined;
-    body.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return offset === size ? body : undefined;
-}
-
-function readSlowly(req: IncomingMessage, limit: number, alreadyRead: string): Promise<Uint8Array> {
-  if (req.readableEnded || req.readableFlowing === true) return Promise.reject(new Error(alreadyRead));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    // With an encoding set on the request (`setEncoding()`, by an earlier hook) `read()` returns text: it is
-    // measured and fingerprinted as its bytes in that encoding, and put back as the same text.
-    const encoding = req.readableEncoding;
-    const texts: string[] = [];
-    let size = 0;
-    const stop = (): void => {
-      req.off('readable', onReadable);
-      req.off('end', onEnd);
-      req.off('error', onError);
-    };
-    const onReadable = (): void => {
-      for (let chunk = req.read() as unknown; chunk !== null; chunk = req.read() as unknown) {
-        if (typeof chunk === 'string') texts.push(chunk);
-        const bytes = typeof chunk === 'string' ? Buffer.from(chunk, encoding ?? 'utf8') : (chunk as Buffer);
-        size += bytes.byteLength;
-        if (size > limit) {
-          stop();
-          // The rest is discarded as it arrives: read from, the request is no longer drained by node:http when
-          // its answer (413) ends, and the next request on a kept-alive connection would wait behind it forever.
-          req.resume();
-          reject(new BodyTooLargeError(limit));
-          return;
-        }
-        chunks.push(bytes);
-      }
-      if (!req.complete) return;
-      const body = joinBytes(chunks, size);
-      // Node emits 'end' on the next tick only if the buffer is still empty then: this puts the bytes back first.
-      if (texts.length > 0) req.unshift(texts.join(''), encoding ?? undefined);
-      else if (size > 0)
-        req.unshift(chunks.length === 1 ? chunks[0] : Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-      stop();
-      resolve(body);
-    };
-    const onEnd = (): void => {
-      stop();
-      if (size > 0) reject(new Error(alreadyRead));
-      else resolve(NO_BYTES);
-    };
-    const onError = (error: unknown): void => {
-      stop();
-      reject(error instanceof Error ? error : new Error(String(error)));
-    };
-    req.on('readable', onReadable);
-    req.on('end', onEnd);
-    req.on('error', onError);
-  });
 }
 
 /**

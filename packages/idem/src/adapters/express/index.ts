@@ -2,11 +2,17 @@
  * @module `idem/express` — idempotency keys as Express 5 middleware. Mount it before any body parser.
  */
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
-import type { Engine } from '../../core/engine.js';
-import { createGate, type GateRequest, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { replayParts } from '../../http/replay.js';
+import {
+  createGate,
+  readAndRestore,
+  replayParts,
+  type Engine,
+  type GateRequest,
+  type HandlerContext,
+  type IdempotencyOptions,
+} from '../../http/index.js';
 import { hold, type HoldSettings } from '../node/hold.js';
-import { headerValue, readAndRestore, responseParts } from '../shared.js';
+import { headerValue, responseParts } from '../shared.js';
 import { route, toDictionary, UNSEEN } from './route.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Express request. */

@@ -4,7 +4,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { NextFunction, Request, Response as ExpressResponse } from 'express';
-import { isThenable } from '../../core/local.js';
+import { isThenable } from '../../http/index.js';
 import { heldState, type Run } from '../node/hold.js';
 
 /**

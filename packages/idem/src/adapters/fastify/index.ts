@@ -4,21 +4,23 @@
 import { IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import type { Engine } from '../../core/engine.js';
-import { configError } from '../../core/errors.js';
-import { isThenable } from '../../core/local.js';
-import type { StoredResponse } from '../../core/record.js';
 import {
+  BodyTooLargeError,
+  configError,
   createGate,
+  isThenable,
+  readAndRestore,
+  replayParts,
   responseTooLarge,
   storedProblem,
   storedResponse,
   type Claim,
+  type Engine,
   type HandlerContext,
   type IdempotencyOptions,
-} from '../../http/middleware.js';
-import { BodyTooLargeError, replayParts } from '../../http/replay.js';
-import { headerValue, NO_BYTES, readAndRestore, readStream, responseParts } from '../shared.js';
+  type StoredResponse,
+} from '../../http/index.js';
+import { headerValue, NO_BYTES, readStream, responseParts } from '../shared.js';
 import { answer, capture, unwritable, writeParts, writeRaw, type Captured, type Parts } from './reply.js';
 
 /** Per-route settings: `config: { idempotency: { required: true } }`, or `idempotency: false` to leave a route alone. */

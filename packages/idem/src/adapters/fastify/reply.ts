@@ -5,8 +5,14 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { FastifyReply } from 'fastify';
-import type { StoredResponse } from '../../core/record.js';
-import { BodyTooLargeError, bodyFor, readBytes, storableHeaders, storableNodeHeaders } from '../../http/replay.js';
+import {
+  BodyTooLargeError,
+  bodyFor,
+  readBytes,
+  storableHeaders,
+  storableNodeHeaders,
+  type StoredResponse,
+} from '../../http/index.js';
 import {
   headerPairs,
   NO_BYTES,

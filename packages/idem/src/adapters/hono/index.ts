@@ -2,9 +2,16 @@
  * @module `idem/hono` — idempotency keys as Hono 4 middleware, on the Web-standard layer.
  */
 import type { Context, MiddlewareHandler } from 'hono';
-import { classifyStatus, type Engine } from '../../core/engine.js';
-import { createGate, serveWeb, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError, readBytes } from '../../http/replay.js';
+import {
+  BodyTooLargeError,
+  classifyStatus,
+  createGate,
+  readBytes,
+  serveWeb,
+  type Engine,
+  type HandlerContext,
+  type IdempotencyOptions,
+} from '../../http/index.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Hono context. */
 export type HonoIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Context>;

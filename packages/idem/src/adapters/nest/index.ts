@@ -28,10 +28,15 @@ import {
   Reflector,
 } from '@nestjs/core';
 import { of, type Observable } from 'rxjs';
-import type { Engine } from '../../core/engine.js';
-import { configError } from '../../core/errors.js';
-import { createGate, type Gate, type HandlerContext, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError } from '../../http/replay.js';
+import {
+  BodyTooLargeError,
+  configError,
+  createGate,
+  type Engine,
+  type Gate,
+  type HandlerContext,
+  type IdempotencyOptions,
+} from '../../http/index.js';
 import { abandonHeld, hold, type Held, type HoldSettings, type Recorder, type Run } from '../node/hold.js';
 import { headerValue, NO_BYTES } from '../shared.js';
 import { eachHandler, installWatcher, keep, watchRun } from './handler.js';

@@ -9,10 +9,17 @@
  * not be recorded, the 503/409 problem in its place, on a connection that has not seen a byte of the handler's.
  */
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { OutcomeKind } from '../../core/engine.js';
-import type { StoredResponse } from '../../core/record.js';
-import { responseTooLarge, storedResponse, type Claim, type IdempotencyOptions } from '../../http/middleware.js';
-import { BodyTooLargeError, joinBytes, storableNodeHeaders } from '../../http/replay.js';
+import {
+  BodyTooLargeError,
+  joinBytes,
+  responseTooLarge,
+  storableNodeHeaders,
+  storedResponse,
+  type Claim,
+  type IdempotencyOptions,
+  type OutcomeKind,
+  type StoredResponse,
+} from '../../http/index.js';
 import {
   checkChunk,
   checkHead,
