@@ -1,0 +1,86 @@
+import { describe, expect, it } from 'vitest';
+import { canonicalForm, isFormType, MAX_FORM_FIELDS } from './canonical-form.js';
+
+const utf8 = (text: string) => new TextEncoder().encode(text);
+/** The canonical text of `body`, or `'as sent'` when the body is fingerprinted as its own bytes. */
+const canonical = (body: string | Uint8Array): string => {
+  const bytes = canonicalForm(typeof body === 'string' ? utf8(body) : body);
+  return bytes === undefined ? 'as sent' : new TextDecoder('utf-8', { ignoreBOM: true }).decode(bytes);
+};
+
+describe('canonicalForm', () => {
+  it('sorts fields by name; a repeated name keeps the order of its values', () => {
+    expect(canonical('currency=usd&amount=500&metadata[order_id]=42')).toBe(
+      'amount=500&currency=usd&metadata[order_id]=42',
+    );
+    expect(canonical('b=2&a=1&a=0&b=1')).toBe('a=1&a=0&b=2&b=1');
+    expect(canonical('items[1]=y&items[0]=x')).toBe('items[0]=x&items[1]=y');
+    expect(canonical('a[]=2&b=1&a[]=1')).toBe('a[]=2&a[]=1&b=1');
+  });
+
+  it('leaves a body already in order as sent (no copy), and only such a body', () => {
+    for (const body of ['', 'a=1', 'a=1&a=0&b=2', 'amount=500&currency=usd', '=x&a', 'a&a&a']) {
+      expect([body, canonical(body)]).toEqual([body, 'as sent']);
+    }
+    expect(canonical('b=1&a=1')).toBe('a=1&b=1');
+  });
+
+  it('drops empty fields, as a form parser does', () => {
+    expect(canonical('a=1&&b=2&')).toBe('a=1&b=2');
+    expect(canonical('&a=1')).toBe('a=1');
+    expect(canonical('&')).toBe('');
+  });
+
+  it('compares names decoded (`+`, escapes, UTF-8) but never changes a byte of a field', () => {
+    // `%61` is `a`: one name sent twice, so its two values keep their order, whichever way each was written.
+    expect(canonical('%61=2&a=1')).toBe('as sent');
+    expect(canonical('a=1&%61=2')).toBe('as sent');
+    expect(canonical('b=1&%61=2&a=3')).toBe('%61=2&a=3&b=1');
+    // `%5B`/`%5D` are brackets: `metadata%5Bb%5D` sorts as `metadata[b]`, after `metadata[a]`.
+    expect(canonical('metadata%5Bb%5D=2&metadata[a]=1')).toBe('metadata[a]=1&metadata%5Bb%5D=2');
+    // `+` is a space, which sorts before `a`; a value's escapes are never decoded.
+    expect(canonical('xa=%41&x+b=B')).toBe('x+b=B&xa=%41');
+    expect(canonical('b=%41&a=A')).toBe('a=A&b=%41');
+    // A malformed escape stays literal (`%` sorts before `a`); `%C3%A9` is é, after every ASCII letter.
+    expect(canonical('a=1&%zz=2')).toBe('%zz=2&a=1');
+    expect(canonical('%C3%A9=1&z=2')).toBe('z=2&%C3%A9=1');
+  });
+
+  it('compares names as a form parser does for escaped invalid UTF-8: `%FF` and `%FE` are both U+FFFD, one name', () => {
+    // URLSearchParams reads both as the name '\uFFFD' with values in order: reordering them would change the list.
+    expect(canonical('%FF=1&%FE=2')).toBe('as sent');
+    expect(canonical('%FE=2&%FF=1')).toBe('as sent');
+    expect(canonical('%FE=2&z=0&%FF=1')).toBe('z=0&%FE=2&%FF=1');
+  });
+
+  it('fingerprints a body that is not UTF-8 as sent, and keeps a byte order mark', () => {
+    expect(canonical(Uint8Array.of(0x62, 0x3d, 0xff, 0x26, 0x61, 0x3d, 0x31))).toBe('as sent');
+    expect(canonical('\ufeffb=1&a=2')).toBe('a=2&\ufeffb=1');
+  });
+
+  it(`orders at most ${MAX_FORM_FIELDS} fields, empty ones counted: a larger body is fingerprinted as sent`, () => {
+    const reversed = (count: number) =>
+      Array.from({ length: count }, (_, i) => `f${String(count - i).padStart(4, '0')}=1`).join('&');
+    const atLimit = canonical(reversed(MAX_FORM_FIELDS));
+    expect(atLimit.split('&').slice(0, 2)).toEqual(['f0001=1', 'f0002=1']);
+    expect(canonical(reversed(MAX_FORM_FIELDS + 1))).toBe('as sent');
+    expect(canonical(`b=1&a=1${'&'.repeat(MAX_FORM_FIELDS - 2)}`)).toBe('a=1&b=1');
+    expect(canonical(`b=1&a=1${'&'.repeat(MAX_FORM_FIELDS - 1)}`)).toBe('as sent');
+  });
+
+  it('recognises the form media type in any case, with parameters, and nothing else', () => {
+    expect(
+      [
+        'application/x-www-form-urlencoded',
+        'Application/X-WWW-Form-Urlencoded ; charset=UTF-8',
+        'application/x-www-form-urlencoded;charset=utf-8',
+        'multipart/form-data; boundary=x',
+        'application/json',
+        'text/plain',
+        '',
+        null,
+        undefined,
+      ].map(isFormType),
+    ).toEqual([true, true, true, false, false, false, false, false, false]);
+  });
+});
