@@ -428,8 +428,15 @@ const worker :Workerd.Worker = (
           expect(await chargeScenario(server.base, { inFlight: false })).toEqual({
             ...EXPECTED_CHARGES,
             inFlight: undefined,
-            // No nodejs_compat flag: no `process`, so SHA-256 is the portable one; ids come from WebCrypto.
-            executions: { executions: 1, webCrypto: true, process: 'undefined' },
+            // No nodejs_compat flag: no `process`, so the fingerprint and ids come from WebCrypto.
+            executions: {
+              executions: 1,
+              webCrypto: true,
+              process: 'undefined',
+              // What node:crypto gives for the same request (src/core/fingerprint-hash.test.ts pins it too).
+              fingerprint: 'a29f42714ed34edf6064c64ea6fa16e72458972d8e6cae2580b9695a69088678',
+              sync: 'CONFIG_INVALID',
+            },
           });
           const renewing = await fetch(`${server.base}/v1/renewing`, {
             method: 'POST',

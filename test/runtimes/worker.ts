@@ -4,11 +4,12 @@
  * (`sealed()`, AES-GCM through workerd's WebCrypto). It is built with esbuild's neutral platform and no external
  * modules, so a `node:` import anywhere on this path fails the build. `POST /v1/charges`
  * counts its executions; `POST /v1/renewing` holds its lease past a renewal; `GET /test/executions` reports the
- * executions with what the isolate offers (WebCrypto, `process`).
+ * executions with what the isolate offers (WebCrypto, `process`) and a fixed request's fingerprint.
  */
 import { idempotency } from '../../packages/idem/src/http/index.js';
 import { sealed } from '../../packages/idem/src/core/sealed.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
+import { fingerprint, fingerprintAsync } from '../../packages/idem/src/core/fingerprint.js';
 
 let executions = 0;
 
@@ -41,16 +42,28 @@ const renewing = idempotency({ store: renewingStore, scope: 'single-tenant', lea
   },
 );
 
+const FIXED = new TextEncoder().encode('{"b":1,"a":"x"}');
+
 export default {
   async fetch(request: Request): Promise<Response> {
     const { pathname } = new URL(request.url);
     if (pathname === '/v1/charges') return charges(request);
     if (pathname === '/v1/renewing') return renewing(request);
     if (pathname === '/test/executions') {
+      // A fixed request's fingerprint, by WebCrypto here: the test compares it with node:crypto's.
+      const input = { method: 'POST', path: '/v1/charges', contentType: 'application/json', body: FIXED };
+      let sync: string;
+      try {
+        sync = fingerprint(input);
+      } catch (error) {
+        sync = (error as { code?: string }).code ?? String(error);
+      }
       return Response.json({
         executions,
         webCrypto: typeof crypto.subtle.digest === 'function' && typeof crypto.randomUUID === 'function',
         process: typeof (globalThis as { process?: unknown }).process,
+        fingerprint: await fingerprintAsync(input),
+        sync,
       });
     }
     return new Response('not found', { status: 404 });

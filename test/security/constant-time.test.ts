@@ -1,7 +1,7 @@
 /**
  * The engine compares fingerprints in constant time (issue 6, item 4) — shown structurally, not by timing:
  * every comparison it makes goes through `fingerprintsEqual`, which reads every character of equal-length inputs
- * (`constantTimeEqual`, tested in src/core/sha256.test.ts); and neither the engine nor the HTTP layer compares a
+ * (tested in src/core/fingerprint-hash.test.ts); and neither the engine nor the HTTP layer compares a
  * fingerprint with `===`/`!==`.
  * (Stores evaluate their claim condition in their own language — SQL `=`, Lua `==` — on the caller's own
  * scope only; see docs/RELIABILITY.md.)

@@ -22,7 +22,7 @@ export type { LocalContext, LocalOptions, LocalWork, LocalWorkResult } from './c
 export type { IdempotentContext, IdempotentFunction, IdempotentOptions } from './core/function.js';
 export { IdempotencyError, isIdempotencyError } from './core/errors.js';
 export type { IdempotencyErrorCode } from './core/errors.js';
-export { fingerprint, fingerprintsEqual, canonicalJson } from './core/fingerprint.js';
+export { fingerprint, fingerprintAsync, fingerprintsEqual, canonicalJson } from './core/fingerprint.js';
 export type { FingerprintInput } from './core/fingerprint.js';
 export { parseKey, recordPk, MAX_KEY_LENGTH } from './core/key.js';
 export { systemClock, manualClock } from './core/clock.js';

@@ -2,21 +2,28 @@
  * @module The request fingerprint: SHA-256 over method, route, canonical query, canonical body and chosen headers.
  */
 import { canonicalBytes } from './canonical-json.js';
-import { constantTimeEqual, sha256 } from './sha256.js';
+import { IdempotencyError } from './errors.js';
 
-type OneShot = (algorithm: 'sha256', data: string, encoding: 'hex') => string;
+interface NodeCrypto {
+  /** The one-shot hash (Node ≥ 20.12): no Hash object, no digest looked up by name per call. */
+  readonly hash?: (algorithm: 'sha256', data: string, encoding: 'hex') => string;
+  readonly createHash: (algorithm: 'sha256') => {
+    update(data: string | Uint8Array, encoding?: 'utf8'): unknown;
+    digest(encoding: 'hex'): string;
+  };
+}
 
 /**
- * Node's one-shot `crypto.hash` (Node ≥ 20.12), found as src/core/sha256.ts finds `createHash`: no Hash object and no
- * digest lookup by name per request, about twice as fast for the short text of a JSON request's fingerprint.
- * The same SHA-256, the same hex. Elsewhere the running hash of src/core/sha256.ts.
+ * `node:crypto` where the runtime has it as a builtin (Node, Bun, Deno, workerd with `nodejs_compat`), found through
+ * `process.getBuiltinModule` rather than imported, so this module loads on Web runtimes too. There it is undefined
+ * and the fingerprint is WebCrypto's SHA-256 (`crypto.subtle.digest`), which only answers with a promise.
  */
-const oneShot: OneShot | undefined = (() => {
+const native: NodeCrypto | undefined = (() => {
   const get = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process?.getBuiltinModule;
   if (typeof get !== 'function') return undefined;
   try {
-    const crypto = get('node:crypto') as { hash?: OneShot } | undefined;
-    return typeof crypto?.hash === 'function' ? crypto.hash : undefined;
+    const crypto = get('node:crypto') as Partial<NodeCrypto> | undefined;
+    return typeof crypto?.createHash === 'function' ? (crypto as NodeCrypto) : undefined;
   } catch {
     return undefined;
   }
@@ -41,10 +48,40 @@ export interface FingerprintInput {
  * whitespace dropped, numbers in one exact form — so `{"a":1,"b":2}` and `{"b":2, "a":1.0}` match.
  * Any other body (or JSON that does not parse) is hashed as raw bytes.
  *
+ * Synchronous where the runtime has `node:crypto` (Node, Bun, Deno); on a Web runtime without it (Cloudflare
+ * Workers without `nodejs_compat`) it throws `CONFIG_INVALID`: use {@link fingerprintAsync} there.
+ *
  * @example
  * fingerprint({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body })
  */
 export function fingerprint(input: FingerprintInput): string {
+  if (native === undefined)
+    throw new IdempotencyError(
+      'CONFIG_INVALID',
+      'fingerprint() needs node:crypto, which this runtime lacks: use `await fingerprintAsync(input)`.',
+    );
+  return fingerprintSoon(input) as string;
+}
+
+/**
+ * {@link fingerprint} on every runtime: `node:crypto` where there is one, WebCrypto elsewhere.
+ *
+ * @example
+ * const print = await fingerprintAsync({ method: 'POST', path: '/v1/charges', contentType: 'application/json', body })
+ */
+export async function fingerprintAsync(input: FingerprintInput): Promise<string> {
+  return fingerprintSoon(input);
+}
+
+/**
+ * The fingerprint as a string at once where `node:crypto` is, as a promise of it where only WebCrypto is: the
+ * HTTP layer awaits only a promise (an await of a plain value costs every request a turn of the microtask queue).
+ *
+ * @example
+ * const soon = fingerprintSoon(input)
+ * const print = typeof soon === 'string' ? soon : await soon
+ */
+export function fingerprintSoon(input: FingerprintInput): string | Promise<string> {
   // Every field is `<byte length>:<bytes>`: the text fields, then the body (canonical JSON or raw bytes), then the
   // headers. The same bytes are hashed whichever way they are fed to the hash.
   const head =
@@ -63,15 +100,39 @@ export function fingerprint(input: FingerprintInput): string {
     tail = field(String(headers.length));
     for (const [name, value] of headers) tail += field(name) + field(value);
   }
+  if (native === undefined) return webSha256(`${head}${kind}${body.byteLength}:`, body, tail);
   // A short canonical body (the usual request): all of it as one string, hashed in one call.
-  if (canonical !== undefined && canonical.byteLength <= ONE_CALL_BYTES && oneShot !== undefined)
-    return oneShot('sha256', `${head}${kind}${canonical.byteLength}:${UTF8.decode(canonical)}${tail}`, 'hex');
-  const hash = sha256();
-  hash.update(`${head}${kind}${body.byteLength}:`);
+  if (canonical !== undefined && canonical.byteLength <= ONE_CALL_BYTES && native.hash !== undefined)
+    return native.hash('sha256', `${head}${kind}${canonical.byteLength}:${UTF8.decode(canonical)}${tail}`, 'hex');
+  const hash = native.createHash('sha256');
+  hash.update(`${head}${kind}${body.byteLength}:`, 'utf8');
   hash.update(body);
-  hash.update(tail);
-  return hash.digest();
+  hash.update(tail, 'utf8');
+  return hash.digest('hex');
 }
+
+/** SHA-256 of `front`, `body`, `tail` (text as UTF-8) by WebCrypto, in hex. */
+async function webSha256(front: string, body: Uint8Array, tail: string): Promise<string> {
+  const subtle = (globalThis as { crypto?: { subtle?: SubtleCrypto } }).crypto?.subtle;
+  if (subtle === undefined)
+    throw new IdempotencyError(
+      'CONFIG_INVALID',
+      'The fingerprint needs node:crypto or WebCrypto; this runtime has neither.',
+    );
+  const start = ENCODER.encode(front);
+  const end = ENCODER.encode(tail);
+  const bytes = new Uint8Array(start.byteLength + body.byteLength + end.byteLength);
+  bytes.set(start);
+  bytes.set(body, start.byteLength);
+  bytes.set(end, start.byteLength + body.byteLength);
+  const digest = new Uint8Array(await subtle.digest('SHA-256', bytes));
+  let hex = '';
+  for (const byte of digest) hex += HEX[byte];
+  return hex;
+}
+
+const ENCODER = new TextEncoder();
+const HEX = Array.from({ length: 256 }, (_, byte) => byte.toString(16).padStart(2, '0'));
 
 /** The body kind fields: `4:json`, `3:raw`. */
 const JSON_FIELD = '4:json';
@@ -115,9 +176,15 @@ export function utf8Length(text: string): number {
   return bytes;
 }
 
-/** Compares two fingerprints in constant time (for equal lengths), so timing reveals nothing of the stored one. */
+/**
+ * Compares two fingerprints in time that depends only on their lengths (equal lengths: every code unit is read),
+ * so timing reveals nothing of the stored one.
+ */
 export function fingerprintsEqual(a: string, b: string): boolean {
-  return constantTimeEqual(a, b);
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
 }
 
 /**

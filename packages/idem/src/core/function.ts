@@ -4,7 +4,7 @@
  */
 import { createEngine, type Engine, type EngineOptions, type Lease, type WorkContext } from './engine.js';
 import { configError, IdempotencyError } from './errors.js';
-import { fingerprint } from './fingerprint.js';
+import { fingerprintSoon } from './fingerprint.js';
 import type { StoredResponse } from './record.js';
 
 /** What the function sees besides its input: the record's stable `id` (pass it downstream) and the lease `signal`. */
@@ -92,10 +92,11 @@ export function idempotent<In, Out, Tx = never>(
       throw new TypeError('`scope(input)` must return a non-empty string.');
     const body = encode(payload(input) ?? null);
     const ttlMs = ttlFor?.(input);
+    const soon = fingerprintSoon({ method: 'CALL', path: '', contentType: 'application/json', body });
     const decision = await engine.begin({
       scope: tenant,
       key: id,
-      fingerprint: fingerprint({ method: 'CALL', path: '', contentType: 'application/json', body }),
+      fingerprint: typeof soon === 'string' ? soon : await soon,
       ...(ttlMs === undefined ? {} : { ttlMs }),
     });
     if (decision.kind === 'refused') throw decision.error;

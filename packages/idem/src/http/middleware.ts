@@ -6,7 +6,7 @@ import { createEngine, type Engine, type Lease, type OutcomeKind, type RunReques
 import { selectFields } from '../core/fields.js';
 import { runLocal, type LocalWorkResult } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
-import { fingerprint, isJsonType } from '../core/fingerprint.js';
+import { fingerprintSoon, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
@@ -246,7 +246,7 @@ export function createGate<Tx, Req>({
       const contentType = request.header('content-type') ?? null;
       const chosen =
         fingerprintBody || fingerprintFields ? await payload(body, contentType, request.native) : undefined;
-      const print = fingerprint({
+      const soon = fingerprintSoon({
         method: request.method,
         path: url.pathname,
         query: url.search,
@@ -257,6 +257,8 @@ export function createGate<Tx, Req>({
             ? NO_HEADERS
             : fingerprinted.map((name) => [name, request.header(name) ?? ''] as const),
       });
+      // A promise only where the runtime lacks node:crypto (WebCrypto answers asynchronously).
+      const print = typeof soon === 'string' ? soon : await soon;
       const ttlMs = ttlFor?.(request.native);
       const run: RunRequest =
         ttlMs === undefined
