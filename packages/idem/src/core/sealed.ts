@@ -117,7 +117,10 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
   list.forEach((entry, i) => {
     const id = (entry as Partial<SealingKey> | null)?.id;
     if (typeof id !== 'string' || !KEY_ID.test(id)) {
-      throw configError(`keys[${i}].id`, '1–64 visible ASCII characters', id);
+      throw new IdempotencyError(
+        'CONFIG_INVALID',
+        `Expected \`keys[${i}].id\` to be 1–64 visible ASCII characters, got ${shownKeyId(id)}.`,
+      );
     }
     if (entries.some((e) => e.id === id)) throw configError(`keys[${i}].id`, 'unique among the keys', id);
     const header = Uint8Array.from([...MAGIC, VERSION, id.length, ...[...id].map((c) => c.charCodeAt(0))]);
@@ -146,6 +149,14 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
   const sealOutcome = async (pk: string, outcome: Outcome): Promise<Outcome> =>
     outcome.response === null || writePlain ? outcome : { ...outcome, response: await seal(pk, outcome.response) };
 
+  // While plain records are accepted, one whose body starts like an envelope is still read as one, and refused when
+  // it does not open: it cannot be told from a sealed record whose key was retired too early, or that was moved or
+  // changed, and replaying those bytes would be a wrong answer (docs/SECURITY.md, Sealed responses). The message
+  // says so, for the operator who finds such a record.
+  const migrating = acceptPlain || writePlain;
+  const refused = (reason: SealedRecordReason, keyId: string | null, detail: string, cause?: unknown) =>
+    new SealedRecordError(reason, keyId, migrating ? `${detail}${MIGRATING}` : detail, cause);
+
   const open = async (record: IdempotencyRecord): Promise<IdempotencyRecord> => {
     const { response, pk } = record;
     if (response === null) return record;
@@ -153,17 +164,17 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
     const body = response.body as Uint8Array<ArrayBuffer>;
     const isEnvelope = response.headers.length === 0 && MAGIC.every((byte, i) => body[i] === byte);
     if (!isEnvelope) {
-      if (acceptPlain || writePlain) return record;
+      if (migrating) return record;
       throw new SealedRecordError('not-sealed', null, 'the record holds a response that is not sealed.');
     }
     const version = body[MAGIC.length];
     if (version !== VERSION) {
-      throw new SealedRecordError('malformed', null, `the envelope's format version is ${version ?? 'missing'}.`);
+      throw refused('malformed', null, `the envelope's format version is ${version ?? 'missing'}.`);
     }
     const idLength = body[MAGIC.length + 1] ?? 0;
     const headerLength = MAGIC.length + 2 + idLength;
     if (body.byteLength < headerLength + IV_BYTES + TAG_BYTES + 4) {
-      throw new SealedRecordError('malformed', null, `the envelope is too short (${body.byteLength} bytes).`);
+      throw refused('malformed', null, `the envelope is too short (${body.byteLength} bytes).`);
     }
     const idBytes = body.subarray(MAGIC.length + 2, headerLength);
     const id = String.fromCharCode(...idBytes);
@@ -171,7 +182,7 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
     const entry = shownId === null ? undefined : byId.get(shownId);
     if (entry === undefined) {
       const named = shownId === null ? 'an invalid key id' : `key id "${shownId}"`;
-      throw new SealedRecordError(
+      throw refused(
         'unknown-key',
         shownId,
         `it was sealed with ${named}, which is not among \`keys\` (keep a retired key for reading until its records expire).`,
@@ -184,7 +195,7 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
       const data = body.subarray(headerLength + IV_BYTES);
       plain = new Uint8Array(await subtle.decrypt({ name: 'AES-GCM', iv, additionalData }, await entry.key(), data));
     } catch (error) {
-      throw new SealedRecordError(
+      throw refused(
         'not-authentic',
         entry.id,
         `authentication failed with key id "${entry.id}": the envelope, or the record's key or status code, changed since it was sealed.`,
@@ -247,6 +258,30 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
     close: () => store.close(),
     ...local,
   };
+}
+
+/** Added to a refusal while plain records are accepted. */
+const MIGRATING =
+  ' Plain records are accepted, but this one starts like a sealed envelope and is refused as one (see docs/SECURITY.md, Sealed responses).';
+
+/** The characters of a bad key id an error message shows: enough to find it, too few to print a secret pasted there. */
+const SHOWN_ID_CHARACTERS = 8;
+
+/**
+ * A bad key id as an error shows it: a string's first {@link SHOWN_ID_CHARACTERS} characters, quoted, with every
+ * character outside printable ASCII (and `"`, `\`) escaped as `\u{…}`, and its length when cut; else its type.
+ * The id may be anything (a key pasted in the wrong field, a megabyte, terminal escapes): the message stays one
+ * short line that reveals little of it.
+ */
+function shownKeyId(id: unknown): string {
+  if (typeof id !== 'string') return id === null ? 'null' : `a value of type ${typeof id}`;
+  let shown = '';
+  let count = 0;
+  for (const c of id) {
+    if (++count > SHOWN_ID_CHARACTERS) return `"${shown}…" (${id.length} UTF-16 units)`;
+    shown += /^[\x20-\x7e]$/.test(c) && c !== '"' && c !== '\\' ? c : `\\u{${c.codePointAt(0)?.toString(16)}}`;
+  }
+  return `"${shown}"`;
 }
 
 const UTF8 = new TextEncoder();
