@@ -21,11 +21,11 @@ import {
   type RedisStoreOptions,
 } from 'idem/stores/redis';
 import type { Outcome } from '../../packages/idem/src/core/record.js';
-import { claimRequests } from '../../packages/idem/src/testing/fixtures.js';
+import { claimRequests, waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { idem } from '../cli/helpers.js';
 import { deleteKeysUnder } from '../fixtures/redis-keys.js';
 import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { poll, redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
+import { redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
 import { opened, sqliteLedger, type Opened } from './backings.js';
 import { $500, answer, held, LEASE_MS, oneChargeOfTwoHundred, takeoverAfterKill } from './scenarios.js';
 
@@ -119,10 +119,10 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       monitor.on('monitor', (_time: string, args: string[], source: string) => void seen.push({ args, source }));
       const sentinel = `sentinel-${randomUUID()}`;
       try {
-        // Several keys, so the claim's clean-up of the index's oldest members and the list walk other records.
+        // Several keys, so the list walks other records (and prunes a member whose record is gone).
         const [a, b, c] = [request('k-a', T0), request('k-b', T0 + 1), request('k-c', T0 + 2)] as const;
         for (const req of [a, b, c]) expect((await store.claim(req)).kind).toBe('claimed');
-        // b's record vanishes behind the store's back, so the next claim's clean-up meets a member whose record is gone.
+        // b's record vanishes behind the store's back: its index member stays until the list meets it.
         await cluster.withNode(primary.port, (node) => node.unlink(recordKeyOf(b.key)));
         expect((await store.claim(request('k-d', T0 + 3))).kind).toBe('claimed');
         expect(
@@ -131,7 +131,7 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
         const outcome: Outcome = { status: 'succeeded', retryable: false, resultId: 'ch_1', response: null };
         expect(await store.complete({ pk: a.pk, token: a.token, now: T0 + 5, outcome })).toEqual({ ok: true });
         expect((await store.get(a.pk))?.status).toBe('succeeded');
-        // The claim of k-d pruned k-b's member (its record is gone); the list reads the rest, newest claim first.
+        // The list prunes k-b's member (its record is gone) and reads the rest, newest claim first.
         expect((await store.list({ scope, limit: 10 })).map((record) => record.key)).toEqual(['k-d', 'k-c', 'k-a']);
         expect(await store.release({ pk: c.pk, token: c.token })).toEqual({ ok: true });
       } catch (error) {
@@ -140,7 +140,7 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       }
       // The sentinel marks the end: MONITOR delivers in order, so once it arrives everything before it has.
       await cluster.withNode(primary.port, (node) => node.echo(sentinel));
-      await poll('the sentinel on MONITOR', async () => seen.some(({ args }) => args[1] === sentinel));
+      await waitFor('the sentinel on MONITOR', async () => seen.some(({ args }) => args[1] === sentinel));
       monitor.disconnect();
 
       const mine = seen.filter(({ args }) => args.some((arg) => arg.startsWith(store.prefix)));
@@ -151,7 +151,7 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
       const touched = [...new Set([...declared, ...built])].sort();
       // The scripts' own commands, read off the wire rather than assumed.
       expect([...new Set(fromLua.map(({ args }) => (args[0] as string).toUpperCase()))].sort()).toEqual(
-        ['DEL', 'EXISTS', 'HGETALL', 'HMGET', 'HSET', 'PEXPIRE', 'PTTL', 'ZADD', 'ZRANGE', 'ZREM', 'ZREVRANGE'].sort(),
+        ['DEL', 'HGETALL', 'HMGET', 'HSET', 'PERSIST', 'PEXPIRE', 'PTTL', 'ZADD', 'ZREM', 'ZREVRANGE'].sort(),
       );
       expect(touched).toEqual([`${tag}#k-a`, `${tag}#k-b`, `${tag}#k-c`, `${tag}#k-d`, `${tag}:claims`].sort());
       const slots = await cluster.withNode(primary.port, (node) =>

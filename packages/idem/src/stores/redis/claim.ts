@@ -10,14 +10,14 @@ import { SCRIPTS } from './scripts.js';
 import type { RedisCommands } from './send.js';
 
 // The race this closes, for two requests A and B with one key and no record:
-//   A: EVALSHA claim → HMGET finds nothing → HSET in_progress (token A) → PEXPIRE → {1, record A}
+//   A: EVALSHA claim → HMGET finds nothing → HSET in_progress (token A) → PEXPIRE → ZADD → {1, id A}
 //   B: EVALSHA claim → HMGET finds record A, live lease → {0, record A}
 // Redis runs one script at a time, so B's script cannot read between A's read and A's write: there is no
 // window where both see nothing. The same holds for two takeovers of a dead lease — the first script writes
 // a live lease, the second sees it. `now` is the engine's clock, so Redis's own clock never decides.
 export async function claim(io: RedisCommands, prefix: string, request: ClaimRequest): Promise<ClaimResult> {
   const { pk, scope, key, fingerprint, token, id, now, leaseMs, ttlMs } = request;
-  const { record: recordKey, index, base, member } = redisKeys(prefix, pk);
+  const { record: recordKey, index, member } = redisKeys(prefix, pk);
   const reply = await io.write(
     'claim',
     SCRIPTS.claim,
@@ -32,7 +32,6 @@ export async function claim(io: RedisCommands, prefix: string, request: ClaimReq
     String(Math.max(1, Math.ceil(ttlMs))),
     scope,
     key,
-    base,
     member,
   );
   if (!Array.isArray(reply) || (reply[0] !== 0 && reply[0] !== 1)) {

@@ -8,8 +8,9 @@
  *   shorter tag, the same for both keys). A scope's records therefore live on one Cluster node.
  * - **`list` reads the index**, never the keyspace: one script walks the scope's sorted set from its newest member
  *   and reads `limit` records, pruning members whose records have expired; one round trip whatever else the
- *   server holds (a second only when it has pruned 1,000 members in one go). Claims prune the index's two oldest
- *   members when their records are gone, and the index expires with the scope's last record.
+ *   server holds (a second only when it has pruned 1,000 members in one go). A claim only adds its key to the
+ *   index (one `ZADD`): members whose records have expired stay until `list` meets them or `sweep` prunes them,
+ *   and the index, which has no expiry, goes with its last member.
  * - **Native expiry**: a claim sets the key's expiry to `ttlMs` (`PEXPIRE`, relative, so it follows the engine's
  *   `expiresAt - now` whatever Redis's own clock says); a renewal moves it to the new `expiresAt - now` the same
  *   way, never back; a completion uses `HSET`, which keeps it.
@@ -18,7 +19,7 @@
  * - **Scripts** run by `EVALSHA`. {@link RedisStore.load} loads them up front (on every node of a Cluster); an
  *   `EVALSHA` that still gets `NOSCRIPT` (a restarted or failed-over server, a node added later) is retried once
  *   with `EVAL`, and both requests are counted in `roundTrips`.
- * - **`sweep` uses `SCAN`**: O(keyspace), for operators, never for hot paths (records expire natively). On a
+ * - **`sweep` uses `SCAN`**: O(keyspace), for operators, never for hot paths; it prunes the scope indexes. On a
  *   Cluster it scans every primary (the client's `nodes('master')`).
  * - **Replication** is asynchronous: a write acknowledged by a primary that dies before its replica has it is
  *   lost at failover. `replicas` sends `WAIT` with each write script and fails the call when too few replicas
@@ -57,9 +58,11 @@ export type * from './options.js';
  * Creates a Redis store. `effects` passed to `complete` are refused: Redis cannot commit them with the record.
  * Key the work's own writes on the record's `id` under a unique constraint instead (docs/DESIGN.md: The work's own writes).
  *
- * `sweep` is not needed in production — records expire natively — and costs a `SCAN` of the prefix plus one call
- * per record found; it deletes the records whose `expiresAt` has passed by the `now` it is given (useful when
- * the caller's clock runs ahead of Redis's). `close` stops the store; it does not quit the client you passed.
+ * Records expire natively, so no record needs `sweep`; the scope indexes do: they hold a member per key claimed
+ * until `list` or `sweep` prunes it, so run it now and then (docs/STORES.md: Redis). It costs a `SCAN` of the
+ * prefix plus one call per record and per index found; it deletes the records whose `expiresAt` has passed by
+ * the `now` it is given (useful when the caller's clock runs ahead of Redis's). `close` stops the store; it does
+ * not quit the client you passed.
  * `onRoundTrip` sees every counted command as a {@link RedisRoundTripRequest} with the server's raw reply.
  *
  * @example
@@ -149,12 +152,11 @@ export function redisStore({
 
     async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
       const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
-      const { record, index } = redisKeys(prefix, pk);
       return written(
         await io.write(
           'renew',
           SCRIPTS.renew,
-          [record, index],
+          [redisKeys(prefix, pk).record],
           wroteOne,
           token,
           String(now + leaseMs),

@@ -19,7 +19,7 @@ import {
 } from '#test/fixtures/redis.js';
 import { recordPk } from '../../core/key.js';
 import type { Outcome } from '../contract.js';
-import { LEASE, T0, TTL } from '../../testing/fixtures.js';
+import { LEASE, T0, TTL, waitFor } from '../../testing/fixtures.js';
 import type { RedisClient } from './index.js';
 import { SCRIPTS } from './scripts.js';
 
@@ -43,8 +43,8 @@ describe.skipIf(!available)('redis store', () => {
           expect(key).toBe(`${store.prefix}{IDEMPOTENCY#${scope}}#${req.key}`);
           expect(await keysUnder(admin, store.prefix)).toEqual([key, index].sort());
           expect(await admin.zrange(index, '0', '-1', 'WITHSCORES')).toEqual([req.key, String(T0)]);
-          // The index lives at least as long as the record it names.
-          expect(await admin.pttl(index)).toBeGreaterThanOrEqual((await admin.pttl(key)) - 5);
+          // The index has no expiry: it goes with its last member, pruned by list and sweep.
+          expect(await admin.pttl(index)).toBe(-1);
           expect(await admin.type(key)).toBe('hash');
           expect(await admin.hgetall(key)).toEqual({
             scope,
@@ -166,13 +166,13 @@ describe.skipIf(!available)('redis store', () => {
   });
 
   it('every script touches only its KEYS and records named base .. member, base being the scope’s tag (one slot)', () => {
-    // What each script's redis.call targets resolve to, through its `local x = KEYS[i]` / `ARGV[i]` aliases and
-    // the argument it passes to keepIndex. ARGV[10] (claim) and ARGV[1] (list, prune) are the base
-    // `<prefix>{IDEMPOTENCY#<scope>}#`, as the onRoundTrip tests show the store sending.
+    // What each script's redis.call targets resolve to, through its `local x = KEYS[i]` / `ARGV[i]` aliases.
+    // ARGV[1] (list, prune) is the base `<prefix>{IDEMPOTENCY#<scope>}#`, as the onRoundTrip tests show the store
+    // sending.
     const expected: Record<string, string[]> = {
-      claim: ['ARGV[10] .. oldest', 'KEYS[1]', 'KEYS[2]'],
+      claim: ['KEYS[1]', 'KEYS[2]'],
       complete: ['KEYS[1]'],
-      renew: ['KEYS[1]', 'KEYS[2]'],
+      renew: ['KEYS[1]'],
       release: ['KEYS[1]', 'KEYS[2]'],
       get: ['KEYS[1]'],
       sweep: ['KEYS[1]', 'KEYS[2]'],
@@ -183,8 +183,6 @@ describe.skipIf(!available)('redis store', () => {
       const aliases = new Map(
         [...source.matchAll(/local (\w+) = (KEYS\[\d+\]|ARGV\[\d+\])\n/g)].map((m) => [m[1], m[2]] as const),
       );
-      const kept = /^keepIndex\((\w+|KEYS\[\d+\]),/m.exec(source)?.[1];
-      if (kept !== undefined) aliases.set('index', aliases.get(kept) ?? kept);
       const targets = [...source.matchAll(/redis\.call\('\w+', ([^,)]+)/g)].map((m) =>
         (m[1] as string)
           .split(' .. ')
@@ -202,7 +200,7 @@ describe.skipIf(!available)('redis store', () => {
       await store.claim(live);
       await store.claim(brief);
       const key = recordKey(store, brief.pk);
-      while ((await admin.exists(key)) === 1) await new Promise((resolve) => setTimeout(resolve, 5));
+      await waitFor(`Redis to expire ${key}`, async () => (await admin.exists(key)) === 0, { everyMs: 5 });
       expect(await store.get(brief.pk)).toBeNull();
       expect((await store.list({ scope, limit: 10 })).map((r) => r.key)).toEqual([live.key]);
       // The list met the expired record's index member and removed it.
@@ -253,7 +251,7 @@ describe.skipIf(!available)('redis store', () => {
     }
   });
 
-  it('the scope index is pruned: by claims (two oldest), by list (bounded per call), by sweep; members follow records', () =>
+  it('the scope index is pruned by list (bounded per call) and sweep, never by a claim; members follow records', () =>
     closing(isolated(ioredis), async (store) => {
       const index = indexKey(store, scope);
       // The newest member, alive throughout.
@@ -264,17 +262,11 @@ describe.skipIf(!available)('redis store', () => {
       expect(await admin.zcard(index)).toBe(6);
       // Their records vanish as native expiry would make them (DEL, so no claim below races the clock).
       expect(await admin.del(...brief.map((req) => recordKey(store, req.pk)))).toBe(5);
-      // A claim files its key and removes the two oldest members whose records are gone.
+      // A claim files its key and nothing else: the members of the records gone stay.
       const live = claimRequest({ now: T0 + 10 });
       await store.claim(live);
-      expect(await admin.zrange(index, '0', '-1')).toEqual([
-        brief[2]?.key,
-        brief[3]?.key,
-        brief[4]?.key,
-        live.key,
-        anchor.key,
-      ]);
-      // Sweep removes the rest (and deletes no live record).
+      expect(await admin.zrange(index, '0', '-1')).toEqual([...brief.map((req) => req.key), live.key, anchor.key]);
+      // Sweep removes them (and deletes no live record).
       expect(await store.sweep({ now: T0 + 10 })).toBe(0);
       expect(await admin.zrange(index, '0', '-1')).toEqual([live.key, anchor.key]);
       // 1,200 members without records, newer than both: list prunes 1,000 per call, then calls again.

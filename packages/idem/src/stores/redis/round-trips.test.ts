@@ -22,7 +22,7 @@ import { losingClaim, oneKeyThrough } from '#test/fixtures/stores.js';
 import type { ClaimRequest, Outcome, RoundTrip } from '../contract.js';
 import { createEngine } from '../../core/engine.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
-import type { RedisClient, RedisPipeline, RedisStore } from './index.js';
+import type { RedisClient, RedisPipeline } from './index.js';
 import { SCRIPTS } from './scripts.js';
 
 describe.skipIf(!available)('redis store', () => {
@@ -30,7 +30,7 @@ describe.skipIf(!available)('redis store', () => {
     describe(`redis store (${driver.name})`, () => {
       describe('onRoundTrip', () => {
         /** The claim script's arguments for `req`, as the store sends them. */
-        const claimArgs = (store: RedisStore, req: ClaimRequest) => [
+        const claimArgs = (req: ClaimRequest) => [
           String(req.now),
           req.fingerprint,
           req.token,
@@ -40,7 +40,6 @@ describe.skipIf(!available)('redis store', () => {
           String(req.ttlMs),
           req.scope,
           req.key,
-          `${store.prefix}{IDEMPOTENCY#${req.scope}}#`,
           req.key,
         ];
         /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
@@ -99,7 +98,7 @@ describe.skipIf(!available)('redis store', () => {
                   command: 'EVALSHA',
                   script: 'claim',
                   keys: [recordKey(store, req.pk), indexKey(store, scope)],
-                  args: claimArgs(store, req),
+                  args: claimArgs(req),
                 },
                 response: [1, req.id],
               },
@@ -116,7 +115,7 @@ describe.skipIf(!available)('redis store', () => {
                   command: 'EVALSHA',
                   script: 'claim',
                   keys: [recordKey(store, winner.pk), indexKey(store, scope)],
-                  args: claimArgs(store, loser),
+                  args: claimArgs(loser),
                 },
                 response: [0, claimedFields(winner)],
               },
@@ -210,7 +209,6 @@ describe.skipIf(!available)('redis store', () => {
             await expect(store.claim(req)).rejects.toThrow(
               `redis claim of ${recordKey(store, req.pk)}: written on the primary, not acknowledged: WAIT reached 0 of 1 replicas in 20 ms`,
             );
-            const base = `${store.prefix}{IDEMPOTENCY#${scope}}#`;
             const args = [
               String(T0),
               req.fingerprint,
@@ -221,7 +219,6 @@ describe.skipIf(!available)('redis store', () => {
               String(TTL),
               scope,
               req.key,
-              base,
               req.key,
             ];
             expect(trips).toEqual([

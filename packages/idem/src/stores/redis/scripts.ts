@@ -6,8 +6,13 @@
  * Keys (see `schema.ts`): a record is the hash `<prefix>{IDEMPOTENCY#<scope>}#<key>`; its scope's index is the
  * sorted set `<prefix>{IDEMPOTENCY#<scope>}:claims` (member `<key>`, score `claimedAt`). Both carry the same
  * hash tag, so every key a script touches is in one Cluster slot and each call is atomic on its own. Scripts
- * that reach a record through the index (`list`, the claim's and `prune`'s clean-up) name it `base .. member`
- * with `base` = `<prefix>{IDEMPOTENCY#<scope>}#` from ARGV: the same tag, the same slot.
+ * that reach a record through the index (`list`, `prune`) name it `base .. member` with `base` =
+ * `<prefix>{IDEMPOTENCY#<scope>}#` from ARGV: the same tag, the same slot.
+ *
+ * The index has no expiry. A claim only adds its key (`ZADD`); members whose records have expired are removed by
+ * `list` as it meets them and by `sweep` (`prune`), and the index goes with its last member. An index written by
+ * an earlier version carries an expiry, which `list` and `prune` remove (`PERSIST`): it would otherwise vanish
+ * with the members of live records claimed since.
  *
  * Record layout (one hash): `scope`, `key`, `status`, `fingerprint`, `id`, `token`, `claimedAt`,
  * `leaseExpiresAt`, `expiresAt` (epoch ms, decimal), `retryable` (`0`/`1`), and when present `resultId`,
@@ -37,58 +42,43 @@ function script(name: RedisScript['name'], source: string): RedisScript {
   return { name, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
-/** Lua: gives the scope's index at least `ttl` ms to live (a record's expiry), never less than it has. */
-const KEEP_INDEX = `local function keepIndex(index, ttl)
-  if redis.call('PTTL', index) < tonumber(ttl) then
-    redis.call('PEXPIRE', index, ttl)
-  end
-end
-`;
-
 /**
- * KEYS: record, index. ARGV: now, fingerprint, token, id, leaseExpiresAt, expiresAt, ttlMs, scope, key, base,
- * member (the record key is `base .. member`).
+ * KEYS: record, index. ARGV: now, fingerprint, token, id, leaseExpiresAt, expiresAt, ttlMs, scope, key, member.
  * Returns `{1, id}` when claimed (the rest of the record is the request's, so it does not travel back) and
  * `{0, HGETALL}` (the record in the way) when not — one round trip either way. The id is the request's, or on a
  * takeover the record's own (a key keeps one id for life). A resend finding its own token answers `{1, HGETALL}`:
  * the record as it stands, which may have moved on since the first run wrote it.
  * The condition is `isClaimable` from core/record.ts, evaluated against the engine's `now`, not Redis TIME.
- * A claim also files the key in its scope's index (score `claimedAt`), and removes from the index's oldest end up
- * to two members whose records have expired, so the index stays about as large as the scope's live records.
+ * A new key costs the read, the write (`HSET`, `PEXPIRE`) and its index entry (`ZADD`, score `claimedAt`), and
+ * nothing else: `DEL` only clears a record taken over, and the index is pruned by `list` and `sweep`.
  */
 const CLAIM = script(
   'claim',
-  `${KEEP_INDEX}local record = KEYS[1]
-local index = KEYS[2]
+  `local record = KEYS[1]
 local now = tonumber(ARGV[1])
 local fingerprint = ARGV[2]
 local id = ARGV[4]
-local member = ARGV[11]
 local current = redis.call('HMGET', record, 'status', 'fingerprint', 'id', 'leaseExpiresAt', 'expiresAt', 'retryable', 'token')
 local status = current[1]
-if status and current[7] == ARGV[3] then
-  return {1, redis.call('HGETALL', record)}
-end
-if status and tonumber(current[5]) > now then
-  local claimable = current[2] == fingerprint and (
-    (status == 'failed' and current[6] == '1') or
-    (status == 'in_progress' and tonumber(current[4]) <= now))
-  if not claimable then
-    return {0, redis.call('HGETALL', record)}
+if status then
+  if current[7] == ARGV[3] then
+    return {1, redis.call('HGETALL', record)}
   end
-  id = current[3]
+  if tonumber(current[5]) > now then
+    local claimable = current[2] == fingerprint and (
+      (status == 'failed' and current[6] == '1') or
+      (status == 'in_progress' and tonumber(current[4]) <= now))
+    if not claimable then
+      return {0, redis.call('HGETALL', record)}
+    end
+    id = current[3]
+  end
+  redis.call('DEL', record)
 end
-redis.call('DEL', record)
 redis.call('HSET', record, 'scope', ARGV[8], 'key', ARGV[9], 'status', 'in_progress', 'fingerprint', fingerprint,
   'id', id, 'token', ARGV[3], 'claimedAt', ARGV[1], 'leaseExpiresAt', ARGV[5], 'expiresAt', ARGV[6], 'retryable', '0')
 redis.call('PEXPIRE', record, ARGV[7])
-redis.call('ZADD', index, ARGV[1], member)
-for _, oldest in ipairs(redis.call('ZRANGE', index, 0, 1)) do
-  if oldest ~= member and redis.call('EXISTS', ARGV[10] .. oldest) == 0 then
-    redis.call('ZREM', index, oldest)
-  end
-end
-keepIndex(index, ARGV[7])
+redis.call('ZADD', KEYS[2], ARGV[1], ARGV[10])
 return {1, id}
 `,
 );
@@ -96,7 +86,8 @@ return {1, id}
 /**
  * KEYS: record. ARGV: token, status, retryable, hasResultId, resultId, hasResponse, responseStatus, responseHeaders,
  * responseBody. Returns 1 when written (or already written by this call's own earlier run: same token, same
- * status), 0 when the record is not `in_progress` under this token. `HSET` leaves the key's expiry alone.
+ * status), 0 when the record is not `in_progress` under this token. One `HSET` of the fields the outcome has,
+ * which leaves the key's expiry alone.
  */
 const COMPLETE = script(
   'complete',
@@ -108,26 +99,34 @@ end
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
 end
-redis.call('HSET', record, 'status', ARGV[2], 'retryable', ARGV[3])
+local fields = {'status', ARGV[2], 'retryable', ARGV[3]}
 if ARGV[4] == '1' then
-  redis.call('HSET', record, 'resultId', ARGV[5])
+  fields[5] = 'resultId'
+  fields[6] = ARGV[5]
 end
 if ARGV[6] == '1' then
-  redis.call('HSET', record, 'responseStatus', ARGV[7], 'responseHeaders', ARGV[8], 'responseBody', ARGV[9])
+  local n = #fields
+  fields[n + 1] = 'responseStatus'
+  fields[n + 2] = ARGV[7]
+  fields[n + 3] = 'responseHeaders'
+  fields[n + 4] = ARGV[8]
+  fields[n + 5] = 'responseBody'
+  fields[n + 6] = ARGV[9]
 end
+redis.call('HSET', record, unpack(fields))
 return 1
 `,
 );
 
 /**
- * KEYS: record, index. ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when the record
- * is `in_progress` under this token (renewed, or already renewed further), 0 otherwise. Each of `leaseExpiresAt`
- * and `expiresAt` keeps the later of stored and given; the key's expiry moves with `expiresAt` (`PEXPIRE`,
- * relative, like the claim) but never back, so a live lease never expires natively; the index lives as long.
+ * KEYS: record. ARGV: token, leaseExpiresAt, expiresAt, ttlMs (`expiresAt - now`). Returns 1 when the record is
+ * `in_progress` under this token (renewed, or already renewed further), 0 otherwise. Each of `leaseExpiresAt` and
+ * `expiresAt` keeps the later of stored and given; the key's expiry moves with `expiresAt` (`PEXPIRE`, relative,
+ * like the claim) but never back, so a live lease never expires natively.
  */
 const RENEW = script(
   'renew',
-  `${KEEP_INDEX}local record = KEYS[1]
+  `local record = KEYS[1]
 local current = redis.call('HMGET', record, 'status', 'token', 'leaseExpiresAt', 'expiresAt')
 if current[1] ~= 'in_progress' or current[2] ~= ARGV[1] then
   return 0
@@ -142,7 +141,6 @@ end
 if redis.call('PTTL', record) < tonumber(ARGV[4]) then
   redis.call('PEXPIRE', record, ARGV[4])
 end
-keepIndex(KEYS[2], ARGV[4])
 return 1
 `,
 );
@@ -200,11 +198,13 @@ return 0
  * member, reads each record (`HGETALL base .. member`), and removes members whose record has expired. Returns
  * `{more, {fields…}…}`: `more` is 1 when it stopped after removing `budget` members (call again; nothing is
  * lost), so one call does bounded work whatever the index holds. O(limit + members removed), never a scan.
+ * `PERSIST`: the expiry an earlier version gave the index goes (see the module's comment).
  */
 const LIST = script(
   'list',
   `local index = KEYS[1]
 local base = ARGV[1]
+redis.call('PERSIST', index)
 local limit = tonumber(ARGV[2])
 local budget = tonumber(ARGV[3])
 local found = {}
@@ -235,11 +235,12 @@ return {0, found}
 /**
  * KEYS: index. ARGV: base, start, count. Checks `count` members from rank `start` (oldest first) and removes those
  * whose record has expired. Returns `{next start, members removed, members checked}`; `sweep` calls it until a
- * batch comes back short.
+ * batch comes back short. `PERSIST`, as `list` does.
  */
 const PRUNE = script(
   'prune',
   `local index = KEYS[1]
+redis.call('PERSIST', index)
 local removed = 0
 local members = redis.call('ZRANGE', index, tonumber(ARGV[2]), tonumber(ARGV[2]) + tonumber(ARGV[3]) - 1)
 for _, member in ipairs(members) do

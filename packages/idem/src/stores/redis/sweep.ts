@@ -1,4 +1,7 @@
-/** Deleting expired records on demand, by `SCAN`: for operators, never a hot path (records expire natively). */
+/**
+ * Deleting expired records on demand, and pruning the scope indexes of members whose records are gone, by `SCAN`:
+ * for operators, never a hot path (records expire natively; the indexes are pruned only here and by `list`).
+ */
 import type { SweepRequest } from '../contract.js';
 import { globEscape, parseKey, PK_PREFIX } from './schema.js';
 import { SCRIPTS } from './scripts.js';
