@@ -18,7 +18,7 @@ export type {
 } from './core/engine.js';
 export { idempotent, IdempotentFailure } from './core/function.js';
 export { runLocal } from './core/local.js';
-export type { LocalContext, LocalOptions, LocalWork, LocalWorkResult } from './core/local.js';
+export type { LocalContext, LocalWork, LocalWorkResult } from './core/local.js';
 export type { IdempotentContext, IdempotentFunction, IdempotentOptions } from './core/function.js';
 export { IdempotencyError, isIdempotencyError } from './core/errors.js';
 export type { IdempotencyErrorCode } from './core/errors.js';

@@ -78,6 +78,41 @@ export type Decision<Tx = never> =
   | { readonly kind: 'refused'; readonly error: IdempotencyError }
   | { readonly kind: 'lease'; readonly lease: Lease<Tx> };
 
+/** A decision that runs nothing: the stored response, or a refusal. */
+export type Answer = Exclude<Decision, { readonly kind: 'lease' }>;
+
+/** What an {@link Answer} means to `run` and `runLocal`: the replay's result, or the refusal thrown. */
+export function answered(answer: Answer): RunResult {
+  if (answer.kind === 'refused') throw answer.error;
+  return { replayed: true, response: answer.response, record: answer.record };
+}
+
+/**
+ * The engine's phases as database-local work (core/local.ts) runs them around its store's transaction: the same
+ * checks before a claim, the same answers from a record in the way, the same events and ids. Not public.
+ */
+export interface EnginePhases {
+  readonly clock: Clock;
+  readonly ttlMs: number;
+  readonly generateId: () => string;
+  readonly emit: (event: IdempotencyEvent) => void;
+  /** Before any claim: a cached final record's answer, or the refusal of a malformed key or `ttlMs`. */
+  precheck(request: RunRequest, pk: string, ttlMs: number): Answer | undefined;
+  /** What a record that refused the claim answers: a mismatch, a replay, or in flight. */
+  answer(existing: IdempotencyRecord, request: RunRequest): Answer;
+  /** The store failed: reported as a refusal. */
+  unavailable(request: RunRequest, error: IdempotencyError): Answer & { readonly kind: 'refused' };
+  /** Keeps a final record in the engine's cache. */
+  remember(record: IdempotencyRecord): void;
+}
+
+const phasesOf = new WeakMap<object, EnginePhases>();
+
+/** The phases of an engine made by {@link createEngine}; undefined for any other object. */
+export function enginePhases(engine: object): EnginePhases | undefined {
+  return phasesOf.get(engine);
+}
+
 /**
  * Status-code classification: 2xx and 3xx → succeeded (a redirect is an answer: `303 See Other` after a POST
  * points at what was created); a deterministic refusal (4xx but 408/409/425/429) → failed, final; anything else
@@ -102,8 +137,6 @@ export interface Engine<Tx = never> {
   /** `begin`, the work, and the settlement in one call: runs `work` at most once per (scope, key) while the record lives. */
   run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult>;
   readonly store: IdempotencyStore<Tx>;
-  readonly clock: Clock;
-  readonly ttlMs: number;
   readonly leaseMs: number;
   /** Leases begun and not yet settled in this process (0 when nothing runs: no lease is left renewing). */
   readonly activeLeases: number;
@@ -220,7 +253,7 @@ export function createEngine<Tx = never>({
   let activeLeases = 0;
 
   /** The answer an existing record gives this request: a mismatch, a replay, or undefined (the key is busy or free). */
-  function answerFrom(existing: IdempotencyRecord, request: RunRequest): Decision<Tx> | undefined {
+  function answerFrom(existing: IdempotencyRecord, request: RunRequest): Answer | undefined {
     const about = subject(request, existing.id);
     if (!fingerprintsEqual(existing.fingerprint, request.fingerprint)) {
       emit({ type: 'mismatch', ...about });
@@ -237,13 +270,35 @@ export function createEngine<Tx = never>({
     return { kind: 'replay', response: existing.response as StoredResponse, record: existing };
   }
 
-  async function begin(request: RunRequest): Promise<Decision<Tx>> {
-    const { scope, key, fingerprint } = request;
-    const pk = recordPk(scope, key);
+  /** A record neither final nor free: in flight (refused with when to retry), or final with nothing to replay. */
+  function busy(existing: IdempotencyRecord, request: RunRequest): Answer {
+    if (existing.status !== 'in_progress') {
+      const error = new IdempotencyError(
+        'STORE_UNAVAILABLE',
+        'The record for this key is final but holds no response.',
+      );
+      return unavailable(request, error);
+    }
+    emit({ type: 'in_flight', ...subject(request, existing.id) });
+    return refused(
+      new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
+        retryAfterMs: Math.max(0, existing.leaseExpiresAt - clock.now()),
+      }),
+    );
+  }
+
+  function unavailable(request: RunRequest, error: IdempotencyError): ReturnType<typeof refused> {
+    const { scope, route } = request;
+    emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(route === undefined ? {} : { route }) });
+    return refused(error);
+  }
+
+  /** Before any claim: a cached final record answers; a key with a lone surrogate or a bad `ttlMs` is refused. */
+  function precheck(request: RunRequest, pk: string, recordTtl: number): Answer | undefined {
     const hit = cacheSize > 0 ? recall(pk) : undefined;
-    if (hit) return answerFrom(hit, request) as Decision<Tx>;
+    if (hit) return answerFrom(hit, request);
     // A lone surrogate has no UTF-8 form: stores that encode text would turn two such keys into one record.
-    if (!wellFormed(scope) || !wellFormed(key)) {
+    if (!wellFormed(request.scope) || !wellFormed(request.key)) {
       return refused(
         new IdempotencyError(
           'KEY_INVALID',
@@ -251,10 +306,18 @@ export function createEngine<Tx = never>({
         ),
       );
     }
-    const recordTtl = request.ttlMs ?? ttlMs;
     if (!Number.isFinite(recordTtl) || recordTtl <= leaseMs) {
       return refused(configError('ttlMs', `a number of ms greater than leaseMs (${leaseMs})`, recordTtl));
     }
+    return undefined;
+  }
+
+  async function begin(request: RunRequest): Promise<Decision<Tx>> {
+    const { scope, key, fingerprint } = request;
+    const pk = recordPk(scope, key);
+    const recordTtl = request.ttlMs ?? ttlMs;
+    const early = precheck(request, pk, recordTtl);
+    if (early) return early;
     const waitUntil = clock.now() + waitForOutcomeMs;
     try {
       for (let round = 1; ; round++) {
@@ -292,31 +355,16 @@ export function createEngine<Tx = never>({
           if (round < MAX_CLAIM_ROUNDS) continue;
           throw new IdempotencyError('STORE_UNAVAILABLE', `The key stayed free but unclaimable for ${round} claims.`);
         }
-        if (existing.status !== 'in_progress') {
-          throw new IdempotencyError('STORE_UNAVAILABLE', 'The record for this key is final but holds no response.');
-        }
-        emit({ type: 'in_flight', ...subject(request, existing.id) });
-        return refused(
-          new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
-            retryAfterMs: existing.leaseExpiresAt - clock.now(),
-          }),
-        );
+        return busy(existing, request);
       }
     } catch (error) {
-      emit({
-        type: 'refused',
-        reason: 'STORE_UNAVAILABLE',
-        scope,
-        ...(request.route === undefined ? {} : { route: request.route }),
-      });
-      return refused(error as IdempotencyError);
+      return unavailable(request, error as IdempotencyError);
     }
   }
 
   async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
     const decision = await begin(request);
-    if (decision.kind === 'refused') throw decision.error;
-    if (decision.kind === 'replay') return { replayed: true, response: decision.response, record: decision.record };
+    if (decision.kind !== 'lease') return answered(decision);
     const { lease } = decision;
     let result: WorkResult<Tx>;
     try {
@@ -369,20 +417,23 @@ export function createEngine<Tx = never>({
     },
   };
 
-  return {
+  const engine = {
     begin,
     run,
     store,
-    clock,
-    ttlMs,
     leaseMs,
     get activeLeases() {
       return activeLeases;
     },
   };
+  const answer = (existing: IdempotencyRecord, request: RunRequest): Answer =>
+    answerFrom(existing, request) ?? busy(existing, request);
+  phasesOf.set(engine, { clock, ttlMs, generateId, emit, precheck, answer, unavailable, remember });
+  return engine;
 }
 
-function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
+/** The key fields every event about one record carries. */
+export function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
   return route === undefined ? { scope, key, id } : { scope, key, id, route };
 }
 

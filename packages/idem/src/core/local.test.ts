@@ -15,6 +15,7 @@ import { IdempotencyError } from './errors.js';
 import { recordPk } from './key.js';
 import { runLocal, type LocalContext, type LocalWorkResult } from './local.js';
 import type { IdempotencyStore, StoredResponse } from './record.js';
+import { waitFor } from '../testing/fixtures.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const LEASE = 10_000;
@@ -99,7 +100,8 @@ for (const [name, open, available] of backends) {
     const setup = async (events: IdempotencyEvent[] = []) => {
       const backend = await open();
       const clock = manualClock(T0);
-      const engine = createEngine({ store: backend.store, clock, leaseMs: LEASE, ttlMs: TTL });
+      const onEvent = (event: IdempotencyEvent) => events.push(event);
+      const engine = createEngine({ store: backend.store, clock, leaseMs: LEASE, ttlMs: TTL, onEvent });
       let calls = 0;
       /** A charge: one ledger row under the record's id, then the given answer. */
       const charge =
@@ -113,7 +115,7 @@ for (const [name, open, available] of backends) {
           }));
         };
       const run = (req: RunRequest, work: Parameters<typeof runLocal<unknown>>[2], e: Engine<unknown> = engine) =>
-        runLocal(e, req, work, { onEvent: (event) => events.push(event) });
+        runLocal(e, req, work);
       return { backend, clock, engine, charge, run, calls: () => calls };
     };
 
@@ -285,6 +287,34 @@ describe('runLocal: what it refuses', () => {
     expect(ran).toBe(false);
   });
 
+  it('a key with a lone surrogate: KEY_INVALID, as begin refuses it, and nothing runs', async () => {
+    const backend = await sqliteBackend();
+    const engine = createEngine({ store: backend.store, leaseMs: LEASE, ttlMs: TTL });
+    let ran = 0;
+    const trips = backend.store.roundTrips;
+    const failed = runLocal(engine, { ...request(), key: 'k\uD800' }, () => (ran++, { response: json(201, {}) }));
+    await expect(failed).rejects.toMatchObject({ code: 'KEY_INVALID' });
+    expect([ran, backend.store.roundTrips - trips]).toEqual([0, 0]);
+    await backend.store.close();
+  });
+
+  it("with the engine's cacheSize, a committed record replays from the cache: no store round trip", async () => {
+    const backend = await sqliteBackend();
+    const engine = createEngine({ store: backend.store, leaseMs: LEASE, ttlMs: TTL, cacheSize: 8 });
+    const req = request();
+    const first = await runLocal(engine, req, () => ({ response: json(201, { n: 1 }) }));
+    const trips = backend.store.roundTrips;
+    const again = await runLocal(engine, req, () => ({ response: json(201, { n: 2 }) }));
+    expect([first.replayed, again.replayed, again.record?.id, backend.store.roundTrips - trips]).toEqual([
+      false,
+      true,
+      first.record?.id,
+      0,
+    ]);
+    expect(Buffer.from(again.response.body).toString()).toBe('{"n":1}');
+    await backend.store.close();
+  });
+
   it('asynchronous work on SQLite: CONFIG_INVALID, its write rolled back, the key free', async () => {
     const backend = await sqliteBackend();
     const engine = createEngine({ store: backend.store, clock: manualClock(T0), leaseMs: LEASE, ttlMs: TTL });
@@ -344,16 +374,18 @@ describe('runLocal: concurrent duplicates of one key', () => {
             const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]?.pid;
             // The signal: every other call is blocked by this transaction (its INSERT waits on our row). Polled on
             // another connection, since pg_stat_activity is a snapshot per transaction.
-            for (let polls = 0; ; polls++) {
-              const { rows } = await pool.query<{ n: number }>(
-                'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
-                [pid],
-              );
-              waitersSeen = rows[0]?.n ?? 0;
-              if (waitersSeen === N - 1) break;
-              if (polls > 2_000) throw new Error(`only ${waitersSeen} of ${N - 1} duplicates ever waited`);
-              await new Promise((resolve) => setTimeout(resolve, 5));
-            }
+            await waitFor(
+              () => `${N - 1} duplicates to wait, ${waitersSeen} did`,
+              async () => {
+                const { rows } = await pool.query<{ n: number }>(
+                  'SELECT count(*)::int AS n FROM pg_stat_activity WHERE $1::int = ANY (pg_blocking_pids(pid))',
+                  [pid],
+                );
+                waitersSeen = rows[0]?.n ?? 0;
+                return waitersSeen === N - 1;
+              },
+              { everyMs: 5 },
+            );
             await backend.insert(tx, id, 500);
             return { response: json(201, { id }) };
           }),

@@ -3,17 +3,18 @@
  * whose every write goes to the records' own SQL database and that makes no outside call (SQLite, PostgreSQL).
  */
 import {
+  answered,
   classifyStatus,
+  enginePhases,
+  subject,
+  type Answer,
   type Engine,
-  type EngineOptions,
-  type IdempotencyEvent,
-  type KeyEventFields,
   type OutcomeKind,
   type RunRequest,
   type RunResult,
+  type WorkResult,
 } from './engine.js';
 import { configError, IdempotencyError, isIdempotencyError } from './errors.js';
-import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
 import { LocalWorkAbortedError, type IdempotencyRecord, type Outcome, type StoredResponse } from './record.js';
 
@@ -41,13 +42,12 @@ export interface LocalWorkResult {
  */
 export type LocalWork<Tx> = (tx: Tx, context: LocalContext) => LocalWorkResult | PromiseLike<LocalWorkResult>;
 
-/** What the engine does not expose, given again: the same `generateId` and `onEvent` as the engine's, if any. */
-export type LocalOptions = Pick<EngineOptions<never>, 'generateId' | 'onEvent'>;
-
 /**
  * Runs database-local work once per (scope, key): the store claims the key, runs `work` and writes its outcome in
  * one transaction, and commits once. A concurrent duplicate waits on the key (PostgreSQL: the uncommitted row;
- * SQLite: the write lock) and then replays the committed answer byte for byte.
+ * SQLite: the write lock) and then replays the committed answer byte for byte. The engine's own phases run around
+ * the transaction: its checks before a claim and its cache, its answers from a record in the way, its events
+ * (`onEvent`) and ids (`generateId`); there is no lease to renew (docs/LOCAL.md).
  *
  * - final outcome (2xx, 3xx, a final 4xx): the claim, the work's writes and the record commit together;
  * - retryable outcome (5xx, 408, 429), `release`, or a thrown error: everything rolls back, the claim too — the
@@ -68,30 +68,20 @@ export type LocalOptions = Pick<EngineOptions<never>, 'generateId' | 'onEvent'>;
  *   return { response: jsonResponse(201, { id }), resultId: id }
  * })
  */
-export async function runLocal<Tx>(
-  engine: Engine<Tx>,
-  request: RunRequest,
-  work: LocalWork<Tx>,
-  { generateId = () => crypto.randomUUID(), onEvent }: LocalOptions = {},
-): Promise<RunResult> {
-  const { store, clock, leaseMs } = engine;
+export async function runLocal<Tx>(engine: Engine<Tx>, request: RunRequest, work: LocalWork<Tx>): Promise<RunResult> {
+  const { store, leaseMs } = engine;
+  const phases = enginePhases(engine);
+  if (phases === undefined) throw configError('engine', 'an engine made by createEngine');
   if (typeof store.runLocal !== 'function') {
     throw configError('store', 'a store with runLocal (SQLite or PostgreSQL) for database-local work', store.name);
   }
   if (typeof work !== 'function') throw configError('work', 'a function (tx, context) => result', work);
-  const { scope, key, fingerprint, route } = request;
-  const ttlMs = request.ttlMs ?? engine.ttlMs;
-  if (!Number.isFinite(ttlMs) || ttlMs <= leaseMs) {
-    throw configError('ttlMs', `a number of ms greater than leaseMs (${leaseMs})`, ttlMs);
-  }
-  const emit = (event: IdempotencyEvent): void => {
-    try {
-      onEvent?.(event);
-    } catch {
-      // A metrics hook must never change what happens to a payment.
-    }
-  };
-  const about = (id: string): KeyEventFields => (route === undefined ? { scope, key, id } : { scope, key, id, route });
+  const { clock, emit, generateId } = phases;
+  const { scope, key, fingerprint } = request;
+  const pk = recordPk(scope, key);
+  const ttlMs = request.ttlMs ?? phases.ttlMs;
+  const early = phases.precheck(request, pk, ttlMs);
+  if (early) return answered(early);
 
   const token = generateId();
   const freshId = generateId();
@@ -101,11 +91,13 @@ export async function runLocal<Tx>(
   /** The record's id once claimed: the fresh one, or the one kept by a reclaim. */
   let claimedId = freshId;
   /** Set when the work returned: how it ended, and its response. */
-  let answered: { readonly kind: OutcomeKind; readonly response: StoredResponse } | undefined;
+  let answer: { readonly kind: OutcomeKind; readonly response: StoredResponse } | undefined;
+  const executed = (kind: OutcomeKind, status: number | null): void =>
+    emit({ type: 'executed', ...subject(request, claimedId), outcome: kind, status, ms: clock.now() - startedAt });
 
   const decide = (result: LocalWorkResult): Outcome | null => {
     const kind = result.outcome ?? classifyStatus(result.response.status);
-    answered = { kind, response: result.response };
+    answer = { kind, response: result.response };
     // A retryable outcome means the next attempt runs the work again: nothing of this one may stay.
     if (kind === 'failed-retryable' || kind === 'release') return null;
     const status = kind === 'succeeded' ? 'succeeded' : 'failed';
@@ -115,7 +107,7 @@ export async function runLocal<Tx>(
   const inTransaction = (tx: Tx, record: IdempotencyRecord): Outcome | null | PromiseLike<Outcome | null> => {
     claimedId = record.id;
     const reclaimed = record.id !== freshId;
-    if (reclaimed) emit({ type: 'takeover', ...about(record.id) });
+    if (reclaimed) emit({ type: 'takeover', ...subject(request, record.id) });
     const failed = (error: unknown): never => {
       failure = { error };
       throw error;
@@ -137,7 +129,6 @@ export async function runLocal<Tx>(
 
   let settled;
   try {
-    const pk = recordPk(scope, key);
     const claim = { pk, scope, key, fingerprint, token, id: freshId, now: startedAt, leaseMs, ttlMs };
     settled = await store.runLocal({ ...claim, work: inTransaction });
   } catch (error) {
@@ -145,52 +136,94 @@ export async function runLocal<Tx>(
     if (isIdempotencyError(error, 'CONFIG_INVALID') && error !== failure?.error) throw error;
     // The work broke its own transaction (a failed statement it caught): the work's failure, not an outage.
     if (!failure && error instanceof LocalWorkAbortedError) failure = { error };
-    if (failure) {
-      // The work threw: rolled back with everything it wrote, and the key is free.
-      emit({
-        type: 'executed',
-        ...about(claimedId),
-        outcome: 'failed-retryable',
-        status: null,
-        ms: clock.now() - startedAt,
-      });
-      throw failure.error;
+    if (!failure) {
+      const cause = { cause: error };
+      throw phases.unavailable(
+        request,
+        new IdempotencyError('STORE_UNAVAILABLE', 'The idempotency store failed during runLocal.', cause),
+      ).error;
     }
-    emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(route === undefined ? {} : { route }) });
-    throw new IdempotencyError('STORE_UNAVAILABLE', 'The idempotency store failed during runLocal.', { cause: error });
+    // The work threw: rolled back with everything it wrote, and the key is free.
+    executed('failed-retryable', null);
+    throw failure.error;
   }
-
-  if (settled.kind === 'existing') return answer(settled.record);
-  const { kind, response } = answered as NonNullable<typeof answered>;
-  const ms = clock.now() - startedAt;
-  if (settled.kind === 'rolled-back') {
-    emit({ type: 'executed', ...about(claimedId), outcome: kind, status: response.status, ms });
-    return { replayed: false, response, record: null };
-  }
-  emit({ type: 'executed', ...about(settled.record.id), outcome: kind, status: response.status, ms });
+  if (settled.kind === 'existing') return answered(phases.answer(settled.record, request));
+  const { kind, response } = answer as NonNullable<typeof answer>;
+  executed(kind, response.status);
+  if (settled.kind === 'rolled-back') return { replayed: false, response, record: null };
+  phases.remember(settled.record);
   return { replayed: false, response, record: settled.record };
-
-  /** A record refused the claim: the same answers as `engine.begin` gives. */
-  function answer(existing: IdempotencyRecord): RunResult {
-    if (!fingerprintsEqual(existing.fingerprint, fingerprint)) {
-      emit({ type: 'mismatch', ...about(existing.id) });
-      throw new IdempotencyError(
-        'FINGERPRINT_MISMATCH',
-        'This Idempotency-Key was already used with a different request (method, path, query or body).',
-      );
-    }
-    const final = existing.status === 'succeeded' || (existing.status === 'failed' && !existing.retryable);
-    if (final && existing.response !== null) {
-      emit({ type: 'replayed', ...about(existing.id), status: existing.response.status });
-      return { replayed: true, response: existing.response, record: existing };
-    }
-    // Only a lease-mode attempt leaves a visible `in_progress` record: local work commits final records only.
-    emit({ type: 'in_flight', ...about(existing.id) });
-    throw new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
-      retryAfterMs: Math.max(0, existing.leaseExpiresAt - clock.now()),
-    });
-  }
 }
+
+/**
+ * A key claimed inside the store's open transaction, for work that answers later (the HTTP `local` route, whose
+ * handler runs after the gate admits it): what a {@link Lease} is to `begin`. `complete` runs the result's
+ * `effects` on `tx`, hands the answer to the transaction and resolves once it committed or rolled back; `fail`
+ * rolls everything back. The first call settles it; later ones return that settlement.
+ */
+export interface LocalLease<Tx> extends LocalContext {
+  readonly tx: Tx;
+  /** Never aborted: nothing takes the key from an open transaction. */
+  readonly signal: AbortSignal;
+  readonly settled: boolean;
+  complete(result: WorkResult<Tx>): Promise<LocalSettlement>;
+  fail(): Promise<LocalSettlement>;
+}
+
+/** How a local lease ended: committed (or rolled back a retryable answer), or why not — the work's error or the store's. */
+export type LocalSettlement =
+  { readonly ok: true; readonly record: IdempotencyRecord | null } | { readonly ok: false; readonly error: unknown };
+
+const NEVER_ABORTED: AbortSignal = new AbortController().signal;
+/** A local lease's `fail`: everything rolled back, nothing recorded, whatever the rollback answered. */
+const none = (): LocalSettlement => ({ ok: true, record: null });
+
+/**
+ * `engine.begin` for database-local work whose answer comes later: a replay or a refusal, or a {@link LocalLease}
+ * once the store has opened its transaction and claimed the key in it. Only on stores whose transaction can wait
+ * (`localWork: 'async'`, PostgreSQL); the gate checks that when a route is built. The transaction is the store's
+ * callback (`runLocal`), so the lease is that callback held open: the one place two resolvers bridge it.
+ */
+export function beginLocal<Tx>(engine: Engine<Tx>, request: RunRequest): Promise<LocalDecision<Tx>> {
+  let open: (decision: LocalDecision<Tx>) => void = () => {};
+  const opened = new Promise<LocalDecision<Tx>>((resolve) => (open = resolve));
+  const done = runLocal(engine, request, (tx, context) => {
+    return new Promise<LocalWorkResult>((answer, abort) => {
+      let settlement: Promise<LocalSettlement> | undefined;
+      const ended = (): Promise<LocalSettlement> =>
+        done.then(
+          (result) => ({ ok: true, record: result.record }),
+          (error: unknown) => ({ ok: false, error }),
+        );
+      const lease: LocalLease<Tx> = {
+        ...context,
+        tx,
+        signal: NEVER_ABORTED,
+        get settled() {
+          return settlement !== undefined;
+        },
+        complete: (result) =>
+          (settlement ??= (async () => void (await result.effects?.(tx)))()
+            .then(() => answer(result), abort)
+            .then(ended)),
+        fail: () => (settlement ??= (abort(new Error('idem: the work produced no answer')), done.then(none, none))),
+      };
+      open({ kind: 'lease', lease });
+    });
+  });
+  // Settled before the work started: a record in the way answered (a replay) or refused, or the store failed.
+  const first = done.then(
+    (result): LocalDecision<Tx> => ({
+      kind: 'replay',
+      response: result.response,
+      record: result.record as IdempotencyRecord,
+    }),
+    (error: unknown): LocalDecision<Tx> => ({ kind: 'refused', error: error as IdempotencyError }),
+  );
+  return Promise.race([opened, first]);
+}
+
+export type LocalDecision<Tx> = Answer | { readonly kind: 'lease'; readonly lease: LocalLease<Tx> };
 
 /** Whether `value` is a promise or promise-like: work that returned one is asynchronous. */
 export function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -4,7 +4,7 @@
  */
 import { createEngine, type Engine, type Lease, type OutcomeKind, type RunRequest } from '../core/engine.js';
 import { selectFields } from '../core/fields.js';
-import { runLocal, type LocalWorkResult } from '../core/local.js';
+import { beginLocal } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprintSoon, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
@@ -137,8 +137,7 @@ export function createGate<Tx, Req>({
   local = false,
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
-  const { onEvent, generateId } = engineOptions;
-  const localOptions = { ...(generateId ? { generateId } : {}), ...(onEvent ? { onEvent } : {}) };
+  const { onEvent } = engineOptions;
   if (typeof scope !== 'function' && scope !== 'single-tenant') {
     throw configError(
       'scope',
@@ -264,7 +263,7 @@ export function createGate<Tx, Req>({
         ttlMs === undefined
           ? { scope: tenant, key, fingerprint: print, route: url.pathname }
           : { scope: tenant, key, fingerprint: print, route: url.pathname, ttlMs };
-      return await (local ? claimLocal(run, body, request.native) : claim(run, body, request.native));
+      return await claim(run, body, request.native);
     } catch (error) {
       refusedEvent(error, request.url);
       return { kind: 'answer', response: answerFor(error, request.native) };
@@ -308,29 +307,34 @@ export function createGate<Tx, Req>({
     return { contentType, body: chosen === undefined ? body : new TextEncoder().encode(chosen) };
   }
 
-  /** Claims the key: a replay or refusal is answered at once; a lease becomes a claim the caller's handler runs under. */
+  /**
+   * Claims the key: a replay or refusal is answered at once; a lease becomes a claim the caller's handler runs
+   * under. On a `local` route the store claims the key inside the transaction it opens, and the handler runs with
+   * `tx` until `complete` hands its response back into that transaction, which writes the record and commits.
+   */
   async function claim(request: RunRequest, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    const decision = await engine.begin(request);
+    const decision = local ? await beginLocal(engine, request) : await engine.begin(request);
     if (decision.kind === 'replay') return replayAnswer(decision.response);
     if (decision.kind === 'refused') return { kind: 'answer', response: answerFor(decision.error, native) };
     const { lease } = decision;
     let declared: Declaration<Tx> = {};
+    const context: HandlerContext<Tx> = {
+      scope: lease.scope,
+      key: lease.key,
+      id: lease.id,
+      reclaimed: lease.reclaimed,
+      // Read now, an own property: a context is spread, copied and proxied by handlers, which a getter on a class
+      // would not survive; and a getter on an object literal is built by the runtime, which costs more
+      // (callgrind: 18k instructions a request) than the AbortController it would save.
+      signal: lease.signal,
+      protected: true,
+      declare: (d) => (declared = { ...declared, ...d }),
+    };
     return {
       kind: 'run',
       body,
-      lease,
-      context: {
-        scope: lease.scope,
-        key: lease.key,
-        id: lease.id,
-        reclaimed: lease.reclaimed,
-        // Read now, an own property: a context is spread, copied and proxied by handlers, which a getter on a class
-        // would not survive; and a getter on an object literal is built by the runtime, which costs more
-        // (callgrind: 18k instructions a request) than the AbortController it would save.
-        signal: lease.signal,
-        protected: true,
-        declare: (d) => (declared = { ...declared, ...d }),
-      },
+      lease: 'tx' in lease ? null : lease,
+      context: 'tx' in lease ? { ...context, tx: lease.tx } : context,
       async complete(response, outcome) {
         if (lease.settled) {
           // Settled already (by the adapter, or by the engine past maxHoldMs): any call returns that first
@@ -357,85 +361,6 @@ export function createGate<Tx, Req>({
         await lease.fail();
       },
     };
-  }
-
-  /**
-   * A local route's claim: the store opens the transaction and claims the key in it; once it has, the handler runs
-   * with `tx`, and `complete` hands its response back into the transaction, which writes the record and commits.
-   * A record in the way is answered at once, as `claim` does; nothing of this attempt is visible before the commit.
-   */
-  function claimLocal(request: RunRequest, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    return new Promise<Admission<Tx>>((admitted) => {
-      let started = false;
-      const done = runLocal(
-        engine,
-        request,
-        (tx, { scope, key, id, reclaimed }) =>
-          new Promise<LocalWorkResult>((finish, abort) => {
-            started = true;
-            let declared: Declaration<Tx> = {};
-            /** Runs the declared effects in the transaction, then hands the outcome over; a throw rolls back. */
-            const settle = async (result: LocalWorkResult): Promise<void> => {
-              try {
-                if (declared.effects) await declared.effects(tx);
-                finish(declared.resultId === undefined ? result : { ...result, resultId: declared.resultId });
-              } catch (error) {
-                abort(error instanceof Error ? error : new Error(String(error)));
-              }
-            };
-            let settled = false;
-            admitted({
-              kind: 'run',
-              body,
-              lease: null,
-              context: {
-                scope,
-                key,
-                id,
-                reclaimed,
-                signal: NEVER_ABORTED,
-                protected: true,
-                tx,
-                declare: (d) => (declared = { ...declared, ...d }),
-              },
-              async complete(response, outcome) {
-                if (settled) return undefined;
-                settled = true;
-                if (responseSize(response) > responseLimit) {
-                  const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
-                  await settle({ response: stored, outcome: 'failed-final' });
-                  return (await committed()) ?? storedResponse(stored);
-                }
-                const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
-                await settle(chosen === undefined ? { response } : { response, outcome: chosen });
-                return committed();
-              },
-              async fail() {
-                if (settled) return;
-                settled = true;
-                abort(new Error('idem: the handler produced no response'));
-                await done.catch(() => {});
-              },
-            });
-          }),
-        localOptions,
-      );
-      /** Resolves once the transaction ended: undefined when it committed (or rolled back a retryable answer). */
-      const committed = (): Promise<Response | undefined> =>
-        done.then(
-          () => undefined,
-          (error: unknown) => answerFor(error, native),
-        );
-      // Settled before the work started: the key was someone else's (a replay or a refusal), or the store failed.
-      done.then(
-        (result) => {
-          if (!started) admitted(replayAnswer(result.response));
-        },
-        (error: unknown) => {
-          if (!started) admitted({ kind: 'answer', response: answerFor(error, native) });
-        },
-      );
-    });
   }
 
   const mayClaim = (method: string, header: (name: string) => string | null | undefined): boolean =>
