@@ -10,6 +10,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { waitFor } from '../packages/idem/src/testing/fixtures.js';
 
 export interface ClusterNodeInfo {
   readonly id: string;
@@ -64,6 +65,9 @@ export interface ClusterOptions {
 }
 
 /** True when `redis-server` and `redis-cli` are on the PATH. With `CI=true`, their absence throws. */
+/** How the cluster's waits poll: every 50 ms, a node that refuses or errs meanwhile counting as "not yet". */
+const SERVER_WAIT = { everyMs: 50, retryOnError: true } as const;
+
 export function redisClusterAvailable(): boolean {
   const found = ['redis-server', 'redis-cli'].every(
     (bin) => spawnSync(bin, ['--version'], { stdio: 'ignore' }).status === 0,
@@ -73,30 +77,6 @@ export function redisClusterAvailable(): boolean {
   if (process.env.CI === 'true') throw new Error(`${message}; CI requires them for the Redis Cluster tests.`);
   console.warn(`\n*** SKIPPING Redis Cluster tests: ${message}. ***\n`);
   return false;
-}
-
-/** Polls `check` every `everyMs` until it returns a value other than `undefined`/`false`, or throws after `timeoutMs`. */
-export async function poll<T>(
-  what: string,
-  check: () => Promise<T | undefined | false>,
-  timeoutMs = 20_000,
-  everyMs = 50,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const value = await check();
-      if (value !== undefined && value !== false) return value;
-    } catch (error) {
-      last = error;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : ''}`,
-      );
-    await new Promise((resolve) => setTimeout(resolve, everyMs));
-  }
 }
 
 function portFree(port: number): Promise<boolean> {
@@ -278,10 +258,14 @@ export async function startRedisCluster({
     },
     async restart(port) {
       start(port);
-      await poll(`node ${port} to answer PING`, () => withNode(port, async (node) => (await node.ping()) === 'PONG'));
+      await waitFor(
+        `node ${port} to answer PING`,
+        () => withNode(port, async (node) => (await node.ping()) === 'PONG'),
+        SERVER_WAIT,
+      );
     },
     async waitForPrimary(port, timeoutMs = 20_000) {
-      await poll(
+      await waitFor(
         `node ${port} to be a primary in a healthy cluster`,
         async () => {
           for (const from of live()) {
@@ -290,14 +274,14 @@ export async function startRedisCluster({
           }
           return allOk();
         },
-        timeoutMs,
+        { ...SERVER_WAIT, timeoutMs },
       );
     },
     async waitForSyncedReplica(port, timeoutMs = 20_000) {
-      await poll(`node ${port} to be a synced replica`, () => syncedReplica(port), timeoutMs);
+      await waitFor(`node ${port} to be a synced replica`, () => syncedReplica(port), { ...SERVER_WAIT, timeoutMs });
     },
     async waitForHealthy(timeoutMs = 30_000) {
-      await poll(
+      await waitFor(
         'every node to report cluster_state:ok with one synced replica per primary',
         async () => {
           if (live().length !== 6 || !(await allOk())) return false;
@@ -309,8 +293,7 @@ export async function startRedisCluster({
             if (!(await syncedReplica(replica.port))) return false;
           return nodes.filter((node) => node.role === 'slave').length === 3;
         },
-        timeoutMs,
-        100,
+        { ...SERVER_WAIT, timeoutMs, everyMs: 100 },
       );
     },
     async stop() {
@@ -324,7 +307,11 @@ export async function startRedisCluster({
   try {
     for (const port of ports) start(port);
     for (const port of ports)
-      await poll(`node ${port} to answer PING`, () => withNode(port, async (node) => (await node.ping()) === 'PONG'));
+      await waitFor(
+        `node ${port} to answer PING`,
+        () => withNode(port, async (node) => (await node.ping()) === 'PONG'),
+        SERVER_WAIT,
+      );
     await new Promise<void>((resolve, reject) =>
       execFile(
         'redis-cli',

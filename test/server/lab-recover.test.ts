@@ -4,6 +4,7 @@
  * interrupted; and Reset waits for the account's running requests, so no charge is left that no entry names.
  */
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { startDemo, tempDir } from '../harness.js';
 
 const SANDBOX = 'sk_lab_recover12345678';
@@ -18,9 +19,6 @@ const states = async (url: string) =>
   (
     (await (await fetch(`${url}/v1/lab/history`, { headers: auth })).json()) as { entries: Array<{ state: string }> }
   ).entries.map((e) => e.state);
-const until = async (read: () => Promise<string[]>, expected: string[]) => {
-  while (JSON.stringify(await read()) !== JSON.stringify(expected)) await new Promise((r) => setImmediate(r));
-};
 
 describe('lab start-up and Reset on real processes', () => {
   it('a second process that cannot listen marks nothing; Reset waits while a request runs', async () => {
@@ -29,7 +27,7 @@ describe('lab start-up and Reset on real processes', () => {
     const first = await startDemo(env);
     try {
       const slow = charge(first.url, 'k-slow', 3_000);
-      await until(() => states(first.url), ['running']);
+      await waitFor('the slow request to show running', async () => (await states(first.url)).join() === 'running');
       // Same database, same port: it cannot listen, exits 2, and leaves the running request alone.
       await expect(startDemo({ ...env, PORT: new URL(first.url).port })).rejects.toThrow(/EADDRINUSE|cannot listen/);
       expect(await states(first.url)).toEqual(['running']);

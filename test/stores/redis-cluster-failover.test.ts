@@ -30,9 +30,9 @@ import { systemClock, type Clock } from '../../packages/idem/src/core/clock.js';
 import { createEngine } from '../../packages/idem/src/core/engine.js';
 import { recordPk } from '../../packages/idem/src/core/key.js';
 import type { IdempotencyRecord, IdempotencyStore } from '../../packages/idem/src/core/record.js';
-import { claimRequests } from '../../packages/idem/src/testing/fixtures.js';
+import { claimRequests, waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { redisStore, type RedisStore } from 'idem/stores/redis';
-import { poll, redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
+import { redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
 
 const available = redisClusterAvailable();
 const BASE_PORT = 7111;
@@ -297,7 +297,10 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
       }
     });
 
-    await poll(`${KILL_AFTER} acknowledged completions`, async () => completed.size >= KILL_AFTER, 60_000, 5);
+    await waitFor(`${KILL_AFTER} acknowledged completions`, () => completed.size >= KILL_AFTER, {
+      timeoutMs: 60_000,
+      everyMs: 5,
+    });
     let lagBytes = 0;
     if (lagMs > 0) {
       cluster.freeze(replica.port);
@@ -315,12 +318,10 @@ describe.skipIf(!available)('Redis Cluster failover: kill -9 of the primary unde
     await cluster.restart(primary.port);
     await cluster.waitForSyncedReplica(primary.port, 30_000);
     const recovered = completed.size;
-    await poll(
-      `${AFTER_RECOVERY} completions after recovery`,
-      async () => completed.size >= recovered + AFTER_RECOVERY,
-      60_000,
-      5,
-    );
+    await waitFor(`${AFTER_RECOVERY} completions after recovery`, () => completed.size >= recovered + AFTER_RECOVERY, {
+      timeoutMs: 60_000,
+      everyMs: 5,
+    });
     stop = true;
     await Promise.all(workers);
 

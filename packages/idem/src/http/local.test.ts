@@ -14,6 +14,7 @@ import { postgresStore } from 'idem/stores/postgres';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { POSTGRES_URL, serviceAvailable } from '../../../../test/services.js';
 import { isIdempotencyError } from '../core/errors.js';
+import { waitFor } from '../testing/fixtures.js';
 import { idempotency, type HandlerContext } from './middleware.js';
 
 const pgAvailable = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -59,14 +60,6 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
   let resolve = (): void => {};
   const promise = new Promise<void>((r) => (resolve = r));
   return { promise, resolve };
-}
-
-async function until(check: () => Promise<boolean>, what: string): Promise<void> {
-  for (let i = 0; i < 2_000; i++) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 const post = (key: string, body: unknown = { amount: 500 }) =>
@@ -142,7 +135,9 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     await started.promise;
     const duplicates = Array.from({ length: 10 }, () => handle(post(key)));
     // Every duplicate is parked on the winner's uncommitted row before the winner goes on.
-    await until(async () => (await db.lockWaiters()) === 10, 'ten duplicates waiting on the row lock');
+    await waitFor('ten duplicates waiting on the row lock', async () => (await db.lockWaiters()) === 10, {
+      everyMs: 5,
+    });
     release.resolve();
     const answers = await Promise.all([first, ...duplicates]);
     const bodies = await Promise.all(answers.map((r) => r.text()));
@@ -318,7 +313,9 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Express, over HTTP)'
       const first = send(key);
       await started.promise;
       const duplicates = Array.from({ length: 5 }, () => send(key));
-      await until(async () => (await db.lockWaiters()) === 5, 'five duplicates waiting on the row lock');
+      await waitFor('five duplicates waiting on the row lock', async () => (await db.lockWaiters()) === 5, {
+        everyMs: 5,
+      });
       release.resolve();
       const answers = await Promise.all([first, ...duplicates]);
       const bodies = await Promise.all(answers.map((r) => r.text()));

@@ -109,32 +109,48 @@ export function closingWith<Tx>(store: IdempotencyStore<Tx>, cleanup: () => Prom
   };
 }
 
-/** How long {@link waitFor} polls, and how often. */
+/** How long {@link waitFor} polls, how often, and what it makes of an error. */
 export interface WaitOptions {
   /** Default 20 000. */
   readonly timeoutMs?: number;
   /** Default 10. */
   readonly everyMs?: number;
+  /**
+   * Default false: an error `check` throws ends the wait with that error. True: it counts as "not yet" (a service
+   * still starting refuses connections), and the timeout names the last one.
+   */
+  readonly retryOnError?: boolean;
 }
 
 /**
  * Polls `check` until it answers something other than `undefined` or `false`, and returns that; throws, naming
  * `what`, once `timeoutMs` has passed. For ordering a test by the state it waits on (a record `in_progress`, a
- * claim blocked on a lock), never by a fixed sleep.
+ * claim blocked on a lock), never by a fixed sleep. `what` may be a function, asked at the timeout, to say what
+ * was seen last.
  *
  * @example
  * const held = await waitFor('the claim to hold its key', async () => (await store.get(pk))?.status === 'in_progress' && pk)
  */
 export async function waitFor<T>(
-  what: string,
+  what: string | (() => string),
   check: () => T | undefined | false | Promise<T | undefined | false>,
-  { timeoutMs = 20_000, everyMs = 10 }: WaitOptions = {},
+  { timeoutMs = 20_000, everyMs = 10, retryOnError = false }: WaitOptions = {},
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const value = await check();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    let failure = '';
+    try {
+      const value = await check();
+      if (value !== undefined && value !== false) return value;
+    } catch (error) {
+      if (!retryOnError) throw error;
+      failure = ` (last error: ${error instanceof Error ? error.message : String(error)})`;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${typeof what === 'string' ? what : what()}${failure}`,
+      );
+    }
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }

@@ -6,7 +6,7 @@ import { POSTGRES_URL } from '#test/services.js';
 import { available, blockedOn, insertClaim, isolated, pool, POSTGRES, request } from '#test/fixtures/postgres.js';
 import { describeBlockedClaims } from '#test/fixtures/sql.js';
 import { claimTwoHundredTimes, doneAndLive, expectRefusals } from '#test/fixtures/stores.js';
-import { T0, tripMeter as trips } from '../../testing/fixtures.js';
+import { T0, tripMeter as trips, waitFor } from '../../testing/fixtures.js';
 import { postgresStore } from './index.js';
 
 describe.skipIf(!available)('postgres store', () => {
@@ -109,17 +109,14 @@ describe.skipIf(!available)('postgres store', () => {
         let answered = false;
         const claim = store.claim({ ...holder, token: randomUUID(), now: T0 + 1 }).finally(() => (answered = true));
         // Not a timer: the claim either answers, or Postgres shows it waiting on the blocker's row lock.
-        const waited = (async () => {
-          while (!answered) {
-            const { rows } = await pool.query<{ n: number }>(
-              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
-              [`%${schema}%`],
-            );
-            if ((rows[0]?.n ?? 0) > 0) return 'waited on the lock' as const;
-            await new Promise((resolve) => setTimeout(resolve, 10));
-          }
-          return 'answered' as const;
-        })();
+        const waited = waitFor('the claim to answer or wait on the lock', async () => {
+          if (answered) return 'answered' as const;
+          const { rows } = await pool.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+            [`%${schema}%`],
+          );
+          return (rows[0]?.n ?? 0) > 0 && ('waited on the lock' as const);
+        });
         const result = await Promise.race([claim, waited]);
         expect(result).not.toBe('waited on the lock');
         expect(result).toMatchObject({ kind: 'existing', record: { status: 'in_progress', token: holder.token } });
