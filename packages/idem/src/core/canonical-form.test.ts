@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { canonicalForm, isFormType, MAX_FORM_FIELDS } from './canonical-form.js';
+import { fingerprint } from './fingerprint.js';
 
 const utf8 = (text: string) => new TextEncoder().encode(text);
 /** The canonical text of `body`, or `'as sent'` when the body is fingerprinted as its own bytes. */
@@ -82,5 +83,25 @@ describe('canonicalForm', () => {
         undefined,
       ].map(isFormType),
     ).toEqual([true, true, true, false, false, false, false, false, false]);
+  });
+});
+
+describe('the fingerprint of a form body', () => {
+  const form = (body: string, contentType = 'application/x-www-form-urlencoded; charset=utf-8') =>
+    fingerprint({ method: 'POST', path: '/v1/uploads', contentType, body: utf8(body) });
+
+  it("does not depend on the order of fields; a repeated name's order still counts", () => {
+    expect(form('currency=usd&amount=500&metadata[order_id]=42')).toBe(
+      form('metadata[order_id]=42&amount=500&currency=usd'),
+    );
+    expect(form('a=1&&b=2&')).toBe(form('b=2&a=1'));
+    expect(form('a=1&a=2')).not.toBe(form('a=2&a=1'));
+    expect(form('b=2&a=1', 'text/plain')).not.toBe(form('a=1&b=2', 'text/plain'));
+  });
+
+  it('is the fingerprint of its canonical bytes: a form sent in order keeps the fingerprint it had before forms were ordered', () => {
+    // The pinned raw fingerprint of `a=1&b=2` on /v1/uploads (fingerprint.test.ts, "is stable across versions").
+    const pinned = '1fda7fa86e5f3bf1ab50eaf4eebe454025e5a2163d68e174ae3743e84cb095cf';
+    expect([form('a=1&b=2'), form('b=2&a=1'), form('a=1&b=2', 'text/plain')]).toEqual([pinned, pinned, pinned]);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * @module The request fingerprint: SHA-256 over method, route, canonical query, canonical body and chosen headers.
  */
+import { canonicalForm, isFormType } from './canonical-form.js';
 import { canonicalBytes } from './canonical-json.js';
 import { IdempotencyError } from './errors.js';
 
@@ -46,7 +47,8 @@ export interface FingerprintInput {
 /**
  * The hex SHA-256 fingerprint of a request. JSON bodies are canonicalised — keys sorted, insignificant
  * whitespace dropped, numbers in one exact form — so `{"a":1,"b":2}` and `{"b":2, "a":1.0}` match.
- * Any other body (or JSON that does not parse) is hashed as raw bytes.
+ * Form bodies (`application/x-www-form-urlencoded`) have their fields sorted by name, stable for a repeated name
+ * (src/core/canonical-form.ts). Any other body (or JSON that does not parse) is hashed as raw bytes.
  *
  * Synchronous where the runtime has `node:crypto` (Node, Bun, Deno); on a Web runtime without it (Cloudflare
  * Workers without `nodejs_compat`) it throws `CONFIG_INVALID`: use {@link fingerprintAsync} there.
@@ -90,7 +92,7 @@ export function fingerprintSoon(input: FingerprintInput): string | Promise<strin
     field(input.path) +
     field(canonicalQuery(input.query ?? ''));
   const canonical = isJsonType(input.contentType) ? canonicalBytes(input.body) : undefined;
-  const body = canonical ?? input.body;
+  const body = canonical ?? (isFormType(input.contentType) ? canonicalForm(input.body) : undefined) ?? input.body;
   const kind = canonical === undefined ? RAW_FIELD : JSON_FIELD;
   let tail: string;
   if (input.headers === undefined || input.headers.length === 0) {
