@@ -87,28 +87,22 @@ export function answered(answer: Answer): RunResult {
   return { replayed: true, response: answer.response, record: answer.record };
 }
 
-/**
- * The engine's phases as database-local work (core/local.ts) runs them around its store's transaction: the same
- * checks before a claim, the same answers from a record in the way, the same events and ids. Not public.
- */
+/** What `runLocal` (core/local.ts) shares with `begin`: the checks before a claim, the answers, events and ids. */
 export interface EnginePhases {
   readonly clock: Clock;
   readonly ttlMs: number;
   readonly generateId: () => string;
   readonly emit: (event: IdempotencyEvent) => void;
-  /** Before any claim: a cached final record's answer, or the refusal of a malformed key or `ttlMs`. */
   precheck(request: RunRequest, pk: string, ttlMs: number): Answer | undefined;
   /** What a record that refused the claim answers: a mismatch, a replay, or in flight. */
   answer(existing: IdempotencyRecord, request: RunRequest): Answer;
-  /** The store failed: reported as a refusal. */
   unavailable(request: RunRequest, error: IdempotencyError): Answer & { readonly kind: 'refused' };
-  /** Keeps a final record in the engine's cache. */
   remember(record: IdempotencyRecord): void;
 }
 
 const phasesOf = new WeakMap<object, EnginePhases>();
 
-/** The phases of an engine made by {@link createEngine}; undefined for any other object. */
+/** The phases of an engine made by {@link createEngine}; undefined for any other object. Not public. */
 export function enginePhases(engine: object): EnginePhases | undefined {
   return phasesOf.get(engine);
 }
@@ -287,6 +281,7 @@ export function createEngine<Tx = never>({
     );
   }
 
+  /** The store failed: reported, and refused. */
   function unavailable(request: RunRequest, error: IdempotencyError): ReturnType<typeof refused> {
     const { scope, route } = request;
     emit({ type: 'refused', reason: 'STORE_UNAVAILABLE', scope, ...(route === undefined ? {} : { route }) });

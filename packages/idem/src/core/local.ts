@@ -11,30 +11,21 @@ import {
   type Engine,
   type OutcomeKind,
   type RunRequest,
+  type Lease,
   type RunResult,
+  type Settlement,
+  type WorkContext,
   type WorkResult,
 } from './engine.js';
 import { configError, IdempotencyError, isIdempotencyError } from './errors.js';
 import { recordPk } from './key.js';
 import { LocalWorkAbortedError, type IdempotencyRecord, type Outcome, type StoredResponse } from './record.js';
 
-/** What local work sees. No lease and no `signal`: the transaction holds the key until it ends, and nothing takes it over. */
-export interface LocalContext {
-  readonly scope: string;
-  readonly key: string;
-  /** The record's stable id (kept when this attempt reclaimed a retryable failure or a dead lease-mode attempt). */
-  readonly id: string;
-  /** True when this attempt reclaimed the key from a retryable failure or a lapsed lease. */
-  readonly reclaimed: boolean;
-}
+/** What local work sees: a lease's context without `signal` (the transaction holds the key; nothing takes it over). */
+export type LocalContext = Omit<WorkContext, 'signal'>;
 
-/** What local work returns. Its writes are already made, on `tx`: there are no `effects` to hand over. */
-export interface LocalWorkResult {
-  readonly response: StoredResponse;
-  /** Overrides the classification by status code. `failed-retryable` and `release` roll everything back. */
-  readonly outcome?: OutcomeKind;
-  readonly resultId?: string | null;
-}
+/** What local work returns: its writes are already made, on `tx`. `failed-retryable` and `release` roll all back. */
+export type LocalWorkResult = Omit<WorkResult, 'effects'>;
 
 /**
  * The work, run inside the claim's transaction. Write only through `tx` (the store's transaction: a pg client,
@@ -158,25 +149,16 @@ export async function runLocal<Tx>(engine: Engine<Tx>, request: RunRequest, work
 /**
  * A key claimed inside the store's open transaction, for work that answers later (the HTTP `local` route, whose
  * handler runs after the gate admits it): what a {@link Lease} is to `begin`. `complete` runs the result's
- * `effects` on `tx`, hands the answer to the transaction and resolves once it committed or rolled back; `fail`
- * rolls everything back. The first call settles it; later ones return that settlement.
+ * `effects` on `tx`, hands the answer to the transaction and resolves once it committed or rolled back (`ok:
+ * false` with the work's error or the store's); `fail` rolls everything back. Its `signal` never aborts.
  */
-export interface LocalLease<Tx> extends LocalContext {
-  readonly tx: Tx;
-  /** Never aborted: nothing takes the key from an open transaction. */
-  readonly signal: AbortSignal;
-  readonly settled: boolean;
-  complete(result: WorkResult<Tx>): Promise<LocalSettlement>;
-  fail(): Promise<LocalSettlement>;
-}
+export type LocalLease<Tx> = Omit<Lease<Tx>, 'release' | 'abandon'> & { readonly tx: Tx };
 
-/** How a local lease ended: committed (or rolled back a retryable answer), or why not — the work's error or the store's. */
-export type LocalSettlement =
-  { readonly ok: true; readonly record: IdempotencyRecord | null } | { readonly ok: false; readonly error: unknown };
+export type LocalDecision<Tx> = Answer | { readonly kind: 'lease'; readonly lease: LocalLease<Tx> };
 
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 /** A local lease's `fail`: everything rolled back, nothing recorded, whatever the rollback answered. */
-const none = (): LocalSettlement => ({ ok: true, record: null });
+const none = (): Settlement => ({ ok: true, record: null });
 
 /**
  * `engine.begin` for database-local work whose answer comes later: a replay or a refusal, or a {@link LocalLease}
@@ -189,11 +171,11 @@ export function beginLocal<Tx>(engine: Engine<Tx>, request: RunRequest): Promise
   const opened = new Promise<LocalDecision<Tx>>((resolve) => (open = resolve));
   const done = runLocal(engine, request, (tx, context) => {
     return new Promise<LocalWorkResult>((answer, abort) => {
-      let settlement: Promise<LocalSettlement> | undefined;
-      const ended = (): Promise<LocalSettlement> =>
+      let settlement: Promise<Settlement> | undefined;
+      const ended = (): Promise<Settlement> =>
         done.then(
           (result) => ({ ok: true, record: result.record }),
-          (error: unknown) => ({ ok: false, error }),
+          (error: unknown) => ({ ok: false, error: error as IdempotencyError }),
         );
       const lease: LocalLease<Tx> = {
         ...context,
@@ -222,8 +204,6 @@ export function beginLocal<Tx>(engine: Engine<Tx>, request: RunRequest): Promise
   );
   return Promise.race([opened, first]);
 }
-
-export type LocalDecision<Tx> = Answer | { readonly kind: 'lease'; readonly lease: LocalLease<Tx> };
 
 /** Whether `value` is a promise or promise-like: work that returned one is asynchronous. */
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
