@@ -1,6 +1,6 @@
 /**
- * The SQLite claim: a plain read answers a refusal; otherwise one upsert under the database's write lock
- * (`BEGIN IMMEDIATE`) decides on the stored row. The races it closes are told in the comments below.
+ * The SQLite claim: a plain read answers a refusal; otherwise one upsert, which SQLite runs under the database's
+ * write lock, decides on the stored row. The races it closes are told in the comments below.
  */
 import type { ClaimRequest, ClaimResult, IdempotencyRecord } from '../contract.js';
 import { isClaimable } from '../contract.js';
@@ -29,7 +29,46 @@ export function claimStatement(t: string): string {
       RETURNING *`;
 }
 
-// The race this closes — two requests (two processes, or two connections) claim one key with no record:
+/** A claim whose upsert keeps meeting a row that has moved on by the time it is read gives up after this many. */
+export const MAX_CLAIM_ATTEMPTS = 5;
+
+const claimParams = (request: ClaimRequest) => ({
+  pk: request.pk,
+  scope: request.scope,
+  key: request.key,
+  fingerprint: request.fingerprint,
+  id: request.id,
+  token: request.token,
+  now: request.now,
+  leaseExpiresAt: request.now + request.leaseMs,
+  expiresAt: request.now + request.ttlMs,
+});
+
+// `claim` (no transaction of the caller's): the upsert alone, in autocommit. One statement is atomic: SQLite takes
+// the database's write lock for it (waiting up to busy_timeout), so the WHERE decides on the stored row with no
+// other writer in between, and no BEGIN IMMEDIATE or COMMIT is needed around it. Two requests, one new key:
+//   A: upsert → takes the write lock, inserts A's row, RETURNING yields it → 'claimed'; the lock goes at once.
+//   B: upsert → waits for the lock, conflicts with A's row; A's live lease fails the WHERE: nothing written,
+//      no row returned. B's SELECT (a plain read) → A's row, which refuses B → 'existing'.
+// Between B's upsert and its read, A's row may move on (released, expired, failed retryably): a row the claim
+// condition accepts, or none, means "decided on an older version", and B runs the upsert again (at most
+// MAX_CLAIM_ATTEMPTS). Never a second winner: only an upsert, under the lock, writes.
+export function claimAlone(calls: SqliteCalls, sql: Statements, request: ClaimRequest): ClaimResult {
+  const params = claimParams(request);
+  for (let attempt = 1; ; attempt++) {
+    const won = calls.one(sql.claim, params);
+    if (won) return { kind: 'claimed', record: toRecord(won) };
+    const row = calls.one(sql.get, { pk: request.pk });
+    const seen = row === undefined ? null : toRecord(row);
+    if (seen && !isClaimable(seen, request.fingerprint, request.now)) return { kind: 'existing', record: seen };
+    if (attempt >= MAX_CLAIM_ATTEMPTS) {
+      throw new Error(`sqlite claim of ${request.pk} did not settle after ${MAX_CLAIM_ATTEMPTS} upserts`);
+    }
+  }
+}
+
+// Inside a transaction (runLocal's `BEGIN IMMEDIATE`), the same upsert and read decide under a lock held
+// throughout. The race it closes — two requests (two processes, or two connections) claim one key with no record:
 //   A: BEGIN IMMEDIATE takes the database's write lock.
 //   B: BEGIN IMMEDIATE waits for the lock (busy_timeout); it does not read a snapshot that could go stale.
 //   A: the upsert inserts A's row and RETURNING yields it → 'claimed'; COMMIT releases the lock.
@@ -40,17 +79,7 @@ export function claimStatement(t: string): string {
 // The same holds for takeovers: the WHERE is `isClaimable` from src/core/record.ts, evaluated on the stored row.
 export function claimer(calls: SqliteCalls, sql: Statements): (request: ClaimRequest) => ClaimResult {
   return (request: ClaimRequest): ClaimResult => {
-    const won = calls.one(sql.claim, {
-      pk: request.pk,
-      scope: request.scope,
-      key: request.key,
-      fingerprint: request.fingerprint,
-      id: request.id,
-      token: request.token,
-      now: request.now,
-      leaseExpiresAt: request.now + request.leaseMs,
-      expiresAt: request.now + request.ttlMs,
-    });
+    const won = calls.one(sql.claim, claimParams(request));
     if (won) return { kind: 'claimed', record: toRecord(won) };
     const existing = calls.one(sql.get, { pk: request.pk });
     // Unreachable under the write lock: the conflicting row cannot vanish between the two statements.
@@ -63,8 +92,8 @@ export function claimer(calls: SqliteCalls, sql: Statements): (request: ClaimReq
  * A plain read, without the write lock: the record when it refuses the claim, else undefined. A refusal (a
  * replay, a mismatch, a live lease) is answered from it: a row that refuses the claim stops refusing only by
  * expiring or lapsing (judged at `now`) or by its owner's fenced write, so the answer holds at the moment of the
- * read. Anything else — no row, or a claimable one — goes to the transaction of `claimer`, which decides again
- * on the row under the write lock.
+ * read. Anything else — no row, or a claimable one — goes to the upsert (`claimAlone`, or `claimer` inside
+ * runLocal's transaction), which decides again on the row under the write lock.
  */
 export function refusal(
   calls: SqliteCalls,

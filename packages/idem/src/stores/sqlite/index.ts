@@ -18,7 +18,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { claimer, refusal } from './claim.js';
+import { claimAlone, claimer, refusal } from './claim.js';
 import { outcomeParams, toRecord } from './codec.js';
 import { localRunner } from './local.js';
 import type { SqliteDatabase, SqliteStore, SqliteStoreOptions } from './options.js';
@@ -36,9 +36,10 @@ export type * from './options.js';
  * before use, or apply `schema.sql` yourself.
  *
  * Every call is synchronous inside the embedded engine, and is counted as one round trip (there is no
- * network; a claim's read and, when the key is free, its upsert under the write lock, run in one call). `effects` given to `complete`
- * receive `database` and must be synchronous: they run after the token-conditional update, in the same
- * `BEGIN IMMEDIATE` transaction, and only if the token still holds. If they throw, everything rolls back and
+ * network; a claim's read and, when the key is free, its upsert under the write lock, run in one call). A claim
+ * and a completion without effects are single statements, each atomic on its own, so neither opens a
+ * transaction. `effects` given to `complete` receive `database` and must be synchronous: they run after the
+ * token-conditional update, in one `BEGIN IMMEDIATE` transaction with it, and only if the token still holds. If they throw, everything rolls back and
  * the error is rethrown; if they return a promise, everything rolls back and `complete` rejects.
  *
  * `runLocal` (database-local work) runs the claim, the work and the completion in one `BEGIN IMMEDIATE`
@@ -85,7 +86,6 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
 
   const sql = statements(table);
   const claimIn = claimer(calls, sql);
-  const claimTx = database.transaction(claimIn);
 
   /** The fenced completion: true when it changed the row (the token still held it `in_progress`). */
   const write = (pk: string, token: string, outcome: Outcome): boolean =>
@@ -130,11 +130,12 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     },
     // A refusal is answered from a plain read, without the write lock; otherwise the upsert under it: claim.ts.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
-      if (!claimBarrier) return calls.trip('claim', () => refusal(calls, sql, request) ?? claimTx.immediate(request));
+      if (!claimBarrier)
+        return calls.trip('claim', () => refusal(calls, sql, request) ?? claimAlone(calls, sql, request));
       const refused = calls.trip('claim', () => refusal(calls, sql, request));
       if (refused) return refused;
       await claimBarrier(request);
-      return calls.trip('claim', () => claimTx.immediate(request));
+      return calls.trip('claim', () => claimAlone(calls, sql, request));
     },
     // The same plain read answers a refusal without the write lock (see `claim`); otherwise local.ts's transaction.
     async runLocal(request: LocalTransactionRequest<Db>): Promise<LocalTransactionResult> {
@@ -144,7 +145,9 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
       await claimBarrier(request);
       return calls.trip('local', () => local(request));
     },
+    // Without effects, the fenced UPDATE alone (one statement, atomic); with them, a transaction around both.
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
+      if (!effects) return { ok: calls.trip('complete', () => write(pk, token, outcome)) };
       return { ok: calls.trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
     },
     async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {

@@ -90,7 +90,7 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
 
   it('a claim that meets another connection’s claim between its read and its lock gets that row, in the same trip', async () => {
     // Two connections to one file. The first store's read of the key runs the second store's claim right after it
-    // (a better-sqlite3 call is synchronous, so this is exactly "between the read and BEGIN IMMEDIATE").
+    // (a better-sqlite3 call is synchronous, so this is exactly "between the read and the upsert").
     const file = freshFile();
     const other = sqliteStore({ database: new Database(file), closeDatabase: true });
     await other.migrate();

@@ -1,0 +1,67 @@
+/**
+ * The SQLite claim outside a transaction: the upsert alone (autocommit), then, when it wrote nothing, a plain read
+ * of the row in the way — which may have moved on in between. Here a second connection writes a live rival row
+ * right after the claim's pre-read, and deletes it right before the read that follows the refused upsert: the
+ * claim must run the upsert again and win, not answer from a row that is gone.
+ */
+import { randomUUID } from 'node:crypto';
+import Database from 'better-sqlite3';
+import { describe, expect, it } from 'vitest';
+import { freshFile, seamedReads } from '#test/fixtures/sqlite.js';
+import { recordPk } from '../../core/key.js';
+import type { ClaimRequest, RoundTrip } from '../contract.js';
+import { T0, TTL } from '../../testing/fixtures.js';
+import { sqliteStore } from './index.js';
+
+const scope = 'acct_alone';
+
+describe('SQLite claim: the upsert alone, in autocommit', () => {
+  it('a rival row gone between the refused upsert and the read after it: the upsert runs again and wins', async () => {
+    const file = freshFile();
+    const key = randomUUID();
+    const pk = recordPk(scope, key);
+    const other = new Database(file);
+    const rival = () =>
+      other
+        .prepare(
+          `INSERT INTO "idem_records" ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
+            "lease_expires_at", "expires_at", "retryable") VALUES (?, ?, ?, 'in_progress', ?, 'rival-id', 'rival-token',
+            ?, ?, ?, 0)`,
+        )
+        .run(pk, scope, key, 'b'.repeat(64), T0, T0 + TTL, T0 + TTL);
+    const gone = () => other.prepare('DELETE FROM "idem_records" WHERE "pk" = ?').run(pk);
+    const trips: RoundTrip[] = [];
+    const store = sqliteStore({
+      database: seamedReads(new Database(file), { 0: { after: rival }, 1: { before: gone } }),
+      closeDatabase: true,
+      onRoundTrip: (trip) => void trips.push(trip),
+    });
+    try {
+      await store.migrate();
+      trips.length = 0;
+      const request: ClaimRequest = {
+        pk,
+        scope,
+        key,
+        fingerprint: 'a'.repeat(64),
+        token: 'my-token',
+        id: 'my-id',
+        now: T0 + 1,
+        leaseMs: 10_000,
+        ttlMs: TTL,
+      };
+      const result = await store.claim(request);
+      expect([result.kind, result.record.token, result.record.id]).toEqual(['claimed', 'my-token', 'my-id']);
+      // One trip: the pre-read (nothing), the upsert (refused by the rival), the read (the rival gone), the upsert.
+      expect(trips.length).toBe(1);
+      const { statements } = trips[0]?.request as { statements: Array<{ sql: string }> };
+      const results = trips[0]?.response as unknown[][];
+      expect(statements.map((s) => s.sql.trimStart().split(/\s/)[0])).toEqual(['SELECT', 'INSERT', 'SELECT', 'INSERT']);
+      expect(results.map((rows) => rows.length)).toEqual([0, 0, 0, 1]);
+      expect((await store.get(pk))?.token).toBe('my-token');
+    } finally {
+      other.close();
+      await store.close();
+    }
+  });
+});
