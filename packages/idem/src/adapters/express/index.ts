@@ -1,9 +1,12 @@
 /**
- * @module `idem/express` — idempotency keys as Express 5 middleware. Mount it before any body parser.
+ * @module `idem/express` — idempotency keys as Express 5 middleware, mounted before or after Express's body parsers.
  */
 import type { NextFunction, Request, RequestHandler, Response as ExpressResponse } from 'express';
 import {
+  BodyTooLargeError,
+  configError,
   createGate,
+  problem,
   readAndRestore,
   replayParts,
   type Engine,
@@ -38,9 +41,12 @@ const CONTEXT = 'idempotency';
 /**
  * Express 5 middleware: the first request with a key runs the route, every retry gets its answer back.
  *
- * Mount it app-wide (`app.use`) or per route, **before** body parsers: it reads the raw body for the
- * fingerprint and puts the bytes back, so `express.json()` mounted after it parses them as usual. On a keyed
- * request the response (head and body) is held until its outcome is recorded, then sent.
+ * Mount it app-wide (`app.use`) or per route, before or after Express's body parsers. Before, it reads the raw
+ * body for the fingerprint and puts the bytes back, so `express.json()` after it parses them as usual. After, it
+ * fingerprints what the parser left: `req.body` (JSON and forms as canonical JSON, text and bytes as they are), or
+ * the exact bytes kept by `express.json({ verify: rawBody })`. A body read by anything else (a multipart parser) is
+ * answered 500 with the fix in the problem's detail. On a keyed request the response (head and body) is held until
+ * its outcome is recorded, then sent.
  *
  * `guard.route(handler)` lets it see the handler settle, so an answer sent before then (a timeout middleware's 503)
  * keeps retries out until it has (see {@link ExpressIdempotency.route}).
@@ -64,12 +70,31 @@ export function idempotency<Tx = never>(options: ExpressIdempotencyOptions<Tx>):
     graceMs: Math.ceil(gate.engine.leaseMs / 2),
     answerFor: (error: unknown, request: Request) => gate.answerFor(error, request),
   });
+  let warned = false;
   const middleware = async function idempotencyMiddleware(
     req: Request,
     res: ExpressResponse,
     next: NextFunction,
   ): Promise<void> {
-    const admission = await gate.admit(new ExpressRequest(req));
+    const request = new ExpressRequest(req);
+    let admission = await gate.admit(request);
+    if (admission.kind === 'answer' && request.refused !== undefined) {
+      // The body was read by a middleware that kept neither the bytes nor all of them in `req.body`: a server
+      // mistake, answered 500 with the fix in its detail (and one line in the log), never a request run unguarded.
+      if (!warned) {
+        warned = true; // one line per middleware (`--no-warnings` silences it)
+        process.emitWarning(request.refused, { type: 'IdemWarning', code: 'IDEM_BODY_READ' });
+      }
+      admission = {
+        kind: 'answer',
+        response: problem({
+          status: 500,
+          slug: 'internal-error',
+          title: 'Internal server error',
+          detail: request.refused,
+        }),
+      };
+    }
     if (answered(req, res)) {
       // Answered while the body was read (connect-timeout's 503 goes out before the response is held): nothing
       // ran, nothing will (the chain is halted or has ended), so the key is given back at once.
@@ -138,20 +163,110 @@ class ExpressRequest implements GateRequest<Request> {
   declare readonly native: Request;
   declare readonly method: string;
   declare readonly url: string;
+  /** Set when the body cannot be had (see {@link refusal}): why, and the fix. */
+  declare refused: string | undefined;
+  /** Set when the fingerprint reads the parsed `req.body` as JSON (a form parsed by `express.urlencoded()`). */
+  declare asJson: boolean;
   constructor(req: Request) {
     this.native = req;
     this.method = req.method;
     this.url = req.originalUrl;
+    this.refused = undefined;
+    this.asJson = false;
   }
   header(name: string): string | null {
+    if (this.asJson && name === 'content-type') return 'application/json';
     return headerValue(this.native.headers, name);
   }
   body(limit: number): Promise<Uint8Array> {
     // Read only for a keyed request: from here on Express, its body parser and Node touch `req` as a dictionary
     // (see toDictionary), which costs them less than its hidden class of its own.
-    toDictionary(this.native);
-    return readAndRestore(this.native, limit, BODY_ALREADY_READ);
+    const req = this.native;
+    toDictionary(req);
+    if (req.readableEnded || req.readableFlowing === true) return this.#parsed(limit);
+    return readAndRestore(req, limit, BODY_ALREADY_READ).catch((error: unknown) => {
+      throw error instanceof Error && error.message === BODY_ALREADY_READ ? this.#refuse(refusal(req)) : error;
+    });
   }
+
+  /**
+   * The body after a parser read the stream (`express.json()` mounted first): the bytes kept by {@link rawBody} (or
+   * a Buffer in `req.rawBody`, where a `verify` hook of the application's own or Nest's `rawBody: true` put it),
+   * else what the parser left in `req.body` — bytes (`express.raw()`) and text (`express.text()`) as they are, a
+   * JSON body or a form as JSON text, which the fingerprint makes canonical (key order does not count). That is
+   * what the handler reads; a JSON number beyond a double's precision is the one difference from the raw bytes.
+   */
+  #parsed(limit: number): Promise<Uint8Array> {
+    const req = this.native;
+    const own = req as { body?: unknown; rawBody?: unknown };
+    const body: unknown = KEPT.get(req) ?? (own.rawBody instanceof Uint8Array ? own.rawBody : own.body);
+    let bytes: Uint8Array;
+    if (body instanceof Uint8Array) {
+      bytes = body;
+    } else if (typeof body === 'string') {
+      bytes = ENCODER.encode(body);
+    } else {
+      const json = body !== undefined && parsedAsJson(mediaType(req)) ? jsonText(body) : undefined;
+      if (json === undefined) return Promise.reject(this.#refuse(refusal(req)));
+      this.asJson = true;
+      bytes = ENCODER.encode(json);
+    }
+    return bytes.byteLength > limit ? Promise.reject(new BodyTooLargeError(limit)) : Promise.resolve(bytes);
+  }
+
+  /** The gate's error (CONFIG_INVALID: no store call, no `onError`); the middleware answers with `message`. */
+  #refuse(message: string): Error {
+    this.refused = message;
+    return configError('the request body', 'unread before idempotency(), or kept by rawBody');
+  }
+}
+
+/** Bodies kept by {@link rawBody}, by request: nothing is added to the request object itself. */
+const KEPT = new WeakMap<object, Uint8Array>();
+
+/**
+ * A body parser's `verify` hook that keeps the raw bytes for the fingerprint, for a route where `idempotency()` is
+ * mounted after a parser whose result it cannot read as the whole payload (a custom type parsed to an object), or
+ * to fingerprint exactly the bytes sent (a JSON number beyond a double's precision included).
+ *
+ * @example
+ * app.use(express.json({ verify: rawBody }))
+ * app.post('/v1/charges', idempotency({ store, scope }), handler)
+ */
+export function rawBody(req: object, _res: unknown, bytes: Uint8Array): void {
+  KEPT.set(req, bytes);
+}
+
+const ENCODER = new TextEncoder();
+
+/** The request's media type, lower-cased, without parameters. */
+function mediaType(req: Request): string {
+  return (headerValue(req.headers, 'content-type') ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
+}
+
+/** A type whose parsers (`express.json()`, `express.urlencoded()`) leave the whole payload in `req.body`. */
+function parsedAsJson(type: string): boolean {
+  return type === 'application/json' || type.endsWith('+json') || type === 'application/x-www-form-urlencoded';
+}
+
+/** `value` as JSON text, or undefined where it has none (a function, a BigInt, a cycle). */
+function jsonText(value: unknown): string | undefined {
+  try {
+    return JSON.stringify(value);
+  } catch {
+    return undefined;
+  }
+}
+
+/** Why the body cannot be had, and the fix: one line. */
+function refusal(req: Request): string {
+  const reader = mediaType(req).startsWith('multipart/')
+    ? 'a multipart parser'
+    : 'a middleware mounted before idempotency()';
+  return (
+    `idem/express: the request body was read by ${reader}, which left no copy Idem can fingerprint. ` +
+    'Mount idempotency() before it, or keep the bytes with its verify hook: express.json({ verify: rawBody }).'
+  );
 }
 
 const BODY_ALREADY_READ =
