@@ -94,25 +94,18 @@ export async function runLocal<Tx>(engine: Engine<Tx>, request: RunRequest, work
     const status = kind === 'succeeded' ? 'succeeded' : 'failed';
     return { status, retryable: false, resultId: result.resultId ?? null, response: result.response };
   };
+  const failed = (error: unknown): never => {
+    failure = { error };
+    throw error;
+  };
   // Synchronous when the work is (SQLite runs it inside a synchronous transaction).
   const inTransaction = (tx: Tx, record: IdempotencyRecord): Outcome | null | PromiseLike<Outcome | null> => {
     claimedId = record.id;
     const reclaimed = record.id !== freshId;
     if (reclaimed) emit({ type: 'takeover', ...subject(request, record.id) });
-    const failed = (error: unknown): never => {
-      failure = { error };
-      throw error;
-    };
     try {
       const result = work(tx, { scope, key, id: record.id, reclaimed });
-      if (!isThenable(result)) return decide(result);
-      return Promise.resolve(result).then((value) => {
-        try {
-          return decide(value);
-        } catch (error) {
-          return failed(error);
-        }
-      }, failed);
+      return isThenable(result) ? Promise.resolve(result).then(decide).catch(failed) : decide(result);
     } catch (error) {
       return failed(error);
     }

@@ -95,9 +95,8 @@ export interface ReleaseRequest {
 }
 
 /**
- * The work of {@link IdempotencyStore.runLocal}: called inside the claim's transaction with the store's handle on
- * it (`tx`) and the record just claimed. It returns the outcome to write and commit with its own writes, or
- * `null` to roll everything back (the claim too). A throw rolls everything back as well, and is rethrown.
+ * The work of {@link IdempotencyStore.runLocal}, called in the claim's transaction (`tx`) with the record claimed:
+ * the outcome to commit with its writes, or `null` (or a throw, rethrown) to roll everything back, the claim too.
  */
 export type LocalTransactionWork<Tx> = (
   tx: Tx,
@@ -118,11 +117,7 @@ export interface LocalTransactionRequest<Tx = never> extends ClaimRequest {
   readonly work: LocalTransactionWork<Tx>;
 }
 
-/**
- * What {@link IdempotencyStore.runLocal} did: committed the claim, the work's writes and the outcome (`record` as
- * written); rolled all of it back because the work returned `null`; or claimed nothing because a record refused
- * the claim (`existing`, read in the same transaction; nothing was written).
- */
+/** What {@link IdempotencyStore.runLocal} did: committed (`record` as written), rolled back, or met `existing`. */
 export type LocalTransactionResult =
   | { readonly kind: 'committed'; readonly record: IdempotencyRecord }
   | { readonly kind: 'rolled-back' }
