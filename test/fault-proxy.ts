@@ -8,6 +8,8 @@
  *   partition or a hung server. Only a client-side timeout gets a caller out of it.
  * - `restore()` forwards again. Bytes held during a stall are delivered then (the partition healed), so
  *   a command the client gave up on may still run on the server afterwards — as it would in production.
+ * - `dropNextAnswer()` destroys the next connection on which the target sends anything, before a byte of it reaches
+ *   the client: in front of an HTTP server, an answer lost after the server did the work and wrote it.
  */
 import { connect, createServer, type AddressInfo, type Server, type Socket } from 'node:net';
 
@@ -25,6 +27,10 @@ export interface FaultProxy {
   cut(): void;
   stall(): void;
   restore(): void;
+  /** Resolves once the next answer (the target's first bytes on any connection from now) was dropped. */
+  dropNextAnswer(): Promise<void>;
+  /** Answers dropped so far. */
+  readonly dropped: number;
   close(): Promise<void>;
 }
 
@@ -56,6 +62,8 @@ export async function listenLocal(server: Server): Promise<number> {
 export async function startFaultProxy(targetHost: string, targetPort: number): Promise<FaultProxy> {
   let mode: ProxyMode = 'open';
   const links = new Set<Link>();
+  let dropNext: (() => void) | undefined;
+  let dropped = 0;
 
   const destroy = (link: Link): void => {
     links.delete(link);
@@ -66,6 +74,14 @@ export async function startFaultProxy(targetHost: string, targetPort: number): P
   /** Forwards `from` → `to` while open; holds (and stops reading) otherwise. Backpressure pauses the reader. */
   const forward = (link: Link, from: Socket, to: () => Socket | undefined, held: Buffer[]): void => {
     from.on('data', (chunk: Buffer) => {
+      if (dropNext !== undefined && from === link.upstream) {
+        const done = dropNext;
+        dropNext = undefined;
+        dropped++;
+        destroy(link);
+        done();
+        return;
+      }
       const target = to();
       if (mode !== 'open' || target === undefined || held.length > 0) {
         held.push(chunk);
@@ -131,6 +147,12 @@ export async function startFaultProxy(targetHost: string, targetPort: number): P
     },
     get connections() {
       return links.size;
+    },
+    get dropped() {
+      return dropped;
+    },
+    dropNextAnswer(): Promise<void> {
+      return new Promise((resolve) => (dropNext = resolve));
     },
     via(url: string): string {
       const parsed = new URL(url);

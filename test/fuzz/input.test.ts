@@ -100,6 +100,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
           authorization: c.authorization,
           keys,
           body: c.body,
+          contentType: c.contentType,
         };
         // A control character in a header value is refused by the HTTP parser, before any route or credential.
         const values = [...keys, ...c.extra.map(([, v]) => v)];
@@ -224,6 +225,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
           authorization: c.authorization,
           keys: seenKeys,
           body: visible ?? Buffer.alloc(0),
+          contentType: c.contentType,
         };
         // Then the Host (or an absolute-form target's authority) against the loopback allow-list: 421 otherwise.
         const foreignAuthority =

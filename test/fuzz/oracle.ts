@@ -1,7 +1,8 @@
 /**
  * What the payments API must answer to a request, worked out independently of the server's code from
  * docs/DESIGN.md (HTTP layer, Payments demo): the key rules (1–255 visible ASCII characters, an sf-string `"..."` unquoted, a bare key
- * without quotes), the charge body (a JSON object; `amount` an integer of cents 1…99 999 999; `currency` one of
+ * without quotes), the charge body (a JSON object, or with the form type UTF-8 form fields — at most 1,000, each of
+ * amount/currency/source at most once, `amount` as digits; `amount` an integer of cents 1…99 999 999; `currency` one of
  * usd/eur/gbp, default usd; `source` one of three test tokens, default tok_visa), the 1 MiB body limit, and the
  * order the demo checks them in (route, then credentials, then size, then body, then key).
  */
@@ -26,6 +27,8 @@ export interface SeenRequest {
   /** Every `Idempotency-Key` header value, in order (none, one, or duplicates). */
   readonly keys: readonly string[];
   readonly body: Uint8Array;
+  /** The `Content-Type` sent: `application/x-www-form-urlencoded` makes the body a form; anything else is JSON. */
+  readonly contentType?: string | null;
 }
 
 /** The exact answer expected, and whether it adds a charge (and, keyed, a record). */
@@ -68,10 +71,11 @@ export function keyIsValid(raw: string): boolean {
  * @example
  * chargeOf(Buffer.from('{"amount":500}')) // → { amount: 500, currency: 'usd', source: 'tok_visa' }
  */
-export function chargeOf(body: Uint8Array): ChargeParams | undefined {
+export function chargeOf(body: Uint8Array, contentType: string | null = null): ChargeParams | undefined {
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
+    const text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+    value = /^application\/x-www-form-urlencoded\s*(;|$)/i.test(contentType ?? '') ? formOf(text) : JSON.parse(text);
   } catch {
     return undefined;
   }
@@ -111,10 +115,24 @@ export function expected(request: SeenRequest): Expected {
   } else {
     return refused(404);
   }
-  const params = chargeOf(request.body);
+  const params = chargeOf(request.body, request.contentType ?? null);
   if (!params) return refused(400);
   if (request.keys.length > 1) return refused(400); // folded into `a, b`: a space is not a key character
   const keyed = request.keys.length === 1;
   if (keyed && !keyIsValid(request.keys[0] as string)) return refused(400);
   return { status: params.source === 'tok_chargeDeclined' ? 402 : 201, charges: true, params, records: keyed };
+}
+
+/** A form's charge fields as JSON would give them (`amount` digits as a number); undefined for a refused form. */
+function formOf(text: string): Record<string, unknown> | undefined {
+  if (text.split('&').length > 1000) return undefined;
+  const form = new URLSearchParams(text);
+  const fields: Record<string, unknown> = {};
+  for (const name of ['amount', 'currency', 'source']) {
+    const values = form.getAll(name);
+    if (values.length > 1) return undefined;
+    if (values[0] !== undefined)
+      fields[name] = name === 'amount' && /^\d+$/.test(values[0]) ? Number(values[0]) : values[0];
+  }
+  return fields;
 }

@@ -4,14 +4,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { systemClock, type Clock, type IdempotencyEvent, type IdempotencyRecord, type IdempotencyStore } from 'idem';
 import { BodyTooLargeError, idempotency, problem, readBytes, type HandlerContext } from 'idem/http';
+import { parseCharge, type ChargeParams } from './charge-body.js';
 import { crashedStore, labFaults, labJournal } from './lab-journal.js';
 import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
+import { stripeProblem, withStripeError } from './stripe-error.js';
 
 export const MAX_BODY_BYTES = 1_048_576;
 /** The longest `Idem-Lab-Delay-Ms` honoured. */
 export const MAX_LAB_DELAY_MS = 60_000;
-const CURRENCIES = new Set(['usd', 'eur', 'gbp']);
-const SOURCES = new Set(['tok_visa', 'tok_mastercard', 'tok_chargeDeclined']);
 /** In lab mode, any `sk_lab_<id>` key is its own sandbox account `acct_lab_<id>`: the lab page makes one per session. */
 const LAB_KEY = /^sk_lab_([a-z0-9]{8,32})$/;
 
@@ -107,11 +107,20 @@ export function createApp(options: AppOptions): App {
   const answered = new WeakSet<Request>();
   /** The start-up's marking of interrupted requests: lab charges and history reads wait for it. */
   let recovered: Promise<unknown> = Promise.resolve();
+  /** Each charge's body, parsed once before the claim: the work reads it here rather than parsing the body again. */
+  const parsed = new WeakMap<Request, ChargeParams>();
+  /** Runs `gate` on a request (the one it is given: the lab's journal makes its own) with `params` as its parsed body. */
+  const withParams =
+    (gate: (request: Request) => Promise<Response>, params: ChargeParams) =>
+    (request: Request): Promise<Response> => {
+      parsed.set(request, params);
+      return gate(request);
+    };
 
   const chargeWork = async (request: Request, context: HandlerContext<unknown>): Promise<Response> => {
     const account = accountOf(request) as string;
-    const params = parseCharge(new Uint8Array(await request.arrayBuffer()));
-    if (params instanceof Response) return params; // parsed before the claim too; unreachable in practice
+    const params = parsed.get(request);
+    if (params === undefined) throw new Error('demo: a charge reached its work without its parsed body');
     journal?.note(request, { recordId: context.protected ? context.id : null, reclaimed: context.reclaimed });
     const faults = lab ? labFaults(request.headers) : undefined;
     if (faults) {
@@ -169,7 +178,7 @@ export function createApp(options: AppOptions): App {
     : createCharge;
 
   const unauthorized = (): Response =>
-    problem({
+    stripeProblem({
       status: 401,
       slug: 'unauthorized',
       title: 'Unauthorized',
@@ -205,14 +214,14 @@ export function createApp(options: AppOptions): App {
       if (request.method !== 'POST') return notAllowed('GET, POST');
       // Validate before the idempotency layer: a request that fails validation changes nothing, stores nothing.
       const body = await readBytes(request.body, MAX_BODY_BYTES);
-      const params = parseCharge(body);
+      const params = parseCharge(body, request.headers.get('content-type'));
       if (params instanceof Response) return params;
       const charge = new Request(request.url, {
         method: 'POST',
         headers: request.headers,
         body: body as Uint8Array<ArrayBuffer>,
       });
-      const gate = lab && labFaults(request.headers).crash ? crashingCharge : createCharge;
+      const gate = withParams(lab && labFaults(request.headers).crash ? crashingCharge : createCharge, params);
       if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
       await recovered;
       const response = await journal.charge(account, charge, params, gate);
@@ -254,7 +263,7 @@ export function createApp(options: AppOptions): App {
     return notFound(path);
   }
 
-  const app = async (request: Request): Promise<Response> => {
+  const answer = async (request: Request): Promise<Response> => {
     try {
       return await route(request);
     } catch (error) {
@@ -270,6 +279,8 @@ export function createApp(options: AppOptions): App {
       return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
     }
   };
+  // Every answer carries Stripe's `error` member beside the problem's own (stripe-error.ts), replays included.
+  const app = async (request: Request): Promise<Response> => withStripeError(await answer(request));
   return Object.assign(app, {
     dropsAfterCommit: (request: Request) => {
       const faults = lab ? labFaults(request.headers) : undefined;
@@ -297,47 +308,6 @@ export function createApp(options: AppOptions): App {
 /** The wall clock offset by `skewMs` (timers are unchanged: a skewed clock still ticks at the same rate). */
 function skewedClock(skewMs: number): Clock {
   return { ...systemClock, now: () => Date.now() + skewMs };
-}
-
-interface ChargeParams {
-  readonly amount: number;
-  readonly currency: string;
-  readonly source: string;
-}
-
-/** Parses and validates a charge body; a problem response names the field that is wrong. */
-function parseCharge(body: Uint8Array): ChargeParams | Response {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(new TextDecoder('utf-8', { fatal: true }).decode(body));
-  } catch {
-    return problem({
-      status: 400,
-      slug: 'body-invalid',
-      title: 'Malformed JSON',
-      detail: 'The body must be a JSON object.',
-    });
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
-    return problem({
-      status: 400,
-      slug: 'body-invalid',
-      title: 'Malformed JSON',
-      detail: 'The body must be a JSON object.',
-    });
-  }
-  const { amount, currency = 'usd', source = 'tok_visa' } = parsed as Record<string, unknown>;
-  if (amount === undefined) return invalid('amount', '`amount` is required: an integer number of cents > 0.');
-  if (typeof amount !== 'number' || !Number.isSafeInteger(amount) || amount <= 0 || amount > 99_999_999) {
-    return invalid('amount', '`amount` must be an integer number of cents from 1 to 99999999.');
-  }
-  if (typeof currency !== 'string' || !CURRENCIES.has(currency)) {
-    return invalid('currency', `\`currency\` must be one of ${[...CURRENCIES].join(', ')}.`);
-  }
-  if (typeof source !== 'string' || !SOURCES.has(source)) {
-    return invalid('source', `\`source\` must be one of ${[...SOURCES].join(', ')}.`);
-  }
-  return { amount, currency, source };
 }
 
 /** What `GET /v1/idempotency_records` shows: never the response body or any request header. */

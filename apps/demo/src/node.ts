@@ -3,10 +3,10 @@
  */
 import { createServer, STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
-import { problem } from 'idem/http';
 import { MAX_BODY_BYTES, type App } from './app.js';
 import { LOOPBACK_HOSTS } from './config.js';
 import { shareConnections, shareOf } from './connections.js';
+import { stripeProblem } from './stripe-error.js';
 
 export interface ServeOptions {
   /**
@@ -335,7 +335,7 @@ async function handle(
     await answerEarly(
       req,
       res,
-      problem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }),
+      stripeProblem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }),
       true,
       expectsContinue,
     );
@@ -353,7 +353,7 @@ async function handle(
     await answerEarly(
       req,
       res,
-      problem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }),
+      stripeProblem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }),
       true,
       expectsContinue,
     );
@@ -388,7 +388,7 @@ async function handle(
   if (size > MAX_BODY_BYTES) {
     await write(
       res,
-      problem({
+      stripeProblem({
         status: 413,
         slug: 'request-too-large',
         title: 'Request body too large',
