@@ -5,6 +5,7 @@
 
 import type { ServerResponse } from 'node:http';
 import { Readable } from 'node:stream';
+import { waitFor } from '../packages/idem/src/testing/fixtures.js';
 
 /** What an execution saw of its idempotency context (undefined on an unguarded request). */
 type Seen = { readonly id: string; readonly reclaimed: boolean } | undefined;
@@ -71,13 +72,16 @@ export class Work {
 
 /** Calls `attempt` until `done(result)` (every 20 ms, at most `withinMs`); rejects with the last result if never. */
 export async function until<T>(attempt: () => Promise<T>, done: (result: T) => boolean, withinMs = 5_000): Promise<T> {
-  const deadline = Date.now() + withinMs;
-  for (;;) {
-    const result = await attempt();
-    if (done(result)) return result;
-    if (Date.now() > deadline) throw new Error(`not done within ${withinMs} ms: ${JSON.stringify(result)}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
+  let result!: T;
+  await waitFor(
+    () => `done, still ${JSON.stringify(result)}`,
+    async () => done((result = await attempt())),
+    {
+      timeoutMs: withinMs,
+      everyMs: 20,
+    },
+  );
+  return result;
 }
 
 /**

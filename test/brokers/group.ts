@@ -7,6 +7,7 @@ import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import type { ConsumerEvent } from './kit.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -154,11 +155,14 @@ export async function poll<T>(
   what: string,
   timeoutMs = 15_000,
 ): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`${what}: still ${JSON.stringify(value)} after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+  let value!: T;
+  await waitFor(
+    () => `${what}, still ${JSON.stringify(value)}`,
+    async () => done((value = await read())),
+    {
+      timeoutMs,
+      everyMs: 50,
+    },
+  );
+  return value;
 }

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const WEB = join(ROOT, 'apps/demo/web');
@@ -53,15 +54,16 @@ export async function ensureBuilt(): Promise<void> {
   if (fresh()) return;
   const lock = join(ROOT, 'apps/demo/dist/.pages-build-lock');
   mkdirSync(join(ROOT, 'apps/demo/dist'), { recursive: true });
-  for (let waited = 0; ; waited += 200) {
-    try {
-      mkdirSync(lock);
-      break;
-    } catch {
-      if (waited > 120_000) throw new Error(`gave up waiting for ${lock}; remove it if no build is running`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
+  // Taken by creating it (EEXIST while another build holds it).
+  const take = () => {
+    mkdirSync(lock);
+    return true;
+  };
+  await waitFor(`${lock} (remove it if no build is running)`, take, {
+    timeoutMs: 120_000,
+    everyMs: 200,
+    retryOnError: true,
+  });
   try {
     if (!fresh()) {
       execFileSync(
@@ -153,14 +155,12 @@ export async function screenshot(page: Page, name: string, viewport: Viewport): 
  * await until(() => page.getByTestId('charged-total').textContent(), '$500.00')
  */
 export async function until<T>(read: () => Promise<T>, expected: T, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: T = await read();
-  while (JSON.stringify(last) !== JSON.stringify(expected)) {
-    if (Date.now() > deadline)
-      throw new Error(`expected ${JSON.stringify(expected)}, still ${JSON.stringify(last)} after ${timeoutMs} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-    last = await read();
-  }
+  let last = '';
+  await waitFor(
+    () => `${JSON.stringify(expected)}, still ${last}`,
+    async () => (last = JSON.stringify(await read())) === JSON.stringify(expected),
+    { timeoutMs, everyMs: 50 },
+  );
 }
 
 /** One accessibility rule broken on a page, as axe-core reports it (only what a failing test needs to show). */

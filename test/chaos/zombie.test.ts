@@ -34,6 +34,7 @@ import { idempotency } from 'idem/http';
 import { memoryStore } from 'idem/stores/memory';
 import { postgresStore, type PostgresQueryable } from 'idem/stores/postgres';
 import { sqliteStore, type SqliteDatabase } from 'idem/stores/sqlite';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { startFaultProxy } from '../fault-proxy.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { POSTGRES_URL, serviceAvailable } from '../services.js';
@@ -161,7 +162,9 @@ async function zombie<Tx>(shared: Shared<Tx>, renewAfterTakeover: boolean) {
 
   if (renewAfterTakeover) {
     zombieClock.advance(LEASE_MS); // its renewal timer fires now: renew is conditional on the old token
-    for (let i = 0; i < 100 && !zombieContext.signal.aborted; i++) await new Promise((r) => setTimeout(r, 10));
+    await waitFor("the zombie's refused renewal to abort its work", () => zombieContext.signal.aborted, {
+      timeoutMs: 5_000,
+    });
   }
   const abortedBeforeComplete = zombieContext.signal.aborted;
   wake(); // the zombie ignores its signal and tries to complete anyway
@@ -282,8 +285,7 @@ describe('zombie fencing in the Web layer (in-process, memory store)', () => {
     const request = () =>
       new Request('http://x/v1/charges', { method: 'POST', headers: { 'idempotency-key': 'k' }, body: '{}' });
     const zombieAnswer = zombieHandle(request());
-    for (let i = 0; i < 100 && !(await store.get('IDEMPOTENCY#global#k')); i++)
-      await new Promise((r) => setTimeout(r, 5));
+    await waitFor("the zombie's claim", async () => (await store.get('IDEMPOTENCY#global#k')) !== null, { everyMs: 5 });
     const owner = await ownerHandle(request());
     zombieClock.advance(LEASE_MS); // the zombie's renewal fires, is refused, and aborts its handler
     const answer = await zombieAnswer;
@@ -329,14 +331,16 @@ describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
 
         // The other server: 409 while the lease lives, then (no renewal got through) a takeover that charges.
         const seen: number[] = [];
-        let taken: Awaited<ReturnType<typeof charge>> | undefined;
-        for (let i = 0; i < 60 && !taken; i++) {
-          const attempt = await charge(owner);
-          seen.push(attempt.status);
-          if (attempt.status === 201) taken = attempt;
-          else await new Promise((r) => setTimeout(r, 150));
-        }
-        expect(taken?.replayed).toBeNull();
+        const taken = await waitFor(
+          'the other server to take the key over',
+          async () => {
+            const attempt = await charge(owner as DemoProcess);
+            seen.push(attempt.status);
+            return attempt.status === 201 && attempt;
+          },
+          { everyMs: 150 },
+        );
+        expect(taken.replayed).toBeNull();
         expect(new Set(seen)).toEqual(new Set([409, 201]));
         proxy.restore();
 

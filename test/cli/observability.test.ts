@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listedInProgress } from '../fixtures/demo.js';
 import { api, tempDir } from '../harness.js';
 import { keyHash, serveIdem, type ServeProcess } from './helpers.js';
 
@@ -43,13 +44,7 @@ describe('idem serve: /metrics and logs after a known sequence', () => {
     expect((await alice.charge({ ...$5, amount: 501 }, { 'idempotency-key': k1 })).status).toBe(400); // 1 mismatch
     // 1 conflict: k2's first attempt holds its claim for 30 s; once the record shows it in progress, a duplicate gets 409.
     held = alice.charge($5, { 'idempotency-key': k2, 'idem-lab-delay-ms': '30000' }).catch(() => undefined);
-    for (;;) {
-      const records = (await (await alice.get('/v1/idempotency_records')).json()) as {
-        data: Array<{ key: string; status: string }>;
-      };
-      if (records.data.some((r) => r.key === k2 && r.status === 'in_progress')) break;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    await listedInProgress(server.url, k2);
     expect((await alice.charge($5, { 'idempotency-key': k2 })).status).toBe(409);
     // /metrics has its own port (not the API's); the startup line says where.
     const metricsUrl = /metrics: (http:\/\/\S+?\/metrics)/.exec(server.output())?.[1];

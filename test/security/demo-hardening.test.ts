@@ -15,6 +15,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { rawExchange, rawRequest, type RawOutcome } from '../fuzz/raw.js';
 import { api, startDemo, type DemoProcess } from '../harness.js';
 import { hold, rssMiB, statusLine, type Held } from './held-socket.js';
@@ -373,16 +374,19 @@ describe('the connection cap and the timeouts', () => {
       await Promise.all(held.map((h) => h.closed));
       // The server notices the closes on its own time: poll until a new connection is served.
       let status: unknown = 'closed';
-      for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
-        const outcome = await rawExchange(
-          server.url,
-          'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
-          { timeoutMs: 5_000 },
-        );
-        status = outcome.kind === 'response' ? outcome.status : outcome.kind;
-        if (status !== 200) await new Promise((r) => setTimeout(r, 20));
-      }
-      expect(status).toBe(200);
+      await waitFor(
+        () => `a new connection to be answered 200, last ${String(status)}`,
+        async () => {
+          const outcome = await rawExchange(
+            server.url,
+            'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n',
+            { timeoutMs: 5_000 },
+          );
+          status = outcome.kind === 'response' ? outcome.status : outcome.kind;
+          return status === 200;
+        },
+        { everyMs: 20 },
+      );
     } finally {
       for (const h of held) h.socket.destroy();
       await server.stop();

@@ -14,6 +14,7 @@
  */
 import { connect, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { startDemo, type DemoProcess } from '../harness.js';
 
 const HEALTHZ = 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n';
@@ -83,16 +84,6 @@ function closes(conns: readonly Conn[], n: number, ms: number): Promise<number> 
 /** The demo on the memory store with its metrics listener, and `env` on top. */
 const demo = (env: Record<string, string>) =>
   startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_METRICS_PORT: '0', ...env });
-
-/** Resolves true once `condition()` holds (asked every 50 ms), or false after `ms`. */
-async function waitFor(condition: () => Promise<boolean>, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await condition()) return true;
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return false;
-}
 
 /** The demo's connection counters from its metrics listener. */
 async function counters(server: DemoProcess): Promise<Record<string, number>> {
@@ -198,7 +189,10 @@ describe.skipIf(process.platform !== 'linux')('fair connections: no address lock
         }
       // A paused client does not see its socket close, so the server's count is what is waited for. Without the
       // limit, each would be held until its answers stalled for the request timeout (30 s).
-      const cut = await waitFor(async () => (await counters(server)).stalled === 32, 5_000);
+      const cut = await waitFor('32 stalled connections cut', async () => (await counters(server)).stalled === 32, {
+        timeoutMs: 5_000,
+        everyMs: 50,
+      }).catch(() => false);
       const bystander = await dial(server.url, `${HEALTHZ.slice(0, -2)}Connection: close\r\n\r\n`);
       const status = await nextStatus(bystander, 2_000);
       expect({ cut, status, counters: await counters(server) }).toEqual({

@@ -7,6 +7,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
+import { listedInProgress } from '../fixtures/demo.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 
 const $5 = { amount: 500, currency: 'usd', source: 'tok_visa' };
@@ -16,18 +18,6 @@ interface Answer {
   readonly status: number;
   readonly replayed: string | null;
   readonly body: string;
-}
-
-/** Polls (bounded) until `key`'s record, as its own account lists it, is `in_progress`: the first attempt holds it. */
-async function heldBy(account: { get: (path: string) => Promise<Answer> }, key: string): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    const list = JSON.parse((await account.get('/v1/idempotency_records')).body) as {
-      data: Array<{ key: string; status: string }>;
-    };
-    if (list.data.some((r) => r.key === key && r.status === 'in_progress')) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`the record for ${key} was never in_progress`);
 }
 
 /** A client for one API key that returns status, replay marker and raw body text. */
@@ -128,7 +118,7 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
   it("POST /v1/charges: Bob is never refused with 409 while Alice's request with the same key is in flight", async () => {
     const key = randomUUID();
     const slow = alice.charge($5, key, { 'idem-lab-delay-ms': '1500' });
-    await heldBy(alice, key);
+    await listedInProgress(server.url, key);
     const inFlight = await alice.charge($5, key);
     const bobs = await bob.charge($5, key);
     expect(inFlight.status).toBe(409);
@@ -236,15 +226,13 @@ describe('tenant isolation over TCP (SQLite, lab mode on)', () => {
       result: { kind: string };
     };
     expect(short.result.kind).toBe('claimed');
-    // Until Two's own read says its record has expired (2 s of server time; polled, bounded).
-    for (let i = 0; ; i++) {
+    // Until Two's own read says its record has expired (2 s of server time).
+    await waitFor("Two's 2 s record to expire", async () => {
       const own = JSON.parse((await two.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
         expired: boolean;
       };
-      if (own.expired) break;
-      if (i > 600) throw new Error("Two's 2 s record never expired");
-      await new Promise((r) => setTimeout(r, 10));
-    }
+      return own.expired;
+    });
     const still = JSON.parse((await one.get(`/v1/model/read?key=${encodeURIComponent(key)}`)).body) as {
       result: { status: string; token: string };
       expired: boolean;

@@ -12,6 +12,7 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listedInProgress } from '../fixtures/demo.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 
 const ALICE = { authorization: 'Bearer sk_live_alice', 'content-type': 'application/json' };
@@ -112,15 +113,8 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     expect((await charge(production.url, { 'idem-lab-delay-ms': '60000' })).status).toBe(201);
     const key = randomUUID();
     const held = charge(lab.url, { 'idem-lab-delay-ms': '1200', 'idempotency-key': key });
-    // Until the record shows the first attempt holding the key (polled, bounded), not a fixed wait.
-    for (let i = 0; ; i++) {
-      const list = (await (await fetch(`${lab.url}/v1/idempotency_records`, { headers: ALICE })).json()) as {
-        data: Array<{ key: string; status: string }>;
-      };
-      if (list.data.some((r) => r.key === key && r.status === 'in_progress')) break;
-      if (i > 400) throw new Error(`the record for ${key} was never in_progress`);
-      await new Promise((r) => setTimeout(r, 10));
-    }
+    // Until the record shows the first attempt holding the key, not a fixed wait.
+    await listedInProgress(lab.url, key, 'sk_live_alice');
     expect((await charge(lab.url, { 'idempotency-key': key })).status).toBe(409);
     expect((await held).status).toBe(201);
   });

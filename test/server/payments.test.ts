@@ -4,21 +4,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listedInProgress } from '../fixtures/demo.js';
 import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { settle } from '../stores/scenarios.js';
 
 const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
-
-/** Polls (bounded) until Alice's record for `key` is `in_progress`: the request has claimed and is working. */
-async function held(url: string, key: string): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    const list = (await (await api(url).get('/v1/idempotency_records')).json()) as {
-      data: Array<{ key: string; status: string }>;
-    };
-    if (list.data.some((r) => r.key === key && r.status === 'in_progress')) return;
-    await new Promise((r) => setTimeout(r, 10));
-  }
-  throw new Error(`the record for ${key} was never in_progress`);
-}
 
 describe('payments API over TCP (SQLite)', () => {
   const dir = tempDir();
@@ -242,21 +232,15 @@ describe('payments API process lifecycle', () => {
     const doomed = api(first.url)
       .charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '30000' })
       .catch((error: unknown) => error);
-    await held(first.url, key);
+    await listedInProgress(first.url, key);
     expect(await first.stop('SIGKILL')).toBe('SIGKILL');
     expect(await doomed).toEqual(new TypeError('fetch failed'));
 
     const second = await startDemo(env);
     try {
       const alice = api(second.url);
-      let answer = await alice.charge($500, { 'idempotency-key': key });
-      const statuses = [answer.status];
-      while (answer.status === 409) {
-        await new Promise((r) => setTimeout(r, 250));
-        answer = await alice.charge($500, { 'idempotency-key': key });
-        statuses.push(answer.status);
-      }
-      expect(answer.status).toBe(201);
+      const { final, statuses } = await settle(second, key, [409]);
+      expect(final.status).toBe(201);
       expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
       const replay = await alice.charge($500, { 'idempotency-key': key });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
@@ -276,7 +260,7 @@ describe('payments API process lifecycle', () => {
     const server = await startDemo({ IDEM_STORE: `sqlite:${dir.path}/idem.db` });
     const key = randomUUID();
     const pending = api(server.url).charge($500, { 'idempotency-key': key, 'idem-lab-delay-ms': '800' });
-    await held(server.url, key);
+    await listedInProgress(server.url, key);
     const exited = server.stop('SIGTERM');
     const answer = await pending;
     expect(answer.status).toBe(201);

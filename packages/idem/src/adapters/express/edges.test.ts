@@ -9,6 +9,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import { memoryStore } from '../../stores/memory/index.js';
+import { waitFor } from '../../testing/fixtures.js';
 import { idempotency } from './index.js';
 
 const DAY = 86_400_000;
@@ -129,10 +130,8 @@ describe('Express: a response the server destroys before its end', () => {
       pipeline(source, res, () => {});
     }, 300);
     await expect(send()).rejects.toThrow('fetch failed');
-    // The settlement is a store write: poll (bounded) until it has landed.
-    for (let i = 0; i < 1_000 && guard.engine.activeLeases > 0; i++)
-      await new Promise((resolve) => setImmediate(resolve));
-    expect(guard.engine.activeLeases).toBe(0);
+    // The settlement is a store write: wait until it has landed.
+    await waitFor('the settlement to land', () => guard.engine.activeLeases === 0, { everyMs: 1 });
     await expect(send()).rejects.toThrow('fetch failed');
     expect(runs).toBe(2);
   });
