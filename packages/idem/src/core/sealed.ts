@@ -309,7 +309,9 @@ function keyOf(subtle: SubtleCrypto, key: unknown, name: string, seals: boolean)
         `Expected \`${name}\` to be 32 raw bytes (AES-256) or an AES-GCM CryptoKey, got ${key.byteLength} bytes.`,
       );
     }
-    const raw = key.slice();
+    // A copy into memory of its own: `slice()` of a Node Buffer is a view on the caller's memory, so a caller that
+    // wipes its key buffer once the store is made (key hygiene) would then seal with 32 zero bytes.
+    const raw = new Uint8Array(key);
     let imported: Promise<CryptoKey> | undefined;
     return () => (imported ??= subtle.importKey('raw', raw, { name: 'AES-GCM' }, false, ['encrypt', 'decrypt']));
   }
