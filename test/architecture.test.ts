@@ -87,6 +87,12 @@ describe('architecture', () => {
     expect(violations(`${LIB}/adapters`, (t, f) => !inLayer(f) || PUBLIC.includes(t) || nodeLayer(t))).toEqual([]);
   });
 
+  it('the Koa adapter, written as a third party would, imports public entry points and nothing else of ours', () => {
+    const ownFolder = (target: string) => target.startsWith(`${LIB}/adapters/koa/`);
+    expect(violations(`${LIB}/adapters/koa`, (t) => PUBLIC.includes(t) || ownFolder(t))).toEqual([]);
+    expect(files(join(ROOT, `${LIB}/adapters/koa`)).length).toBeGreaterThan(0);
+  });
+
   it('reads the public entry points from package.json exports', () => {
     expect(PUBLIC).toEqual(expect.arrayContaining([`${LIB}/index.js`, `${LIB}/http/index.js`]));
   });

@@ -50,6 +50,7 @@ const PEERS = [
   'express',
   'fastify',
   'hono',
+  'koa',
   '@nestjs/common',
   '@nestjs/core',
   'rxjs',
@@ -63,7 +64,7 @@ const PEERS = [
   'better-sqlite3',
   'vitest',
 ];
-const TYPES = ['typescript', '@types/node', '@types/express', '@types/pg', '@types/better-sqlite3'];
+const TYPES = ['typescript', '@types/node', '@types/express', '@types/koa', '@types/pg', '@types/better-sqlite3'];
 
 function link(project, names) {
   for (const name of names) {
@@ -101,6 +102,7 @@ async function main(): Promise<void> {${
     ['idem/express idempotency', express.idempotency],
     ['idem/fastify idempotency', fastify.idempotency],
     ['idem/hono idempotency', hono.idempotency],
+    ['idem/koa idempotency', koa.idempotency],
     ['idem/nest IdempotencyModule', nest.IdempotencyModule],
     ['idem/otel idemTracing', otel.idemTracing],
     ['idem/prometheus prometheusMetrics', prometheus.prometheusMetrics],
@@ -160,6 +162,7 @@ const SUBPATHS = {
   express: 'idem/express',
   fastify: 'idem/fastify',
   hono: 'idem/hono',
+  koa: 'idem/koa',
   nest: 'idem/nest',
   otel: 'idem/otel',
   prometheus: 'idem/prometheus',
@@ -283,9 +286,20 @@ try {
   const project = join(tmp, 'project');
   write(join(project, 'package.json'), JSON.stringify({ name: 'scratch', private: true }, null, 2));
   log('npm install --offline <tarball> into a scratch project');
+  // --legacy-peer-deps: the optional peers are linked from this checkout below, so npm need not resolve them (offline,
+  // a cached packument of a newer major, e.g. @nestjs/core 12 wanting rxjs, failed the install with ERESOLVE).
   run(
     'npm',
-    ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball],
+    [
+      'install',
+      '--offline',
+      '--no-audit',
+      '--no-fund',
+      '--ignore-scripts',
+      '--no-package-lock',
+      '--legacy-peer-deps',
+      tarball,
+    ],
     project,
   );
   link(project, [...PEERS, ...TYPES]);

@@ -1,6 +1,6 @@
 /**
- * @module The node:http ↔ Web bridge of `idem/testing`: serves a Web-standard fetch handler with Node's HTTP
- * server, for harnesses of Web-standard adapters.
+ * @module The node:http ↔ Web bridge of `idem/testing`: serves a Web-standard fetch handler (or a Node request
+ * listener) with Node's HTTP server, for adapter harnesses.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -17,8 +17,19 @@ import type { ServedApp } from './adapter-harness.js';
  * await fetch(`${served.url}/v1/charges`, { method: 'POST', body })
  * await served.close()
  */
-export async function serveFetch(handle: (request: Request) => Promise<Response>): Promise<ServedApp> {
-  const server = createServer((req, res) => void bridge(handle, req, res));
+export function serveFetch(handle: (request: Request) => Promise<Response>): Promise<ServedApp> {
+  return serveNode((req, res) => void bridge(handle, req, res));
+}
+
+/**
+ * Serves a Node request listener (Koa's `app.callback()`, any `node:http` handler) on 127.0.0.1:0; `close()`
+ * ends its open connections too.
+ *
+ * @example
+ * const served = await serveNode(app.callback())
+ */
+export async function serveNode(listener: (req: IncomingMessage, res: ServerResponse) => unknown): Promise<ServedApp> {
+  const server = createServer(listener);
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   return {
