@@ -1,8 +1,8 @@
-import { PassThrough } from 'node:stream';
+import { Readable } from 'node:stream';
 import { bodyParser } from '@koa/bodyparser';
 import Koa from 'koa';
 import compress from 'koa-compress';
-import { describeAdapterConformance, serveNode, type AdapterHarness } from '../../testing/adapter.js';
+import { describeAdapterConformance, replyStream, serveNode, type AdapterHarness } from '../../testing/adapter.js';
 import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
 import { idempotency, type IdempotencyState } from './index.js';
 
@@ -31,15 +31,8 @@ const koaHarness: AdapterHarness = {
         case 'stream': {
           ctx.status = reply.status;
           ctx.set(reply.headers ?? {});
-          const stream = new PassThrough();
-          ctx.body = stream;
-          void (async () => {
-            for (const chunk of reply.chunks) {
-              stream.write(chunk);
-              await new Promise((resolve) => setImmediate(resolve));
-            }
-            stream.end();
-          })();
+          // A Node stream, as Koa apps stream: the suite's chunks, one per turn of the event loop.
+          ctx.body = Readable.from(replyStream(reply.chunks), { objectMode: false });
           return;
         }
         case 'empty':
