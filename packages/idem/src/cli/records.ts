@@ -8,9 +8,10 @@ import { recordPk } from '../core/key.js';
 import { isIdempotencyError } from '../core/errors.js';
 import type { IdempotencyRecord } from '../core/record.js';
 import { redact, redactUrl } from '../core/store-url.js';
-import { CommandError, UsageError, integerOption, table, usage, type Io } from './args.js';
+import { CommandError, MissingDriverError, UsageError, integerOption, table, usage, type Io } from './args.js';
 import { safeJson, visible } from './escape.js';
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
+import { unreadable } from './unreadable.js';
 
 const STORE_HELP = [
   'Store URLs (--store defaults to $IDEM_STORE):',
@@ -126,11 +127,18 @@ async function list(args: readonly string[], io: Io): Promise<number> {
   const limit = integerOption(command, 'limit', values.limit, 20, 1000);
   const scope = values.scope;
   return withStore(command, url, true, async ({ store }) => {
-    const records = await store.list({ scope, limit });
+    const records = await store.list({ scope, limit }).catch((error: unknown) => {
+      // A row the store cannot decode fails its whole list (each store decodes as it reads): said as such.
+      if (!(error instanceof SyntaxError)) throw error;
+      throw new CommandError(
+        `a record in scope ${visible(scope)} cannot be decoded by the store (${error.message}), so the store lists none of the scope; records show KEY reads a record on its own`,
+        { cause: error },
+      );
+    });
     if (values.json) {
       io.stdout(
         safeJson(
-          records.map((record) => recordJson(record, false)),
+          records.map((record) => unreadableJson(record) ?? recordJson(record, false)),
           2,
         ) + '\n',
       );
@@ -142,15 +150,20 @@ async function list(args: readonly string[], io: Io): Promise<number> {
     }
     const now = Date.now();
     // Keys and result ids are whatever clients and handlers sent: made visible, like every stored string.
-    const rows = records.map((r) => [
-      visible(r.key),
-      keyHash(r.key),
-      stateOf(r, now),
-      r.response ? String(r.response.status) : '-',
-      r.resultId === null ? '-' : visible(r.resultId),
-      isoTime(r.claimedAt),
-      isoTime(r.expiresAt),
-    ]);
+    const rows = records.map((r) => {
+      // A row written past the store may hold anything: it is one escaped row saying why, and the list goes on.
+      const problem = unreadable(r);
+      if (problem !== undefined) return [keyOf(r), keyHashOf(r), `unreadable: ${problem}`, '-', '-', '-', '-'];
+      return [
+        visible(r.key),
+        keyHash(r.key),
+        stateOf(r, now),
+        r.response ? String(r.response.status) : '-',
+        r.resultId === null ? '-' : visible(r.resultId),
+        isoTime(r.claimedAt),
+        isoTime(r.expiresAt),
+      ];
+    });
     io.stdout(table([['KEY', 'KEY HASH', 'STATUS', 'HTTP', 'RESULT', 'CLAIMED (UTC)', 'EXPIRES (UTC)'], ...rows]));
     io.stdout(
       `${records.length} record${records.length === 1 ? '' : 's'}${records.length === limit ? ` (the newest ${limit}; --limit for more)` : ''}\n`,
@@ -184,11 +197,21 @@ async function show(args: readonly string[], io: Io): Promise<number> {
   const key = positionals[0];
   const scope = values.scope;
   return withStore(command, url, true, async ({ store }) => {
-    const record = await store.get(recordPk(scope, key));
+    let record: IdempotencyRecord | null;
+    try {
+      record = await store.get(recordPk(scope, key));
+    } catch (error) {
+      // A row the store itself cannot decode (its headers not JSON): shown as unreadable, not as a store failure.
+      if (!(error instanceof SyntaxError)) throw error;
+      const bare = { pk: recordPk(scope, key), scope, key } as IdempotencyRecord;
+      return showUnreadable(bare, `the store cannot decode it (${error.message})`, values.json === true, io);
+    }
     if (!record) {
       io.stderr(`idem records show: no record for key "${visible(key)}" in scope ${visible(scope)}.\n`);
       return 1;
     }
+    const problem = unreadable(record);
+    if (problem !== undefined) return showUnreadable(record, problem, values.json === true, io);
     if (values.json) {
       io.stdout(safeJson(recordJson(record, values.body === true), 2) + '\n');
       return 0;
@@ -308,6 +331,7 @@ async function withStore(
     // Opening runs no DDL: records commands need only SELECT/INSERT/UPDATE/DELETE on Idem's table.
     opened = await openStore(url, { create: !mustExist });
   } catch (error) {
+    if (error instanceof MissingDriverError) throw error;
     if (error instanceof StoreUrlError || isIdempotencyError(error, 'CONFIG_INVALID')) {
       throw new UsageError(command, error.message);
     }
@@ -319,11 +343,56 @@ async function withStore(
     return await fn(opened);
   } catch (error) {
     if (error instanceof UsageError || error instanceof CommandError) throw error;
-    // A store that refuses (permission denied, a missing table): one line, not a stack trace.
+    if (missingTable(error)) {
+      throw new CommandError(
+        `${redactUrl(url)}: Idem's table does not exist there: run idem migrate --store '${redactUrl(url)}'.`,
+        { cause: error },
+      );
+    }
+    // A store that refuses (permission denied): one line, not a stack trace.
     throw new CommandError(`${redactUrl(url)}: ${redact((error as Error).message, url)}`, { cause: error });
   } finally {
     await opened.close();
   }
+}
+
+/** PostgreSQL's undefined_table, MySQL's ER_NO_SUCH_TABLE: the table `migrate` creates is not there. */
+function missingTable(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === '42P01' || code === 'ER_NO_SUCH_TABLE';
+}
+
+/** A record `show` cannot print: its key, hash and pk, and why, on stdout (one escaped line each); exit 1. */
+function showUnreadable(record: IdempotencyRecord, problem: string, json: boolean, io: Io): number {
+  if (json) {
+    io.stdout(safeJson(unreadableJson(record, problem), 2) + '\n');
+    return 1;
+  }
+  const pk = typeof record.pk === 'string' ? visible(record.pk) : '?';
+  io.stdout(`key         ${keyOf(record)}\nkey hash    ${keyHashOf(record)}\npk          ${pk}\n`);
+  io.stdout(`unreadable  ${visible(problem)}\n`);
+  return 1;
+}
+
+/** `--json` for a record that cannot be printed whole (undefined when it can): its key, hash, pk and why. */
+function unreadableJson(record: IdempotencyRecord, problem = unreadable(record)) {
+  if (problem === undefined) return undefined;
+  const text = (value: unknown) => (typeof value === 'string' ? value : null);
+  return {
+    key: text(record.key),
+    keyHash: typeof record.key === 'string' ? keyHash(record.key) : null,
+    pk: text(record.pk),
+    unreadable: problem,
+  };
+}
+
+/** The key as printed, or `?` when the row holds no string there. */
+function keyOf(record: IdempotencyRecord): string {
+  return typeof record.key === 'string' ? visible(record.key) : '?';
+}
+
+function keyHashOf(record: IdempotencyRecord): string {
+  return typeof record.key === 'string' ? keyHash(record.key) : '-';
 }
 
 /** A record for `--json`: everything but the body, unless asked (base64, with its UTF-8 text when it is text). */
