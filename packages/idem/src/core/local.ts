@@ -9,9 +9,9 @@ import {
   subject,
   type Answer,
   type Engine,
+  type Lease,
   type OutcomeKind,
   type RunRequest,
-  type Lease,
   type RunResult,
   type Settlement,
   type WorkContext,
@@ -147,6 +147,7 @@ export async function runLocal<Tx>(engine: Engine<Tx>, request: RunRequest, work
  */
 export type LocalLease<Tx> = Omit<Lease<Tx>, 'release' | 'abandon'> & { readonly tx: Tx };
 
+/** What {@link beginLocal} decided: `engine.begin`'s answers, or a local lease. */
 export type LocalDecision<Tx> = Answer | { readonly kind: 'lease'; readonly lease: LocalLease<Tx> };
 
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
