@@ -32,7 +32,9 @@ const koaHarness: AdapterHarness = {
           ctx.status = reply.status;
           ctx.set(reply.headers ?? {});
           // A Node stream, as Koa apps stream: the suite's chunks, one per turn of the event loop.
-          ctx.body = Readable.from(replyStream(reply.chunks), { objectMode: false });
+          ctx.body = Readable.from(replyStream(reply.chunks) as unknown as AsyncIterable<Uint8Array>, {
+            objectMode: false,
+          });
           return;
         }
         case 'empty':
