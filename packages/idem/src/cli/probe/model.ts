@@ -37,6 +37,12 @@ export const TITLES: Readonly<Record<CheckId, string>> = {
   'malformed-key': 'malformed key',
 };
 
+/**
+ * Said by every check that passes only on a count of executions, when there is none: the same answer twice proves
+ * nothing of an API that answers every request alike (a constant body), so such a check warns, never passes.
+ */
+export const COUNT_HINT = 'pass --count-url to check executions';
+
 /** `warn`: not what the check hoped for, but no request was executed twice or answered wrongly. Only `fail` fails the probe. */
 export type CheckResult = 'pass' | 'fail' | 'warn' | 'skip';
 
@@ -73,7 +79,10 @@ export interface ProbeReport {
   readonly method: string;
   /** False when any check failed. */
   readonly ok: boolean;
-  /** How executions were counted: by `--count-url`, or inferred from distinct response bodies. */
+  /**
+   * How executions were counted: by `--count-url`, or `inferred` — not counted, only told apart by distinct response
+   * bodies, which can show several executions but never prove one (the checks that need a count then warn).
+   */
   readonly sideEffects: 'counted' | 'inferred';
   readonly body: string;
   readonly tamperedBody: string;

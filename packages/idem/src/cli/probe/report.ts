@@ -4,7 +4,7 @@
  */
 import { table } from '../args.js';
 import { safeJson, visible } from '../escape.js';
-import type { ProbeReport, ProfileVerdict } from './model.js';
+import { COUNT_HINT, type ProbeReport, type ProfileVerdict } from './model.js';
 
 /**
  * The report as a table for people: one row per check, the two profiles' verdicts beside the result.
@@ -25,7 +25,7 @@ export function formatReport(report: ProbeReport): string {
   const { pass, warn, fail, skip } = report.summary;
   return [
     `idem probe: ${visible(report.method)} ${visible(report.url)}`,
-    `payload ${visible(report.body)} · tampered ${visible(report.tamperedBody)} · ${report.concurrency} concurrent · side effects ${report.sideEffects === 'counted' ? 'counted by --count-url' : 'inferred from distinct bodies (pass --count-url to count them)'}`,
+    `payload ${visible(report.body)} · tampered ${visible(report.tamperedBody)} · ${report.concurrency} concurrent · side effects ${report.sideEffects === 'counted' ? 'counted by --count-url' : `not counted: a check that needs a count warns (${COUNT_HINT})`}`,
     '',
     table([['CHECK', 'RESULT', 'IETF DRAFT', 'STRIPE', 'OBSERVED'], ...rows]).trimEnd(),
     '',

@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { visible } from '../../escape.js';
 import { describe, difference, problemType, sameAnswer, tally } from '../answers.js';
 import type { CheckContext, CheckSpec } from '../context.js';
-import { TITLES, no, unsaid, yes, type Answer, type Check, type CheckResult } from '../model.js';
+import { COUNT_HINT, TITLES, no, unsaid, yes, type Answer, type Check, type CheckResult } from '../model.js';
 
 /** What the duplicates got, and how many times the work ran. */
 interface Seen {
@@ -62,6 +62,8 @@ function once(context: CheckContext, seen: Seen): Check {
   const { delta, distinct, executions, winner, followUp } = seen;
   const followUpSame = winner !== undefined && sameAnswer(winner, followUp);
   const ok = executions === 1 && distinct <= 1 && followUpSame;
+  // Without a count, one distinct body is all it sees: one execution, or several that answered alike.
+  const result: CheckResult = !ok ? 'fail' : delta === null ? 'warn' : 'pass';
   const statuses = tally(seen.answers.map((a) => a.status));
   let observed = `${context.concurrency} at once: ${statuses}${seen.errors ? `, ${seen.errors} failed to connect` : ''}; `;
   observed +=
@@ -72,14 +74,9 @@ function once(context: CheckContext, seen: Seen): Check {
     ? '; a later retry replays the winner'
     : `; a later retry: ${winner ? difference(winner, followUp) : describe(followUp)}`;
   if (executions > 1) observed += ` — executed ${executions} times`;
-  return {
-    id: 'concurrent',
-    title: TITLES.concurrent,
-    result: ok ? 'pass' : 'fail',
-    ietf: ok ? yes() : no('one execution'),
-    stripe: ok ? yes() : no('one execution'),
-    observed,
-  };
+  if (result === 'warn') observed += ` — not counted: the work may have run more than once (${COUNT_HINT})`;
+  const verdict = result === 'pass' ? yes() : result === 'warn' ? unsaid('not counted') : no('one execution');
+  return { id: 'concurrent', title: TITLES.concurrent, result, ietf: verdict, stripe: verdict, observed };
 }
 
 function conflict(context: CheckContext, { conflicts, others, executions }: Seen): Check {
