@@ -18,6 +18,14 @@ export class CommandError extends Error {
   override readonly name = 'CommandError';
 }
 
+/**
+ * A store's driver is not installed (`pg` for `postgres://`, …): the CLI prints the one line naming the package and
+ * exits 3, apart from wrong arguments (2) and a failed command (1), so a script can tell it to install something.
+ */
+export class MissingDriverError extends Error {
+  override readonly name = 'MissingDriverError';
+}
+
 /** Where a command writes: stdout for results, stderr for progress and errors. */
 export interface Io {
   readonly stdout: (text: string) => void;

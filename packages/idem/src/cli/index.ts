@@ -1,10 +1,11 @@
 #!/usr/bin/env node
 /**
- * @module `idem` — the command line: migrate and inspect a store, probe any API's `Idempotency-Key` handling. Exit codes: 0 ok, 1 failed (a probe check, a store error), 2 wrong arguments.
+ * @module `idem` — the command line: migrate and inspect a store, probe any API's `Idempotency-Key` handling. Exit codes
+ * ({@link EXIT}): 0 ok, 1 failed (a probe check, a store error), 2 wrong arguments, 3 a store driver not installed.
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { CommandError, UsageError, type Io } from './args.js';
+import { CommandError, MissingDriverError, UsageError, type Io } from './args.js';
 import { visible } from './escape.js';
 import { probeCommand } from './probe.js';
 import { MIGRATE_HELP, RECORDS_HELP, migrateCommand, recordsCommand } from './records.js';
@@ -14,7 +15,7 @@ export const HELP = `Usage: idem <command> [options]
 Idempotency keys for payment APIs: the first attempt runs, every retry gets the first answer back byte for byte.
 
 Commands:
-  migrate --store URL          create Idem's records table and indexes (SQLite, PostgreSQL, DynamoDB)
+  migrate --store URL          create Idem's records table and indexes (SQLite, PostgreSQL, MySQL, DynamoDB)
   records list|show|sweep      list a tenant's records, show one, delete expired ones in batches
   probe URL                    check any API's Idempotency-Key handling with real requests; each answer is
                                read up to --max-response-bytes N (default 4 MiB), then the check fails
@@ -30,8 +31,14 @@ Examples:
 Stored and remote text (keys, headers, bodies, what a probed API answers) is printed escaped: control and
 invisible characters as \\xHH or \\uHHHH, in tables and --json alike.
 
-Run "idem <command> --help" for a command's options. Exit codes: 0 ok, 1 failed, 2 wrong arguments.
+Run "idem <command> --help" for a command's options.
+
+Exit codes: 0 ok; 1 failed (a probe check failed, a store refused or could not be reached); 2 wrong arguments;
+3 a store driver is not installed (the message names the package).
 `;
+
+/** The exit codes, as HELP lists them. */
+export const EXIT = { ok: 0, failed: 1, usage: 2, missingDriver: 3 } as const;
 
 const COMMANDS = ['migrate', 'records', 'probe', 'help'] as const;
 
@@ -77,6 +84,10 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
       const where = error.command ? `idem ${error.command}` : 'idem';
       io.stderr(`${where}: ${oneLine(error.message)}\nRun "${where} --help" for usage.\n`);
       return 2;
+    }
+    if (error instanceof MissingDriverError) {
+      io.stderr(`idem${command ? ` ${command}` : ''}: ${oneLine(error.message)}\n`);
+      return EXIT.missingDriver;
     }
     if (error instanceof CommandError) {
       io.stderr(`idem${command ? ` ${command}` : ''}: ${oneLine(error.message)}\n`);

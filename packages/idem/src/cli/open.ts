@@ -14,8 +14,9 @@ import type Mysql from 'mysql2/promise';
 import type Pg from 'pg';
 import type { IdempotencyStore } from '../core/record.js';
 import { parseStoreUrl } from '../core/store-url.js';
+import { MissingDriverError } from './args.js';
 
-/** A store the CLI cannot open as asked (a driver to install, dynamodb:local): the CLI prints it and exits 2. */
+/** A store URL the CLI cannot open as asked (dynamodb:local, a DynamoDB URL without a host): exit 2. */
 export class StoreUrlError extends Error {
   override readonly name = 'StoreUrlError';
 }
@@ -35,7 +36,7 @@ const CONNECT_MS = 5_000;
 const REQUEST_MS = 10_000;
 
 /**
- * Imports an optional peer, or throws a {@link StoreUrlError} saying which package to install.
+ * Imports an optional peer, or throws a {@link MissingDriverError} saying which package to install (exit 3).
  *
  * @example
  * const { default: pg } = await driver<{ default: typeof Pg }>('pg', 'postgres://')
@@ -47,7 +48,7 @@ async function driver<T>(name: string, forUrl: string): Promise<T> {
     const code = (error as { code?: string }).code;
     if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
       const pkg = name.split('/')[0] as string;
-      throw new StoreUrlError(`${forUrl} stores need the "${pkg}" package: install it (npm install ${pkg}).`);
+      throw new MissingDriverError(`${forUrl} stores need the "${pkg}" package: install it (npm install ${pkg}).`);
     }
     throw error;
   }

@@ -110,6 +110,20 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
   readonly #bound: Run = (op, on, statement, params, prepare) => this.#run(op, on, statement, params, prepare);
   #roundTrips = 0;
   #closed = false;
+  /**
+   * MySQL says `Table 'db.t' doesn't exist` (ER_NO_SUCH_TABLE) when Idem's table is missing: this adds the command
+   * that creates it. Its `code`, `errno` and `sqlState` stay the driver's.
+   */
+  readonly #missingTable = (error: unknown): never => {
+    const code = (error as { code?: unknown } | null)?.code;
+    if (code !== 'ER_NO_SUCH_TABLE' || !String((error as Error).message).includes(this.#table)) throw error;
+    const query = this.#table === DEFAULT_TABLE ? '' : `?table=${this.#table}`;
+    const message =
+      `mysql store: Idem's table ${this.#table} does not exist in this database. Create it: ` +
+      `idem migrate --store 'mysql://…/<database>${query}', or await store.migrate().`;
+    const { errno, sqlState } = error as { errno?: unknown; sqlState?: unknown };
+    throw Object.assign(new Error(message, { cause: error }), { code, errno, sqlState });
+  };
 
   constructor(
     pool: MysqlPool<Tx & MysqlPoolConnection>,
@@ -151,7 +165,7 @@ class Store<Tx extends MysqlQueryable> implements MysqlStore<Tx> {
         : values === undefined
           ? on.query(sql)
           : on.query(sql, values)
-    ).then(([result]) => result);
+    ).then(([result]) => result, this.#missingTable);
     if (!this.#onRoundTrip) return sent;
     const request: MysqlRoundTripRequest = values === undefined ? { sql } : { sql, values };
     return sent.then(

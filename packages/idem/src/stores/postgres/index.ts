@@ -17,7 +17,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { claim, heldUntilWaitedOn } from './claim.js';
+import { claim, heldUntilWaitedOn, sqlState } from './claim.js';
 import { outcomeValues, toRecord, type Row } from './codec.js';
 import { asError, runLocal } from './local.js';
 import type {
@@ -109,6 +109,18 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
   readonly #names = new Map<string, string>();
   readonly #onRoundTrip: ((trip: RoundTrip) => void) | undefined;
   readonly #claimBarrier: ((request: ClaimRequest) => Promise<void>) | undefined;
+  /**
+   * PostgreSQL says only `relation "…" does not exist` (undefined_table, 42P01) when Idem's table is missing: this
+   * says which table, and the command that creates it. The code stays 42P01.
+   */
+  readonly #missingTable = (error: unknown): never => {
+    if (sqlState(error) !== '42P01' || !String((error as Error).message).includes(this.#table)) throw error;
+    const query = `schema=${this.#schema}${this.#table === DEFAULT_TABLE ? '' : `&table=${this.#table}`}`;
+    const message =
+      `postgres store: Idem's table ${this.#schema}.${this.#table} does not exist. Create it: ` +
+      `idem migrate --store 'postgres://…?${query}', or await store.migrate().`;
+    throw Object.assign(new Error(message, { cause: error }), { code: '42P01' });
+  };
   /** `#query`, bound once, for the parts in other files (claim, migrate, runLocal). */
   readonly #send: Query = (op, on, text, values) => this.#query(op, on, text, values);
   #roundTrips = 0;
@@ -160,12 +172,13 @@ class Store<Tx extends PostgresQueryable> implements PostgresStore<Tx> {
     if (this.#closed) return Promise.reject(new Error('postgres store is closed'));
     this.#roundTrips++;
     const name = this.#names.get(text);
-    const sent =
+    const sent = (
       name !== undefined
         ? (on as unknown as NamedQueryable).query({ name, text, values: values ?? [] })
         : values === undefined
           ? on.query(text)
-          : on.query(text, values);
+          : on.query(text, values)
+    ).catch(this.#missingTable);
     if (!this.#onRoundTrip) return sent;
     const request: PostgresRoundTripRequest = values === undefined ? { text } : { text, values };
     return sent.then(
