@@ -63,49 +63,53 @@ describe('a store driver that is not installed', () => {
 });
 
 const suffix = randomBytes(4).toString('hex');
+const postgresUp = await serviceAvailable('PostgreSQL', POSTGRES_URL);
+const mysqlUp = await serviceAvailable('MySQL', MYSQL_URL);
 
-describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))('PostgreSQL without Idem’s table', () => {
-  const schema = `idem_nohint_${suffix}`;
-  const url = `${POSTGRES_URL}?schema=${schema}`;
+/** Each database with a schema or table name Idem's table was never created under, and how to drop it after. */
+const DATABASES = [
+  {
+    name: 'PostgreSQL',
+    up: postgresUp,
+    url: `${POSTGRES_URL}?schema=idem_nohint_${suffix}`,
+    drop: async () => {
+      const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+      await pool.query(`DROP SCHEMA IF EXISTS "idem_nohint_${suffix}" CASCADE`);
+      await pool.end();
+    },
+  },
+  {
+    name: 'MySQL',
+    up: mysqlUp,
+    url: `${MYSQL_URL}?table=idem_nohint_${suffix}`,
+    drop: async () => {
+      const connection = await mysql.createConnection(MYSQL_URL);
+      await connection.query(`DROP TABLE IF EXISTS \`idem_nohint_${suffix}\``);
+      await connection.end();
+    },
+  },
+];
+
+describe.each(DATABASES)('$name without Idem’s table', ({ up, url, drop }) => {
   afterAll(async () => {
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-    await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-    await pool.end();
+    if (up) await drop();
   });
 
-  it('records list: exit 1, one line naming the command that creates it; after migrate, it lists', async () => {
-    const missing = await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a']);
-    expect(missing).toEqual({
-      code: 1,
-      stdout: '',
-      stderr: `idem records: ${url}: Idem's table does not exist there: run idem migrate --store '${url}'.\n`,
-    });
-    expect((await inProcess(['migrate', '--store', url])).code).toBe(0);
-    expect(await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a', '--json'])).toEqual({
-      code: 0,
-      stdout: '[]\n',
-      stderr: '',
-    });
-  });
-});
-
-describe.skipIf(!(await serviceAvailable('MySQL', MYSQL_URL)))('MySQL without Idem’s table', () => {
-  const table = `idem_nohint_${suffix}`;
-  const url = `${MYSQL_URL}?table=${table}`;
-  afterAll(async () => {
-    const connection = await mysql.createConnection(MYSQL_URL);
-    await connection.query(`DROP TABLE IF EXISTS \`${table}\``);
-    await connection.end();
-  });
-
-  it('records list: exit 1, one line naming the command that creates it; after migrate, it lists', async () => {
-    const missing = await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a']);
-    expect(missing).toEqual({
-      code: 1,
-      stdout: '',
-      stderr: `idem records: ${url}: Idem's table does not exist there: run idem migrate --store '${url}'.\n`,
-    });
-    expect((await inProcess(['migrate', '--store', url])).code).toBe(0);
-    expect((await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a', '--json'])).stdout).toBe('[]\n');
-  });
+  it.skipIf(!up)(
+    'records list: exit 1, one line naming the command that creates it; after migrate, it lists',
+    async () => {
+      const missing = await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a']);
+      expect(missing).toEqual({
+        code: 1,
+        stdout: '',
+        stderr: `idem records: ${url}: Idem's table does not exist there: run idem migrate --store '${url}'.\n`,
+      });
+      expect((await inProcess(['migrate', '--store', url])).code).toBe(0);
+      expect(await inProcess(['records', 'list', '--store', url, '--scope', 'acct_a', '--json'])).toEqual({
+        code: 0,
+        stdout: '[]\n',
+        stderr: '',
+      });
+    },
+  );
 });

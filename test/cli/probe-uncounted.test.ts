@@ -3,11 +3,10 @@
  * same answer twice proves nothing there. Without `--count-url` the checks about executions warn ("pass
  * --count-url to check executions"), never pass; with it they fail, counting what ran.
  */
-import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { ProbeReport } from '../../packages/idem/src/cli/probe.js';
+import { listenLocal } from '../fault-proxy.js';
 import { inProcess } from './helpers.js';
 
 /** Runs every POST (no key is looked at) and answers `{"ok":true}`; GET /count says how many ran. */
@@ -26,9 +25,7 @@ async function constantServer() {
       res.end('{"ok":true}');
     });
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
+  const port = await listenLocal(server);
   return {
     url: `http://127.0.0.1:${port}`,
     executions: () => executions,
