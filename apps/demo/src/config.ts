@@ -2,7 +2,7 @@
  * @module The demo server's configuration: environment variables, overridden by the same options as CLI flags.
  */
 import { parseArgs } from 'node:util';
-import { isIdempotencyError } from 'idem';
+import { isIdempotencyError, redactUrl } from 'idem';
 import { shareOf } from './connections.js';
 
 export interface DemoConfig {
@@ -205,11 +205,14 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   }
   const apiKeys = new Map<string, string>();
   const keys = get('api-keys') || (lab ? DEFAULTS.labApiKeys : '');
-  for (const pair of keys ? keys.split(',') : []) {
+  const pairs = keys ? keys.split(',') : [];
+  for (const [i, pair] of pairs.entries()) {
     const [apiKey, account, ...rest] = pair.trim().split(':');
     if (!apiKey || !account || rest.length > 0) {
+      // The pair is not printed: a malformed one is most often an API key without its account.
+      const problem = !apiKey ? 'has no API key' : !account ? 'has no :account' : 'has more than one :';
       throw new ConfigError(
-        `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas, got "${pair}".`,
+        `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${i + 1} of ${pairs.length} ${problem}.`,
       );
     }
     apiKeys.set(apiKey, account);
@@ -278,7 +281,7 @@ function ledgerPath(raw: string): string {
   const path = raw.startsWith('sqlite:') ? raw.slice('sqlite:'.length) : raw;
   if (!path || /^[A-Za-z][A-Za-z0-9+.-]+:/.test(path)) {
     throw new ConfigError(
-      `IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${raw}".`,
+      `IDEM_LEDGER (--ledger) must be a SQLite file path (or sqlite:<path>, or :memory:), got "${redactUrl(raw)}".`,
     );
   }
   return path;

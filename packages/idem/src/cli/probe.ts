@@ -5,6 +5,7 @@
  * here; the checks, the HTTP and the report are in `probe/`.
  */
 import { parseArgs } from 'node:util';
+import { redactUrl } from '../core/store-url.js';
 import { UsageError, headerOption, integerOption, usage, type Io } from './args.js';
 import { CHECK_IDS, MAX_RESPONSE_BYTES, type CheckId, type ProbeOptions } from './probe/model.js';
 import { tamper } from './probe/payload.js';
@@ -161,15 +162,22 @@ export async function probeCommand(args: readonly string[], io: Io): Promise<num
   return result.ok ? 0 : 1;
 }
 
+/** An http(s) URL without user info (fetch refuses one); errors show it redacted. */
 function httpUrl(command: string, name: string, raw: string): string {
   let parsed: URL;
   try {
     parsed = new URL(raw);
   } catch {
-    throw new UsageError(command, `${name} must be an absolute http(s) URL, got "${raw}".`);
+    throw new UsageError(command, `${name} must be an absolute http(s) URL, got "${redactUrl(raw)}".`);
   }
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    throw new UsageError(command, `${name} must be an http(s) URL, got "${raw}".`);
+    throw new UsageError(command, `${name} must be an http(s) URL, got "${redactUrl(raw)}".`);
+  }
+  if (parsed.username !== '' || parsed.password !== '') {
+    throw new UsageError(
+      command,
+      `${name} must not carry a user name or password (got "${redactUrl(raw)}"): send credentials with -H, e.g. -H 'Authorization: Basic …'.`,
+    );
   }
   return parsed.toString();
 }

@@ -1,5 +1,6 @@
 /**
- * @module Store URLs (`IDEM_STORE`, `idem --store`), read in one place, and the one redaction of what they carry.
+ * @module Store URLs (`IDEM_STORE`, `idem --store`), read in one place, and the one redaction of what they carry
+ * (and of the http(s) URLs the CLI prints: `idem probe`'s target and count URL).
  * Parsing opens nothing: it returns the driver's connection options, Idem's own options from the query
  * (`?schema=`, `?prefix=`, …) and `shown`, the URL as it may be printed. No password is ever printed: not in the
  * user info (`user:pw@`, `:pw@`), not in the query (`?password=`, `sslpassword`, `token`, `secretAccessKey`, …),
@@ -84,6 +85,11 @@ const CREDENTIAL = new RegExp(
 );
 /** The same pair in a URL query (after `?` or `&`): its value runs to the next `&`, as a driver reads it. */
 const QUERY_CREDENTIAL = new RegExp(`(?<=[?&])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*=)[^\\s&]*`, 'gi');
+
+/** An http(s) URL: an API's (the probe's target, its count URL), where the user name may be the credential. */
+const WEB = /^https?:\/\//i;
+/** The same pair in a fragment (`#access_token=…&state=…`), from its start or after `&`. */
+const FRAGMENT_CREDENTIAL = new RegExp(`(?<=^|&)([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*=)[^&]*`, 'gi');
 
 /**
  * Reads a store URL, naming it `name` in errors (`CONFIG_INVALID`, the URL redacted). A URL that does not
@@ -174,8 +180,23 @@ export function parseStoreUrl(raw: string, name = 'the store URL'): StoreUrl {
  * redactUrl('redis://:S3CRET@cache:6379/0?password=S3CRET') // 'redis://:***@cache:6379/0?password=***'
  */
 export function redactUrl(url: string): string {
+  if (WEB.test(url)) return redactWebUrl(url);
   if (urlParts(url) || (!url.includes('@') && !url.includes('://'))) return redact(url, url);
   return `${/^[a-z][a-z0-9+.-]*:(\/\/)?/i.exec(url)?.[0] ?? ''}…`;
+}
+
+/**
+ * An http(s) URL as it may be printed: its whole user info `***` (an API key is often the user name, as in
+ * `https://sk_live_…:@api.example`), every credential parameter of its query and of its fragment (`#access_token=`)
+ * `***`. One that does not parse shows its scheme only.
+ */
+function redactWebUrl(url: string): string {
+  const hash = url.indexOf('#');
+  const base = hash < 0 ? url : url.slice(0, hash);
+  if (!urlParts(base)) return `${/^https?:\/\//i.exec(url)?.[0] ?? ''}…`;
+  const shown = redact(base, base).replace(/^(https?:\/\/)[^/?#]*@/i, '$1***@');
+  if (hash < 0) return shown;
+  return `${shown}#${url.slice(hash + 1).replace(FRAGMENT_CREDENTIAL, '$1***')}`;
 }
 
 /**
@@ -213,6 +234,8 @@ function secretsOf(url: string): string[] {
   const start = url.indexOf('://');
   const userInfo = start < 0 ? '' : url.slice(start + 3, Math.max(start + 3, url.lastIndexOf('@')));
   if (userInfo.includes(':')) add(userInfo.slice(userInfo.indexOf(':') + 1), decodeURIComponent);
+  // An http(s) URL's user name is a secret too (an API key as the basic-auth user): masked wherever it repeats.
+  if (WEB.test(url)) add(userInfo.split(':')[0] ?? '', decodeURIComponent);
   const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
   for (const pair of query.split('&')) {
     const [name = '', value = ''] = pair.split(/=(.*)/s);

@@ -2,6 +2,7 @@
  * @module The probe's HTTP: the requests it sends and the answers it reads, every body read up to a limit (a
  * server answering without end costs the probe that limit, not its memory).
  */
+import { redact, redactUrl } from '../../core/store-url.js';
 import { CommandError } from '../args.js';
 import { visible } from '../escape.js';
 import type { Answer } from './model.js';
@@ -74,6 +75,8 @@ export function requester(settings: HttpSettings): Requester {
     };
   }
 
+  // The count URL as printed: its user info and credential parameters masked.
+  const shownCount = countUrl === undefined ? '' : redactUrl(countUrl);
   async function count(): Promise<number | null> {
     if (countUrl === undefined) return null;
     const abort = new AbortController();
@@ -81,19 +84,21 @@ export function requester(settings: HttpSettings): Requester {
     try {
       response = await fetch(countUrl, { headers: base(), redirect: 'manual', signal: signal(abort) });
     } catch (error) {
-      throw new CommandError(`cannot read --count-url ${countUrl}: ${reason(error)}`, { cause: error });
+      throw new CommandError(`cannot read --count-url ${shownCount}: ${redact(reason(error), countUrl)}`, {
+        cause: error,
+      });
     }
     let text: string;
     try {
       text = new TextDecoder().decode(await readBody(response, maxResponseBytes, abort));
     } catch (error) {
       if (error instanceof ResponseTooLarge)
-        throw new CommandError(`--count-url ${countUrl} answered ${error.message}`);
+        throw new CommandError(`--count-url ${shownCount} answered ${error.message}`);
       throw error;
     }
     if (!response.ok)
-      throw new CommandError(`--count-url ${countUrl} answered ${response.status}: ${visible(text.slice(0, 200))}`);
-    return readCount(text, countPath, countUrl);
+      throw new CommandError(`--count-url ${shownCount} answered ${response.status}: ${visible(text.slice(0, 200))}`);
+    return readCount(text, countPath, shownCount);
   }
 
   return { send, count };

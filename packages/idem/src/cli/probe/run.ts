@@ -2,6 +2,7 @@
  * @module `probe()`: the first request, then the table of checks, each isolated, then the report.
  */
 import { randomUUID } from 'node:crypto';
+import { redact, redactUrl } from '../../core/store-url.js';
 import { CommandError } from '../args.js';
 import { describe } from './answers.js';
 import { concurrent } from './checks/concurrent.js';
@@ -106,7 +107,19 @@ export async function probe({
   const summary = { pass: 0, fail: 0, warn: 0, skip: 0 };
   for (const check of sorted) summary[check.result]++;
   const sideEffects = countUrl !== undefined ? 'counted' : 'inferred';
-  return { url, method, ok: summary.fail === 0, sideEffects, body, tamperedBody, concurrency, summary, checks: sorted };
+  // The URL as printed (the report's header, --json): its user info and credential parameters masked.
+  const shown = redactUrl(url);
+  return {
+    url: shown,
+    method,
+    ok: summary.fail === 0,
+    sideEffects,
+    body,
+    tamperedBody,
+    concurrency,
+    summary,
+    checks: sorted,
+  };
 }
 
 /**
@@ -127,7 +140,7 @@ async function firstRequest(
       add(unjudged('first', 'fail', error.message));
       return undefined;
     }
-    throw new CommandError(`cannot reach ${url}: ${reason(error)}`, { cause: error });
+    throw new CommandError(`cannot reach ${redactUrl(url)}: ${redact(reason(error), url)}`, { cause: error });
   }
   const first = run.value;
   const ok2xx = first.status >= 200 && first.status < 300;
