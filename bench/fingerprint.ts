@@ -57,9 +57,23 @@ function reversed(count: number, name: (i: number) => string): string {
   return `{${Array.from({ length: count }, (_, i) => `"${name(count - i)}":1`).join(',')}}`;
 }
 
+/** Records made by `record(i)` for i = 0, 1, … in a JSON array of at most `room` bytes (of UTF-8): each its own keys. */
+function records(record: (i: number) => string, room: number): string {
+  const items: string[] = [];
+  let length = 2;
+  for (let i = 0; ; i++) {
+    const item = record(i);
+    const bytes = new TextEncoder().encode(item).byteLength;
+    if (length + bytes + 1 > room) return `[${items.join(',')}]`;
+    items.push(item);
+    length += bytes + 1;
+  }
+}
+
 /**
  * Crafted 1 MiB charge bodies (bench/worst-case.ts): valid charges, so the demo fingerprints them rather than
- * refusing them, each padded with one hostile shape. All ASCII: a string's length is its byte length.
+ * refusing them, each padded with one hostile shape. Lengths count bytes: most shapes are ASCII, `records` counts the
+ * UTF-8 of each, and a CJK character is 3 bytes.
  */
 export const CHARGES: Readonly<Record<string, () => string>> = {
   // The body is an object and `pad` an array: 254 more objects bring the innermost number to the depth limit (256).
@@ -93,4 +107,31 @@ export const CHARGES: Readonly<Record<string, () => string>> = {
     ),
   'strings with escapes': () => charge((room) => repeat('"\\u0041\\n"', room)),
   'a plain long string': () => charge((room) => `"${'x'.repeat(room - 2)}"`),
+  // Found since: each was 3× to 150× JSON.parse before the sort and the string scan were changed for it.
+  'keys a, aa, aaa, … in one object, longest first': () =>
+    charge((room) => {
+      const keys: string[] = [];
+      for (let i = 1, length = 2; length + i + 5 <= room; length += i + 5, i++) keys.push(`"${'a'.repeat(i)}":1`);
+      return `{${keys.reverse().join(',')}}`;
+    }),
+  'records of 8 keys, 1000 bytes shared, each its own': () =>
+    charge((room) => records((r) => reversed(8, (i) => `${'p'.repeat(1000)}${r}_${i}`), room)),
+  'records of 16 keys, two shapes alternating': () =>
+    charge((room) => records((r) => reversed(16, (i) => `${r % 2 === 0 ? 'a' : 'b'}${i}`), room)),
+  'records of 9 keys, reversed': () =>
+    charge((room) =>
+      repeat(
+        reversed(9, (i) => `k${i}`),
+        room,
+      ),
+    ),
+  'records of 8 escaped keys, each its own': () =>
+    charge((room) => records((r) => reversed(8, (i) => `\\u006b${r}_${i}`), room)),
+  'small objects {"\\u0062":1,"\\u0061":2}': () => charge((room) => repeat('{"\\u0062":1,"\\u0061":2}', room)),
+  // U+FFFF sorts after U+10000 in UTF-16 (JavaScript's order), before it by code point (UTF-8's).
+  'records of 8 keys U+FFFF/U+10000…, each its own': () =>
+    charge((room) => records((r) => reversed(8, (i) => `${i % 2 === 0 ? '\uffff' : '\u{10000}'}${r}_${i}`), room)),
+  'a long string, an escape first': () => charge((room) => `"\\n${'x'.repeat(room - 4)}"`),
+  'a long CJK string': () => charge((room) => `"${'中'.repeat(Math.floor((room - 2) / 3))}"`),
+  'nulls [null,null,…]': () => charge((room) => repeat('null', room)),
 };

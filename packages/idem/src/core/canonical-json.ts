@@ -9,23 +9,11 @@
  * so an object nested 255 deep is reordered by relinking 255 times, never by copying its subtree 255 times. The
  * pieces are gathered into one run once, at the end, and only when some object was out of order.
  */
-import {
-  AT,
-  compareKeyBytes,
-  FLAGS,
-  KEY_END,
-  KEY_START,
-  LastShape,
-  MAX_SORTED_MEMBERS,
-  MEMBER,
-  orderByStrings,
-  orderFew,
-  orderMembers,
-  PIECE,
-} from './key-order.js';
+import { AT, compareKeys, FLAGS, KEY_END, KEY_START, LastShape, MEMBER, PIECE, RANK } from './key-order.js';
 import { MAX_NUMBER_OUTPUT, numberEnd, REFUSED, writeNumber } from './canonical-number.js';
 import { Pieces, relink, reorderInPlace } from './canonical-pieces.js';
 import { decodeStrict, plainRun, writeEscaped } from './canonical-string.js';
+import { sortKeys } from './canonical-keys.js';
 
 /** Deeper JSON than this is hashed as raw bytes: a value inside more than 256 arrays and objects. */
 const MAX_JSON_DEPTH = 256;
@@ -49,11 +37,11 @@ const twoEqual = new Uint8Array(MAX_JSON_DEPTH + 2);
  */
 const KEEP_OUTPUT_BYTES = 2 * 1_048_576 + 16;
 let keptOut = new Uint8Array(16_384);
+/** The output gathered from its pieces (canonical-pieces.ts), when an object was relinked: kept likewise. */
+let keptGathered = new Uint8Array(0);
 const keptMembers = new Int32Array(64 * 8);
 /** The members of the object being reordered, in their new order (a larger object's is made for it). */
 const keptOrder = new Int32Array(4096);
-/** Objects of up to this many members are sorted here (by insertion), larger ones by key-order.ts. */
-const SMALL_OBJECT = 8;
 /**
  * Objects up to this many bytes are reordered by copying (reorderInPlace), larger ones by relinking pieces. So is
  * an object inside one copied, again: the bytes copied in a call are counted, and past twice the body's length
@@ -115,10 +103,6 @@ class Canonical {
 
   /** The output's pieces, once an object is relinked (canonical-pieces.ts). */
   readonly #pieces = new Pieces();
-
-  /** Compares the keys of two members of the object being reordered (from `#base`), for `orderFew`. */
-  #compare: ((x: number, y: number) => number) | undefined;
-  #base = 0;
 
   /** The last object sorted, whose order the next of the same keys takes (key-order.ts). */
   readonly #shape = new LastShape();
@@ -308,7 +292,8 @@ class Canonical {
     members[row + FLAGS] = escaped ? ESCAPED : 0;
     if (escaped) escapedKeys[frame] = 1;
     if (!first && inOrder[frame] === 1) {
-      const order = this.#compareKeys(m - 1, m);
+      // Keys with escapes are not compared here: their object is sorted (#reorder).
+      const order = escapedKeys[frame] === 1 ? 1 : this.#compareKeys(m - 1, m);
       if (order >= 0) {
         inOrder[frame] = 0;
         // Of two members, this comparison is the whole sort: `#reorder` takes it from here.
@@ -321,30 +306,19 @@ class Canonical {
     this.#out[this.#at++] = 0x3a;
   }
 
-  /** Compares two members' keys as JavaScript compares the strings (UTF-16 code units). */
+  /** Compares two members' keys (without escapes) as JavaScript compares the strings (UTF-16 code units). */
   #compareKeys(a: number, b: number): number {
     const members = this.#members;
-    if (members[a * MEMBER + FLAGS] === ESCAPED || members[b * MEMBER + FLAGS] === ESCAPED) {
-      const x = this.#key(a);
-      const y = this.#key(b);
-      return x < y ? -1 : x > y ? 1 : 0;
-    }
-    return compareKeyBytes(
+    return compareKeys(
       this.#in,
+      this.#wordsOf(),
+      RANK,
       members[a * MEMBER + KEY_START] as number,
       members[a * MEMBER + KEY_END] as number,
       members[b * MEMBER + KEY_START] as number,
       members[b * MEMBER + KEY_END] as number,
+      0,
     );
-  }
-
-  /** A member's key as a string (its value, escapes decoded). */
-  #key(m: number): string {
-    const start = this.#members[m * MEMBER + KEY_START] as number;
-    const end = this.#members[m * MEMBER + KEY_END] as number;
-    if (this.#members[m * MEMBER + FLAGS] === ESCAPED)
-      return JSON.parse(decodeStrict(this.#in.subarray(start - 1, end + 1))) as string;
-    return decodeStrict(this.#in.subarray(start, end));
   }
 
   /** Puts the members of the object open at `frame` in key order, the last duplicate winning. */
@@ -352,29 +326,23 @@ class Canonical {
     const base = bases[frame] as number;
     const count = this.#memberCount - base;
     const members = this.#members;
-    if (count === 2 && this.#swapTwo(base, twoEqual[frame] === 1)) return;
+    const escaped = escapedKeys[frame] === 1;
+    if (count === 2 && !escaped && this.#swapTwo(base, twoEqual[frame] === 1)) return;
     const order = count <= keptOrder.length ? keptOrder : new Int32Array(count);
-    for (let i = 0; i < count; i++) order[i] = i;
     let kept: number;
     let sorted = true;
-    if (count === 2) {
+    if (count === 2 && !escaped) {
       // Out of order (swapped) or equal (the second kept), as #member found.
       kept = twoEqual[frame] === 1 ? 1 : 2;
       order[0] = 1;
       order[1] = 0;
     } else if ((kept = this.#shape.reuse(this.#in, this.#wordsOf(), members, base, count, order)) >= 0) {
       sorted = false; // the order of the last object with these keys
-    } else if (count <= SMALL_OBJECT) {
-      this.#base = base;
-      kept = orderFew(count, order, (this.#compare ??= (x, y) => this.#compareKeys(this.#base + x, this.#base + y)));
-    } else if (escapedKeys[frame] === 0 && count <= MAX_SORTED_MEMBERS) {
-      kept = orderMembers(this.#in, members, base, count, order);
     } else {
-      const keys: string[] = [];
-      for (let i = 0; i < count; i++) keys.push(this.#key(base + i));
-      kept = orderByStrings(keys, order);
+      kept = sortKeys(this.#in, this.#wordsOf(), members, base, count, escaped, order);
     }
     if (count > 2 && sorted) this.#shape.keep(members, base, count, order, kept);
+    if (kept === count && escaped && inSourceOrder(order, count)) return; // keys with escapes, in order after all
 
     const from = members[base * MEMBER + AT] as number;
     const span = this.#at - from;
@@ -420,9 +388,11 @@ class Canonical {
     if (this.#ascii < this.#in.byteLength) decodeStrict(this.#in.subarray(this.#ascii));
     if (!this.#pieces.used) return this.#out.subarray(1, this.#at);
     this.#pieces.close(this.#at);
-    const from = this.#at;
-    this.#ensure(this.#pieces.total());
-    return this.#out.subarray(from, this.#pieces.gather(this.#out, from));
+    const total = this.#pieces.total();
+    if (total > keptGathered.length && total <= KEEP_OUTPUT_BYTES)
+      keptGathered = new Uint8Array(Math.min(KEEP_OUTPUT_BYTES, Math.max(total, 2 * keptGathered.length)));
+    const to = total <= keptGathered.length ? keptGathered : new Uint8Array(total);
+    return to.subarray(0, this.#pieces.gather(this.#out, to));
   }
 
   /**
@@ -487,6 +457,11 @@ class Canonical {
     this.#at = writeEscaped(b, start, i, this.#out, this.#at);
     return true;
   }
+}
+
+function inSourceOrder(order: Int32Array, count: number): boolean {
+  for (let i = 0; i < count; i++) if (order[i] !== i) return false;
+  return true;
 }
 
 function grow(array: Int32Array, atLeast: number): Int32Array<ArrayBuffer> {

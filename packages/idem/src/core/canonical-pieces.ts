@@ -77,14 +77,15 @@ export class Pieces {
     return total;
   }
 
-  /** Copies the list's bytes in order to `out` from `at`, past every piece (room for `total()` made); returns the end. */
-  gather(out: Uint8Array, at: number): number {
+  /** Copies the list's bytes of `out`, in order, to `to` (room for `total()`); returns where they end. */
+  gather(out: Uint8Array, to: Uint8Array): number {
     const table = this.#table;
+    let at = 0;
     for (let p = 0; p !== -1; p = table[p * FIELDS + NEXT] as number) {
       const start = table[p * FIELDS + START] as number;
       const end = table[p * FIELDS + END] as number;
-      if (end - start > 16) out.copyWithin(at, start, end);
-      else for (let i = start; i < end; i++) out[at + i - start] = out[i] as number;
+      if (end - start > 16) to.set(out.subarray(start, end), at);
+      else for (let i = start; i < end; i++) to[at + i - start] = out[i] as number;
       at += end - start;
     }
     return at;

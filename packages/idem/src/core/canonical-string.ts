@@ -147,3 +147,61 @@ export function plainRun(view: DataView, i: number, out: DataView, shift: number
   }
   return i;
 }
+
+/**
+ * A key, `b[from, to)` (a string's contents, escapes decoded when `escaped`), as UTF-16 code units written
+ * big-endian to `out` at `at`: in that form byte order is JavaScript's string order, lone surrogates included.
+ * At most twice as long as its source. Returns where it ends. The escapes are valid (the key was written first)
+ * and bad UTF-8 is refused after (canonical-json.ts), so neither is checked here.
+ *
+ * @example
+ * utf16Key(utf8('"a\\u00e9"'), 1, 8, true, out, 0) // → 4, out starts with 00 61 00 e9
+ */
+export function utf16Key(
+  b: Uint8Array,
+  from: number,
+  to: number,
+  escaped: boolean,
+  out: Uint8Array,
+  at: number,
+): number {
+  let i = from;
+  while (i < to) {
+    const c = b[i] as number;
+    let unit: number;
+    if (c === 0x5c && escaped) {
+      const next = b[i + 1] as number;
+      if (next === 0x75) {
+        unit = (hex(b[i + 2]) << 12) | (hex(b[i + 3]) << 8) | (hex(b[i + 4]) << 4) | hex(b[i + 5]);
+        i += 6;
+      } else {
+        unit = UNESCAPE[next & 0x7f] as number;
+        i += 2;
+      }
+    } else if (c < 0x80) {
+      unit = c;
+      i++;
+    } else if (c < 0xe0) {
+      unit = ((c & 0x1f) << 6) | ((b[i + 1] as number) & 0x3f);
+      i += 2;
+    } else if (c < 0xf0) {
+      unit = ((c & 0x0f) << 12) | (((b[i + 1] as number) & 0x3f) << 6) | ((b[i + 2] as number) & 0x3f);
+      i += 3;
+    } else {
+      const point =
+        (((c & 0x07) << 18) |
+          (((b[i + 1] as number) & 0x3f) << 12) |
+          (((b[i + 2] as number) & 0x3f) << 6) |
+          ((b[i + 3] as number) & 0x3f)) -
+        0x10000;
+      const high = 0xd800 + ((point >> 10) & 0x3ff);
+      out[at++] = high >> 8;
+      out[at++] = high & 0xff;
+      unit = 0xdc00 + (point & 0x3ff);
+      i += 4;
+    }
+    out[at++] = unit >> 8;
+    out[at++] = unit & 0xff;
+  }
+  return at;
+}

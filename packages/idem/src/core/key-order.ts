@@ -1,8 +1,9 @@
 /**
  * @module The order of an object's members in canonical JSON (src/core/canonical-json.ts): by key, as JavaScript
- * compares strings (UTF-16 code units), equal keys in source order and the last of them kept. On the keys' UTF-8
- * bytes in the body, without making a string of any (`orderMembers`), but for objects whose keys have escapes
- * (`orderByStrings`); and an object with the keys of the last one sorted takes its order (`LastShape`).
+ * compares strings (UTF-16 code units), equal keys in source order and the last of them kept. The keys are sorted
+ * as bytes, never as strings: UTF-8 from the body (with `RANK`), or UTF-16 code units written big-endian for an
+ * object whose keys have escapes (canonical-string.ts `utf16Key`). An object with the keys of the last one sorted
+ * takes its order (`LastShape`).
  */
 
 /** A member's fields in canonical-json.ts's member table: one row of `MEMBER` numbers per member. */
@@ -29,185 +30,231 @@ export const RANK = new Uint8Array(256).map((_, byte) =>
   byte === 0xee || byte === 0xef ? byte + 5 : byte >= 0xf0 && byte <= 0xf4 ? byte - 2 : byte,
 );
 
+/** Each byte its own weight: the order of UTF-16 code units written big-endian. */
+export const SAME = new Uint8Array(256).map((_, byte) => byte);
+
 /**
- * Compares two keys' bytes, `body[aStart, aEnd)` and `body[bStart, bEnd)`, in UTF-16 order.
+ * Compares `bytes[aStart, aEnd)` and `bytes[bStart, bEnd)` (`words` is `bytes` as words) in the order `rank`
+ * gives, from their `depth`th byte (the bytes before it are the same in both): negative, zero or positive. Four
+ * bytes at a time while they agree.
  *
  * @example
- * compareKeyBytes(utf8('"b","a"'), 1, 2, 5, 6) // → 1
+ * compareKeys(utf8('"b","a"'), words, RANK, 1, 2, 5, 6, 0) // → 1
  */
-export function compareKeyBytes(body: Uint8Array, aStart: number, aEnd: number, bStart: number, bEnd: number): number {
+export function compareKeys(
+  bytes: Uint8Array,
+  words: DataView,
+  rank: Uint8Array,
+  aStart: number,
+  aEnd: number,
+  bStart: number,
+  bEnd: number,
+  depth: number,
+): number {
   const length = Math.min(aEnd - aStart, bEnd - bStart);
-  for (let i = 0; i < length; i++) {
-    const x = body[aStart + i] as number;
-    const y = body[bStart + i] as number;
-    if (x !== y) return (RANK[x] as number) - (RANK[y] as number);
+  let i = depth;
+  for (; i + 4 <= length; i += 4) if (words.getInt32(aStart + i, true) !== words.getInt32(bStart + i, true)) break;
+  for (; i < length; i++) {
+    const x = bytes[aStart + i] as number;
+    const y = bytes[bStart + i] as number;
+    if (x !== y) return (rank[x] as number) - (rank[y] as number);
   }
   return aEnd - aStart - (bEnd - bStart);
 }
 
-/** Past this many members, the radix sort below; up to it, an insertion sort. */
-const SMALL = 8;
-/** The member's number within its object, below the packed key bytes; at most 2^20 members take this sort. */
-const SCALE = 2 ** 20;
-/** The largest object this sort takes (the caller sorts larger ones by strings). */
-export const MAX_SORTED_MEMBERS = SCALE;
+/** The keys being ordered: key `i` is `bytes[starts[i], ends[i])`, compared by `rank`. */
+export interface SortKeys {
+  readonly bytes: Uint8Array;
+  readonly words: DataView;
+  readonly rank: Uint8Array;
+  readonly starts: Int32Array;
+  readonly ends: Int32Array;
+}
 
-/** The packed keys being sorted (a larger object's are made for it). */
-const keptValues = new Float64Array(4096);
+/** Groups of at most this many keys are sorted by insertion; larger ones by a three-way radix quicksort. */
+const SMALL = 24;
+
+/** Each key's next 4 bytes, packed (a larger object's are made for it). */
+let keptWords = new Float64Array(4096);
 
 /**
- * Puts the members `base + order[i]` (`order` holds 0…count-1) in key order, the last of equal keys kept: returns
- * how many are kept, at the start of `order`.
+ * Puts the keys in order: `order[0, count)` becomes their indexes sorted, then the last of each run of equal keys
+ * is kept at the start of `order`; returns how many are kept.
  *
- * Past 8 members, a most-significant-digit radix sort whose digit is 4 bytes: each group of members is first
- * advanced past the bytes all its keys share (a scan, never a comparison sort over them), then sorted by its next
- * 4 bytes packed with the member's number into one double, with the runtime's native typed-array sort. Linear in
- * the keys' bytes plus n log n native compares: no key, however long its shared prefix, is compared twice.
+ * Cost: one scan for the prefix all keys share, then an insertion sort of a few keys, or a multikey quicksort of
+ * more (three-way partitions on 4 bytes at a time, random pivots): about n log n compares of packed words plus
+ * one look at each byte that tells a key from the rest — never the quadratic work of keys that share long
+ * prefixes, or of keys each a prefix of the next.
+ *
+ * @example
+ * orderKeys(keys, 3, order) // keys 'b', 'a', 'b' → 2, order starts [1, 2]
  */
-export function orderMembers(
-  body: Uint8Array,
-  members: Int32Array,
-  base: number,
-  count: number,
-  order: Int32Array,
-): number {
-  const keys: Keys = { body, members, base, order };
-  if (count <= SMALL) insertionSort(keys, 0, count, 0);
-  else radixSort(keys, count);
+export function orderKeys(keys: SortKeys, count: number, order: Int32Array): number {
+  for (let i = 0; i < count; i++) order[i] = i;
+  const depth = commonPrefix(keys, count);
+  if (keptWords.length < count) keptWords = new Float64Array(Math.max(count, 2 * keptWords.length));
+  if (count <= SMALL) insertionSort(keys, order, keptWords, 0, count, depth, false);
+  else multikeySort(keys, order, keptWords, count, depth);
   // Equal keys are next to each other, in source order: keep the last of each run.
   let kept = 0;
+  const { bytes, words, rank, starts, ends } = keys;
   for (let i = 0; i < count; i++) {
-    if (i + 1 < count && compareAt(keys, i, i + 1, 0) === 0) continue;
-    order[kept++] = order[i] as number;
+    const m = order[i] as number;
+    if (i + 1 < count) {
+      const next = order[i + 1] as number;
+      const same =
+        (ends[m] as number) - (starts[m] as number) === (ends[next] as number) - (starts[next] as number) &&
+        compareKeys(
+          bytes,
+          words,
+          rank,
+          starts[m] as number,
+          ends[m] as number,
+          starts[next] as number,
+          ends[next] as number,
+          depth,
+        ) === 0;
+      if (same) continue;
+    }
+    order[kept++] = m;
   }
   return kept;
 }
 
-/**
- * Sorts `order[0, count)` (a few members, by number) with `compare` by insertion, equal keys in source order, then
- * keeps the last of each run of equal keys: returns how many are kept.
- *
- * @example
- * orderFew(3, Int32Array.of(0, 1, 2), (x, y) => keys[x].localeCompare(keys[y])) // keys ['b', 'a', 'b'] → 2, [1, 2]
- */
-export function orderFew(count: number, order: Int32Array, compare: (x: number, y: number) => number): number {
-  for (let i = 1; i < count; i++) {
-    const moving = order[i] as number;
-    let j = i;
-    for (; j > 0 && compare(order[j - 1] as number, moving) > 0; j--) order[j] = order[j - 1] as number;
-    order[j] = moving;
+/** How many leading bytes every key shares: at most the total of their lengths read. */
+function commonPrefix({ bytes, words, starts, ends }: SortKeys, count: number): number {
+  const first = starts[0] as number;
+  let common = (ends[0] as number) - first;
+  for (let i = 1; i < count && common > 0; i++) {
+    const start = starts[i] as number;
+    const limit = Math.min(common, (ends[i] as number) - start);
+    let j = 0;
+    while (j + 4 <= limit && words.getInt32(start + j, true) === words.getInt32(first + j, true)) j += 4;
+    while (j < limit && bytes[start + j] === bytes[first + j]) j++;
+    common = j;
   }
-  let kept = 0;
-  for (let i = 0; i < count; i++)
-    if (i + 1 === count || compare(order[i] as number, order[i + 1] as number) !== 0)
-      order[kept++] = order[i] as number;
-  return kept;
+  return common;
 }
 
 /**
- * The order for keys given as strings (those with escapes, compared as the strings they stand for): `order[0, n)`
- * becomes the indexes of `keys` in sorted order, the last of equal keys kept; returns how many are kept.
- *
- * @example
- * orderByStrings(['b', 'a', 'b'], order) // → 2, order starts [1, 2]
+ * Sorts `order[from, to)`, whose keys share their first `depth` bytes, equal keys by index (source order): by
+ * insertion, on their next 4 bytes packed (`words`, filled here unless `known`), comparing further bytes only
+ * when those are the same.
  */
-export function orderByStrings(keys: readonly string[], order: Int32Array): number {
-  const lastOf = new Map<string, number>();
-  for (let i = 0; i < keys.length; i++) lastOf.set(keys[i] as string, i);
-  const sorted = [...lastOf.keys()].sort();
-  for (let j = 0; j < sorted.length; j++) order[j] = lastOf.get(sorted[j] as string) as number;
-  return sorted.length;
-}
-
-/** The members being ordered: `order[i]` is member `base + order[i]` of the member table. */
-interface Keys {
-  readonly body: Uint8Array;
-  readonly members: Int32Array;
-  readonly base: number;
-  readonly order: Int32Array;
-}
-
-function keyStart(keys: Keys, i: number): number {
-  return keys.members[(keys.base + (keys.order[i] as number)) * MEMBER + KEY_START] as number;
-}
-
-function keyEnd(keys: Keys, i: number): number {
-  return keys.members[(keys.base + (keys.order[i] as number)) * MEMBER + KEY_END] as number;
-}
-
-/** Compares the keys at `order[i]` and `order[j]`, which share their first `depth` bytes. */
-function compareAt(keys: Keys, i: number, j: number, depth: number): number {
-  return compareKeyBytes(
-    keys.body,
-    keyStart(keys, i) + depth,
-    keyEnd(keys, i),
-    keyStart(keys, j) + depth,
-    keyEnd(keys, j),
-  );
-}
-
-/** Sorts `order[from, to)`, whose keys share their first `depth` bytes. Equal keys keep their source order. */
-function insertionSort(keys: Keys, from: number, to: number, depth: number): void {
-  const order = keys.order;
+function insertionSort(
+  keys: SortKeys,
+  order: Int32Array,
+  words: Float64Array,
+  from: number,
+  to: number,
+  depth: number,
+  known: boolean,
+): void {
+  if (!known) for (let i = from; i < to; i++) words[i] = wordAt(keys, order[i] as number, depth);
+  const { bytes, words: view, rank, starts, ends } = keys;
   for (let i = from + 1; i < to; i++) {
     const moving = order[i] as number;
+    const word = words[i] as number;
     let j = i;
-    // Compared with the moving key, which stays at `order[j]` until it is placed.
-    while (j > from && compareAt(keys, j - 1, j, depth) > 0) {
-      order[j] = order[j - 1] as number;
-      order[j - 1] = moving;
-      j--;
+    for (; j > from; j--) {
+      const other = order[j - 1] as number;
+      const w = words[j - 1] as number;
+      if (w < word) break;
+      if (w === word) {
+        // The same 4 bytes: the keys ended there (the same key) or go on.
+        const c =
+          word % 257 === 0
+            ? 0
+            : compareKeys(
+                bytes,
+                view,
+                rank,
+                starts[other] as number,
+                ends[other] as number,
+                starts[moving] as number,
+                ends[moving] as number,
+                depth + 4,
+              );
+        if (c < 0 || (c === 0 && other < moving)) break;
+      }
+      order[j] = other;
+      words[j] = w;
     }
+    order[j] = moving;
+    words[j] = word;
   }
 }
 
-function radixSort(keys: Keys, count: number): void {
-  const { body, order } = keys;
-  const values = count <= keptValues.length ? keptValues : new Float64Array(count);
-  const groups = [0, count, 0]; // (from, to, depth) triples still to sort
+/** Key `m`'s bytes `depth` to `depth + 4`, each weighed by `rank` plus one, 0 past its end: packed in base 257. */
+function wordAt({ bytes, rank, starts, ends }: SortKeys, m: number, depth: number): number {
+  const start = (starts[m] as number) + depth;
+  const left = (ends[m] as number) - start;
+  if (left >= 4)
+    return (
+      (((rank[bytes[start] as number] as number) * 257 + (rank[bytes[start + 1] as number] as number)) * 257 +
+        (rank[bytes[start + 2] as number] as number)) *
+        257 +
+      (rank[bytes[start + 3] as number] as number) +
+      OFFSET
+    );
+  let packed = 0;
+  for (let k = 0; k < 4; k++) packed = packed * 257 + (k < left ? (rank[bytes[start + k] as number] as number) + 1 : 0);
+  return packed;
+}
+
+/** What adding one to each of four base-257 digits adds. */
+const OFFSET = ((257 + 1) * 257 + 1) * 257 + 1;
+
+/**
+ * A multikey quicksort (Bentley and Sedgewick) of `order[0, count)` from byte `depth`, on 4 bytes at a time: a
+ * group is split into the keys whose next 4 bytes are below, equal to and above a random pivot's; the equal ones
+ * go on 4 bytes further; small groups are sorted by insertion. A group of equal keys that ended is put in source
+ * order.
+ */
+function multikeySort(keys: SortKeys, order: Int32Array, words: Float64Array, count: number, depth: number): void {
+  // (from, to, depth, whether words[from, to) already hold the keys' words at that depth) per group left
+  const groups: number[] = [0, count, depth, 0];
   while (groups.length > 0) {
-    let depth = groups.pop() as number;
+    const known = groups.pop() as number;
+    const at = groups.pop() as number;
     const to = groups.pop() as number;
     const from = groups.pop() as number;
     if (to - from <= SMALL) {
-      insertionSort(keys, from, to, depth);
+      insertionSort(keys, order, words, from, to, at, known === 1);
       continue;
     }
-    // Past the bytes every key of the group shares.
-    const s0 = keyStart(keys, from);
-    const length0 = keyEnd(keys, from) - s0;
-    let common = length0;
-    let sameLength = true;
-    for (let i = from + 1; i < to; i++) {
-      const s = keyStart(keys, i);
-      const length = keyEnd(keys, i) - s;
-      if (length !== length0) sameLength = false;
-      const limit = Math.min(common, length);
-      let j = depth;
-      while (j < limit && body[s + j] === body[s0 + j]) j++;
-      common = j;
+    if (known === 0) for (let i = from; i < to; i++) words[i] = wordAt(keys, order[i] as number, at);
+    const pivot = words[from + Math.floor(Math.random() * (to - from))] as number;
+    // Three-way partition: [from, lt) below, [lt, i) equal, [gt, to) above.
+    let lt = from;
+    let gt = to;
+    for (let i = from; i < gt;) {
+      const w = words[i] as number;
+      if (w < pivot) {
+        swap(order, words, lt++, i++);
+      } else if (w > pivot) {
+        swap(order, words, i, --gt);
+      } else {
+        i++;
+      }
     }
-    if (common === length0 && sameLength) continue; // all equal: source order stands
-    depth = common;
-    // The next 4 bytes (0 past a key's end, so a prefix sorts first), then the member's number.
-    for (let i = from; i < to; i++) {
-      const s = keyStart(keys, i);
-      const length = keyEnd(keys, i) - s;
-      let packed = 0;
-      for (let k = depth; k < depth + 4; k++)
-        packed = packed * 257 + (k < length ? (RANK[body[s + k] as number] as number) + 1 : 0);
-      values[i] = packed * SCALE + (order[i] as number);
-    }
-    values.subarray(from, to).sort();
-    let run = from;
-    for (let i = from; i <= to; i++) {
-      if (i < to) order[i] = (values[i] as number) % SCALE;
-      if (i < to && Math.floor((values[i] as number) / SCALE) === Math.floor((values[run] as number) / SCALE)) continue;
-      // A run of keys equal in these 4 bytes: sorted further, unless they all ended (then they are equal).
-      if (i - run > 1 && keyEnd(keys, run) - keyStart(keys, run) >= depth + 4) groups.push(run, i, depth + 4);
-      run = i;
+    if (lt - from > 1) groups.push(from, lt, at, 1);
+    if (to - gt > 1) groups.push(gt, to, at, 1);
+    if (gt - lt > 1) {
+      // The last digit is 0 when the keys end within these 4 bytes: then they are all the same key.
+      if (pivot % 257 === 0) order.subarray(lt, gt).sort();
+      else groups.push(lt, gt, at + 4, 0);
     }
   }
+}
+
+function swap(order: Int32Array, words: Float64Array, i: number, j: number): void {
+  const m = order[i] as number;
+  order[i] = order[j] as number;
+  order[j] = m;
+  const w = words[i] as number;
+  words[i] = words[j] as number;
+  words[j] = w;
 }
 
 /** True when `b[x, x + length)` and `b[y, y + length)` hold the same bytes (`view` is `b` as words). */
