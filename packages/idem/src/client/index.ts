@@ -3,6 +3,7 @@
  * operation, reused on every attempt, so a retry can never do the work twice.
  */
 import { configError } from '../core/errors.js';
+import { anySignal } from '../core/signals.js';
 
 /** What `onFailedAttempt` and `shouldRetry` see about an attempt that may be retried. */
 export interface FailedAttempt {
@@ -311,10 +312,13 @@ async function problemType(response: Response): Promise<string | undefined> {
   }
 }
 
-/** One signal that aborts when any of `signals` does (undefined when none is given). */
+/**
+ * One signal that aborts when any of `signals` does (undefined when none is given), holding them: a caller's
+ * `AbortSignal.timeout()` that nothing else holds must not be collected while the request waits on it.
+ */
 function combine(signals: ReadonlyArray<AbortSignal | undefined>): AbortSignal | undefined {
   const given = [...new Set(signals.filter((s): s is AbortSignal => s !== undefined))];
-  return given.length <= 1 ? given[0] : AbortSignal.any(given);
+  return given.length <= 1 ? given[0] : anySignal(given);
 }
 
 /** Settles as `promise` does, or rejects with the signal's reason as soon as it aborts, whichever comes first. */

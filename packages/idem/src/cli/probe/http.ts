@@ -2,6 +2,7 @@
  * @module The probe's HTTP: the requests it sends and the answers it reads, every body read up to a limit (a
  * server answering without end costs the probe that limit, not its memory).
  */
+import { anySignal } from '../../core/signals.js';
 import { redact, redactUrl } from '../../core/store-url.js';
 import { CommandError } from '../args.js';
 import { visible } from '../escape.js';
@@ -53,7 +54,8 @@ export function requester(settings: HttpSettings): Requester {
     for (const [name, value] of headers) h.append(name, value);
     return h;
   };
-  const signal = (abort: AbortController) => AbortSignal.any([abort.signal, AbortSignal.timeout(timeoutMs)]);
+  // The timeout held by the combined signal: inside a bare AbortSignal.any it could be collected, and never fire.
+  const signal = (abort: AbortController) => anySignal([abort.signal, AbortSignal.timeout(timeoutMs)]);
 
   async function send(
     key: string | null,

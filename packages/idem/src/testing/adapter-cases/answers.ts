@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest, type IncomingHttpHeaders } from 'node:http';
 import { expect } from 'vitest';
+import { anySignal } from '../../core/signals.js';
 import type { SuiteReply } from '../adapter-harness.js';
 
 /** The scope of every request that does not name another tenant. */
@@ -76,7 +77,7 @@ export async function postCharge(
         ...headers,
       },
       body: JSON.stringify(body ?? { ref, amount: 50_000, currency: 'usd' }),
-      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+      signal: signal ? anySignal([signal, timeout]) : timeout,
     });
     const bytes = new Uint8Array(await response.arrayBuffer());
     return { status: response.status, headers: response.headers, bytes, text: new TextDecoder().decode(bytes) };
