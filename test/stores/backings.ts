@@ -10,8 +10,8 @@ import mysql from 'mysql2/promise';
 import pg from 'pg';
 import { recordPk, type IdempotencyRecord } from 'idem';
 import { loadConfig } from '../../apps/demo/src/config.js';
-import { startLocalDynamo } from '../../apps/demo/src/local-dynamo.js';
 import { openBackend, type Backend } from '../../apps/demo/src/stores.js';
+import { startChild } from '../fixtures/child.js';
 import { tempDir } from '../harness.js';
 import { MYSQL_URL, POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
 import { deleteRedisPrefix, dropSchema } from './cleanup.js';
@@ -51,7 +51,7 @@ const same = (url: string) => url;
 const OWN_CHARGES = `SELECT id FROM charges WHERE account = 'acct_alice' AND status = 'succeeded'`;
 
 /** The demo's SQLite ledger at `path`, opened read-only for each read (the servers hold it, in WAL). */
-export function sqliteLedger(path: string): LedgerView {
+function sqliteLedger(path: string): LedgerView {
   const ids = async (sql: string, ...params: unknown[]): Promise<string[]> => {
     const ledger = new Database(path, { readonly: true });
     try {
@@ -107,89 +107,115 @@ const withParam = (url: string, name: string, value: string): string => {
   return parsed.toString();
 };
 
-export const SQLITE: Backing = {
-  name: 'SQLite file',
-  available: true,
-  target: undefined,
-  sharedLedger: true,
-  open: async () => {
-    const dir = tempDir();
-    const env = { IDEM_STORE: `sqlite:${dir.path}/idem.db` };
-    return opened(env, env, sqliteLedger(`${dir.path}/idem.db`), async () => dir.remove());
-  },
-};
+/** The demo's ledger apart from its store: a SQLite file of the test's own (`IDEM_LEDGER`), removed by `remove`. */
+export function ledgerApart(): { readonly env: { IDEM_LEDGER: string }; readonly view: LedgerView; remove(): void } {
+  const dir = tempDir();
+  const path = `${dir.path}/ledger.db`;
+  return { env: { IDEM_LEDGER: path }, view: sqliteLedger(path), remove: dir.remove };
+}
 
-export const POSTGRES: Backing = {
-  name: 'PostgreSQL',
-  available: await serviceAvailable('PostgreSQL', POSTGRES_URL),
-  target: POSTGRES_URL,
-  sharedLedger: true,
-  open: async (via = same) => {
-    const schema = `idem_e2e_${suffix()}`;
-    const env = (url: string) => ({ IDEM_STORE: withParam(url, 'schema', schema) });
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
-    return opened(env(via(POSTGRES_URL)), env(POSTGRES_URL), postgresLedger(pool, schema), async () => {
+/**
+ * A test's own room on a store: the demo's environment for an address of the service (`''` for none), its ledger,
+ * the clean-up.
+ */
+interface Room {
+  readonly env: (address: string) => Record<string, string>;
+  readonly ledger: LedgerView;
+  readonly cleanup: () => Promise<void>;
+}
+
+/**
+ * A store on the service at `url` (undefined: in a file, or a process the test starts): each `open` makes a room
+ * of its own there (`room`: a file, a schema, a prefix, a database); the demo reaches it through `via`, the direct
+ * view at `url` itself.
+ */
+async function backing(
+  name: string,
+  url: string | undefined,
+  sharedLedger: boolean,
+  room: () => Promise<Room>,
+): Promise<Backing> {
+  return {
+    name,
+    available: url === undefined || (await serviceAvailable(name, url)),
+    target: url,
+    sharedLedger,
+    open: async (via = same) => {
+      const { env, ledger, cleanup } = await room();
+      return url === undefined
+        ? opened(env(''), env(''), ledger, cleanup)
+        : opened(env(via(url)), env(url), ledger, cleanup);
+    },
+  };
+}
+
+export const SQLITE = await backing('SQLite file', undefined, true, async () => {
+  const dir = tempDir();
+  return {
+    env: () => ({ IDEM_STORE: `sqlite:${dir.path}/idem.db` }),
+    ledger: sqliteLedger(`${dir.path}/idem.db`),
+    cleanup: async () => dir.remove(),
+  };
+});
+
+export const POSTGRES = await backing('PostgreSQL', POSTGRES_URL, true, async () => {
+  const schema = `idem_e2e_${suffix()}`;
+  const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 1 });
+  return {
+    env: (url) => ({ IDEM_STORE: withParam(url, 'schema', schema) }),
+    ledger: postgresLedger(pool, schema),
+    cleanup: async () => {
       await pool.end();
       await dropSchema(schema);
-    });
-  },
-};
+    },
+  };
+});
 
-export const REDIS: Backing = {
-  name: 'Redis',
-  available: await serviceAvailable('Redis', REDIS_URL),
-  target: REDIS_URL,
-  sharedLedger: false,
-  open: async (via = same) => {
-    const prefix = `idem_e2e_${suffix()}:`;
-    const dir = tempDir();
-    const ledger = `${dir.path}/ledger.db`;
-    const env = (url: string) => ({ IDEM_STORE: withParam(url, 'prefix', prefix), IDEM_LEDGER: ledger });
-    return opened(env(via(REDIS_URL)), env(REDIS_URL), sqliteLedger(ledger), async () => {
+export const REDIS = await backing('Redis', REDIS_URL, false, async () => {
+  const prefix = `idem_e2e_${suffix()}:`;
+  const ledger = ledgerApart();
+  return {
+    env: (url) => ({ IDEM_STORE: withParam(url, 'prefix', prefix), ...ledger.env }),
+    ledger: ledger.view,
+    cleanup: async () => {
       await deleteRedisPrefix(prefix);
-      dir.remove();
-    });
-  },
-};
+      ledger.remove();
+    },
+  };
+});
 
-export const MYSQL: Backing = {
-  name: 'MySQL',
-  available: await serviceAvailable('MySQL', MYSQL_URL),
-  target: MYSQL_URL,
-  sharedLedger: false,
-  open: async (via = same) => {
-    const database = `idem_e2e_${suffix()}`;
-    const admin = await mysql.createConnection({ uri: MYSQL_URL });
-    await admin.query(`CREATE DATABASE \`${database}\``);
-    const dir = tempDir();
-    const ledger = `${dir.path}/ledger.db`;
-    const env = (url: string) => {
+export const MYSQL = await backing('MySQL', MYSQL_URL, false, async () => {
+  const database = `idem_e2e_${suffix()}`;
+  const admin = await mysql.createConnection({ uri: MYSQL_URL });
+  await admin.query(`CREATE DATABASE \`${database}\``);
+  const ledger = ledgerApart();
+  return {
+    env: (url) => {
       const parsed = new URL(url);
       parsed.pathname = `/${database}`;
-      return { IDEM_STORE: parsed.toString(), IDEM_LEDGER: ledger };
-    };
-    return opened(env(via(MYSQL_URL)), env(MYSQL_URL), sqliteLedger(ledger), async () => {
+      return { IDEM_STORE: parsed.toString(), ...ledger.env };
+    },
+    ledger: ledger.view,
+    cleanup: async () => {
       await admin.query(`DROP DATABASE IF EXISTS \`${database}\``);
       await admin.end();
-      dir.remove();
-    });
-  },
-};
+      ledger.remove();
+    },
+  };
+});
 
-export const DYNAMODB: Backing = {
-  name: 'DynamoDB (one dynalite for all)',
-  available: true,
-  target: undefined,
-  sharedLedger: false,
-  open: async () => {
-    const local = await startLocalDynamo();
-    const dir = tempDir();
-    const ledger = `${dir.path}/ledger.db`;
-    const { port } = new URL(local.endpoint);
-    const env = { IDEM_STORE: `dynamodb://127.0.0.1:${port}?table=idem_e2e_${suffix()}`, IDEM_LEDGER: ledger };
-    return opened(env, env, sqliteLedger(ledger), async () => {
-      await local.close();
-      dir.remove();
-    });
-  },
-};
+export const DYNAMODB = await backing('DynamoDB (one dynalite process for all)', undefined, false, async () => {
+  const dynalite = startChild('dynalite-child.ts', []);
+  const { port } = new URL(await dynalite.first);
+  const ledger = ledgerApart();
+  const table = `idem_e2e_${suffix()}`;
+  return {
+    env: () => ({ IDEM_STORE: `dynamodb://127.0.0.1:${port}?table=${table}`, ...ledger.env }),
+    ledger: ledger.view,
+    cleanup: async () => {
+      dynalite.tell('', true);
+      await dynalite.done;
+      ledger.remove();
+    },
+  };
+});

@@ -24,9 +24,9 @@ import type { Outcome } from '../../packages/idem/src/core/record.js';
 import { claimRequests, waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { idem } from '../cli/helpers.js';
 import { deleteKeysUnder } from '../fixtures/redis-keys.js';
-import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { api, startDemo, type DemoProcess } from '../harness.js';
 import { redisClusterAvailable, startRedisCluster, type LocalRedisCluster } from '../redis-cluster.js';
-import { opened, sqliteLedger, type Opened } from './backings.js';
+import { ledgerApart, opened, type Opened } from './backings.js';
 import { $500, answer, held, LEASE_MS, oneChargeOfTwoHundred, takeoverAfterKill } from './scenarios.js';
 
 const available = redisClusterAvailable();
@@ -183,15 +183,15 @@ describe.skipIf(!available)('Redis Cluster: 3 primaries, 3 replicas on 127.0.0.1
 
   describe('the demo with IDEM_STORE=redis-cluster://…, three server processes', () => {
     let servers: DemoProcess[] = [];
-    const dir = tempDir();
+    const ledger = ledgerApart();
     const prefix = `idem_e2e_${randomBytes(5).toString('hex')}:`;
     let store: Opened;
 
     beforeAll(async () => {
-      const env = { IDEM_STORE: `${cluster.url}?prefix=${prefix}`, IDEM_LEDGER: `${dir.path}/ledger.db` };
-      store = opened(env, env, sqliteLedger(env.IDEM_LEDGER), async () => {
+      const env = { IDEM_STORE: `${cluster.url}?prefix=${prefix}`, ...ledger.env };
+      store = opened(env, env, ledger.view, async () => {
         await dropPrefix(prefix).catch(() => {});
-        dir.remove();
+        ledger.remove();
       });
       const withLease = { ...env, IDEM_LEASE_MS: String(LEASE_MS) };
       servers = await Promise.all([startDemo(withLease), startDemo(withLease), startDemo(withLease)]);
