@@ -10,17 +10,18 @@
  */
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
-import { recordPk, type ClaimRequest, type ClaimResult, type RoundTrip } from 'idem';
+import type { ClaimRequest, ClaimResult, RoundTrip } from 'idem';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { describe, expect, it } from 'vitest';
+import { claimRequests, LEASE, T0 } from '../../packages/idem/src/testing/fixtures.js';
 import { freshFile, seamedAfterRead } from '../fixtures/sqlite.js';
 
-const T0 = Date.parse('2026-01-01T00:00:00Z');
 const NOW = T0 + 60_000;
-const LEASE = 10_000;
 const TTL = 86_400_000;
 const scope = 'acct_condition';
 const MINE = 'a'.repeat(64);
+/** The raced claim's request: a fresh key under MINE, at NOW. */
+const claimRequest = claimRequests({ scope, fingerprint: MINE });
 const OTHER = 'b'.repeat(64);
 
 const lapsed = NOW - 1;
@@ -90,8 +91,8 @@ function writeRival(file: string, pk: string, key: string, rivalId: string, row:
  */
 async function raceClaim(row: RivalRow): Promise<Raced> {
   const file = freshFile();
-  const key = randomUUID();
-  const pk = recordPk(scope, key);
+  const request = claimRequest({ token: 'my-token', id: 'my-fresh-id', now: NOW, ttlMs: TTL });
+  const { pk, key } = request;
   const rivalId = `rival-${randomUUID()}`;
   // The seam: the claim's pre-read of the key; B writes right after it.
   const seamed = seamedAfterRead(new Database(file), () => writeRival(file, pk, key, rivalId, row));
@@ -99,17 +100,6 @@ async function raceClaim(row: RivalRow): Promise<Raced> {
   const store = sqliteStore({ database: seamed, closeDatabase: true, onRoundTrip: (trip) => void trips.push(trip) });
   await store.migrate();
   trips.length = 0;
-  const request: ClaimRequest = {
-    pk,
-    scope,
-    key,
-    fingerprint: MINE,
-    token: 'my-token',
-    id: 'my-fresh-id',
-    now: NOW,
-    leaseMs: LEASE,
-    ttlMs: TTL,
-  };
   try {
     const result = await store.claim(request);
     const trip = trips[0] as RoundTrip;
