@@ -12,7 +12,7 @@ import { createEngine, recordPk } from 'idem';
 import { dynamodbStore, type DynamoDBStore } from 'idem/stores/dynamodb';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Outcome } from '../../packages/idem/src/core/record.js';
-import { claimRequests, LEASE, T0, TTL } from '../../packages/idem/src/testing/fixtures.js';
+import { claimedRecord, claimRequests, LEASE, T0, TTL } from '../../packages/idem/src/testing/fixtures.js';
 import { startLocalDynamo } from '../../apps/demo/src/local-dynamo.js';
 import { startReplyDropProxy, type ReplyDropProxy, type SeenRequest } from './reply-drop-proxy.js';
 
@@ -87,21 +87,7 @@ describe('dynamodb store: a write applied, its reply lost, resent by the SDK (ma
   it('claim: the resend refused by its own first write is claimed, with the record that write made', async () => {
     const req = request();
     const result = await withLostReply(write('PutItem', req.pk), () => store.claim(req));
-    const record = {
-      pk: req.pk,
-      scope,
-      key: req.key,
-      status: 'in_progress',
-      fingerprint: req.fingerprint,
-      id: req.id,
-      token: req.token,
-      claimedAt: T0,
-      leaseExpiresAt: T0 + LEASE,
-      expiresAt: T0 + TTL,
-      retryable: false,
-      resultId: null,
-      response: null,
-    };
+    const record = claimedRecord(req);
     expect(result).toEqual({ kind: 'claimed', record });
     expect(await store.get(req.pk)).toEqual(record);
     // Another request's claim is still refused.

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { recordPk } from '../core/key.js';
-import type { ClaimRequest, IdempotencyStore, Outcome } from '../core/record.js';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, Outcome } from '../core/record.js';
 
 /** The instant every store test starts at: the clock is injected, so a real backend sees it too. */
 export const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -50,6 +50,29 @@ export function claimRequests({
     };
   };
 }
+
+/**
+ * The record a fresh claim of `req` writes: `in_progress` under its token and id, its lease and life counted from
+ * its `now`, no outcome yet.
+ *
+ * @example
+ * expect(await store.claim(req)).toEqual({ kind: 'claimed', record: claimedRecord(req) })
+ */
+export const claimedRecord = (req: ClaimRequest): IdempotencyRecord => ({
+  pk: req.pk,
+  scope: req.scope,
+  key: req.key,
+  status: 'in_progress',
+  fingerprint: req.fingerprint,
+  id: req.id,
+  token: req.token,
+  claimedAt: req.now,
+  leaseExpiresAt: req.now + req.leaseMs,
+  expiresAt: req.now + req.ttlMs,
+  retryable: false,
+  resultId: null,
+  response: null,
+});
 
 /**
  * A final success with a small JSON response (`{}`, 201): what most store tests complete with.

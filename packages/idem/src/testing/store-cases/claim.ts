@@ -5,31 +5,17 @@
 import { randomUUID } from 'node:crypto';
 import { expect, it } from 'vitest';
 import type { IdempotencyRecord } from '../../core/record.js';
-import { LEASE, T0, TTL } from '../fixtures.js';
+import { claimedRecord, T0 } from '../fixtures.js';
 import type { StoreKit } from './kit.js';
 
 export function claimCases<Tx>(kit: StoreKit<Tx>): void {
-  const { scope, request, claimed, refusedClaimTrips, contendedClaimExtraTrips } = kit;
+  const { request, claimed, refusedClaimTrips, contendedClaimExtraTrips } = kit;
   it('a fresh claim writes in_progress with the request token, id and times, in one round trip', async () => {
     const req = request();
     const before = kit.store.roundTrips;
     const record = await claimed(req);
     expect(kit.store.roundTrips - before).toBe(1);
-    expect(record).toEqual({
-      pk: req.pk,
-      scope,
-      key: req.key,
-      status: 'in_progress',
-      fingerprint: req.fingerprint,
-      id: req.id,
-      token: req.token,
-      claimedAt: T0,
-      leaseExpiresAt: T0 + LEASE,
-      expiresAt: T0 + TTL,
-      retryable: false,
-      resultId: null,
-      response: null,
-    });
+    expect(record).toEqual(claimedRecord(req));
     expect(await kit.store.get(req.pk)).toEqual(record);
   });
 
