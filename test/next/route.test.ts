@@ -9,11 +9,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { NextRequest, NextResponse } from 'next/server.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { idempotency } from 'idem/http';
 import { sqliteStore } from 'idem/stores/sqlite';
 import type { IdempotencyStore } from 'idem';
+import { nextServer } from '#test/runtimes/next/server.js';
+
+// next installs on first use (test/runtimes/install.ts).
+const { NextRequest, NextResponse } = nextServer();
+type NextRequest = InstanceType<typeof NextRequest>;
 
 interface ChargeBody {
   readonly amount: number;

