@@ -52,23 +52,24 @@ export function claimRequests({
 }
 
 /**
- * The record a fresh claim of `req` writes: `in_progress` under its token and id, its lease and life counted from
- * its `now`, no outcome yet.
+ * The record a fresh claim of `req` (a {@link claimRequests} request, at {@link T0}) writes: `in_progress` under
+ * its token and id, for {@link LEASE} and {@link TTL}, no outcome yet. Spelt out, not derived from `req`'s times:
+ * the store under test computes those.
  *
  * @example
  * expect(await store.claim(req)).toEqual({ kind: 'claimed', record: claimedRecord(req) })
  */
-export const claimedRecord = (req: ClaimRequest): IdempotencyRecord => ({
-  pk: req.pk,
-  scope: req.scope,
-  key: req.key,
+export const claimedRecord = ({ pk, scope, key, fingerprint, id, token }: ClaimRequest): IdempotencyRecord => ({
+  pk,
+  scope,
+  key,
   status: 'in_progress',
-  fingerprint: req.fingerprint,
-  id: req.id,
-  token: req.token,
-  claimedAt: req.now,
-  leaseExpiresAt: req.now + req.leaseMs,
-  expiresAt: req.now + req.ttlMs,
+  fingerprint,
+  id,
+  token,
+  claimedAt: T0,
+  leaseExpiresAt: T0 + LEASE,
+  expiresAt: T0 + TTL,
   retryable: false,
   resultId: null,
   response: null,
