@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { section as storeWorkSection, type StoreWorkResult } from './store-report.js';
 import { barChart } from './svg.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -1100,6 +1101,11 @@ function report(r: Results): void {
 
   const notesFile = join(ROOT, 'bench', 'notes.md');
   const notes = existsSync(notesFile) ? readFileSync(notesFile, 'utf8') : '';
+  // The store-work section, from its own script's last run (`npm run bench:store -- --write`, bench/store-work.ts).
+  const storeWorkFile = join(ROOT, 'docs', 'bench', 'store-work.json');
+  const storeWork = existsSync(storeWorkFile)
+    ? ['', storeWorkSection(JSON.parse(readFileSync(storeWorkFile, 'utf8')) as StoreWorkResult)]
+    : [];
   const m = r.machine;
   const doc = [
     '# Benchmarks',
@@ -1123,6 +1129,7 @@ function report(r: Results): void {
     ...targetLines,
     '',
     ...lines,
+    ...storeWork,
     '',
     notes,
     '',

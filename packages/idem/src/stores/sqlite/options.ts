@@ -32,7 +32,8 @@ export type SqliteTx = SqliteDatabase;
  * `response` holds what each returned, in the same order — its rows (a `Buffer` for a BLOB), `{ changes }` for a
  * write without `RETURNING`, `null` for DDL. A claim first reads the row (`SELECT`); a refusal ends there. Otherwise
  * the upsert follows in the same trip, and if another connection took the key between the two, the upsert's
- * `RETURNING` is empty and a second `SELECT` reads the row that stopped it.
+ * `RETURNING` is empty and a second `SELECT` reads the row that stopped it (then the upsert again, should that row
+ * have moved on since). A completion without effects is its `UPDATE` alone.
  */
 export interface SqliteRoundTripRequest {
   readonly statements: ReadonlyArray<{ readonly sql: string; readonly params?: Readonly<Record<string, unknown>> }>;
