@@ -1,10 +1,10 @@
 /**
  * The SQLite claim's SQL condition, reached. A claim reads the row first and answers a refusal from that read; only
- * a key it found free or claimable goes on to `BEGIN IMMEDIATE` and the upsert, whose `WHERE` decides again on
- * the row under the write lock. No other test reaches that `WHERE` with a row the read did not see, so a condition
+ * a key it found free or claimable goes on to the upsert, whose `WHERE` decides again on the row under the write
+ * lock. No other test reaches that `WHERE` with a row the read did not see, so a condition
  * dropped from it (the fingerprint's, say) went unnoticed. Here a second better-sqlite3 connection to the same
  * file takes the write lock with `BEGIN IMMEDIATE`, writes the row and commits — exactly after the first
- * connection's read of the key and before its own `BEGIN IMMEDIATE` (better-sqlite3 is synchronous, so the read
+ * connection's read of the key and before its upsert (better-sqlite3 is synchronous, so the read
  * statement's `get` is the seam) — and the claim must be decided by the SQL condition alone: the trip shows the
  * read that found nothing, the upsert, and (refused) the read of the row that stopped it.
  */
