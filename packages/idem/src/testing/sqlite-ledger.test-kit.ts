@@ -15,15 +15,19 @@ import type { AdapterConformanceOptions } from './adapter-harness.js';
 
 type SqliteLedgerStore = ReturnType<typeof sqliteStore<Database.Database>>;
 
-/** `createStore`, `effect` and `countEffects` for {@link describeAdapterConformance}; `name` names the folder. */
+/**
+ * `createStore`, `effect` and `countEffects` for {@link describeAdapterConformance}; `name` names the folder.
+ * `makeStore` is `sqliteStore` from another build of the library (test/runtimes/nest.test.ts: the built package).
+ */
 export function sqliteLedger(
   name: string,
+  makeStore: typeof sqliteStore = sqliteStore,
 ): Omit<AdapterConformanceOptions<Database.Database, SqliteLedgerStore>, 'harness'> {
   const dir = mkdtempSync(join(tmpdir(), `idem-${name}-conformance-`));
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   return {
     createStore: async () => {
-      const store = sqliteStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
+      const store = makeStore({ database: new Database(join(dir, `${randomUUID()}.db`)), closeDatabase: true });
       await store.migrate();
       store.database.exec('CREATE TABLE ledger (ref TEXT NOT NULL UNIQUE)');
       return store;
