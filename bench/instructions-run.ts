@@ -21,56 +21,16 @@ import { idempotency as expressIdempotency } from '../packages/idem/src/adapters
 import { idempotency as fastifyIdempotency } from '../packages/idem/src/adapters/fastify/index.js';
 import { idempotency as honoIdempotency } from '../packages/idem/src/adapters/hono/index.js';
 import { idempotency } from '../packages/idem/src/http/middleware.js';
-import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
+import type { IdempotencyStore } from '../packages/idem/src/core/record.js';
 import { memoryStore } from '../packages/idem/src/stores/memory/index.js';
 import { fromNodeRedis, redisStore, type NodeRedisClient } from '../packages/idem/src/stores/redis/index.js';
 import { bridge } from './bridge.js';
 import { niRoute } from './ni.js';
+import { nullStore } from './null-store.js';
 
 const [kind = 'new', storeName = 'memory', countText = '100'] = process.argv.slice(2);
 const count = Number(countText);
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
-
-/**
- * A store that does no work of its own: it keeps the one record last written in a variable, with no copies, no
- * limits and no clock checks, so what remains of a request's cost is Idem's (and the Web objects').
- */
-function nullStore(): IdempotencyStore {
-  let kept: IdempotencyRecord | undefined;
-  return {
-    name: 'null',
-    roundTrips: 0,
-    claim: async (request) => {
-      if (kept?.pk === request.pk) return { kind: 'existing', record: kept };
-      kept = {
-        pk: request.pk,
-        scope: request.scope,
-        key: request.key,
-        status: 'in_progress',
-        fingerprint: request.fingerprint,
-        id: request.id,
-        token: request.token,
-        claimedAt: request.now,
-        leaseExpiresAt: request.now + request.leaseMs,
-        expiresAt: request.now + request.ttlMs,
-        retryable: false,
-        resultId: null,
-        response: null,
-      };
-      return { kind: 'claimed', record: kept };
-    },
-    complete: async ({ outcome }) => {
-      if (kept) kept = { ...kept, ...outcome };
-      return { ok: true };
-    },
-    renew: async () => ({ ok: true }),
-    release: async () => ({ ok: true }),
-    get: async () => kept ?? null,
-    sweep: async () => 0,
-    list: async () => [],
-    close: async () => {},
-  };
-}
 
 let ids = 0;
 if (storeName.startsWith('express-')) {
