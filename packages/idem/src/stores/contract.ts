@@ -1,27 +1,8 @@
 /**
- * @module The store contract (defined beside the record in core) and the helpers stores share.
+ * @module The store contract (defined beside the record in core) and the helpers stores share: the one path by
+ * which a store imports the contract.
  */
-export type {
-  ClaimRequest,
-  ClaimResult,
-  CompleteRequest,
-  IdempotencyRecord,
-  IdempotencyStore,
-  ListRequest,
-  Outcome,
-  RecordStatus,
-  ReleaseRequest,
-  LocalTransactionRequest,
-  LocalTransactionResult,
-  LocalTransactionWork,
-  RenewRequest,
-  RoundTrip,
-  RoundTripObserver,
-  StoredResponse,
-  SweepRequest,
-  WriteResult,
-} from '../core/record.js';
-export { claimedRecord, isClaimable } from '../core/record.js';
+export * from '../core/record.js';
 
 /** Serialised form of a response's headers, shared by stores that keep them as JSON text. */
 export function encodeHeaders(headers: ReadonlyArray<readonly [string, string]>): string {

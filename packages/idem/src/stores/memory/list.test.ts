@@ -3,7 +3,7 @@
  * scope's order — the same answer a stable sort of the whole scope gives, without sorting it.
  */
 import { describe, expect, it } from 'vitest';
-import type { IdempotencyRecord } from '../../core/record.js';
+import type { IdempotencyRecord } from '../contract.js';
 import { memoryStore } from './index.js';
 
 const claim = (store: ReturnType<typeof memoryStore>, key: string, now: number) =>

@@ -4,7 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../contract.js';
 import type {
   ClaimRequest,
   ClaimResult,

@@ -2,9 +2,13 @@
  * Database-local work (`runLocal`): the claim, the work's own statements and the completion in one transaction on
  * one connection, with the timeline of the race it closes in the comment on `runLocal`.
  */
-import { LocalWorkAbortedError, type LocalTransactionRequest, type LocalTransactionResult } from '../../core/record.js';
-import type { Outcome } from '../contract.js';
-import { isClaimable } from '../contract.js';
+import {
+  isClaimable,
+  LocalWorkAbortedError,
+  type LocalTransactionRequest,
+  type LocalTransactionResult,
+  type Outcome,
+} from '../contract.js';
 import { claimValues, MAX_CLAIM_ATTEMPTS, sqlState } from './claim.js';
 import { outcomeValues, toRecord, type Row } from './codec.js';
 import type { PostgresPool, PostgresPoolClient, PostgresQueryable, PostgresQueryResult } from './options.js';

@@ -2,7 +2,7 @@
  * The PostgreSQL store's public shapes: the subset of `pg` it calls (pool, checked-out client, query result), its
  * options, the store's interface, and what `onRoundTrip` receives.
  */
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../contract.js';
 import type { ClaimRequest, IdempotencyStore, RoundTripObserver } from '../contract.js';
 
 /** The part of a query result the store reads (`pg`'s `QueryResult` has it). */

@@ -5,7 +5,7 @@
  */
 import { configError } from '../../core/errors.js';
 import { isThenable } from '../../core/local.js';
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../contract.js';
 import type {
   ClaimRequest,
   ClaimResult,

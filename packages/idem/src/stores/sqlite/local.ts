@@ -4,8 +4,13 @@
  */
 import { configError } from '../../core/errors.js';
 import { isThenable } from '../../core/local.js';
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
-import type { ClaimRequest, ClaimResult, Outcome } from '../contract.js';
+import type {
+  ClaimRequest,
+  ClaimResult,
+  LocalTransactionRequest,
+  LocalTransactionResult,
+  Outcome,
+} from '../contract.js';
 import type { SqliteDatabase } from './options.js';
 
 /**

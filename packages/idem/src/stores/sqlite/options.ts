@@ -2,7 +2,7 @@
  * The SQLite store's public shapes: the subset of better-sqlite3 it calls, its options, the store's interface,
  * and what `onRoundTrip` receives.
  */
-import type { LocalTransactionRequest, LocalTransactionResult } from '../../core/record.js';
+import type { LocalTransactionRequest, LocalTransactionResult } from '../contract.js';
 import type { ClaimRequest, IdempotencyStore, RoundTripObserver } from '../contract.js';
 
 /** The subset of a better-sqlite3 `Statement` the store calls. */
