@@ -132,55 +132,34 @@ describe('lab fault headers and lab routes do nothing unless lab mode is on', ()
     expect((await fetch(`${production.url}/v1/model`, { headers: ALICE })).status).toBe(404);
   });
 
-  it('IDEM_CLOCK_SKEW_MS is refused at startup without lab mode (exit 2, the variable named)', async () => {
-    const root = fileURLToPath(new URL('../..', import.meta.url));
-    const child = spawn(process.execPath, ['--import', 'tsx', 'apps/demo/src/server.ts'], {
-      cwd: root,
-      env: {
-        PATH: process.env.PATH,
-        NODE_NO_WARNINGS: '1',
-        PORT: '0',
-        IDEM_STORE: 'memory:',
-        IDEM_LEDGER: ':memory:',
-        IDEM_LAB: '0',
-        IDEM_CLOCK_SKEW_MS: '500',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let output = '';
-    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
-    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    expect([code, output.includes('IDEM_CLOCK_SKEW_MS'), output.includes('listening')]).toEqual([2, true, false]);
+  const LAB_KEYS = 'sk_live_mine:acct_mine,sk_test_alice:acct_alice';
+  /** Configurations refused at startup: one line on stderr, exit 2, nothing bound. */
+  it.each([
+    [
+      'IDEM_CLOCK_SKEW_MS without lab mode',
+      { IDEM_LAB: '0', IDEM_CLOCK_SKEW_MS: '500' },
+      'IDEM_CLOCK_SKEW_MS (--clock-skew-ms) is a lab setting: it needs IDEM_LAB=1.',
+    ],
+    [
+      'lab mode on a HOST that is not loopback',
+      { IDEM_LAB: '1', HOST: '0.0.0.0' },
+      'lab mode listens on loopback only, got HOST=0.0.0.0: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.',
+    ],
+    [
+      'no IDEM_API_KEYS outside lab mode (the sk_test_ keys are lab-only)',
+      { IDEM_LAB: '0' },
+      'IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.',
+    ],
+    [
+      'an sk_test_ key in IDEM_API_KEYS outside lab mode',
+      { IDEM_LAB: '0', IDEM_API_KEYS: LAB_KEYS },
+      "IDEM_API_KEYS (--api-keys) holds an sk_test_ key outside lab mode: those are the lab's published keys; give keys of your own.",
+    ],
+  ])('refused at startup: %s', async (_, env, message) => {
+    expect(await startup(env)).toEqual({ code: 2, stdout: '', stderr: `idem demo: ${message}\n` });
   });
 
-  it('lab mode refuses a HOST that is not loopback: one line on stderr, exit 2, nothing bound', async () => {
-    const refused = await startup({ IDEM_LAB: '1', HOST: '0.0.0.0' });
-    expect(refused).toEqual({
-      code: 2,
-      stdout: '',
-      stderr:
-        'idem demo: lab mode listens on loopback only, got HOST=0.0.0.0: use HOST=127.0.0.1, or set IDEM_LAB_ALLOW_REMOTE=1 to expose the lab on purpose.\n',
-    });
-  });
-
-  it('the sk_test_ keys are lab-only: outside lab mode, no IDEM_API_KEYS is a one-line refusal to start (exit 2)', async () => {
-    expect(await startup({ IDEM_LAB: '0' })).toEqual({
-      code: 2,
-      stdout: '',
-      stderr:
-        'idem demo: IDEM_API_KEYS (--api-keys) is required outside lab mode (the sk_test_ keys are lab-only): give apikey:account pairs.\n',
-    });
-  });
-
-  it('outside lab mode an sk_test_ key in IDEM_API_KEYS is a one-line refusal to start (exit 2), in lab mode it serves', async () => {
-    const keys = 'sk_live_mine:acct_mine,sk_test_alice:acct_alice';
-    expect(await startup({ IDEM_LAB: '0', IDEM_API_KEYS: keys })).toEqual({
-      code: 2,
-      stdout: '',
-      stderr:
-        "idem demo: IDEM_API_KEYS (--api-keys) holds an sk_test_ key outside lab mode: those are the lab's published keys; give keys of your own.\n",
-    });
-    expect((await startup({ IDEM_LAB: '1', IDEM_API_KEYS: keys })).code).toBe('listening');
+  it('in lab mode an sk_test_ key in IDEM_API_KEYS serves', async () => {
+    expect((await startup({ IDEM_LAB: '1', IDEM_API_KEYS: LAB_KEYS })).code).toBe('listening');
   });
 });
