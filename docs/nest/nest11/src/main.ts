@@ -1,0 +1,12 @@
+// main.ts — NestJS 11 (CommonJS): no top-level await, so the app starts in a function.
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { AppModule } from './app.module';
+
+async function bootstrap() {
+  const app = await NestFactory.create(AppModule, { rawBody: true }); // rawBody is required: see below
+  await app.listen(process.env.PORT ?? 3000);
+}
+void bootstrap();
+
+// Fastify: NestFactory.create<NestFastifyApplication>(AppModule, new FastifyAdapter(), { rawBody: true })
