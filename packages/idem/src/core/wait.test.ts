@@ -2,23 +2,29 @@ import { describe, expect, it } from 'vitest';
 import { answer, DAY, setup, step } from './engine.test-kit.js';
 import { recordPk } from './key.js';
 
+/** A first attempt holding the lease, and a second attempt (its work answers 201 `second`) waiting on it. */
+async function waiting(options: { waitForOutcomeMs: number; leaseMs: number }) {
+  const { engine, request, clock } = setup(options);
+  const first = await engine.begin(request);
+  if (first.kind !== 'lease') throw new Error('expected a lease');
+  const counted = { runs: 0 };
+  const waiter = engine.run(request, async () => {
+    counted.runs++;
+    return answer(201, 'second');
+  });
+  return { clock, lease: first.lease, waiter, counted };
+}
+
 describe('waitForOutcomeMs when the first attempt ends retryable or is released', () => {
   for (const ending of ['failed-retryable', 'release'] as const) {
     it(`runs the waiter's work on the freed key (${ending}) instead of a stale 409`, async () => {
-      const { engine, request, clock } = setup({ waitForOutcomeMs: 1_000, leaseMs: 10_000 });
-      const first = await engine.begin(request);
-      if (first.kind !== 'lease') throw new Error('expected a lease');
-      let runs = 0;
-      const waiter = engine.run(request, async () => {
-        runs++;
-        return answer(201, 'second');
-      });
+      const { clock, lease, waiter, counted } = await waiting({ waitForOutcomeMs: 1_000, leaseMs: 10_000 });
       // The waiter polls with the injected clock; the first attempt ends inside its last poll interval.
       await step(clock, 900);
-      await (ending === 'release' ? first.lease.release() : first.lease.complete(answer(503)));
+      await (ending === 'release' ? lease.release() : lease.complete(answer(503)));
       await step(clock, 200);
       const result = await waiter;
-      expect(runs).toBe(1);
+      expect(counted.runs).toBe(1);
       expect(result.replayed).toBe(false);
       expect(new TextDecoder().decode(result.response.body)).toBe('second');
     });
@@ -27,20 +33,13 @@ describe('waitForOutcomeMs when the first attempt ends retryable or is released'
 
 describe('waitForOutcomeMs with a holder that keeps renewing', () => {
   it('waits past the first lease it saw, until the outcome, and replays it', async () => {
-    const { engine, request, clock } = setup({ waitForOutcomeMs: 5_000, leaseMs: 1_000 });
-    const first = await engine.begin(request);
-    if (first.kind !== 'lease') throw new Error('expected a lease');
-    let runs = 0;
-    const waiter = engine.run(request, async () => {
-      runs++;
-      return answer(201, 'second');
-    });
+    const { clock, lease, waiter, counted } = await waiting({ waitForOutcomeMs: 5_000, leaseMs: 1_000 });
     // The holder renews (every leaseMs / 3) well past its first lease, then answers at 2.5 s.
     await step(clock, 2_500);
-    await first.lease.complete(answer(201, 'first'));
+    await lease.complete(answer(201, 'first'));
     await step(clock, 600);
     const result = await waiter;
-    expect(runs).toBe(0);
+    expect(counted.runs).toBe(0);
     expect([result.replayed, new TextDecoder().decode(result.response.body)]).toEqual([true, 'first']);
   });
 
