@@ -5,14 +5,22 @@
  * `node_modules/idem`, both loaded by Node's own ESM loader, so `idem/nest` imports NestJS 12, never the repo's
  * NestJS 11. The adapter conformance suite runs on it over real HTTP against SQLite stores from the same build
  * (new key, byte-identical replay, 409 while in flight, 400 on mismatch, 503 with the store down, …), as
- * packages/idem/src/adapters/nest/conformance.test.ts runs it on NestJS 11.
+ * packages/idem/src/adapters/nest/conformance.test.ts runs it on NestJS 11; and a timeout interceptor's 408 as
+ * time.test.ts checks it there. Then the docs' NestJS projects (docs/nest) compile under each version's default
+ * tsconfig, and the NestJS 11 build starts.
  */
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import type { Server } from 'node:http';
 import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import type * as NestCommon from '@nestjs/common';
+import type * as Rx from 'rxjs';
+import type { NestRequest } from 'idem/nest';
+import type * as MemoryStores from 'idem/stores/memory';
 import type * as SqliteStores from 'idem/stores/sqlite';
 import { describeAdapterConformance } from 'idem/testing';
 import { sqliteLedger } from '../../packages/idem/src/testing/sqlite-ledger.test-kit.js';
@@ -73,6 +81,74 @@ describe('the NestJS this file runs on', () => {
 describeAdapterConformance({
   harness: nestHarness('express', libraries),
   ...sqliteLedger('nest12', sqliteStore),
+});
+
+/** NestJS 12's own `rxjs` and `RequestTimeoutException`, for the timeout interceptor of Nest's documentation. */
+const rx = await fromNest12<typeof Rx>('rxjs');
+const { RequestTimeoutException, UseInterceptors } = await fromNest12<typeof NestCommon>('@nestjs/common');
+const { memoryStore } = await fromNest12<typeof MemoryStores>('idem/stores/memory');
+
+describe(`a timeout interceptor on NestJS ${NEST12_VERSION}`, () => {
+  it('answers 408 at once; retries get 409 while the handler runs, then run it again once it has settled', async () => {
+    const { Controller, Module, Post, Req } = libraries.common;
+    const runs: number[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    class TimeoutInterceptor {
+      intercept(_context: unknown, next: { handle(): Rx.Observable<unknown> }) {
+        return next.handle().pipe(
+          rx.timeout(100),
+          rx.catchError((error: unknown) =>
+            rx.throwError(() => (error instanceof rx.TimeoutError ? new RequestTimeoutException() : error)),
+          ),
+        );
+      }
+    }
+    class Charges {
+      async slow(req: NestRequest): Promise<object> {
+        const run = runs.push(runs.length + 1);
+        if (run === 1) await held;
+        return { run, id: libraries.idem.idempotencyContext(req)?.id };
+      }
+    }
+    Controller('timed')(Charges);
+    UseInterceptors(TimeoutInterceptor)(Charges);
+    Post('slow')(Charges.prototype, 'slow', Object.getOwnPropertyDescriptor(Charges.prototype, 'slow') ?? {});
+    Req()(Charges.prototype, 'slow', 0);
+    class AppModule {}
+    const store = memoryStore();
+    Module({
+      imports: [libraries.idem.IdempotencyModule.forRoot({ store, scope: 'single-tenant', onError: () => {} })],
+      controllers: [Charges],
+    })(AppModule);
+    const app = await libraries.core.NestFactory.create(AppModule, {
+      rawBody: true,
+      logger: false,
+      abortOnError: false,
+    });
+    onTestFinished(() => app.close());
+    await app.listen(0, '127.0.0.1');
+    const { port } = (app.getHttpServer() as Server).address() as AddressInfo;
+    const send = async () => {
+      const response = await fetch(`http://127.0.0.1:${port}/timed/slow`, {
+        method: 'POST',
+        headers: { 'idempotency-key': 'nest12-timeout', 'content-type': 'application/json' },
+        body: '{"amount":100}',
+      });
+      return [response.status, await response.text()] as const;
+    };
+
+    expect((await send())[0]).toBe(408);
+    expect(await send()).toEqual([409, expect.stringContaining('idempotency-key-in-use') as string]);
+    release();
+    let retry = await send();
+    for (let tries = 0; retry[0] === 409 && tries < 200; tries += 1) retry = await send();
+    const [status, body] = retry;
+    const { id } = JSON.parse(body) as { id: string };
+    expect([status, JSON.parse(body)]).toEqual([201, { run: 2, id }]);
+    expect(await send()).toEqual([201, body]);
+    expect(runs).toEqual([1, 2]);
+  });
 });
 
 /** `tsc -p project`, type-checking only; its exit code and output. */
