@@ -9,12 +9,11 @@
  * Seeded: `IDEM_FUZZ_SEED=<n>` replays a run; the seed is printed either way.
  */
 import { randomUUID } from 'node:crypto';
-import Database from 'better-sqlite3';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { describe, expect, it } from 'vitest';
 import { authorization, body, contentType, fetchCase, AUTH, fetchKeyShape } from './arbitraries.js';
-import { API_KEY, chargeOf, expected, MiB, type Expected, type SeenRequest } from './oracle.js';
+import { chargeOf, expected, MiB, type Expected, type SeenRequest } from './oracle.js';
+import { fuzzedDemo } from './demo.js';
 import { rawExchange, rawRequest, type RawOutcome } from './raw.js';
 
 const SEED = Number(process.env.IDEM_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -28,32 +27,9 @@ const nextPrefix = (): string => `f${SEED.toString(36)}.${(unique++).toString(36
 // ---- the server and its database -------------------------------------------------------------------------
 
 describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
-  const dir = tempDir('idem-fuzz-');
-  let server: DemoProcess;
-  let db: Database.Database;
-  const counts = () => ({
-    charges: (db.prepare('SELECT COUNT(*) AS n FROM charges').get() as { n: number }).n,
-    records: (db.prepare('SELECT COUNT(*) AS n FROM idem_records').get() as { n: number }).n,
-  });
-  const tally = new Map<string, number>();
-  const count = (what: string) => tally.set(what, (tally.get(what) ?? 0) + 1);
-
-  beforeAll(async () => {
-    console.log(`fuzz seed ${SEED} (IDEM_FUZZ_SEED=${SEED} replays it)`);
-    // Outside lab mode the test keys must be configured (HEAD ignores the variable; the incoming config requires it).
-    server = await startDemo({
-      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
-      IDEM_LAB: '0',
-      IDEM_API_KEYS: `${API_KEY}:acct_alice`,
-    });
-    db = new Database(`${dir.path}/idem.db`, { readonly: true, fileMustExist: true });
-  });
-  afterAll(async () => {
-    db?.close();
-    await server?.stop();
-    dir.remove();
-    console.log('fuzz tally:', Object.fromEntries([...tally].sort()));
-  });
+  const demo = fuzzedDemo('fuzz', SEED, '0');
+  const { count } = demo;
+  const counts = () => ({ charges: demo.rows('charges'), records: demo.rows('idem_records') });
 
   /** Checks one exchange against what the oracle owes: the answer, then the ledger and records deltas. */
   async function check(
@@ -116,7 +92,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
         const answer = broken
           ? fromRaw(
               await rawExchange(
-                server.url,
+                demo.url,
                 rawRequest(
                   c.method,
                   c.target,
@@ -128,7 +104,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
                 ),
               ),
             )
-          : await viaFetch(server.url, c.method, c.target, headers, c.body);
+          : await viaFetch(demo.url, c.method, c.target, headers, c.body);
         await check(want, seen, answer, before);
       }),
       { seed: SEED, numRuns: FETCH_RUNS, interruptAfterTimeLimit: 60_000 },
@@ -233,7 +209,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
         const refused = (status: number): Expected => ({ status, charges: false, records: false });
         const want: Expected = parserRefuses ? refused(400) : foreignAuthority ? refused(421) : expected(seen);
         const before = counts();
-        const outcome = await rawExchange(server.url, rawRequest(c.method, c.target, headers, payload));
+        const outcome = await rawExchange(demo.url, rawRequest(c.method, c.target, headers, payload));
         if (c.framing === 'long' && !parserRefuses && !foreignAuthority) {
           // A body that never arrives (the client half-closed early): answered from the line and headers alone if
           // they decide it (a 401 before any body is read; a GET, which has no body to wait for), else 400 or closed.
@@ -270,7 +246,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     for (const [name, bytes, headers, status, charges] of cases) {
       const before = counts();
       const answer = await viaFetch(
-        server.url,
+        demo.url,
         'POST',
         '/v1/charges',
         new Headers({ authorization: AUTH, 'content-type': 'application/json', ...headers }),
@@ -288,7 +264,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     const big = pad(MiB + 1);
     const chunked = Buffer.concat([Buffer.from(`${big.length.toString(16)}\r\n`), big, Buffer.from('\r\n0\r\n\r\n')]);
     const outcome = await rawExchange(
-      server.url,
+      demo.url,
       rawRequest(
         'POST',
         '/v1/charges',
@@ -304,7 +280,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
       'application/problem+json',
     ]);
     const header = await rawExchange(
-      server.url,
+      demo.url,
       rawRequest(
         'POST',
         '/v1/charges',
@@ -372,7 +348,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     ];
     for (const request of valid) {
       const before = counts();
-      const outcome = await rawExchange(server.url, request);
+      const outcome = await rawExchange(demo.url, request);
       expect(outcome.kind === 'response' ? outcome.status : outcome.kind).toBe(201);
       expect(counts().charges - before.charges).toBe(1);
     }
@@ -399,7 +375,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     ];
     for (const request of invalid) {
       const before = counts();
-      const outcome = await rawExchange(server.url, request);
+      const outcome = await rawExchange(demo.url, request);
       expect(
         outcome.kind === 'response' ? [outcome.status, outcome.headers.get('content-type')] : outcome.kind,
       ).toEqual([400, 'application/problem+json']);
@@ -408,7 +384,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     // The Host header never routes a request: an unlisted one is refused (421) before any route is looked at, and a
     // listed one with a path in it is not a Host.
     const routed = await rawExchange(
-      server.url,
+      demo.url,
       Buffer.from(
         `GET /v1/charges HTTP/1.1\r\nHost: balance.example\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`,
       ),
@@ -418,7 +394,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
       'application/problem+json',
     ]);
     const listed = await rawExchange(
-      server.url,
+      demo.url,
       Buffer.from(`GET /v1/charges HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${AUTH}\r\nConnection: close\r\n\r\n`),
     );
     expect(
@@ -429,7 +405,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
     // A charge id that is not valid percent-encoding is a charge that does not exist.
     for (const id of ['%E0%A4%A', '%', '%zz', '%C0%AF']) {
       const answer = await viaFetch(
-        server.url,
+        demo.url,
         'GET',
         `/v1/charges/${id}`,
         new Headers({ authorization: AUTH }),
@@ -437,7 +413,7 @@ describe(`fuzzed bad input over TCP (seed ${SEED})`, () => {
       );
       expect([id, answer.status, answer.contentType]).toEqual([id, 404, 'application/problem+json']);
     }
-    expect((await fetch(`${server.url}/healthz`)).status).toBe(200);
+    expect((await fetch(`${demo.url}/healthz`)).status).toBe(200);
     expect(chargeOf(Buffer.from(body))).toEqual({ amount: 4343, currency: 'usd', source: 'tok_visa' });
   });
 });

@@ -19,10 +19,9 @@
  * Seeded: `IDEM_FUZZ_SEED=<n>` replays the generated sequences (which concurrent duplicate wins is up to the
  * server; the property accepts each legitimate outcome and nothing else). The seed is printed either way.
  */
-import Database from 'better-sqlite3';
 import fc from 'fast-check';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startDemo, tempDir, type DemoProcess } from '../harness.js';
+import { describe, expect, it } from 'vitest';
+import { fuzzedDemo } from './demo.js';
 import { API_KEY } from './oracle.js';
 
 const SEED = Number(process.env.IDEM_FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31));
@@ -120,30 +119,10 @@ interface Answer {
 }
 
 describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
-  const dir = tempDir('idem-fuzz-reuse-');
-  let server: DemoProcess;
-  let db: Database.Database;
+  const demo = fuzzedDemo('fuzz (key reuse)', SEED, '1');
+  const { tally, count } = demo;
   let run = 0;
-  const tally = new Map<string, number>();
-  const count = (what: string) => tally.set(what, (tally.get(what) ?? 0) + 1);
-  const charges = () => (db.prepare('SELECT COUNT(*) AS n FROM charges').get() as { n: number }).n;
-
-  beforeAll(async () => {
-    console.log(`fuzz (key reuse) seed ${SEED} (IDEM_FUZZ_SEED=${SEED} replays it)`);
-    // Outside lab mode the test keys must be configured (HEAD ignores the variable; the incoming config requires it).
-    server = await startDemo({
-      IDEM_STORE: `sqlite:${dir.path}/idem.db`,
-      IDEM_LAB: '1',
-      IDEM_API_KEYS: `${API_KEY}:acct_alice`,
-    });
-    db = new Database(`${dir.path}/idem.db`, { readonly: true, fileMustExist: true });
-  });
-  afterAll(async () => {
-    db?.close();
-    await server?.stop();
-    dir.remove();
-    console.log('fuzz (key reuse) tally:', Object.fromEntries([...tally].sort()));
-  });
+  const charges = () => demo.rows('charges');
 
   async function post(key: string, body: string, delayMs = 0): Promise<Answer> {
     const headers: Record<string, string> = {
@@ -152,7 +131,7 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
       'idempotency-key': key,
     };
     if (delayMs > 0) headers['idem-lab-delay-ms'] = String(delayMs);
-    const response = await fetch(`${server.url}/v1/charges`, {
+    const response = await fetch(`${demo.url}/v1/charges`, {
       method: 'POST',
       headers,
       body,
@@ -248,7 +227,7 @@ describe(`fuzzed key reuse over TCP (seed ${SEED})`, () => {
     const slow = post(key, body, 1_500);
     // Ordered by a signal, not a sleep: poll until the record is in progress.
     for (let seen = false; !seen;) {
-      const response = await fetch(`${server.url}/v1/idempotency_records`, {
+      const response = await fetch(`${demo.url}/v1/idempotency_records`, {
         headers: { authorization: `Bearer ${API_KEY}` },
       });
       const { data } = (await response.json()) as { data: Array<{ key: string; status: string }> };
