@@ -4,6 +4,7 @@ import express, { type NextFunction, type Request, type Response } from 'express
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import { memoryStore } from '../../stores/memory/index.js';
+import { expectScopedByAccount } from '../account-scope.test-kit.js';
 import { idempotency, idempotencyContext } from './index.js';
 
 const DAY = 86_400_000;
@@ -157,19 +158,7 @@ describe('idem/express', () => {
 
   it('scopes keys by the authenticated account', async () => {
     const app = await chargesApp();
-    const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', {
-      key: 'k1',
-      headers: { authorization: 'Bearer acct_bob' },
-      body: { amount: 7 },
-    });
-    expect([await alice.text(), await bob.text()]).toEqual([
-      '{"id":"ch_1","amount":50000}',
-      '{"id":"ch_2","amount":7}',
-    ]);
-    expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
-    expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
-    expect(app.runs).toEqual({ json: 2 });
+    await expectScopedByAccount(app, (r) => r.text());
   });
 
   it('requires keys on a route mounted with required: true, and only there', async () => {

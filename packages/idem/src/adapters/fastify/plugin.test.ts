@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { waitFor } from '../../testing/fixtures.js';
 import { memoryStore } from '../../stores/memory/index.js';
+import { expectScopedByAccount } from '../account-scope.test-kit.js';
 import { chargesApp, problemOf, replayed } from './app.test-kit.js';
 import { idempotency } from './index.js';
 
@@ -64,16 +65,7 @@ describe('idem/fastify', () => {
 
   it('scopes keys by the account authenticated in onRequest', async () => {
     const app = await chargesApp();
-    const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', {
-      key: 'k1',
-      headers: { authorization: 'Bearer acct_bob' },
-      body: { amount: 7 },
-    });
-    expect([alice.body, bob.body]).toEqual(['{"id":"ch_1","amount":50000}', '{"id":"ch_2","amount":7}']);
-    expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
-    expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
-    expect(app.runs).toEqual({ json: 2 });
+    await expectScopedByAccount(app, (r) => r.body);
   });
 
   it('requires keys on routes configured with required: true, and leaves opted-out routes alone', async () => {

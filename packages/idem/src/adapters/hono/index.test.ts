@@ -4,6 +4,7 @@ import { streamText } from 'hono/streaming';
 import { describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
 import { memoryStore } from '../../stores/memory/index.js';
+import { expectScopedByAccount } from '../account-scope.test-kit.js';
 import { idempotency, type HonoIdempotencyOptions, type IdempotencyVariables } from './index.js';
 
 const DAY = 86_400_000;
@@ -155,19 +156,7 @@ describe('idem/hono', () => {
 
   it('scopes keys by the account an auth middleware set on the context', async () => {
     const app = chargesApp();
-    const alice = await app.post('/v1/charges', { key: 'k1', headers: { authorization: 'Bearer acct_alice' } });
-    const bob = await app.post('/v1/charges', {
-      key: 'k1',
-      headers: { authorization: 'Bearer acct_bob' },
-      body: { amount: 7 },
-    });
-    expect([await alice.text(), await bob.text()]).toEqual([
-      '{"id":"ch_1","amount":50000}',
-      '{"id":"ch_2","amount":7}',
-    ]);
-    expect((await app.record('k1', 'acct_alice'))?.scope).toBe('acct_alice');
-    expect((await app.record('k1', 'acct_bob'))?.scope).toBe('acct_bob');
-    expect(app.runs).toEqual({ json: 2 });
+    await expectScopedByAccount(app, (r) => r.text());
   });
 
   it('requires keys on the route whose middleware says required: true, and only there', async () => {
