@@ -15,7 +15,7 @@ import type {
   SuiteInput,
   SuiteReply,
 } from '../adapter-harness.js';
-import { postCharge, refOf, TENANT, type Answer, type PostInit } from './answers.js';
+import { created, postCharge, refOf, TENANT, type Answer, type PostInit } from './answers.js';
 
 /** Which store calls reject as a backend outage would. */
 export interface Switches {
@@ -141,6 +141,26 @@ export function suiteKit<Tx, S extends IdempotencyStore<Tx>>({
       return postCharge(served.url, init);
     },
   };
+}
+
+/**
+ * Serves work held at a gate (then answering 201 `created`), posts `key` once and resolves when the handler has
+ * started: a first attempt running, which `open` lets finish.
+ */
+export async function runningFirst<Tx, S extends IdempotencyStore<Tx>>(
+  { serve, gate, started, inBackground, post }: SuiteKit<Tx, S>,
+  key: string,
+  ref: string,
+): Promise<{ first: Promise<Answer>; open: () => void }> {
+  const hold = gate();
+  await serve(async (_input, n) => {
+    await hold.wait;
+    return created(n, 'json');
+  });
+  const begun = started(ref);
+  const first = inBackground(post({ key, ref }));
+  await begun;
+  return { first, open: hold.open };
 }
 
 /** Fails, naming them, if records of `tenants` are still `in_progress` after a short grace. */

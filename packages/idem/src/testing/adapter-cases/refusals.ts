@@ -5,10 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import type { IdempotencyStore } from '../../core/record.js';
 import { created, createdBody, expectProblem, newKey, newRef, summary, TENANT } from './answers.js';
-import type { SuiteKit } from './kit.js';
+import { runningFirst, type SuiteKit } from './kit.js';
 
 export function refusalCases<Tx, S extends IdempotencyStore<Tx>>(kit: SuiteKit<Tx, S>): void {
-  const { serve, post, runs, started, gate, inBackground, record } = kit;
+  const { serve, post, runs, record } = kit;
   describe('refusals', () => {
     it('a keyless request runs unprotected every time, and leaves no record', async () => {
       const ref = newRef();
@@ -60,22 +60,15 @@ export function refusalCases<Tx, S extends IdempotencyStore<Tx>>(kit: SuiteKit<T
 
     it('a duplicate while the first runs: 409 idempotency-key-in-use with Retry-After: 1, record untouched', async () => {
       const ref = newRef();
-      const hold = gate();
-      await serve(async (_input, n) => {
-        await hold.wait;
-        return created(n, 'json');
-      });
       const key = newKey();
-      const begun = started(ref);
-      const first = inBackground(post({ key, ref }));
-      await begun;
+      const { first, open } = await runningFirst(kit, key, ref);
       const running = await record(key);
       const duplicate = await post({ key, ref });
       expectProblem(duplicate, 409, 'idempotency-key-in-use');
       expect(duplicate.headers.get('retry-after')).toBe('1');
       const after = await record(key);
       expect([after?.status, after?.token, after?.id]).toEqual(['in_progress', running?.token, running?.id]);
-      hold.open();
+      open();
       expect(summary(await first)).toEqual([201, createdBody(1), '/v1/charges/ch_1', null]);
       expect(runs(ref)).toBe(1);
     });

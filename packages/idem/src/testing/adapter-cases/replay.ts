@@ -6,10 +6,10 @@ import { describe, expect, it } from 'vitest';
 import type { IdempotencyStore } from '../../core/record.js';
 import { tripMeter } from '../fixtures.js';
 import { created, createdBody, expectProblem, newKey, newRef, REPLAYED_HEADERS, summary, TENANT } from './answers.js';
-import type { SuiteKit } from './kit.js';
+import { runningFirst, type SuiteKit } from './kit.js';
 
 export function replayCases<Tx, S extends IdempotencyStore<Tx>>(kit: SuiteKit<Tx, S>): void {
-  const { serve, post, runs, started, gate, inBackground, record, ledger, commit } = kit;
+  const { serve, post, runs, record, ledger, commit } = kit;
   describe('replay', () => {
     it.each(['json', 'stream'] as const)(
       'a new key runs once; the retry replays status, exact bytes and every stored header, marked as replayed (%s)',
@@ -89,20 +89,13 @@ export function replayCases<Tx, S extends IdempotencyStore<Tx>>(kit: SuiteKit<Tx
 
     it('costs 2 store round trips for a new key, 1 for a replay, a conflict or a mismatch', async () => {
       const ref = newRef();
-      const hold = gate();
-      await serve(async (_input, n) => {
-        await hold.wait;
-        return created(n, 'json');
-      });
       const key = newKey();
       const measure = tripMeter(kit.store);
-      const begun = started(ref);
-      const first = inBackground(post({ key, ref }));
-      await begun;
+      const { first, open } = await runningFirst(kit, key, ref);
       const fresh = measure();
       await post({ key, ref });
       const conflict = measure();
-      hold.open();
+      open();
       await first;
       const completion = measure();
       await post({ key, ref });
