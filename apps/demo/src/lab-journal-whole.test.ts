@@ -12,11 +12,9 @@ import { sqliteStore } from 'idem/stores/sqlite';
 import { POSTGRES_URL, serviceAvailable } from '../../../test/services.js';
 import { createApp } from './app.js';
 import { LAB_HISTORY_LIMIT, type LabEntry } from './lab-journal.js';
+import { ACCOUNT, sandboxClient } from './lab-journal.test-kit.js';
 import { SqliteLedger } from './ledger.js';
 import { PostgresLedger } from './ledger-postgres.js';
-
-const SANDBOX = 'sk_lab_abcdefgh12345678';
-const ACCOUNT = 'acct_lab_abcdefgh12345678';
 
 function lab() {
   const db = new Database(':memory:');
@@ -32,23 +30,7 @@ function lab() {
     leaseMs: 2_000,
     mismatchStatus: 400,
   });
-  const request = (key: string | null, headers: Record<string, string> = {}) =>
-    new Request('http://127.0.0.1/v1/charges', {
-      method: 'POST',
-      headers: {
-        authorization: `Bearer ${SANDBOX}`,
-        'content-type': 'application/json',
-        ...(key === null ? {} : { 'idempotency-key': key }),
-        ...headers,
-      },
-      body: JSON.stringify({ amount: 500, source: 'tok_visa' }),
-    });
-  const charge = (key: string | null, headers: Record<string, string> = {}) => app(request(key, headers));
-  const get = async <T>(path: string) =>
-    (await (
-      await app(new Request(`http://127.0.0.1${path}`, { headers: { authorization: `Bearer ${SANDBOX}` } }))
-    ).json()) as T;
-  const history = () => get<{ entries: LabEntry[]; charges: Array<{ id: string; status: string }> }>('/v1/lab/history');
+  const { request, charge, get, history } = sandboxClient(app, 500);
   return { db, app, store, ledger, request, charge, get, history };
 }
 

@@ -11,11 +11,10 @@ import { memoryStore } from 'idem/stores/memory';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { createApp } from './app.js';
 import type { LabEntry } from './lab-journal.js';
+import { ACCOUNT, sandboxClient, SANDBOX } from './lab-journal.test-kit.js';
 import { SqliteLedger } from './ledger.js';
 
 const LEASE_MS = 300;
-const SANDBOX = 'sk_lab_abcdefgh12345678';
-const ACCOUNT = 'acct_lab_abcdefgh12345678';
 
 function lab(shared: boolean, labMode = true) {
   const db = new Database(':memory:');
@@ -32,24 +31,7 @@ function lab(shared: boolean, labMode = true) {
     leaseMs: LEASE_MS,
     mismatchStatus: 400,
   });
-  const charge = (key: string | null, headers: Record<string, string> = {}, amount = 50_000, source = 'tok_visa') =>
-    app(
-      new Request('http://127.0.0.1/v1/charges', {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${SANDBOX}`,
-          'content-type': 'application/json',
-          ...(key === null ? {} : { 'idempotency-key': key }),
-          ...headers,
-        },
-        body: JSON.stringify({ amount, source }),
-      }),
-    );
-  const get = async <T>(path: string, apiKey = SANDBOX) =>
-    (await (
-      await app(new Request(`http://127.0.0.1${path}`, { headers: { authorization: `Bearer ${apiKey}` } }))
-    ).json()) as T;
-  const history = () => get<{ entries: LabEntry[]; charges: Array<{ id: string; status: string }> }>('/v1/lab/history');
+  const { charge, get, history } = sandboxClient(app, 50_000);
   return { app, store, charge, get, history, migrate: () => (shared ? sqlite.migrate() : Promise.resolve()) };
 }
 
