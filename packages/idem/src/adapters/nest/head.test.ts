@@ -7,15 +7,12 @@
 import 'reflect-metadata';
 import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Controller, Module, Post, Req, Res, type INestApplication } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Controller, Post, Req, Res, type INestApplication } from '@nestjs/common';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
-import { memoryStore } from '../../stores/memory/index.js';
-import { IdempotencyInterceptor, IdempotencyModule, type NestRequest } from './index.js';
+import { IdempotencyInterceptor, type NestRequest } from './index.js';
+import { memoryNestApp } from './memory-app.test-kit.js';
 
-const DAY = 86_400_000;
 let runs = new Map<string, number>();
 const count = (req: NestRequest): number => {
   const name = String(req.headers['x-case']);
@@ -76,19 +73,9 @@ afterEach(async () => {
 
 async function start(platform: 'express' | 'fastify') {
   runs = new Map();
-  const store = memoryStore();
-  class AppModule {}
-  Module({
-    imports: [IdempotencyModule.forRoot({ store, scope: 'single-tenant', ttlMs: DAY, onError: () => {} })],
-    controllers: [Charges],
-  })(AppModule);
-  app =
-    platform === 'express'
-      ? await NestFactory.create(AppModule, { rawBody: true, logger: false })
-      : await NestFactory.create(AppModule, new FastifyAdapter({ forceCloseConnections: true }), {
-          rawBody: true,
-          logger: false,
-        });
+  const made = await memoryNestApp(platform, [Charges]);
+  app = made.app;
+  const { store } = made;
   await app.listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${((app.getHttpServer() as Server).address() as AddressInfo).port}`;
   const send = async (path: string, name: string) => {

@@ -9,7 +9,6 @@ import type { Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
   Controller,
-  Module,
   Post,
   Req,
   RequestTimeoutException,
@@ -21,16 +20,12 @@ import {
   type INestApplication,
   type NestInterceptor,
 } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { catchError, throwError, timeout, TimeoutError, type Observable } from 'rxjs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
-import { memoryStore } from '../../stores/memory/index.js';
 import { eventsUntilGone, lineThenWait, until, Work } from '../../../../../test/work.js';
-import { idempotencyContext, IdempotencyInterceptor, IdempotencyModule, type NestRequest } from './index.js';
-
-const DAY = 86_400_000;
+import { idempotencyContext, IdempotencyInterceptor, type NestRequest } from './index.js';
+import { memoryNestApp } from './memory-app.test-kit.js';
 
 /** The timeout interceptor of Nest's documentation: after `ms` the request is answered 408; the handler goes on. */
 class TimeoutInterceptor implements NestInterceptor {
@@ -98,19 +93,9 @@ afterEach(async () => {
 
 async function start(platform: Platform, leaseMs: number, { globalTimeout = false } = {}) {
   work = new Work();
-  const store = memoryStore();
-  class AppModule {}
-  Module({
-    imports: [IdempotencyModule.forRoot({ store, scope: 'single-tenant', ttlMs: DAY, leaseMs, onError: () => {} })],
-    controllers: [Charges, TimedCharges],
-  })(AppModule);
-  app =
-    platform === 'express'
-      ? await NestFactory.create(AppModule, { rawBody: true, logger: false })
-      : await NestFactory.create(AppModule, new FastifyAdapter({ forceCloseConnections: true }), {
-          rawBody: true,
-          logger: false,
-        });
+  const made = await memoryNestApp(platform, [Charges, TimedCharges], { leaseMs });
+  app = made.app;
+  const { store } = made;
   if (globalTimeout) app.useGlobalInterceptors(new TimeoutInterceptor());
   await app.listen(0, '127.0.0.1');
   const server = app.getHttpServer() as Server;
