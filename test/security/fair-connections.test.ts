@@ -3,8 +3,9 @@
  * no per-address share and a socket that sent nothing was held for the whole 10 s headers timeout: 256 idle sockets
  * from one address refused every other client. Now:
  *
- * - one address (an IPv6 /64) holds at most `IDEM_MAX_CONNECTIONS_PER_ADDRESS` (default half the cap); a new
- *   connection over it is closed at once, unanswered, and counted in `idem_http_connections_over_share_total`;
+ * - one address (an IPv6 /64) holds at most half the cap (or `IDEM_MAX_CONNECTIONS_PER_ADDRESS`, its share, if
+ *   more); a new connection over it is closed at once, unanswered, and counted in
+ *   `idem_http_connections_over_share_total`;
  * - a connection that sends no byte within `IDEM_FIRST_BYTE_TIMEOUT_MS` (default 2 s) is closed unanswered and
  *   counted in `idem_http_connections_silent_total`; one that sent a byte keeps the headers timeout (408), and a
  *   keep-alive connection between requests keeps its own idle timeout.
@@ -12,92 +13,10 @@
  * The second client comes from another address: all of 127.0.0.0/8 is loopback on Linux, so it binds 127.0.0.2.
  * Every bound below is a limit on waiting for an event, never a sleep that orders events.
  */
-import { connect, type Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
-import { startDemo, type DemoProcess } from '../harness.js';
-
-const HEALTHZ = 'GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n';
-
-/** A connection: what it received, and a promise settled when it closes. */
-interface Conn {
-  readonly socket: Socket;
-  received(): string;
-  readonly closed: Promise<void>;
-}
-
-/** Connects to `url` from `localAddress`, writes `bytes` (if any), and resolves once connected. */
-function dial(url: string, bytes = '', localAddress = '127.0.0.1'): Promise<Conn> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const socket = connect({ host: hostname, port: Number(port), localAddress });
-    let received = '';
-    socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')));
-    const closed = new Promise<void>((done) => socket.once('close', () => done()));
-    socket.once('error', reject);
-    socket.once('connect', () => {
-      socket.removeListener('error', reject);
-      socket.on('error', () => undefined); // a reset is a close here
-      if (bytes) socket.write(bytes);
-      resolve({ socket, received: () => received, closed });
-    });
-  });
-}
-
-/** The status of the next complete response head `conn` receives after `from` bytes, or why none came within `ms`. */
-function nextStatus(conn: Conn, ms: number, from = 0): Promise<number | 'closed' | 'no answer'> {
-  return new Promise((resolve) => {
-    const check = (): boolean => {
-      const text = conn.received().slice(from);
-      if (!text.includes('\r\n\r\n')) return false;
-      finish(Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? 0));
-      return true;
-    };
-    const finish = (outcome: number | 'closed' | 'no answer') => {
-      clearTimeout(timer);
-      conn.socket.off('data', check);
-      resolve(outcome);
-    };
-    const timer = setTimeout(() => finish('no answer'), ms);
-    conn.socket.on('data', check);
-    void conn.closed.then(() => check() || finish('closed'));
-    check();
-  });
-}
-
-/** Resolves with how many of `conns` have closed, once `n` have or `ms` has passed. */
-function closes(conns: readonly Conn[], n: number, ms: number): Promise<number> {
-  return new Promise((resolve) => {
-    let count = 0;
-    const timer = setTimeout(() => resolve(count), ms);
-    for (const conn of conns) {
-      void conn.closed.then(() => {
-        if (++count === n) {
-          clearTimeout(timer);
-          resolve(count);
-        }
-      });
-    }
-  });
-}
-
-/** The demo on the memory store with its metrics listener, and `env` on top. */
-const demo = (env: Record<string, string>) =>
-  startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_METRICS_PORT: '0', ...env });
-
-/** The demo's connection counters from its metrics listener. */
-async function counters(server: DemoProcess): Promise<Record<string, number>> {
-  const url = /metrics: (http:\/\/\S+\/metrics)/.exec(server.output())?.[1] ?? 'metrics URL not printed';
-  const text = await (await fetch(url)).text();
-  const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1]);
-  return {
-    dropped: value('idem_http_connections_dropped_total'),
-    overShare: value('idem_http_connections_over_share_total'),
-    silent: value('idem_http_connections_silent_total'),
-    stalled: value('idem_http_connections_stalled_total'),
-    evicted: value('idem_http_connections_evicted_total'),
-  };
-}
+import type { DemoProcess } from '../harness.js';
+import { HEALTHZ, closes, counters, demo, dial, nextStatus, type Conn } from './connections-kit.js';
 
 describe.skipIf(process.platform !== 'linux')('fair connections: no address locks the others out', () => {
   it('300 idle sockets from 127.0.0.1 hold 128 (half the cap); the other 172 are closed at once; 127.0.0.2 is answered 200 within a second', async () => {

@@ -43,7 +43,7 @@ describe('demo configuration: what may serve', () => {
       ],
       allowedHosts: undefined,
       maxConnections: 256,
-      maxConnectionsPerAddress: 128,
+      maxConnectionsPerAddress: 32,
       firstByteTimeoutMs: 2_000,
       headersTimeoutMs: 10_000,
       requestTimeoutMs: 30_000,
@@ -161,7 +161,7 @@ describe('demo configuration: what may serve', () => {
       small.firstByteTimeoutMs,
       flags.maxConnectionsPerAddress,
       flags.firstByteTimeoutMs,
-    ]).toEqual([4, 500, 256, 750]);
+    ]).toEqual([8, 500, 256, 750]);
   });
 
   it('loopback is localhost, 127.0.0.0/8 and ::1, nothing else', () => {

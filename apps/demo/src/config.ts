@@ -32,7 +32,10 @@ export interface DemoConfig {
   readonly allowedHosts: readonly string[] | undefined;
   /** Connections held at once (`server.maxConnections`); beyond it a new connection is closed at once. */
   readonly maxConnections: number;
-  /** Connections one remote address (an IPv6 /64) holds at once; beyond it its new connection is closed at once. */
+  /**
+   * Connections one remote address (an IPv6 /64) is sure to get, even at the cap; above it, it borrows free slots up
+   * to half of `maxConnections`, and beyond that its new connection is closed at once.
+   */
   readonly maxConnectionsPerAddress: number;
   /** A connection that has sent no byte this long is closed unanswered (before the headers timeout). */
   readonly firstByteTimeoutMs: number;
@@ -106,7 +109,7 @@ export const OPTIONS = {
   },
   'max-connections-per-address': {
     env: 'IDEM_MAX_CONNECTIONS_PER_ADDRESS',
-    help: 'connections one address (IPv6: one /64) holds at once (default half of IDEM_MAX_CONNECTIONS)',
+    help: 'connections one address (IPv6: one /64) is sure to get; it borrows more up to half the cap (default an eighth of IDEM_MAX_CONNECTIONS, at least 16)',
   },
   'first-byte-timeout-ms': {
     env: 'IDEM_FIRST_BYTE_TIMEOUT_MS',

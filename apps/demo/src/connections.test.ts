@@ -9,7 +9,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { connect } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { App } from './app.js';
-import { addressKey, shareOf } from './connections.js';
+import { addressKey, ceilingOf, shareOf } from './connections.js';
 import { serve } from './node.js';
 
 const app: App = Object.assign(async () => new Response('ok'), {
@@ -50,8 +50,9 @@ describe('the address a connection counts against', () => {
     ]);
   });
 
-  it('the default share is half the cap, at least 1', () => {
-    expect([256, 16, 8, 3, 1].map(shareOf)).toEqual([128, 8, 4, 1, 1]);
+  it('the default share is an eighth of the cap, at least 16 and at most the cap; the ceiling half the cap', () => {
+    expect([1024, 256, 128, 16, 8, 1].map(shareOf)).toEqual([128, 32, 16, 16, 8, 1]);
+    expect([ceilingOf(256, 32), ceilingOf(32, 16), ceilingOf(8, 8), ceilingOf(16, 4)]).toEqual([128, 16, 8, 8]);
   });
 });
 
@@ -80,8 +81,9 @@ describe('the count per address', () => {
 
   it('stays exact when sockets end, are destroyed, reset, or error: the share is free again, nothing leaks', async () => {
     let overShare = 0;
+    // A cap of 8: the ceiling (half the cap) is the share of 4, so the fifth from one address is over it.
     server = serve(app, {
-      maxConnections: 16,
+      maxConnections: 8,
       maxConnectionsPerAddress: 4,
       firstByteTimeoutMs: 10_000,
       onOverShare: () => overShare++,

@@ -1,38 +1,61 @@
 /**
- * @module Fair connections for the node bridge: a per-address share of the connection cap, and a first-byte
- * timeout for a connection that has sent nothing.
+ * @module Fair connections for the node bridge: a per-address share of the connection cap, eviction of what has
+ * claimed nothing, a first-byte timeout for a connection that has sent nothing, a penalty box for an address that
+ * pipelines past the limit, and a bound on the output a connection that does not read may hold.
  */
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
 /**
- * One address's default share of the connection cap: half of it. One address can never hold every slot, so others
- * always keep half; and a single legitimate client is never refused for its pool (this repo's own suites burst 50
- * to 67 connections from one address, and a developer's load test from one machine does more).
+ * One address's default share of the connection cap: an eighth of it, at least 16 (and at most the cap). An address
+ * holding fewer connections than its share is always admitted: at the cap it evicts one that holds no work from the
+ * address holding the most. Above its share an address may still borrow free slots, up to half the cap
+ * ({@link ceilingOf}), so one client's pool or load test is not refused while the server has room; at the cap the
+ * borrowed slots are the first evicted. An eighth, not a half: eight addresses at their share, not two, are
+ * needed before a newcomer must evict, and with a half two addresses could hold the whole cap between them.
  *
  * @example
- * shareOf(256) // 128
+ * shareOf(256) // 32
  */
 export function shareOf(maxConnections: number): number {
-  return Math.max(1, Math.floor(maxConnections / 2));
+  return Math.min(maxConnections, Math.max(16, Math.floor(maxConnections / 8)));
+}
+
+/**
+ * The most connections one address may hold, borrowing above its share while the server has room: half the cap
+ * (or the share, if that is more). A new connection beyond it is closed at once.
+ *
+ * @example
+ * ceilingOf(256, 32) // 128
+ */
+export function ceilingOf(maxConnections: number, perAddress: number): number {
+  return Math.max(perAddress, Math.floor(maxConnections / 2));
 }
 
 export interface FairnessOptions {
-  /** Connections held at once; at the cap a newcomer evicts an idle connection (below) or is destroyed. */
+  /** Connections held at once; at the cap a newcomer evicts a connection holding no work (below) or is destroyed. */
   readonly maxConnections: number;
-  /** Connections one address (an IPv6 /64) may hold at once; a new one over it is destroyed at once. */
+  /**
+   * Connections one address (an IPv6 /64) is sure to get: under it, a newcomer is admitted even at the cap. Above
+   * it, free slots are borrowed up to {@link ceilingOf}; a new connection beyond the ceiling is destroyed at once.
+   */
   readonly perAddress: number;
   /** A connection that has sent no byte this long after it was accepted is destroyed, unanswered. */
   readonly firstByteTimeoutMs: number;
   /** A connection whose pending output has not shrunk for this long (its client does not read) is destroyed. */
   readonly writeTimeoutMs: number;
+  /** How long an address that pipelined past {@link MAX_PIPELINED} has every connection refused. */
+  readonly penaltyMs: number;
   /** Called for each connection destroyed because `maxConnections` were held and none could be evicted. */
   readonly onDrop?: (() => void) | undefined;
-  /** Called for each connection destroyed because its address held its share. */
+  /** Called for each connection destroyed because its address held its ceiling. */
   readonly onOverShare?: (() => void) | undefined;
   /** Called for each connection destroyed because it sent nothing within `firstByteTimeoutMs`. */
   readonly onSilent?: (() => void) | undefined;
-  /** Called for each connection destroyed because its output did not drain within `writeTimeoutMs`. */
+  /**
+   * Called for each connection destroyed because its output did not drain within `writeTimeoutMs`, because it
+   * pipelined past {@link MAX_PIPELINED}, or because its address did so within `penaltyMs`.
+   */
   readonly onStalled?: (() => void) | undefined;
   /** Called for each connection evicted to make room, at the cap, for an address holding less than its share. */
   readonly onEvicted?: (() => void) | undefined;
@@ -41,30 +64,52 @@ export interface FairnessOptions {
 /** Unanswered requests one connection may have waiting; a browser pipelines none, and no client needs 32. */
 export const MAX_PIPELINED = 32;
 
-/** A held connection: its address, the requests it has in flight, and how its pending output last looked. */
+/**
+ * Unsent output a connection may hold while its client does not read: past it, a connection whose output has not
+ * shrunk since the last look (within a second) is cut at once, not after `writeTimeoutMs`. A client reading a large
+ * answer, however slowly, shrinks it between looks; one pipelining requests it never reads is gone within seconds.
+ */
+export const MAX_HELD_OUTPUT = 128 * 1024;
+
+/** A held connection: its address, its requests not yet answered, and how its pending output last looked. */
 interface Held {
   readonly address: string;
-  inFlight: number;
+  readonly requests: Map<ServerResponse, IncomingMessage>;
   pending: number;
   stalledSince: number | undefined;
+}
+
+/**
+ * The bytes of output a connection holds unsent: what its socket buffers, and what the answers queued behind the one
+ * being written have buffered (node gives a pipelined answer the socket only once those before it are written).
+ */
+function heldOutput(socket: Socket, held: Held | undefined): number {
+  let bytes = socket.writableLength;
+  for (const res of held?.requests.keys() ?? []) if (!res.socket) bytes += res.writableLength;
+  return bytes;
 }
 
 /**
  * Holds `server`'s connections to `maxConnections` and to a fair share per address. Each accepted connection
  * counts against its address until its socket closes (node emits `close` once however it closes) or it is evicted,
  * so the count never leaks nor counts twice. At the cap, a newcomer from an address holding less than its share
- * evicts one connection from the address holding the most (one that sent nothing, else one with no request in
- * flight, else one whose client does not read its answers); without one, the newcomer is destroyed. A connection
- * whose pending output has not shrunk for `writeTimeoutMs` is destroyed: no other timeout covers a stalled write.
- * Returns the live count per address, for tests and diagnostics.
+ * evicts one connection from the address holding the most: one that sent nothing, else one that holds no work (no
+ * request, a request whose body is still arriving, or one answered before its body was read), else one whose work
+ * is a lab delay or whose answers wait for its client to read them; a request being worked on is never evicted.
+ * Without one, the newcomer is destroyed. A connection whose pending output has not shrunk for `writeTimeoutMs` is
+ * destroyed: no other timeout covers a stalled write. An address that pipelines past {@link MAX_PIPELINED} has
+ * all its connections destroyed, and new ones refused for `penaltyMs`. Returns the live count per address.
  *
  * @example
- * const held = shareConnections(server, { maxConnections: 64, perAddress: 32, firstByteTimeoutMs: 2_000, writeTimeoutMs: 30_000 })
+ * const held = shareConnections(server, { maxConnections: 64, perAddress: 16, firstByteTimeoutMs: 2_000, writeTimeoutMs: 30_000, penaltyMs: 10_000 })
  */
 export function shareConnections(server: Server, options: FairnessOptions): () => ReadonlyMap<string, number> {
-  const { maxConnections, perAddress, firstByteTimeoutMs, writeTimeoutMs } = options;
+  const { maxConnections, perAddress, firstByteTimeoutMs, writeTimeoutMs, penaltyMs } = options;
+  const ceiling = ceilingOf(maxConnections, perAddress);
   const byAddress = new Map<string, Set<Socket>>();
   const state = new Map<Socket, Held>();
+  /** Addresses in the penalty box, and until when (ms since the epoch). */
+  const penalized = new Map<string, number>();
   const release = (socket: Socket): void => {
     const held = state.get(socket);
     if (!held) return;
@@ -73,27 +118,42 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     sockets?.delete(socket);
     if (sockets?.size === 0) byAddress.delete(held.address);
   };
-  // The request a socket is answering: a socket with none in flight is idle, and the first evicted.
+  const cut = (socket: Socket): void => {
+    release(socket);
+    options.onStalled?.();
+    socket.destroy();
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const held = state.get(req.socket);
     if (!held) return;
-    held.inFlight++;
-    res.once('close', () => held.inFlight--);
+    held.requests.set(res, req);
+    res.once('close', () => held.requests.delete(res));
     // Node parses every request in a chunk it has read (64 KiB: some 1,800 `GET /`) before it stops reading for
-    // the answers to drain: a client that pipelines more than MAX_PIPELINED unanswered requests is cut, and the
-    // bridge does no work for the requests already parsed behind them.
-    if (held.inFlight > MAX_PIPELINED) {
-      release(req.socket);
-      options.onStalled?.();
-      req.socket.destroy();
+    // the answers to drain, and that parse is the cost: a client that pipelines more than MAX_PIPELINED unanswered
+    // requests is cut, and its address goes in the penalty box: its other connections are cut now, and new ones
+    // are destroyed as they connect, before a byte is read, so it can make the server parse one chunk per
+    // `penaltyMs`, not one per connection it opens.
+    if (held.requests.size > MAX_PIPELINED) {
+      penalized.set(held.address, Date.now() + penaltyMs);
+      for (const socket of [...(byAddress.get(held.address) ?? [])]) cut(socket);
     }
   };
   server.on('request', onRequest);
   server.on('checkContinue', onRequest);
   server.on('connection', (socket: Socket) => {
     const address = addressKey(socket.remoteAddress);
+    const until = penalized.get(address);
+    if (until !== undefined) {
+      if (Date.now() < until) {
+        options.onStalled?.();
+        socket.destroy();
+        return;
+      }
+      penalized.delete(address);
+    }
     const mine = byAddress.get(address)?.size ?? 0;
     if (state.size >= maxConnections) {
+      // At the cap only an address under its share gets in; the slots others borrowed are the first it takes.
       const victim = mine < perAddress ? evictable(byAddress, state, mine) : undefined;
       if (!victim) {
         options.onDrop?.();
@@ -103,12 +163,13 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
       release(victim);
       options.onEvicted?.();
       victim.destroy();
-    } else if (mine >= perAddress) {
+    } else if (mine >= ceiling) {
       options.onOverShare?.();
       socket.destroy();
       return;
     }
-    state.set(socket, { address, inFlight: 0, pending: 0, stalledSince: undefined });
+    const held: Held = { address, requests: new Map(), pending: 0, stalledSince: undefined };
+    state.set(socket, held);
     byAddress.set(address, (byAddress.get(address) ?? new Set<Socket>()).add(socket));
     // A connection that has sent nothing costs the others a slot and tells the server nothing: it gets a short
     // first-byte timeout, not the whole headers timeout. Once a byte has arrived (the parser reads the socket
@@ -130,16 +191,15 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
   const check = setInterval(
     () => {
       const now = Date.now();
+      for (const [address, until] of penalized) if (until <= now) penalized.delete(address);
       for (const [socket, held] of state) {
-        const pending = socket.writableLength;
+        const pending = heldOutput(socket, held);
         if (pending === 0 || pending < held.pending) held.stalledSince = undefined;
         else held.stalledSince ??= now;
         held.pending = pending;
-        if (held.stalledSince !== undefined && now - held.stalledSince >= writeTimeoutMs) {
-          release(socket);
-          options.onStalled?.();
-          socket.destroy();
-        }
+        const stalledFor = held.stalledSince === undefined ? -1 : now - held.stalledSince;
+        // Stalled past the bound: cut at the first look that finds it not shrinking, not after writeTimeoutMs.
+        if (stalledFor >= writeTimeoutMs || (pending > MAX_HELD_OUTPUT && stalledFor > 0)) cut(socket);
       }
     },
     Math.max(10, Math.min(1_000, Math.floor(writeTimeoutMs / 4))),
@@ -150,9 +210,28 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
 }
 
 /**
+ * How much a connection holds, for eviction (the lowest goes first): 0 it has sent nothing; 1 it holds no work —
+ * no request, or only requests that claimed nothing (a body still arriving: the work starts once it is whole; an
+ * answer given before the body was read); 2 its work is a lab delay (`Idem-Lab-Delay-Ms`: an artificial hold of up
+ * to 60 s; outside lab mode the header does nothing, and sending it only gets a connection evicted sooner), or its
+ * answers wait for its client to read them; 3 a request is being worked on, never evicted.
+ */
+function rankOf(socket: Socket, held: Held | undefined): number {
+  if (socket.bytesRead === 0) return 0;
+  if (heldOutput(socket, held) > 0) return 2;
+  let rank = 1;
+  for (const [res, req] of held?.requests ?? []) {
+    if (res.writableEnded || !req.complete) continue;
+    if (Number(req.headers['idem-lab-delay-ms']) > 0) rank = 2;
+    else return 3;
+  }
+  return rank;
+}
+
+/**
  * The connection to evict for a newcomer whose address holds `mine`: from the address holding the most (and more
- * than `mine` + 1, so an eviction never leaves the evicted address below the newcomer's), one that has sent
- * nothing, else one with no request in flight, else one whose answers are waiting for its client to read them.
+ * than `mine` + 1, so an eviction never leaves the evicted address below the newcomer's), the one of lowest
+ * {@link rankOf} below 3.
  */
 function evictable(
   byAddress: ReadonlyMap<string, ReadonlySet<Socket>>,
@@ -165,8 +244,7 @@ function evictable(
     let best: Socket | undefined;
     let bestRank = 3;
     for (const socket of sockets) {
-      const held = state.get(socket);
-      const rank = socket.bytesRead === 0 ? 0 : held?.inFlight === 0 ? 1 : socket.writableLength > 0 ? 2 : 3;
+      const rank = rankOf(socket, state.get(socket));
       if (rank < bestRank) [best, bestRank] = [socket, rank];
       if (rank === 0) break;
     }

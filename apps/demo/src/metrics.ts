@@ -72,7 +72,7 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   );
   const overShare = counter(
     'idem_http_connections_over_share_total',
-    'Connections the API listener closed unanswered because their address already held its share (IDEM_MAX_CONNECTIONS_PER_ADDRESS).',
+    'Connections the API listener closed unanswered because their address already held half of IDEM_MAX_CONNECTIONS (or its share, IDEM_MAX_CONNECTIONS_PER_ADDRESS, if more).',
   );
   const silent = counter(
     'idem_http_connections_silent_total',
@@ -80,7 +80,7 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   );
   const stalled = counter(
     'idem_http_connections_stalled_total',
-    'Connections the API listener closed because their answers did not drain within IDEM_REQUEST_TIMEOUT_MS (the client does not read).',
+    'Connections the API listener closed because their answers did not drain (the client does not read) within IDEM_REQUEST_TIMEOUT_MS, or at all once over 128 KiB; or because they pipelined more than 32 requests, or their address did in the last 10 s.',
   );
   const evicted = counter(
     'idem_http_connections_evicted_total',

@@ -15,11 +15,13 @@ export interface ServeOptions {
    * at. Default: the loopback names (`localhost`, `127.0.0.1`, `[::1]`).
    */
   readonly allowedHosts?: readonly string[];
-  /** Connections held at once; beyond it a new one is closed unanswered, or evicts an idle one (below). Default 256. */
+  /** Connections held at once; beyond it a new one is closed unanswered, or evicts one (below). Default 256. */
   readonly maxConnections?: number;
   /**
-   * Connections one remote address (an IPv6 /64) may hold at once; a new one over it is closed unanswered, so one
-   * address cannot take the whole cap. At most `maxConnections`. Default half of `maxConnections`.
+   * Connections one remote address (an IPv6 /64) is sure to get: under it a new connection is admitted even at the
+   * cap, by evicting one that holds no work from the address holding the most. Above it the address borrows free
+   * slots, up to half of `maxConnections` (or this, if more); a new connection beyond that is closed unanswered.
+   * At most `maxConnections`. Default an eighth of `maxConnections`, at least 16.
    */
   readonly maxConnectionsPerAddress?: number;
   /**
@@ -33,13 +35,19 @@ export interface ServeOptions {
   readonly requestTimeoutMs?: number;
   /** How long an idle keep-alive connection is held (`server.keepAliveTimeout`). Default 5 s. */
   readonly keepAliveTimeoutMs?: number;
+  /** How long an address that pipelined more than 32 requests unanswered has every connection refused. Default 10 s. */
+  readonly penaltyMs?: number;
   /** Called for each connection closed because `maxConnections` were held and none could be evicted. */
   readonly onDrop?: () => void;
-  /** Called for each connection closed because its address held `maxConnectionsPerAddress`. */
+  /** Called for each connection closed because its address held its ceiling (half the cap, or its share). */
   readonly onOverShare?: () => void;
   /** Called for each connection closed because it sent nothing within `firstByteTimeoutMs`. */
   readonly onSilent?: () => void;
-  /** Called for each connection closed because its answers did not drain for `requestTimeoutMs` (it does not read). */
+  /**
+   * Called for each connection closed because its answers did not drain for `requestTimeoutMs` (it does not read),
+   * or held over 128 KiB of them without draining; because it pipelined more than 32 requests unanswered, or its
+   * address did so in the last 10 s.
+   */
   readonly onStalled?: () => void;
   /** Called for each connection evicted, at the cap, to make room for an address holding less than its share. */
   readonly onEvicted?: () => void;
@@ -66,6 +74,7 @@ export function serve(
     keepAliveTimeoutMs = 5_000,
     maxConnectionsPerAddress = shareOf(maxConnections),
     firstByteTimeoutMs = Math.min(2_000, headersTimeoutMs),
+    penaltyMs = 10_000,
     onDrop,
     onOverShare,
     onSilent,
@@ -85,6 +94,7 @@ export function serve(
     requestTimeoutMs,
     keepAliveTimeoutMs,
     firstByteTimeoutMs,
+    penaltyMs,
   })) {
     if (!Number.isSafeInteger(value) || value < 1)
       throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
@@ -181,14 +191,15 @@ export function serve(
     endLingering(socket, bytes);
   });
   // Past the cap a new connection is closed at once, unanswered (so memory stays bounded), unless its address holds
-  // less than its share: then an idle connection of the address holding the most is closed for it. No address holds
-  // more than its share, one that sends nothing goes in seconds, and one that does not read its answers goes after
-  // `requestTimeoutMs` (no HTTP timeout covers a stalled write).
+  // less than its share: then a connection holding no work, of the address holding the most, is closed for it. No
+  // address holds more than half the cap, one that sends nothing goes in seconds, and one that does not read its
+  // answers goes after `requestTimeoutMs`, or within seconds once it holds over 128 KiB of them (connections.ts).
   const connectionsByAddress = shareConnections(server, {
     maxConnections,
     perAddress: maxConnectionsPerAddress,
     firstByteTimeoutMs,
     writeTimeoutMs: requestTimeoutMs,
+    penaltyMs,
     onDrop,
     onOverShare,
     onSilent,
@@ -291,6 +302,9 @@ async function answerEarly(
   // A pipelined request's answer waits its turn: node gives a response the socket only once the answers before it
   // are written, and writing to the socket before then would put this one ahead of theirs (a charge's 201 lost).
   if (!res.socket) await new Promise((resolve) => res.once('socket', resolve));
+  // The rest of the body is not wanted: reading stops now (node would stop once its 16 KiB buffer is full), so a
+  // client still sending costs nothing until the cut, however it dribbles its bytes.
+  req.socket.pause();
   endLingering(req.socket, bytes);
 }
 
