@@ -69,6 +69,32 @@ const post = (key: string, body: unknown = { amount: 500 }) =>
     body: JSON.stringify(body),
   });
 
+/** The options every local-mode handler here shares. */
+const LOCAL = { scope: 'single-tenant', local: true } as const;
+/**
+ * Sends a key, then `n` duplicates once its work has started; lets the work go on only when every duplicate is
+ * parked on the winner's uncommitted row; checks all `n + 1` answered 201 with one body, and answers them.
+ */
+async function parkedOnTheRow(
+  db: { lockWaiters: () => Promise<number> },
+  send: (key: string) => Promise<Response>,
+  started: Promise<void>,
+  release: () => void,
+  n: number,
+): Promise<Response[]> {
+  const key = randomUUID();
+  const first = send(key);
+  await started;
+  const duplicates = Array.from({ length: n }, () => send(key));
+  await waitFor(`${n} duplicates waiting on the row lock`, async () => (await db.lockWaiters()) === n, { everyMs: 5 });
+  release();
+  const answers = await Promise.all([first, ...duplicates]);
+  const bodies = await Promise.all(answers.map((r) => r.text()));
+  expect(answers.map((r) => r.status)).toEqual(Array(n + 1).fill(201));
+  expect(new Set(bodies).size).toBe(1);
+  return answers;
+}
+
 describe('the local option is checked when the route is built', () => {
   it('refuses a store whose transactions cannot wait for a handler, in one line', () => {
     const database = new Database(':memory:');
@@ -97,7 +123,7 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     const db = await backend();
     let runs = 0;
     let seen: HandlerContext<pg.PoolClient> | undefined;
-    const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store })(async (request, context) => {
       runs++;
       seen = context;
       const { amount } = (await request.json()) as { amount: number };
@@ -123,26 +149,14 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     let runs = 0;
     const started = signal();
     const release = signal();
-    const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store })(async (_request, context) => {
       runs++;
       started.resolve();
       await release.promise;
       await db.insert(context.tx as pg.PoolClient, context.id, 500);
       return Response.json({ id: context.id }, { status: 201 });
     });
-    const key = randomUUID();
-    const first = handle(post(key));
-    await started.promise;
-    const duplicates = Array.from({ length: 10 }, () => handle(post(key)));
-    // Every duplicate is parked on the winner's uncommitted row before the winner goes on.
-    await waitFor('ten duplicates waiting on the row lock', async () => (await db.lockWaiters()) === 10, {
-      everyMs: 5,
-    });
-    release.resolve();
-    const answers = await Promise.all([first, ...duplicates]);
-    const bodies = await Promise.all(answers.map((r) => r.text()));
-    expect(answers.map((r) => r.status)).toEqual(Array(11).fill(201));
-    expect(new Set(bodies).size).toBe(1);
+    const answers = await parkedOnTheRow(db, (key) => handle(post(key)), started.promise, release.resolve, 10);
     expect(answers.filter((r) => r.headers.get('idempotent-replayed') === 'true')).toHaveLength(10);
     expect(runs).toBe(1);
     expect(await db.ledger()).toHaveLength(1);
@@ -153,12 +167,10 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     const answers = [503, 'throw', 201] as const;
     let runs = 0;
     const errors: unknown[] = [];
-    const handle = idempotency({
-      store: db.store,
-      scope: 'single-tenant',
-      local: true,
-      onError: (error) => errors.push(error),
-    })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store, onError: (error) => errors.push(error) })(async (
+      _request,
+      context,
+    ) => {
       const answer = answers[runs++] as (typeof answers)[number];
       await db.insert(context.tx as pg.PoolClient, context.id, 500);
       if (answer === 'throw') throw new Error('boom after the write');
@@ -180,7 +192,7 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
   it('declared effects run in the same transaction; another payload under the key is 400 and runs nothing', async () => {
     const db = await backend();
     let runs = 0;
-    const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store })(async (_request, context) => {
       runs++;
       context.declare({ resultId: `tr_${runs}`, effects: (tx) => db.insert(tx, context.id, 700) });
       return Response.json({ ok: true }, { status: 201 });
@@ -198,7 +210,7 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
   it('tx refuses statements once the transaction has ended (a late write cannot land in another transaction)', async () => {
     const db = await backend();
     let kept: pg.PoolClient | undefined;
-    const handle = idempotency({ store: db.store, scope: 'single-tenant', local: true })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store })(async (_request, context) => {
       const tx = context.tx as pg.PoolClient;
       kept = tx;
       await db.insert(tx, `${context.id}-debit`, 500);
@@ -225,7 +237,7 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
     const store = postgresStore<pg.PoolClient>({ pool, schema: db.store.schema });
     const started = signal();
     let runs = 0;
-    const handle = idempotency({ store, scope: 'single-tenant', local: true })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store })(async (_request, context) => {
       runs++;
       if (runs === 1) {
         started.resolve();
@@ -243,12 +255,10 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Web layer)', () => {
   it('a handler that catches its own failed statement and answers 422 gets a 500, not a store outage', async () => {
     const db = await backend();
     const errors: unknown[] = [];
-    const handle = idempotency({
-      store: db.store,
-      scope: 'single-tenant',
-      local: true,
-      onError: (error) => errors.push(error),
-    })(async (_request, context) => {
+    const handle = idempotency({ ...LOCAL, store: db.store, onError: (error) => errors.push(error) })(async (
+      _request,
+      context,
+    ) => {
       const tx = context.tx as pg.PoolClient;
       await db.insert(tx, context.id, 500);
       try {
@@ -309,18 +319,7 @@ describe.skipIf(!pgAvailable)('a local route on PostgreSQL (Express, over HTTP)'
           headers: { 'content-type': 'application/json', 'idempotency-key': key },
           body: JSON.stringify({ amount: 500 }),
         });
-      const key = randomUUID();
-      const first = send(key);
-      await started.promise;
-      const duplicates = Array.from({ length: 5 }, () => send(key));
-      await waitFor('five duplicates waiting on the row lock', async () => (await db.lockWaiters()) === 5, {
-        everyMs: 5,
-      });
-      release.resolve();
-      const answers = await Promise.all([first, ...duplicates]);
-      const bodies = await Promise.all(answers.map((r) => r.text()));
-      expect(answers.map((r) => r.status)).toEqual(Array(6).fill(201));
-      expect(new Set(bodies).size).toBe(1);
+      const answers = await parkedOnTheRow(db, send, started.promise, release.resolve, 5);
       expect(new Set(answers.map((r) => r.headers.get('location'))).size).toBe(1);
       expect(runs).toBe(1);
       expect(await db.ledger()).toHaveLength(1);
