@@ -2,7 +2,7 @@
  * The bounded simulation run of `npm test`: the real engine over both stores and both ledger modes finds no
  * broken invariant in a few hundred seeds; a seed replays exactly; and each planted defect is found within a
  * bounded number of seeds, shrunk, and reported with its seed and a replay command.
- * The long campaign is `npm run sim -- --seeds 100000` (see docs/RELIABILITY.md).
+ * The long campaign is `npm run sim -- --seeds 100000` (see docs/SIMULATION.md).
  */
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -18,7 +18,7 @@ const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const SEEDS = 300;
 /**
  * A planted defect must be found within this many seeds, counted from seed 1. The worst first-detection today is
- * well under it (docs/RELIABILITY.md lists each defect's seeds to detection); the margin is for the draws'
+ * well under it (docs/SIMULATION.md lists each defect's seeds to detection); the margin is for the draws'
  * changing when the simulator does.
  */
 const DETECTION_BOUND = 100;
@@ -308,7 +308,7 @@ describe('deterministic simulation', () => {
   };
   /**
    * The seed at which each defect in how time is kept is first found (from seed 1, on a seed the real code
-   * passes). Exact, so a change to the draws or to the engine's timing shows here; docs/RELIABILITY.md lists them.
+   * passes). Exact, so a change to the draws or to the engine's timing shows here; docs/SIMULATION.md lists them.
    */
   const firstSeed: Record<(typeof TIME_DEFECTS)[number], number> = {
     'renewals-chained-without-timeout': 3,
