@@ -104,6 +104,41 @@ describe('Express: idempotency() after a body parser', () => {
     expect(runs.count).toBe(1);
   });
 
+  it('express.json({ strict: false }): a JSON string is not the JSON value it spells (1 vs "1", [5] vs "[5]")', async () => {
+    const { send, runs } = await serve([express.json({ strict: false })]);
+    const cases = [
+      ['{"amount":100}', '"{\\"amount\\":100}"', '{"id":"ch_1","got":{"amount":100}}'],
+      ['1', '"1"', '{"id":"ch_2","got":1}'],
+      ['[5]', '"[5]"', '{"id":"ch_3","got":[5]}'],
+      ['"1"', '1', '{"id":"ch_4","got":"1"}'],
+    ];
+    for (const [index, [value, spelled, answer]] of cases.entries()) {
+      const first = await send(`k-strict-${index}`, JSON_TYPE, value as string);
+      expect(first).toEqual({ status: 201, replayed: null, body: answer });
+      expect(await send(`k-strict-${index}`, JSON_TYPE, spelled as string)).toEqual(mismatch());
+      expect(await send(`k-strict-${index}`, JSON_TYPE, value as string)).toEqual({ ...first, replayed: 'true' });
+    }
+    expect(runs.count).toBe(4);
+  });
+
+  it('a parsed form is a form, never JSON: JSON then a form of the same fields is 400 in either layout', async () => {
+    const parsers = [express.json(), express.urlencoded({ extended: true })];
+    for (const { send, runs } of [await serve(parsers), await serve([])]) {
+      expect((await send('k-kind', JSON_TYPE, '{"a":"1"}')).status).toBe(201);
+      expect(await send('k-kind', FORM, 'a=1')).toEqual(mismatch());
+      const form = await send('k-kind-form', FORM, 'b=2&a=1');
+      expect([form.status, form.replayed]).toEqual([201, null]);
+      expect(await send('k-kind-form', FORM, 'a=1&b=2')).toEqual({ ...form, replayed: 'true' });
+      expect(await send('k-kind-form', JSON_TYPE, '{"a":"1","b":"2"}')).toEqual(mismatch());
+      // qs reads `a=1&a[]=2` as ["1","2"] and `a[]=2&a=1` as ["2","1"]; `&` inside a value is not a field break.
+      expect((await send('k-kind-qs', FORM, 'a=1&a[]=2')).status).toBe(201);
+      expect(await send('k-kind-qs', FORM, 'a[]=2&a=1')).toEqual(mismatch());
+      expect((await send('k-kind-amp', FORM, 'a=1%26b%3D2')).status).toBe(201);
+      expect(await send('k-kind-amp', FORM, 'a=1&b=2')).toEqual(mismatch());
+      expect(runs.count).toBe(4);
+    }
+  });
+
   it('express.text() and express.raw(): the text and the bytes as they are', async () => {
     const { send, runs } = await serve([express.text(), express.raw()]);
     const text = await send('k-text', 'text/plain', 'charge 500 usd');

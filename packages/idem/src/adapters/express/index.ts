@@ -165,17 +165,13 @@ class ExpressRequest implements GateRequest<Request> {
   declare readonly url: string;
   /** Set when the body cannot be had (see {@link refusal}): why, and the fix. */
   declare refused: string | undefined;
-  /** Set when the fingerprint reads the parsed `req.body` as JSON (a form parsed by `express.urlencoded()`). */
-  declare asJson: boolean;
   constructor(req: Request) {
     this.native = req;
     this.method = req.method;
     this.url = req.originalUrl;
     this.refused = undefined;
-    this.asJson = false;
   }
   header(name: string): string | null {
-    if (this.asJson && name === 'content-type') return 'application/json';
     return headerValue(this.native.headers, name);
   }
   body(limit: number): Promise<Uint8Array> {
@@ -193,23 +189,26 @@ class ExpressRequest implements GateRequest<Request> {
    * The body after a parser read the stream (`express.json()` mounted first): the bytes kept by {@link rawBody} (or
    * a Buffer in `req.rawBody`, where a `verify` hook of the application's own or Nest's `rawBody: true` put it),
    * else what the parser left in `req.body` — bytes (`express.raw()`) and text (`express.text()`) as they are, a
-   * JSON body or a form as JSON text, which the fingerprint makes canonical (key order does not count). That is
-   * what the handler reads; a JSON number beyond a double's precision is the one difference from the raw bytes.
+   * JSON body as JSON text (a string too: `express.json({ strict: false })` parses `"1"` to the string `1`), which
+   * the fingerprint makes canonical (key order does not count). That is what the handler reads; a JSON number
+   * beyond a double's precision is the one difference from the raw bytes. A parsed form stays a form, never JSON:
+   * see {@link formText}.
    */
   #parsed(limit: number): Promise<Uint8Array> {
     const req = this.native;
     const own = req as { body?: unknown; rawBody?: unknown };
     const body: unknown = KEPT.get(req) ?? (own.rawBody instanceof Uint8Array ? own.rawBody : own.body);
+    const type = mediaType(req);
     let bytes: Uint8Array;
     if (body instanceof Uint8Array) {
       bytes = body;
-    } else if (typeof body === 'string') {
+    } else if (typeof body === 'string' && !isJson(type)) {
       bytes = ENCODER.encode(body);
     } else {
-      const json = body !== undefined && parsedAsJson(mediaType(req)) ? jsonText(body) : undefined;
-      if (json === undefined) return Promise.reject(this.#refuse(refusal(req)));
-      this.asJson = true;
-      bytes = ENCODER.encode(json);
+      const text =
+        body === undefined ? undefined : isJson(type) ? jsonText(body) : isForm(type) ? formText(body) : undefined;
+      if (text === undefined) return Promise.reject(this.#refuse(refusal(req)));
+      bytes = ENCODER.encode(text);
     }
     return bytes.byteLength > limit ? Promise.reject(new BodyTooLargeError(limit)) : Promise.resolve(bytes);
   }
@@ -244,15 +243,39 @@ function mediaType(req: Request): string {
   return (headerValue(req.headers, 'content-type') ?? '').split(';')[0]?.trim().toLowerCase() ?? '';
 }
 
-/** A type whose parsers (`express.json()`, `express.urlencoded()`) leave the whole payload in `req.body`. */
-function parsedAsJson(type: string): boolean {
-  return type === 'application/json' || type.endsWith('+json') || type === 'application/x-www-form-urlencoded';
+/** A JSON type (the fingerprint's own test): `express.json()` leaves the whole payload in `req.body`. */
+function isJson(type: string): boolean {
+  return type === 'application/json' || type.endsWith('+json');
+}
+
+/** The form type: `express.urlencoded()` leaves the whole payload in `req.body`. */
+function isForm(type: string): boolean {
+  return type === 'application/x-www-form-urlencoded';
+}
+
+/**
+ * A parsed form (`express.urlencoded()`, either parser) as JSON text with its object keys sorted (a form's field
+ * order does not count) and every `&` escaped (`\u0026`), fingerprinted under the request's own form type: one
+ * field, so the form canonicalisation leaves it as it is, and raw bytes, never JSON, so a JSON body that spells
+ * the same object is another request, as it is when idempotency() is mounted before the parsers.
+ */
+function formText(value: unknown): string | undefined {
+  const text = jsonText(value, sortedKeys);
+  return text?.replaceAll('&', '\\u0026');
+}
+
+/** A `JSON.stringify` replacer: a plain object's keys in sorted order, anything else as it is. */
+function sortedKeys(_key: string, value: unknown): unknown {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return value;
+  const sorted = Object.create(null) as Record<string, unknown>; // `__proto__` stays an own key
+  for (const key of Object.keys(value).sort()) sorted[key] = (value as Record<string, unknown>)[key];
+  return sorted;
 }
 
 /** `value` as JSON text, or undefined where it has none (a function, a BigInt, a cycle). */
-function jsonText(value: unknown): string | undefined {
+function jsonText(value: unknown, replacer?: (key: string, value: unknown) => unknown): string | undefined {
   try {
-    return JSON.stringify(value);
+    return JSON.stringify(value, replacer);
   } catch {
     return undefined;
   }
