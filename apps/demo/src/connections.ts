@@ -66,10 +66,12 @@ export const MAX_PIPELINED = 32;
 
 /**
  * Unsent output a connection may hold while its client does not read: past it, a connection whose output has not
- * shrunk since the last look (within a second) is cut at once, not after `writeTimeoutMs`. A client reading a large
- * answer, however slowly, shrinks it between looks; one pipelining requests it never reads is gone within seconds.
+ * shrunk for {@link HELD_OUTPUT_STALL_MS} is cut, not after `writeTimeoutMs`. A client reading a large answer,
+ * however slowly, shrinks it between looks (one a second); one that stopped reading is gone within seconds.
  */
 export const MAX_HELD_OUTPUT = 128 * 1024;
+/** How long output over {@link MAX_HELD_OUTPUT} may stay unshrunk: a browser's hiccup on a poor network passes. */
+export const HELD_OUTPUT_STALL_MS = 5_000;
 
 /** A held connection: its address, its requests not yet answered, and how its pending output last looked. */
 interface Held {
@@ -198,8 +200,8 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
         else held.stalledSince ??= now;
         held.pending = pending;
         const stalledFor = held.stalledSince === undefined ? -1 : now - held.stalledSince;
-        // Stalled past the bound: cut at the first look that finds it not shrinking, not after writeTimeoutMs.
-        if (stalledFor >= writeTimeoutMs || (pending > MAX_HELD_OUTPUT && stalledFor > 0)) cut(socket);
+        const limit = pending > MAX_HELD_OUTPUT ? Math.min(writeTimeoutMs, HELD_OUTPUT_STALL_MS) : writeTimeoutMs;
+        if (stalledFor >= limit) cut(socket);
       }
     },
     Math.max(10, Math.min(1_000, Math.floor(writeTimeoutMs / 4))),

@@ -80,7 +80,7 @@ export function createMetrics({ defaultMetrics = true }: { readonly defaultMetri
   );
   const stalled = counter(
     'idem_http_connections_stalled_total',
-    'Connections the API listener closed because their answers did not drain (the client does not read) within IDEM_REQUEST_TIMEOUT_MS, or at all once over 128 KiB; or because they pipelined more than 32 requests, or their address did in the last 10 s.',
+    'Connections the API listener closed because their answers did not drain (the client does not read) within IDEM_REQUEST_TIMEOUT_MS, or for 5 s once over 128 KiB; or because they pipelined more than 32 requests, or their address did in the last 10 s.',
   );
   const evicted = counter(
     'idem_http_connections_evicted_total',

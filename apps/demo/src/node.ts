@@ -45,7 +45,7 @@ export interface ServeOptions {
   readonly onSilent?: () => void;
   /**
    * Called for each connection closed because its answers did not drain for `requestTimeoutMs` (it does not read),
-   * or held over 128 KiB of them without draining; because it pipelined more than 32 requests unanswered, or its
+   * or held over 128 KiB of them that did not drain for 5 s; because it pipelined more than 32 requests unanswered, or its
    * address did so in the last 10 s.
    */
   readonly onStalled?: () => void;
@@ -111,20 +111,34 @@ export function serve(
   const answering = new WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>();
   /** Sockets whose framing-error answer waits behind an earlier answer. */
   const queued = new WeakSet<Socket>();
+  /** Each socket's requests still counted in flight, ended when it closes. */
+  const ends = new WeakMap<Socket, Set<() => void>>();
+  const inFlightOn = (socket: Socket): Set<() => void> => {
+    const known = ends.get(socket);
+    if (known) return known;
+    const requests = new Set<() => void>();
+    ends.set(socket, requests);
+    socket.once('close', () => {
+      for (const end of [...requests]) end();
+    });
+    return requests;
+  };
   const onRequest = (expectsContinue: boolean) => (req: IncomingMessage, res: ServerResponse) => {
     // A request parsed behind a connection already cut (a pipelining client that does not read) costs nothing.
     if (req.socket.destroyed) return void res.destroy();
     inFlight++;
     answering.set(req.socket, { req, res });
-    // A pipelined response still queued when its socket dies never emits `close`: the socket's close ends it too.
+    // A pipelined response still queued when its socket dies never emits `close`: the socket's close ends it too,
+    // through one listener per socket (one per request made node warn, a line on stderr per pipelining client).
+    const requests = inFlightOn(req.socket);
     const done = () => {
-      req.socket.off('close', done);
+      if (!requests.delete(done)) return;
       res.off('close', done);
       inFlight--;
       if (answering.get(req.socket)?.res === res) answering.delete(req.socket);
     };
+    requests.add(done);
     res.once('close', done);
-    req.socket.once('close', done);
     handle(app, allowed, req, res, expectsContinue).catch((error: unknown) => {
       // A body cut short (the client went away, or the request timed out and was answered 408) is not a failure.
       if ((error as { code?: string }).code !== 'ECONNRESET') console.error('demo: bridge failed', error);
@@ -193,7 +207,7 @@ export function serve(
   // Past the cap a new connection is closed at once, unanswered (so memory stays bounded), unless its address holds
   // less than its share: then a connection holding no work, of the address holding the most, is closed for it. No
   // address holds more than half the cap, one that sends nothing goes in seconds, and one that does not read its
-  // answers goes after `requestTimeoutMs`, or within seconds once it holds over 128 KiB of them (connections.ts).
+  // answers goes after `requestTimeoutMs`, or after 5 s once it holds over 128 KiB of them (connections.ts).
   const connectionsByAddress = shareConnections(server, {
     maxConnections,
     perAddress: maxConnectionsPerAddress,
