@@ -257,12 +257,16 @@ function swap(order: Int32Array, words: Float64Array, i: number, j: number): voi
   words[j] = w;
 }
 
-/** True when `b[x, x + length)` and `b[y, y + length)` hold the same bytes (`view` is `b` as words). */
-function sameBytes(b: Uint8Array, view: DataView, x: number, y: number, length: number): boolean {
+/**
+ * True when `x` and `y` start the same `length` bytes of `view`, a word at a time; the last word is masked, so up to 3
+ * bytes past either may be read (the body has room after its end: canonical-json.ts).
+ */
+function sameBytes(view: DataView, x: number, y: number, length: number): boolean {
   let k = 0;
   for (; k + 4 <= length; k += 4) if (view.getInt32(x + k, true) !== view.getInt32(y + k, true)) return false;
-  for (; k < length; k++) if (b[x + k] !== b[y + k]) return false;
-  return true;
+  if (k === length) return true;
+  const mask = (1 << (8 * (length - k))) - 1;
+  return ((view.getInt32(x + k, true) ^ view.getInt32(y + k, true)) & mask) === 0;
 }
 
 /**
@@ -279,23 +283,16 @@ export class LastShape {
    * When the members `base` to `base + count` have this shape's keys, byte for byte and in order: its order in
    * `order` and how many it keeps. Otherwise -1.
    */
-  reuse(
-    body: Uint8Array,
-    words: DataView,
-    members: Int32Array,
-    base: number,
-    count: number,
-    order: Int32Array,
-  ): number {
+  reuse(words: DataView, members: Int32Array, base: number, count: number, order: Int32Array): number {
     if (count !== this.#count) return -1;
     for (let i = 0; i < count; i++) {
       const start = members[(base + i) * MEMBER + KEY_START] as number;
       const length = (members[(base + i) * MEMBER + KEY_END] as number) - start;
       const kept = this.#keys[2 * i] as number;
       if ((this.#keys[2 * i + 1] as number) - kept !== length) return -1;
-      if (!sameBytes(body, words, start, kept, length)) return -1;
+      if (!sameBytes(words, start, kept, length)) return -1;
     }
-    order.set(this.#order.subarray(0, this.#kept));
+    for (let i = 0; i < this.#kept; i++) order[i] = this.#order[i] as number;
     return this.#kept;
   }
 
