@@ -336,7 +336,7 @@ try {
     }
   }
 
-  // 4. Bare: the tarball alone. The core needs nothing; the bin names the driver to install, in one line, exit 2.
+  // 4. Bare: the tarball alone. The core needs nothing; the bin names the driver to install, in one line, exit 3.
   const bare = join(tmp, 'bare');
   write(join(bare, 'package.json'), JSON.stringify({ name: 'scratch-bare', private: true, type: 'module' }, null, 2));
   log('bare project: the tarball without any peer');
@@ -367,7 +367,7 @@ try {
       { expectFail: true },
     );
     const line = 'idem records list: postgres:// stores need the "pg" package: install it (npm install pg).';
-    if (missing.status !== 2 || !missing.stderr.startsWith(`${line}\n`) || /\n\s+at /.test(missing.stderr)) {
+    if (missing.status !== 3 || !missing.stderr.startsWith(`${line}\n`) || /\n\s+at /.test(missing.stderr)) {
       throw new Error(`idem with pg missing: exit ${missing.status}, stderr ${JSON.stringify(missing.stderr)}`);
     }
     results.push(['bare install: core (ESM, CJS), idem --version, "install pg"', 'pass', `idem ${version}`]);
