@@ -20,7 +20,7 @@ import type {
 } from '../contract.js';
 import { claimAlone, claimer, refusal } from './claim.js';
 import { outcomeParams, toRecord } from './codec.js';
-import { localRunner } from './local.js';
+import { localRunner, refuseInTransaction } from './local.js';
 import type { SqliteDatabase, SqliteStore, SqliteStoreOptions } from './options.js';
 import { checkTable, DEFAULT_TABLE, sqliteSchema } from './schema.js';
 import { sqliteCalls } from './send.js';
@@ -130,6 +130,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     },
     // A refusal is answered from a plain read, without the write lock; otherwise the upsert under it: claim.ts.
     async claim(request: ClaimRequest): Promise<ClaimResult> {
+      refuseInTransaction(database, 'claim');
       if (!claimBarrier)
         return calls.trip('claim', () => refusal(calls, sql, request) ?? claimAlone(calls, sql, request));
       const refused = calls.trip('claim', () => refusal(calls, sql, request));
@@ -147,6 +148,7 @@ export function sqliteStore<Db extends SqliteDatabase = SqliteDatabase>({
     },
     // Without effects, the fenced UPDATE alone (one statement, atomic); with them, a transaction around both.
     async complete({ pk, token, outcome, effects }: CompleteRequest<Db>): Promise<WriteResult> {
+      refuseInTransaction(database, 'complete');
       if (!effects) return { ok: calls.trip('complete', () => write(pk, token, outcome)) };
       return { ok: calls.trip('complete', () => completeTx.immediate(pk, token, outcome, effects)) };
     },

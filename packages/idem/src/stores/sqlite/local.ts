@@ -2,7 +2,7 @@
  * Database-local work (`runLocal`): the claim, the work and the completion in one `BEGIN IMMEDIATE` transaction,
  * with the timeline of the race it closes in the comment on `localRunner`.
  */
-import { configError } from '../../core/errors.js';
+import { configError, IdempotencyError } from '../../core/errors.js';
 import { isThenable } from '../../core/local.js';
 import type {
   ClaimRequest,
@@ -53,6 +53,9 @@ export function localRunner<Db extends SqliteDatabase>(
     return { kind: 'committed', record: { ...record, ...outcome } };
   });
   return (request: LocalTransactionRequest<Db>): LocalTransactionResult => {
+    // Inside a transaction already open on this connection, `.immediate` would be a SAVEPOINT: its "commit" is
+    // undone by the outer ROLLBACK, and a result reported committed (and cached) would replay a charge never made.
+    refuseInTransaction(database, 'runLocal');
     try {
       return localTx.immediate(request);
     } catch (error) {
@@ -60,4 +63,16 @@ export function localRunner<Db extends SqliteDatabase>(
       throw error;
     }
   };
+}
+
+/**
+ * Refuses (CONFIG_INVALID) while `database` has a transaction open (better-sqlite3's `inTransaction`): a store
+ * write there joins it, and commits or vanishes with it, unknown to the store.
+ */
+export function refuseInTransaction(database: object, operation: string): void {
+  if ((database as { inTransaction?: unknown }).inTransaction === true)
+    throw new IdempotencyError(
+      'CONFIG_INVALID',
+      `${operation} cannot run inside an open transaction on this connection`,
+    );
 }
