@@ -550,7 +550,7 @@ async function mount(): Promise<void> {
     app.post('/pay', express.json(), async (req, res) => {
       let result: Awaited<ReturnType<typeof run>>;
       try {
-        result = await run({ key: keyOf(req), body: req.body as unknown });
+        result = await run({ key: keyOf(req), body: req.body });
       } catch (error) {
         // The in-progress answer is a 409, as every other layer here answers it.
         if (error instanceof Error && error.name === 'IdempotencyAlreadyInProgressError') {
