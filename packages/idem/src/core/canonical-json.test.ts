@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { canonicalCosts } from './canonical-json.js';
+import { canonicalBytes, canonicalBytesFrom, canonicalCosts } from './canonical-json.js';
 import { canonicalJson } from './fingerprint.js';
 
 const utf8 = (text: string) => new TextEncoder().encode(text);
@@ -239,6 +239,18 @@ describe('canonicalJson', () => {
     expect(canonicalCosts().kept).toBe(2 * 1_048_576 + 16 + room);
     expect(canonicalJson(large(3_000_000))?.length).toBe(3_000_000);
     expect(canonicalCosts().kept).toBe(2 * 1_048_576 + 16 + room);
+  });
+
+  it('reads the body again into a larger buffer when the first is full (sized for the body, it never is)', () => {
+    const bodies = [
+      `[${Array<string>(5000).fill('1').join(',')}]`, // twice its size when canonical: `1e0`
+      `{"b":"${'x'.repeat(3000)}","a":[1.5,-0.25e3,true,null],"c":{"z":1,"y":2}}`,
+      '"\\u0041\\n"',
+    ].map(utf8);
+    const decode = (bytes: Uint8Array | undefined) => bytes && new TextDecoder().decode(bytes);
+    const expected = bodies.map((body) => decode(canonicalBytes(body)));
+    expect(bodies.map((body) => decode(canonicalBytesFrom(body, 1)))).toEqual(expected);
+    expect(bodies.map((body) => decode(canonicalBytesFrom(body, 64)))).toEqual(expected);
   });
 
   it('reorders objects nested 255 deep around a long string, each out of order', () => {

@@ -13,7 +13,7 @@
  * only longer strings, numbers other than short integers, and objects out of order call out (a call in the loop
  * makes the runtime reload what the loop keeps in registers).
  */
-import { AT, compareKeys, FLAGS, KEY_END, KEY_START, MEMBER, PIECE, RANK } from './key-order.js';
+import { AT, compareKeys, FLAGS, KEY_END, KEY_START, MEMBER, PIECE, RANK, takeSortWork } from './key-order.js';
 import { MAX_NUMBER_OUTPUT, numberEnd, REFUSED, writeNumber } from './canonical-number.js';
 import { ObjectOrder, REORDER_ROOM } from './canonical-objects.js';
 import { checkUtf8, plainRun, writeEscaped } from './canonical-string.js';
@@ -62,28 +62,31 @@ const keptMembers = new Int32Array(64 * MEMBER);
  * new TextDecoder().decode(canonicalBytes(new TextEncoder().encode('{ "b": 1.50, "a": [true] }'))) // → '{"a":[true],"b":15e-1}'
  */
 export function canonicalBytes(body: Uint8Array): Uint8Array | undefined {
-  return canonicalBytesFrom(body, 2 * body.byteLength + 16 + ROOM);
+  return canonicalBytesFrom(body, enough(body));
 }
 
+/** The output buffer a body needs: canonical JSON is never more than twice the body and a few bytes (`1,` → `1e0,`). */
+const enough = (body: Uint8Array): number => 2 * body.byteLength + 16 + ROOM;
+
 /**
- * For tests: `canonicalBytes` with an output buffer of `bytes` to start with. Canonical JSON is never more than
- * twice the body and a few bytes (`1,` → `1e0,`), so the first buffer always fits; a smaller one is replaced by one
- * twice the body and `ROOM` larger, and the body read again.
+ * For tests: `canonicalBytes` with an output buffer of `bytes` to start with. When it is full (never when sized as
+ * canonicalBytes sizes it), the body is read again into one that is.
  *
  * @example
  * canonicalBytesFrom(body, 1) // → what canonicalBytes(body) gives
  */
 export function canonicalBytesFrom(body: Uint8Array, bytes: number): Uint8Array | undefined {
-  for (let size = bytes; ; size += 2 * body.byteLength + ROOM) {
+  for (let size = bytes; ; size = enough(body)) {
     const canonical = new Canonical(body, size);
     try {
       return canonical.run();
     } catch (error) {
-      if (error === FULL && size === bytes) continue;
+      if (error === FULL && size < enough(body)) continue;
       if (error === REFUSED || error instanceof SyntaxError) return undefined;
       throw error;
     } finally {
       copied = canonical.objects.copied;
+      sorted = takeSortWork();
     }
   }
 }
@@ -92,16 +95,18 @@ export function canonicalBytesFrom(body: Uint8Array, bytes: number): Uint8Array 
 const FULL = new Error('canonical JSON: the output buffer is full');
 
 let copied = 0;
+let sorted = 0;
 
 /**
  * For tests: the bytes the last call copied to reorder objects in place (at most twice the body and
- * IN_PLACE_BYTES), and the size of the output buffer kept between calls (at most 2 MiB and `ROOM`).
+ * IN_PLACE_BYTES), the work it did sorting keys (key-order.ts `takeSortWork`), the size of the output buffer kept
+ * between calls (at most twice 1 MiB, 16 bytes and `room`) and that room.
  *
  * @example
- * canonicalBytes(body); canonicalCosts() // → { copied: 0, kept: 16384, room: 20840 }
+ * canonicalBytes(body); canonicalCosts() // → { copied: 0, sorted: 0, kept: 16384, room: 20840 }
  */
-export function canonicalCosts(): { copied: number; kept: number; room: number } {
-  return { copied, kept: keptOut.length, room: ROOM };
+export function canonicalCosts(): { copied: number; sorted: number; kept: number; room: number } {
+  return { copied, sorted, kept: keptOut.length, room: ROOM };
 }
 
 class Canonical {
@@ -110,6 +115,8 @@ class Canonical {
   readonly #length: number;
   /** The output; `out[0]` is a comma that a member moved to the front of its object lends to the one it displaced. */
   readonly #out: Uint8Array;
+  /** How much of `#out` the output may use (it may be larger: kept between calls). */
+  readonly #size: number;
   /** The body and the output as words, for scanning and copying long strings (made at the first). */
   #words: DataView | undefined;
   #outWords: DataView | undefined;
@@ -133,6 +140,7 @@ class Canonical {
     if (size > keptOut.length && size <= KEEP_OUTPUT_BYTES) keptOut = new Uint8Array(size);
     this.#out = size <= keptOut.length ? keptOut : new Uint8Array(size);
     this.#out[0] = 0x2c;
+    this.#size = size;
   }
 
   run(): Uint8Array {
@@ -146,7 +154,8 @@ class Canonical {
     const rank = RANK;
     const pieces = this.objects.pieces;
     const out = this.#out;
-    const limit = out.length - ROOM; // the room past it is enough for any value, and an object reordered in place
+    const size = this.#size; // what the output may use of `out` (canonicalBytesFrom)
+    const limit = size - ROOM; // the room past it is enough for any value, and an object reordered in place
     const words = this.#wordsOf();
     const outWords = this.#outWordsOf();
     let members = this.#members;
@@ -166,7 +175,7 @@ class Canonical {
         // a word at a time, each tested at once for `"`, `\`, a control character and (until the first is found) a
         // non-ASCII byte. Raw text needs no escape: control characters are refused, and `"` and `\` only come
         // escaped. Past the body's end its padding (zeros) is a control character: an unterminated string.
-        if (at + n - pos + 8 > out.length) throw FULL;
+        if (at + n - pos + 8 > size) throw FULL;
         const start = pos + 1;
         const shift = at - pos; // output index = body index + shift
         out[at] = 0x22;
