@@ -91,3 +91,23 @@ export async function counters(server: DemoProcess): Promise<Record<string, numb
     evicted: value('idem_http_connections_evicted_total'),
   };
 }
+
+/** Runs `run` on a demo started with `env` and a set of connections, destroyed (and the demo stopped) afterwards. */
+export async function withDemo(
+  env: Record<string, string>,
+  run: (server: DemoProcess, conns: Set<Conn>) => Promise<void>,
+): Promise<void> {
+  const server = await demo(env);
+  const conns = new Set<Conn>();
+  try {
+    await run(server, conns);
+  } finally {
+    for (const conn of conns) conn.socket.destroy();
+    await server.stop();
+  }
+}
+
+/** The status a fresh `Connection: close` `GET /healthz` from `from` gets within `ms`. */
+export async function askHealthz(server: DemoProcess, from: string, ms = 1_000): ReturnType<typeof nextStatus> {
+  return nextStatus(await dial(server.url, `${HEALTHZ.slice(0, -2)}Connection: close\r\n\r\n`, from), ms);
+}

@@ -65,6 +65,26 @@ export interface FairnessOptions {
 export const MAX_PIPELINED = 32;
 
 /**
+ * Requests one address may have queued behind the first on each of its connections, summed over them: past it the
+ * address goes in the penalty box, as one connection past {@link MAX_PIPELINED} does. Without it, 128 connections
+ * each pipelining 32 (the limit) cost 128 parses of 32 requests per wave, from one address.
+ */
+export const MAX_PIPELINED_PER_ADDRESS = 32;
+
+/**
+ * How long a connection that holds no work may go without a complete request before any newcomer under its share
+ * may evict it, whatever its address holds: headers or a body still dripping, or an idle keep-alive.
+ */
+export const STALE_MS = 1_000;
+
+/**
+ * How long an address that lost a connection as stale may only recycle its own stale connections, not take
+ * another's: otherwise each evicted connection, re-opened at once, evicts the next, and a bystander's newcomer rarely
+ * finds one left.
+ */
+export const STALE_EVICTED_MS = 5 * STALE_MS;
+
+/**
  * Unsent output a connection may hold while its client does not read: past it, a connection whose output has not
  * shrunk for {@link HELD_OUTPUT_STALL_MS} is cut, not after `writeTimeoutMs`. A client reading a large answer,
  * however slowly, shrinks it between looks (one a second); one that stopped reading is gone within seconds.
@@ -79,6 +99,8 @@ interface Held {
   readonly requests: Map<ServerResponse, IncomingMessage>;
   pending: number;
   stalledSince: number | undefined;
+  /** When it was accepted or last delivered a request (ms since the epoch): its last progress. */
+  progressAt: number;
 }
 
 /**
@@ -99,8 +121,10 @@ function heldOutput(socket: Socket, held: Held | undefined): number {
  * request, a request whose body is still arriving, or one answered before its body was read), else one whose work
  * is a lab delay or whose answers wait for its client to read them; a request being worked on is never evicted.
  * Without one, the newcomer is destroyed. A connection whose pending output has not shrunk for `writeTimeoutMs` is
- * destroyed: no other timeout covers a stalled write. An address that pipelines past {@link MAX_PIPELINED} has
- * all its connections destroyed, and new ones refused for `penaltyMs`. Returns the live count per address.
+ * destroyed: no other timeout covers a stalled write. An address that pipelines past {@link MAX_PIPELINED} on one
+ * connection, or past {@link MAX_PIPELINED_PER_ADDRESS} over all of them, has all its connections destroyed, and new
+ * ones refused for `penaltyMs`. When no address holds more than the newcomer's + 1, a connection that holds no work
+ * and delivered no request for {@link STALE_MS} is evictable whatever its address holds (see `stale`). Returns the live count per address.
  *
  * @example
  * const held = shareConnections(server, { maxConnections: 64, perAddress: 16, firstByteTimeoutMs: 2_000, writeTimeoutMs: 30_000, penaltyMs: 10_000 })
@@ -112,6 +136,8 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
   const state = new Map<Socket, Held>();
   /** Addresses in the penalty box, and until when (ms since the epoch). */
   const penalized = new Map<string, number>();
+  /** Addresses that lost a connection as stale, and until when they may take no other address's (see below). */
+  const staleEvicted = new Map<string, number>();
   const release = (socket: Socket): void => {
     const held = state.get(socket);
     if (!held) return;
@@ -125,17 +151,28 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     options.onStalled?.();
     socket.destroy();
   };
+  /** Requests queued behind the first on each of the address's connections, summed over them. */
+  const queuedBehind = (address: string): number => {
+    let queued = 0;
+    for (const socket of byAddress.get(address) ?? [])
+      queued += Math.max(0, (state.get(socket)?.requests.size ?? 0) - 1);
+    return queued;
+  };
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     const held = state.get(req.socket);
     if (!held) return;
     held.requests.set(res, req);
+    held.progressAt = Date.now();
     res.once('close', () => held.requests.delete(res));
     // Node parses every request in a chunk it has read (64 KiB: some 1,800 `GET /`) before it stops reading for
     // the answers to drain, and that parse is the cost: a client that pipelines more than MAX_PIPELINED unanswered
     // requests is cut, and its address goes in the penalty box: its other connections are cut now, and new ones
     // are destroyed as they connect, before a byte is read, so it can make the server parse one chunk per
     // `penaltyMs`, not one per connection it opens.
-    if (held.requests.size > MAX_PIPELINED) {
+    if (
+      held.requests.size > MAX_PIPELINED ||
+      (held.requests.size > 1 && queuedBehind(held.address) > MAX_PIPELINED_PER_ADDRESS)
+    ) {
       penalized.set(held.address, Date.now() + penaltyMs);
       for (const socket of [...(byAddress.get(held.address) ?? [])]) cut(socket);
     }
@@ -156,7 +193,13 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     const mine = byAddress.get(address)?.size ?? 0;
     if (state.size >= maxConnections) {
       // At the cap only an address under its share gets in; the slots others borrowed are the first it takes.
-      const victim = mine < perAddress ? evictable(byAddress, state, mine) : undefined;
+      let victim = mine < perAddress ? evictable(byAddress, state, mine) : undefined;
+      if (!victim && mine < perAddress) {
+        const mayTake = (staleEvicted.get(address) ?? 0) <= Date.now();
+        victim = stale(byAddress, state, address, mayTake);
+        const lost = victim && state.get(victim)?.address;
+        if (lost && lost !== address) staleEvicted.set(lost, Date.now() + STALE_EVICTED_MS);
+      }
       if (!victim) {
         options.onDrop?.();
         socket.destroy();
@@ -170,7 +213,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
       socket.destroy();
       return;
     }
-    const held: Held = { address, requests: new Map(), pending: 0, stalledSince: undefined };
+    const held: Held = { address, requests: new Map(), pending: 0, stalledSince: undefined, progressAt: Date.now() };
     state.set(socket, held);
     byAddress.set(address, (byAddress.get(address) ?? new Set<Socket>()).add(socket));
     // A connection that has sent nothing costs the others a slot and tells the server nothing: it gets a short
@@ -194,6 +237,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     () => {
       const now = Date.now();
       for (const [address, until] of penalized) if (until <= now) penalized.delete(address);
+      for (const [address, until] of staleEvicted) if (until <= now) staleEvicted.delete(address);
       for (const [socket, held] of state) {
         const pending = heldOutput(socket, held);
         if (pending === 0 || pending < held.pending) held.stalledSince = undefined;
@@ -251,6 +295,34 @@ function evictable(
       if (rank === 0) break;
     }
     if (best) return best;
+  }
+  return undefined;
+}
+
+/**
+ * The connection to evict when {@link evictable} found none (attackers spread thin, each address holding few): one
+ * that holds no work ({@link rankOf} below 2) and has delivered no request for {@link STALE_MS}, whatever its
+ * address holds. The newcomer's own address goes first: one that holds such a connection only recycles it. Then,
+ * unless the newcomer's address lost one as stale within {@link STALE_EVICTED_MS} (`mayTake` false), the address
+ * holding the most, oldest first (a set keeps the order of acceptance): addresses that re-open idle connections as
+ * fast as they are cut do not chase each other through the stale ones a bystander's newcomer needs.
+ */
+function stale(
+  byAddress: ReadonlyMap<string, ReadonlySet<Socket>>,
+  state: ReadonlyMap<Socket, Held>,
+  address: string,
+  mayTake: boolean,
+): Socket | undefined {
+  const since = Date.now() - STALE_MS;
+  const own = byAddress.get(address);
+  const others = mayTake
+    ? [...byAddress.values()].filter((sockets) => sockets !== own).sort((a, b) => b.size - a.size)
+    : [];
+  for (const sockets of own ? [own, ...others] : others) {
+    for (const socket of sockets) {
+      const held = state.get(socket);
+      if (held && held.progressAt <= since && rankOf(socket, held) < 2) return socket;
+    }
   }
   return undefined;
 }
