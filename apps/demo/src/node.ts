@@ -35,7 +35,10 @@ export interface ServeOptions {
   readonly requestTimeoutMs?: number;
   /** How long an idle keep-alive connection is held (`server.keepAliveTimeout`). Default 5 s. */
   readonly keepAliveTimeoutMs?: number;
-  /** How long an address that pipelined more than 32 requests unanswered has every connection refused. Default 10 s. */
+  /**
+   * How long an address that pipelined more than 32 requests unanswered (on one connection, or queued behind the first
+   * on each of its connections together) has every connection refused. Default 10 s.
+   */
   readonly penaltyMs?: number;
   /** Called for each connection closed because `maxConnections` were held and none could be evicted. */
   readonly onDrop?: () => void;
@@ -45,8 +48,8 @@ export interface ServeOptions {
   readonly onSilent?: () => void;
   /**
    * Called for each connection closed because its answers did not drain for `requestTimeoutMs` (it does not read),
-   * or held over 128 KiB of them that did not drain for 5 s; because it pipelined more than 32 requests unanswered, or its
-   * address did so in the last 10 s.
+   * or held over 128 KiB of them that did not drain for 5 s; because it or its address pipelined more than 32 requests
+   * unanswered (see `penaltyMs`), or its address did so in the last 10 s.
    */
   readonly onStalled?: () => void;
   /** Called for each connection evicted, at the cap, to make room for an address holding less than its share. */
