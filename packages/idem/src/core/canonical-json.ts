@@ -21,14 +21,14 @@ import { checkUtf8, plainRun, writeEscaped } from './canonical-string.js';
 /** Deeper JSON than this is hashed as raw bytes: a value inside more than 256 arrays and objects. */
 const MAX_JSON_DEPTH = 256;
 
-// The open containers (shared: a call runs to its end before another starts): the byte that closes each, and for an
-// object its first member, whether its keys came in order and had no escape so far, and whether its first two keys
-// were equal.
-const CLOSERS = new Uint8Array(MAX_JSON_DEPTH + 1);
-const BASES = new Int32Array(MAX_JSON_DEPTH + 1);
-const IN_ORDER = new Uint8Array(MAX_JSON_DEPTH + 1);
-const ESCAPED_KEYS = new Uint8Array(MAX_JSON_DEPTH + 1);
-const TWO_EQUAL = new Uint8Array(MAX_JSON_DEPTH + 1);
+// The open containers but the innermost (shared: a call runs to its end before another starts), `FRAME` numbers
+// each: the byte that closes it, and for an object its first member, its state and where its last key is.
+const FRAME = 5;
+const STACK = new Int32Array((MAX_JSON_DEPTH + 1) * FRAME);
+/** An object's state: its keys came in order so far, some key has escapes, its first two keys were equal. */
+const ORDERED = 1;
+const ESCAPED = 2;
+const TWO_EQUAL = 4;
 
 /**
  * The room the scanner keeps past the output's end, checked once per value: a number's canonical form, the closing
@@ -146,11 +146,7 @@ class Canonical {
   run(): Uint8Array {
     const b = this.#in;
     const n = this.#length;
-    const closers = CLOSERS;
-    const bases = BASES;
-    const inOrder = IN_ORDER;
-    const escapedKeys = ESCAPED_KEYS;
-    const twoEqual = TWO_EQUAL;
+    const stack = STACK;
     const rank = RANK;
     const pieces = this.objects.pieces;
     const out = this.#out;
@@ -166,6 +162,13 @@ class Canonical {
     let at = 1;
     let depth = 0;
     let key = 0; // 1: the next value is a member's key
+    // The innermost open container (the outer ones are on `stack`): the byte that closes it (0: none open), and for
+    // an object its first member, its state (ORDERED, ESCAPED, TWO_EQUAL) and where its last key is in the body.
+    let close = 0;
+    let base = 0;
+    let state = 0;
+    let lastStart = 0;
+    let lastEnd = 0;
     value: for (;;) {
       let c = b[pos] as number;
       while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
@@ -226,35 +229,32 @@ class Canonical {
           // `i` ends the key. Whether the keys are still in order: compared with the last one, unless either has
           // escapes (their object is sorted whatever their order: canonical-objects.ts).
           key = 0;
-          const frame = depth - 1;
           const row = (count - 1) * MEMBER;
           members[row + KEY_START] = start;
           members[row + KEY_END] = i;
           members[row + FLAGS] = escaped ? 1 : 0;
-          if (escaped) escapedKeys[frame] = 1;
-          if (inOrder[frame] === 1 && count - 1 > (bases[frame] as number)) {
+          if ((state & ORDERED) !== 0 && count - 1 > base) {
             let order = 1;
-            if (escapedKeys[frame] === 0) {
-              const from = members[row - MEMBER + KEY_START] as number;
-              const to = members[row - MEMBER + KEY_END] as number;
-              const length = Math.min(to - from, i - start);
-              let k = 0;
-              if (length > 16) {
-                order = compareKeys(b, words, rank, from, to, start, i, 0);
-              } else {
-                while (k < length && b[from + k] === b[start + k]) k++;
-                order =
-                  k < length
-                    ? (rank[b[from + k] as number] as number) - (rank[b[start + k] as number] as number)
-                    : to - from - (i - start);
-              }
+            if (!escaped && (state & ESCAPED) === 0) {
+              // Their first 4 bytes (0 past a key's end: no key holds a 0 byte) as big-endian numbers, which order
+              // them as their bytes do (but non-ASCII bytes, weighed by RANK: compareKeys).
+              const lastLength = lastEnd - lastStart;
+              const length = i - start;
+              let x = lastLength === 0 ? 0 : words.getUint32(lastStart);
+              let y = length === 0 ? 0 : words.getUint32(start);
+              if (lastLength < 4) x &= -1 << (32 - 8 * lastLength);
+              if (length < 4) y &= -1 << (32 - 8 * length);
+              if (x !== y && ((x | y) & 0x80808080) === 0) order = x >>> 0 > y >>> 0 ? 1 : -1;
+              else if (x === y && (lastLength <= 4 || length <= 4)) order = lastLength - length;
+              else order = compareKeys(b, words, rank, lastStart, lastEnd, start, i, 0);
             }
-            if (order >= 0) {
-              inOrder[frame] = 0;
-              // Of two members, this comparison is the whole sort (canonical-objects.ts takes it from here).
-              twoEqual[frame] = order === 0 ? 1 : 0;
-            }
+            // Out of order: sorted when it closes. Of two members, this comparison is the whole sort
+            // (canonical-objects.ts takes it from here).
+            if (order >= 0) state = (state & ESCAPED) | (order === 0 ? TWO_EQUAL : 0);
           }
+          if (escaped) state |= ESCAPED;
+          lastStart = start;
+          lastEnd = i;
           c = b[pos] as number;
           while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
           if (c !== 0x3a) throw REFUSED;
@@ -273,7 +273,13 @@ class Canonical {
         if (end - pos < 16 && d !== 0x2e && d !== 0x65 && d !== 0x45) {
           let last = end;
           while (b[last - 1] === 0x30) last--;
-          while (pos < last) out[at++] = b[pos++] as number;
+          // The digits: one, or 4 at a time (bytes written past them are written over next).
+          if (last - pos === 1) {
+            out[at++] = c;
+          } else {
+            for (; pos < last; pos += 4, at += 4) outWords.setInt32(at, words.getInt32(pos, true), true);
+            at -= pos - last;
+          }
           out[at++] = 0x65;
           const zeros = end - last;
           if (zeros >= 10) out[at++] = 0x31;
@@ -289,19 +295,25 @@ class Canonical {
       } else if (c === 0x7b || c === 0x5b) {
         // `{` or `[`: empty, or a container opened
         out[at++] = c;
-        const close = c + 2; // `}` or `]`
+        const closer = c + 2; // `}` or `]`
         c = b[++pos] as number;
         while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
-        if (c === close) {
-          out[at++] = close;
+        if (c === closer) {
+          out[at++] = closer;
           pos++;
         } else {
           if (depth === MAX_JSON_DEPTH) throw REFUSED;
-          closers[depth] = close;
+          const saved = depth * FRAME;
+          stack[saved] = close;
+          stack[saved + 1] = base;
+          stack[saved + 2] = state;
+          stack[saved + 3] = lastStart;
+          stack[saved + 4] = lastEnd;
+          depth++;
+          close = closer;
           if (close === 0x7d) {
-            bases[depth] = count;
-            inOrder[depth] = 1;
-            escapedKeys[depth] = 0;
+            base = count;
+            state = ORDERED;
             // The first member: it starts here.
             if ((count + 1) * MEMBER > members.length) members = this.#members = grow(members);
             members[count * MEMBER + AT] = at;
@@ -309,7 +321,6 @@ class Canonical {
             count++;
             key = 1;
           }
-          depth++;
           continue value;
         }
       } else if (c === 0x74) {
@@ -344,12 +355,10 @@ class Canonical {
       for (;;) {
         c = b[pos] as number;
         while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
-        if (depth === 0) {
+        if (close === 0) {
           if (pos !== n) throw REFUSED;
           return this.#result(out, at, ascii);
         }
-        const frame = depth - 1;
-        const close = closers[frame] as number;
         if (c === 0x2c) {
           pos++;
           if (close === 0x7d) {
@@ -367,8 +376,7 @@ class Canonical {
         if (c !== close) throw REFUSED;
         pos++;
         if (close === 0x7d) {
-          const base = bases[frame] as number;
-          if (inOrder[frame] === 0) {
+          if ((state & ORDERED) === 0) {
             at =
               this.objects.reorder(
                 b,
@@ -379,8 +387,8 @@ class Canonical {
                 members,
                 base,
                 count - base,
-                escapedKeys[frame] === 1,
-                twoEqual[frame] === 1,
+                (state & ESCAPED) !== 0,
+                (state & TWO_EQUAL) !== 0,
               ) | 0;
             tail = pieces.tail;
           }
@@ -388,6 +396,12 @@ class Canonical {
         }
         out[at++] = close;
         depth--;
+        const saved = depth * FRAME;
+        close = stack[saved] as number;
+        base = stack[saved + 1] as number;
+        state = stack[saved + 2] as number;
+        lastStart = stack[saved + 3] as number;
+        lastEnd = stack[saved + 4] as number;
       }
     }
   }

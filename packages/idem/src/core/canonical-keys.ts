@@ -41,7 +41,7 @@ export function sortKeys(
     }
     return orderKeys({ bytes: body, words, rank: RANK, starts, ends }, count, order);
   }
-  let room = 0;
+  let room = 4; // key-order.ts reads a word past a key
   for (let i = 0; i < count; i++)
     room +=
       2 * ((members[(base + i) * MEMBER + KEY_END] as number) - (members[(base + i) * MEMBER + KEY_START] as number));

@@ -70,7 +70,8 @@ export class ObjectOrder {
     } else {
       kept = sortKeys(body, words, members, base, count, escaped, order);
     }
-    if (count > 2 && sorted) this.#shape.keep(members, base, count, order, kept);
+    // (Of two keys without escapes, the scanner's comparison is the sort: no shape is kept for them.)
+    if ((count > 2 || escaped) && sorted) this.#shape.keep(members, base, count, order, kept);
     if (kept === count && escaped && inSourceOrder(order, count)) return at; // keys with escapes, in order after all
 
     const from = members[base * MEMBER + AT] as number;

@@ -78,8 +78,19 @@ export function writeEscaped(b: Uint8Array, from: number, to: number, out: Uint8
     if (c !== 0x5c) {
       if (high !== -1) at = escapeUnit(out, at, high);
       high = -1;
-      out[at++] = c;
-      i++;
+      // A run of text up to the next escape (or the end): a byte at a time for 16, then at once.
+      let end = i;
+      const stop = Math.min(to, i + 16);
+      while (end < stop && b[end] !== 0x5c) end++;
+      if (end === stop && end < to) {
+        const next = b.subarray(end, to).indexOf(0x5c);
+        end = next === -1 ? to : end + next;
+        out.set(b.subarray(i, end), at);
+        at += end - i;
+      } else {
+        for (; i < end; i++) out[at++] = b[i] as number;
+      }
+      i = end;
       continue;
     }
     c = b[i + 1] as number;

@@ -109,27 +109,34 @@ export function orderKeys(keys: SortKeys, count: number, order: Int32Array): num
   for (let i = 0; i < count; i++) order[i] = i;
   const depth = commonPrefix(keys, order, 0, count, 0);
   if (keptWords.length < count) keptWords = new Float64Array(Math.max(count, 2 * keptWords.length));
-  if (count <= SMALL) insertionSort(keys, order, keptWords, 0, count, depth, false);
-  else multikeySort(keys, order, keptWords, count, depth);
-  // Equal keys are next to each other, in source order: keep the last of each run.
+  const words = keptWords;
+  if (count <= SMALL) insertionSort(keys, order, words, 0, count, depth, false);
+  else multikeySort(keys, order, words, count, depth);
+  // Equal keys are next to each other, in source order: keep the last of each run. After the insertion sort,
+  // `words` still holds each key's 4 bytes from `depth`: different words, different keys.
   let kept = 0;
-  const { bytes, words, rank, starts, ends } = keys;
+  const { bytes, words: view, rank, starts, ends } = keys;
   for (let i = 0; i < count; i++) {
     const m = order[i] as number;
     if (i + 1 < count) {
       const next = order[i + 1] as number;
+      const word = words[i] as number;
       const same =
-        (ends[m] as number) - (starts[m] as number) === (ends[next] as number) - (starts[next] as number) &&
-        compareKeys(
-          bytes,
-          words,
-          rank,
-          starts[m] as number,
-          ends[m] as number,
-          starts[next] as number,
-          ends[next] as number,
-          depth,
-        ) === 0;
+        count <= SMALL && word !== words[i + 1]
+          ? false
+          : count <= SMALL && ended(word)
+            ? true
+            : (ends[m] as number) - (starts[m] as number) === (ends[next] as number) - (starts[next] as number) &&
+              compareKeys(
+                bytes,
+                view,
+                rank,
+                starts[m] as number,
+                ends[m] as number,
+                starts[next] as number,
+                ends[next] as number,
+                depth,
+              ) === 0;
       if (same) continue;
     }
     order[kept++] = m;
@@ -191,19 +198,18 @@ function insertionSort(
       if (w === word) {
         // The same 4 bytes: the keys ended there (the same key) or go on.
         work++;
-        const c =
-          word % 257 === 0
-            ? 0
-            : compareKeys(
-                bytes,
-                view,
-                rank,
-                starts[other] as number,
-                ends[other] as number,
-                starts[moving] as number,
-                ends[moving] as number,
-                depth + 4,
-              );
+        const c = ended(word)
+          ? 0
+          : compareKeys(
+              bytes,
+              view,
+              rank,
+              starts[other] as number,
+              ends[other] as number,
+              starts[moving] as number,
+              ends[moving] as number,
+              depth + 4,
+            );
         if (c < 0 || (c === 0 && other < moving)) break;
       }
       order[j] = other;
@@ -214,25 +220,29 @@ function insertionSort(
   }
 }
 
-/** Key `m`'s bytes `depth` to `depth + 4`, each weighed by `rank` plus one, 0 past its end: packed in base 257. */
-function wordAt({ bytes, rank, starts, ends }: SortKeys, m: number, depth: number): number {
+/**
+ * Key `m`'s bytes `depth` to `depth + 4` (0 past its end), weighed by `rank`, as a big-endian number, times 8 plus
+ * how many of the 4 it has: the order of two keys' next 4 bytes, a key that ends first coming first. A key that
+ * ends within them has less than 4 (`ended`). Reads up to 4 bytes past a key (room the caller keeps).
+ */
+function wordAt({ words, rank, starts, ends }: SortKeys, m: number, depth: number): number {
   const start = (starts[m] as number) + depth;
   const left = (ends[m] as number) - start;
-  if (left >= 4)
-    return (
-      (((rank[bytes[start] as number] as number) * 257 + (rank[bytes[start + 1] as number] as number)) * 257 +
-        (rank[bytes[start + 2] as number] as number)) *
-        257 +
-      (rank[bytes[start + 3] as number] as number) +
-      OFFSET
-    );
-  let packed = 0;
-  for (let k = 0; k < 4; k++) packed = packed * 257 + (k < left ? (rank[bytes[start + k] as number] as number) + 1 : 0);
-  return packed;
+  if (left <= 0) return 0;
+  let word = words.getUint32(start);
+  if (left < 4) word &= -1 << (8 * (4 - left));
+  // Only bytes from 0xEE up weigh other than themselves (RANK); never in UTF-16 units (SAME).
+  if ((word & 0x80808080) !== 0 && rank !== SAME)
+    word =
+      ((rank[word >>> 24] as number) << 24) |
+      ((rank[(word >>> 16) & 0xff] as number) << 16) |
+      ((rank[(word >>> 8) & 0xff] as number) << 8) |
+      (rank[word & 0xff] as number);
+  return (word >>> 0) * 8 + Math.min(left, 4);
 }
 
-/** What adding one to each of four base-257 digits adds. */
-const OFFSET = ((257 + 1) * 257 + 1) * 257 + 1;
+/** True when the key of this word (wordAt) ends within its 4 bytes: two such keys of the same word are the same. */
+const ended = (word: number): boolean => word % 8 !== 4;
 
 /**
  * A multikey quicksort (Bentley and Sedgewick) of `order[0, count)` from byte `depth`, on 4 bytes at a time: a
@@ -271,8 +281,8 @@ function multikeySort(keys: SortKeys, order: Int32Array, words: Float64Array, co
     if (lt - from > 1) groups.push(from, lt, at, 1);
     if (to - gt > 1) groups.push(gt, to, at, 1);
     if (gt - lt > 1) {
-      // The last digit is 0 when the keys end within these 4 bytes: then they are all the same key.
-      if (pivot % 257 === 0) order.subarray(lt, gt).sort();
+      // Keys that end within these 4 bytes, all the same.
+      if (ended(pivot)) order.subarray(lt, gt).sort();
       else groups.push(lt, gt, at + 4, 0);
     }
   }
@@ -335,7 +345,7 @@ export class LastShape {
       this.#keys[2 * i] = members[(base + i) * MEMBER + KEY_START] as number;
       this.#keys[2 * i + 1] = members[(base + i) * MEMBER + KEY_END] as number;
     }
-    this.#order.set(order.subarray(0, kept));
+    for (let i = 0; i < kept; i++) this.#order[i] = order[i] as number;
     this.#count = count;
     this.#kept = kept;
   }
