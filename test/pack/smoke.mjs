@@ -366,7 +366,7 @@ try {
       bare,
       { expectFail: true },
     );
-    const line = 'idem records list: postgres:// stores need the "pg" package: install it (npm install pg).';
+    const line = 'idem records: postgres:// stores need the "pg" package: install it (npm install pg).';
     if (missing.status !== 3 || !missing.stderr.startsWith(`${line}\n`) || /\n\s+at /.test(missing.stderr)) {
       throw new Error(`idem with pg missing: exit ${missing.status}, stderr ${JSON.stringify(missing.stderr)}`);
     }
