@@ -1,14 +1,13 @@
 /**
- * @module The keys of an object to sort (src/core/canonical-json.ts), gathered from its rows of the member table
- * for key-order.ts: as the body's UTF-8 bytes, or, when any key has escapes, every key written again as UTF-16
+ * @module The keys of an object to sort (src/core/canonical-json.ts), for key-order.ts: read where they are, the
+ * body's UTF-8 bytes, through the member table; or, when any key has escapes, every key written again as UTF-16
  * code units (canonical-string.ts `utf16Key`) — so a key with escapes is never turned into a string to be compared.
  */
 import { FLAGS, KEY_END, KEY_START, MEMBER, orderKeys, RANK, SAME } from './key-order.js';
 import { utf16Key } from './canonical-string.js';
 
 // Kept between calls while they fit (a sort runs to its end before another starts); larger ones are made for it.
-let keptStarts = new Int32Array(4096);
-let keptEnds = new Int32Array(4096);
+let keptPairs = new Int32Array(2 * 1024);
 let keptUnits = new Uint8Array(16_384);
 let keptUnitWords = new DataView(keptUnits.buffer);
 
@@ -28,19 +27,9 @@ export function sortKeys(
   escaped: boolean,
   order: Int32Array,
 ): number {
-  if (keptStarts.length < count) {
-    keptStarts = new Int32Array(Math.max(count, 2 * keptStarts.length));
-    keptEnds = new Int32Array(keptStarts.length);
-  }
-  const starts = keptStarts;
-  const ends = keptEnds;
-  if (!escaped) {
-    for (let i = 0; i < count; i++) {
-      starts[i] = members[(base + i) * MEMBER + KEY_START] as number;
-      ends[i] = members[(base + i) * MEMBER + KEY_END] as number;
-    }
-    return orderKeys({ bytes: body, words, rank: RANK, starts, ends }, count, order);
-  }
+  if (!escaped)
+    return orderKeys({ bytes: body, words, rank: RANK, table: members, base, stride: MEMBER }, count, order);
+  if (keptPairs.length < 2 * count) keptPairs = new Int32Array(Math.max(2 * count, 2 * keptPairs.length));
   let room = 4; // key-order.ts reads a word past a key
   for (let i = 0; i < count; i++)
     room +=
@@ -49,10 +38,11 @@ export function sortKeys(
     keptUnits = new Uint8Array(Math.max(room, 2 * keptUnits.length));
     keptUnitWords = new DataView(keptUnits.buffer);
   }
+  const pairs = keptPairs;
   let at = 0;
   for (let i = 0; i < count; i++) {
     const row = (base + i) * MEMBER;
-    starts[i] = at;
+    pairs[2 * i] = at;
     at = utf16Key(
       body,
       members[row + KEY_START] as number,
@@ -61,7 +51,11 @@ export function sortKeys(
       keptUnits,
       at,
     );
-    ends[i] = at;
+    pairs[2 * i + 1] = at;
   }
-  return orderKeys({ bytes: keptUnits, words: keptUnitWords, rank: SAME, starts, ends }, count, order);
+  return orderKeys(
+    { bytes: keptUnits, words: keptUnitWords, rank: SAME, table: pairs, base: 0, stride: 2 },
+    count,
+    order,
+  );
 }

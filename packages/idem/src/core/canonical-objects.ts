@@ -3,7 +3,8 @@
  * (key-order.ts, canonical-keys.ts), then the members moved into it in the output — copied when the object is
  * small, relinked as byte ranges when it is large (canonical-pieces.ts).
  */
-import { AT, LastShape, MEMBER, PIECE } from './key-order.js';
+import { AT, MEMBER, PIECE } from './key-order.js';
+import { Shapes } from './canonical-shapes.js';
 import { sortKeys } from './canonical-keys.js';
 import { copyBytes, Pieces, relink, reorderInPlace } from './canonical-pieces.js';
 
@@ -23,8 +24,8 @@ const keptOrder = new Int32Array(4096);
 export class ObjectOrder {
   /** The output's pieces, once an object is relinked. */
   readonly pieces = new Pieces();
-  /** The last object sorted, whose order the next of the same keys takes (key-order.ts). */
-  readonly #shape = new LastShape();
+  /** The objects sorted, whose order the next of the same keys takes (canonical-shapes.ts). */
+  readonly #shapes = new Shapes();
   /** How many more bytes objects may be reordered by copying (IN_PLACE_BYTES), and how many were. */
   #copyBudget: number;
   copied = 0;
@@ -65,13 +66,13 @@ export class ObjectOrder {
       kept = twoEqual ? 1 : 2;
       order[0] = 1;
       order[1] = 0;
-    } else if ((kept = this.#shape.reuse(words, members, base, count, order)) >= 0) {
-      sorted = false; // the order of the last object with these keys
+    } else if ((kept = this.#shapes.find(words, members, base, count, order)) >= 0) {
+      sorted = false; // the order of an object with these keys, kept
     } else {
       kept = sortKeys(body, words, members, base, count, escaped, order);
     }
     // (Of two keys without escapes, the scanner's comparison is the sort: no shape is kept for them.)
-    if ((count > 2 || escaped) && sorted) this.#shape.keep(members, base, count, order, kept);
+    if ((count > 2 || escaped) && sorted) this.#shapes.keep(members, base, count, order, kept);
     if (kept === count && escaped && inSourceOrder(order, count)) return at; // keys with escapes, in order after all
 
     const from = members[base * MEMBER + AT] as number;

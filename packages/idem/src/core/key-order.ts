@@ -2,8 +2,8 @@
  * @module The order of an object's members in canonical JSON (src/core/canonical-json.ts): by key, as JavaScript
  * compares strings (UTF-16 code units), equal keys in source order and the last of them kept. The keys are sorted
  * as bytes, never as strings: UTF-8 from the body (with `RANK`), or UTF-16 code units written big-endian for an
- * object whose keys have escapes (canonical-string.ts `utf16Key`). An object with the keys of the last one sorted
- * takes its order (`LastShape`).
+ * object whose keys have escapes (canonical-string.ts `utf16Key`). An object with the keys of one sorted before
+ * takes its order (canonical-shapes.ts).
  */
 
 /** A member's fields in canonical-json.ts's member table: one row of `MEMBER` numbers per member. */
@@ -62,16 +62,20 @@ export function compareKeys(
   return aEnd - aStart - (bEnd - bStart);
 }
 
-/** The keys being ordered: key `i` is `bytes[starts[i], ends[i])`, compared by `rank`. */
+/**
+ * The keys being ordered, compared by `rank`: key `i` is `bytes[start, end)` where `start` and `end` are
+ * `table[(base + i) * stride]` and the number after it (the member table's KEY_START and KEY_END, or pairs).
+ */
 export interface SortKeys {
   readonly bytes: Uint8Array;
   readonly words: DataView;
   readonly rank: Uint8Array;
-  readonly starts: Int32Array;
-  readonly ends: Int32Array;
+  readonly table: Int32Array;
+  readonly base: number;
+  readonly stride: number;
 }
 
-/** Groups of at most this many keys are sorted by insertion; larger ones by a three-way radix quicksort. */
+/** Groups of at most this many keys are sorted by insertion (sortFew); larger ones by a multikey quicksort. */
 const SMALL = 24;
 
 /** The work done sorting since the last `takeSortWork`: bytes and words read, compares (for tests). */
@@ -90,6 +94,12 @@ export function takeSortWork(): number {
   return taken;
 }
 
+/** Set by the sort where a key is the same as the next in order (all 0 between calls). */
+let same = new Uint8Array(4096);
+
+/** The groups multikeySort has left to sort (empty between calls). */
+const keptGroups: number[] = [];
+
 /** Each key's next 4 bytes, packed (a larger object's are made for it). */
 let keptWords = new Float64Array(4096);
 
@@ -107,39 +117,17 @@ let keptWords = new Float64Array(4096);
  */
 export function orderKeys(keys: SortKeys, count: number, order: Int32Array): number {
   for (let i = 0; i < count; i++) order[i] = i;
-  const depth = commonPrefix(keys, order, 0, count, 0);
-  if (keptWords.length < count) keptWords = new Float64Array(Math.max(count, 2 * keptWords.length));
-  const words = keptWords;
-  if (count <= SMALL) insertionSort(keys, order, words, 0, count, depth, false);
-  else multikeySort(keys, order, words, count, depth);
-  // Equal keys are next to each other, in source order: keep the last of each run. After the insertion sort,
-  // `words` still holds each key's 4 bytes from `depth`: different words, different keys.
+  if (keptWords.length < count) {
+    keptWords = new Float64Array(Math.max(count, 2 * keptWords.length));
+    same = new Uint8Array(keptWords.length);
+  }
+  // A few keys start from their first bytes (the bytes all share are then passed 4 at a time); more, past them.
+  multikeySort(keys, order, keptWords, count, count <= SMALL ? 0 : commonPrefix(keys, order, 0, count, 0));
+  // Equal keys are next to each other, in source order, marked as such by the sort: keep the last of each run.
   let kept = 0;
-  const { bytes, words: view, rank, starts, ends } = keys;
   for (let i = 0; i < count; i++) {
-    const m = order[i] as number;
-    if (i + 1 < count) {
-      const next = order[i + 1] as number;
-      const word = words[i] as number;
-      const same =
-        count <= SMALL && word !== words[i + 1]
-          ? false
-          : count <= SMALL && ended(word)
-            ? true
-            : (ends[m] as number) - (starts[m] as number) === (ends[next] as number) - (starts[next] as number) &&
-              compareKeys(
-                bytes,
-                view,
-                rank,
-                starts[m] as number,
-                ends[m] as number,
-                starts[next] as number,
-                ends[next] as number,
-                depth,
-              ) === 0;
-      if (same) continue;
-    }
-    order[kept++] = m;
+    if (same[i] === 1) same[i] = 0;
+    else order[kept++] = order[i] as number;
   }
   return kept;
 }
@@ -149,18 +137,18 @@ export function orderKeys(keys: SortKeys, count: number, order: Int32Array): num
  * a time, up to the shortest common run so far — at most the keys' bytes read once.
  */
 function commonPrefix(
-  { bytes, words, starts, ends }: SortKeys,
+  { bytes, words, table, base, stride }: SortKeys,
   order: Int32Array,
   from: number,
   to: number,
   depth: number,
 ): number {
-  const first = starts[order[from] as number] as number;
-  let common = (ends[order[from] as number] as number) - first;
+  const first = table[(base + (order[from] as number)) * stride] as number;
+  let common = (table[(base + (order[from] as number)) * stride + 1] as number) - first;
   for (let i = from + 1; i < to && common > depth; i++) {
     const m = order[i] as number;
-    const start = starts[m] as number;
-    const limit = Math.min(common, (ends[m] as number) - start);
+    const start = table[(base + m) * stride] as number;
+    const limit = Math.min(common, (table[(base + m) * stride + 1] as number) - start);
     let j = depth;
     while (j + 4 <= limit && words.getInt32(start + j, true) === words.getInt32(first + j, true)) j += 4;
     while (j < limit && bytes[start + j] === bytes[first + j]) j++;
@@ -171,11 +159,41 @@ function commonPrefix(
 }
 
 /**
- * Sorts `order[from, to)`, whose keys share their first `depth` bytes, equal keys by index (source order): by
- * insertion, on their next 4 bytes packed (`words`, filled here unless `known`), comparing further bytes only
- * when those are the same.
+ * Past `depth`, how far the keys `order[from, to)` share whole words: compared 4 bytes at a time, all keys at each
+ * offset before the next, so a key is read no further than the first offset where any differs or ends.
  */
-function insertionSort(
+function sharedWords(
+  { words, table, base, stride }: SortKeys,
+  order: Int32Array,
+  from: number,
+  to: number,
+  depth: number,
+): number {
+  const first = table[(base + (order[from] as number)) * stride] as number;
+  const length = (table[(base + (order[from] as number)) * stride + 1] as number) - first;
+  for (let k = depth; ; k += 4) {
+    if (k + 4 > length) return k;
+    const word = words.getInt32(first + k, true);
+    for (let i = from + 1; i < to; i++) {
+      const m = order[i] as number;
+      const start = table[(base + m) * stride] as number;
+      work++;
+      if ((table[(base + m) * stride + 1] as number) - start < k + 4 || words.getInt32(start + k, true) !== word)
+        return k;
+    }
+  }
+}
+
+/** The members of the group sortFew sorts, in their order before (its words carry their place in it). */
+const held = new Int32Array(SMALL);
+
+/**
+ * Sorts `order[from, to)`, at most SMALL keys sharing their first `depth` bytes, on their next 4 bytes (`words`,
+ * filled here unless `known`): by insertion, each word packed with the key's place so that one number moves per
+ * step. A run of keys whose words tie goes on to `groups`, 4 bytes further; one whose keys end there is a run of
+ * the same key, put in source order.
+ */
+function sortFew(
   keys: SortKeys,
   order: Int32Array,
   words: Float64Array,
@@ -183,40 +201,58 @@ function insertionSort(
   to: number,
   depth: number,
   known: boolean,
+  groups: number[],
 ): void {
-  if (!known) for (let i = from; i < to; i++) words[i] = wordAt(keys, order[i] as number, depth);
-  work += to - from;
-  const { bytes, words: view, rank, starts, ends } = keys;
+  if (!known) depth = sharedWords(keys, order, from, to, depth);
+  for (let i = from; i < to; i++) {
+    held[i - from] = order[i] as number;
+    words[i] = (known ? (words[i] as number) : wordAt(keys, order[i] as number, depth)) * 32 + (i - from);
+  }
   for (let i = from + 1; i < to; i++) {
-    const moving = order[i] as number;
-    const word = words[i] as number;
+    const moving = words[i] as number;
     let j = i;
     for (; j > from; j--) {
-      const other = order[j - 1] as number;
       const w = words[j - 1] as number;
-      if (w < word) break;
-      if (w === word) {
-        // The same 4 bytes: the keys ended there (the same key) or go on.
-        work++;
-        const c = ended(word)
-          ? 0
-          : compareKeys(
-              bytes,
-              view,
-              rank,
-              starts[other] as number,
-              ends[other] as number,
-              starts[moving] as number,
-              ends[moving] as number,
-              depth + 4,
-            );
-        if (c < 0 || (c === 0 && other < moving)) break;
-      }
-      order[j] = other;
+      if (w < moving) break;
       words[j] = w;
     }
+    words[j] = moving;
+    work += i - j + 1;
+  }
+  let run = from;
+  for (let i = from; i < to; i++) {
+    const packed = words[i] as number;
+    const place = packed % 32;
+    order[i] = held[place] as number;
+    words[i] = (packed - place) / 32;
+    if (words[i] !== words[run]) {
+      endRun(order, words, run, i, depth, groups);
+      run = i;
+    }
+  }
+  endRun(order, words, run, to, depth, groups);
+}
+
+/** A run `[from, to)` of keys whose words at `depth` tie (sortFew). */
+function endRun(
+  order: Int32Array,
+  words: Float64Array,
+  from: number,
+  to: number,
+  depth: number,
+  groups: number[],
+): void {
+  if (to - from < 2) return;
+  if (!ended(words[from] as number)) {
+    groups.push(from, to, depth + 4, 0);
+    return;
+  }
+  for (let i = from; i < to - 1; i++) same[i] = 1;
+  for (let i = from + 1; i < to; i++) {
+    const moving = order[i] as number;
+    let j = i;
+    for (; j > from && (order[j - 1] as number) > moving; j--) order[j] = order[j - 1] as number;
     order[j] = moving;
-    words[j] = word;
   }
 }
 
@@ -225,9 +261,9 @@ function insertionSort(
  * how many of the 4 it has: the order of two keys' next 4 bytes, a key that ends first coming first. A key that
  * ends within them has less than 4 (`ended`). Reads up to 4 bytes past a key (room the caller keeps).
  */
-function wordAt({ words, rank, starts, ends }: SortKeys, m: number, depth: number): number {
-  const start = (starts[m] as number) + depth;
-  const left = (ends[m] as number) - start;
+function wordAt({ words, rank, table, base, stride }: SortKeys, m: number, depth: number): number {
+  const start = (table[(base + m) * stride] as number) + depth;
+  const left = (table[(base + m) * stride + 1] as number) - start;
   if (left <= 0) return 0;
   let word = words.getUint32(start);
   if (left < 4) word &= -1 << (8 * (4 - left));
@@ -252,17 +288,21 @@ const ended = (word: number): boolean => word % 8 !== 4;
  */
 function multikeySort(keys: SortKeys, order: Int32Array, words: Float64Array, count: number, depth: number): void {
   // (from, to, depth, whether words[from, to) already hold the keys' words at that depth) per group left
-  const groups: number[] = [0, count, depth, 0];
+  const groups = keptGroups;
+  groups.push(0, count, depth, 0);
   while (groups.length > 0) {
     const known = groups.pop() as number;
-    const at = groups.pop() as number;
+    let at = groups.pop() as number;
     const to = groups.pop() as number;
     const from = groups.pop() as number;
     if (to - from <= SMALL) {
-      insertionSort(keys, order, words, from, to, at, known === 1);
+      sortFew(keys, order, words, from, to, at, known === 1, groups);
       continue;
     }
-    if (known === 0) for (let i = from; i < to; i++) words[i] = wordAt(keys, order[i] as number, at);
+    if (known === 0) {
+      at = sharedWords(keys, order, from, to, at);
+      for (let i = from; i < to; i++) words[i] = wordAt(keys, order[i] as number, at);
+    }
     work += to - from;
     const pivot = words[from + Math.floor(Math.random() * (to - from))] as number;
     // Three-way partition: [from, lt) below, [lt, i) equal, [gt, to) above.
@@ -282,8 +322,12 @@ function multikeySort(keys: SortKeys, order: Int32Array, words: Float64Array, co
     if (to - gt > 1) groups.push(gt, to, at, 1);
     if (gt - lt > 1) {
       // Keys that end within these 4 bytes, all the same.
-      if (ended(pivot)) order.subarray(lt, gt).sort();
-      else groups.push(lt, gt, at + 4, 0);
+      if (ended(pivot)) {
+        order.subarray(lt, gt).sort();
+        for (let i = lt; i < gt - 1; i++) same[i] = 1;
+      } else {
+        groups.push(lt, gt, at + 4, 0);
+      }
     }
   }
 }
@@ -295,58 +339,4 @@ function swap(order: Int32Array, words: Float64Array, i: number, j: number): voi
   const w = words[i] as number;
   words[i] = words[j] as number;
   words[j] = w;
-}
-
-/**
- * True when `x` and `y` start the same `length` bytes of `view`, a word at a time; the last word is masked, so up to 3
- * bytes past either may be read (the body has room after its end: canonical-json.ts).
- */
-function sameBytes(view: DataView, x: number, y: number, length: number): boolean {
-  let k = 0;
-  for (; k + 4 <= length; k += 4) if (view.getInt32(x + k, true) !== view.getInt32(y + k, true)) return false;
-  if (k === length) return true;
-  const mask = (1 << (8 * (length - k))) - 1;
-  return ((view.getInt32(x + k, true) ^ view.getInt32(y + k, true)) & mask) === 0;
-}
-
-/**
- * The keys and the order of the last object of more than two members sorted. An array of records repeats one
- * shape: each record after the first takes the order by comparing its keys with these, a word at a time.
- */
-export class LastShape {
-  #keys = new Int32Array(0); // (start, end) in the body, per member
-  #order = new Int32Array(0);
-  #count = 0;
-  #kept = 0;
-
-  /**
-   * When the members `base` to `base + count` have this shape's keys, byte for byte and in order: its order in
-   * `order` and how many it keeps. Otherwise -1.
-   */
-  reuse(words: DataView, members: Int32Array, base: number, count: number, order: Int32Array): number {
-    if (count !== this.#count) return -1;
-    for (let i = 0; i < count; i++) {
-      const start = members[(base + i) * MEMBER + KEY_START] as number;
-      const length = (members[(base + i) * MEMBER + KEY_END] as number) - start;
-      const kept = this.#keys[2 * i] as number;
-      if ((this.#keys[2 * i + 1] as number) - kept !== length) return -1;
-      if (!sameBytes(words, start, kept, length)) return -1;
-    }
-    for (let i = 0; i < this.#kept; i++) order[i] = this.#order[i] as number;
-    return this.#kept;
-  }
-
-  keep(members: Int32Array, base: number, count: number, order: Int32Array, kept: number): void {
-    if (this.#keys.length < 2 * count) {
-      this.#keys = new Int32Array(2 * count);
-      this.#order = new Int32Array(count);
-    }
-    for (let i = 0; i < count; i++) {
-      this.#keys[2 * i] = members[(base + i) * MEMBER + KEY_START] as number;
-      this.#keys[2 * i + 1] = members[(base + i) * MEMBER + KEY_END] as number;
-    }
-    for (let i = 0; i < kept; i++) this.#order[i] = order[i] as number;
-    this.#count = count;
-    this.#kept = kept;
-  }
 }

@@ -1,0 +1,114 @@
+/**
+ * @module The orders of objects sorted earlier in one canonicalisation (src/core/canonical-objects.ts), by their
+ * keys: an array of records repeats a few shapes, and a record of a shape seen takes its order by comparing its keys
+ * with those kept, a word at a time, rather than sorting them again. JSON.parse keeps the shapes it meets too (the
+ * runtime's hidden classes): an array of up to a thousand shapes repeated costs it no more than one shape.
+ */
+import { KEY_END, KEY_START, MEMBER } from './key-order.js';
+
+/** Shapes kept at once: an object finds its shape in the slot its keys hash to, where a newer one replaces it. */
+const SLOTS = 2048;
+
+/**
+ * The shapes kept, one after another: per shape its hash, member count, how many it keeps, then (start, end) of
+ * each key in the body and the order kept. Kept between calls (each starts it again), up to `KEEP_POOL` numbers.
+ */
+const KEEP_POOL = 1 << 20;
+let keptPool = new Int32Array(16_384);
+
+/**
+ * Per slot, the call that kept its shape (`generation`) and where the shape is in the pool: kept between calls, so
+ * that a call need not clear them (a slot of another call is empty).
+ */
+const slots = new Int32Array(2 * SLOTS);
+let generation = 0;
+
+export class Shapes {
+  readonly #generation: number;
+  #pool = keptPool;
+  #used = 0;
+  /** The hash of the object last looked up (`find`), for `keep`. */
+  #hash = 0;
+
+  constructor() {
+    generation = (generation + 1) | 0;
+    if (generation === 0) {
+      slots.fill(0);
+      generation = 1;
+    }
+    this.#generation = generation;
+  }
+
+  /**
+   * When members `base` to `base + count` have the keys of a shape kept, byte for byte and in order: its order in
+   * `order`, and how many it keeps. Otherwise -1.
+   *
+   * @example
+   * shapes.find(words, members, base, count, order) // → -1, or 3 with order [2, 0, 1]
+   */
+  find(words: DataView, members: Int32Array, base: number, count: number, order: Int32Array): number {
+    // The keys' lengths and their first and last 4 bytes (masked to the key, which may be shorter), hashed.
+    let hash = Math.imul(count, 0x9e3779b1);
+    for (let i = 0; i < count; i++) {
+      const start = members[(base + i) * MEMBER + KEY_START] as number;
+      const length = (members[(base + i) * MEMBER + KEY_END] as number) - start;
+      const first = length >= 4 ? words.getInt32(start, true) : words.getInt32(start, true) & ((1 << (8 * length)) - 1);
+      const last = length > 4 ? words.getInt32(start + length - 4, true) : 0;
+      hash = Math.imul(hash ^ length, 0x85ebca6b) ^ first;
+      hash = Math.imul(hash ^ (hash >>> 15), 0xc2b2ae35) ^ last;
+    }
+    this.#hash = hash;
+    const slot = 2 * ((hash ^ (hash >>> 16)) & (SLOTS - 1));
+    if (slots[slot] !== this.#generation) return -1;
+    const at = slots[slot + 1] as number;
+    const pool = this.#pool;
+    if (pool[at] !== hash || pool[at + 1] !== count) return -1;
+    for (let i = 0; i < count; i++) {
+      const start = members[(base + i) * MEMBER + KEY_START] as number;
+      const length = (members[(base + i) * MEMBER + KEY_END] as number) - start;
+      const kept = pool[at + 3 + 2 * i] as number;
+      if ((pool[at + 4 + 2 * i] as number) - kept !== length || !sameBytes(words, start, kept, length)) return -1;
+    }
+    const kept = pool[at + 2] as number;
+    const from = at + 3 + 2 * count;
+    for (let i = 0; i < kept; i++) order[i] = pool[from + i] as number;
+    return kept;
+  }
+
+  /** Keeps the keys of members `base` to `base + count` (last looked up with `find`) and their order `order[0, kept)`. */
+  keep(members: Int32Array, base: number, count: number, order: Int32Array, kept: number): void {
+    const size = 3 + 2 * count + kept;
+    if (this.#used + size > this.#pool.length) {
+      const grown = new Int32Array(Math.max(2 * this.#pool.length, this.#used + size));
+      grown.set(this.#pool.subarray(0, this.#used));
+      this.#pool = grown;
+      if (grown.length <= KEEP_POOL) keptPool = grown;
+    }
+    const pool = this.#pool;
+    const at = this.#used;
+    pool[at] = this.#hash;
+    pool[at + 1] = count;
+    pool[at + 2] = kept;
+    for (let i = 0; i < count; i++) {
+      pool[at + 3 + 2 * i] = members[(base + i) * MEMBER + KEY_START] as number;
+      pool[at + 4 + 2 * i] = members[(base + i) * MEMBER + KEY_END] as number;
+    }
+    for (let i = 0; i < kept; i++) pool[at + 3 + 2 * count + i] = order[i] as number;
+    const slot = 2 * ((this.#hash ^ (this.#hash >>> 16)) & (SLOTS - 1));
+    slots[slot] = this.#generation;
+    slots[slot + 1] = at;
+    this.#used += size;
+  }
+}
+
+/**
+ * True when `x` and `y` start the same `length` bytes of `view`, a word at a time; the last word is masked, so up to 3
+ * bytes past either may be read (the body has room after its end: canonical-json.ts).
+ */
+function sameBytes(view: DataView, x: number, y: number, length: number): boolean {
+  let k = 0;
+  for (; k + 4 <= length; k += 4) if (view.getInt32(x + k, true) !== view.getInt32(y + k, true)) return false;
+  if (k === length) return true;
+  const mask = (1 << (8 * (length - k))) - 1;
+  return ((view.getInt32(x + k, true) ^ view.getInt32(y + k, true)) & mask) === 0;
+}
