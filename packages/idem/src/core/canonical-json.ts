@@ -5,9 +5,9 @@
  * fingerprint's since its first version (fingerprint-corpus.test.ts pins it); only the way it is built changed.
  *
  * Cost: no string or object per node, no recursion. The output is one byte buffer. An object whose keys come out
- * of order is not copied into place: its members are byte ranges ("pieces") of that buffer, linked in sorted order,
- * so an object nested 255 deep is reordered by relinking 255 times, never by copying its subtree 255 times. The
- * pieces are gathered into one run once, at the end, and only when some object was out of order.
+ * of order is copied into key order (canonical-objects.ts), up to twice the body's bytes in all; past that, its
+ * members become byte ranges ("pieces") of the buffer linked in key order, so that an object nested 255 deep is
+ * never copied 255 times. The pieces are gathered into one run once, at the end.
  *
  * The scanner is one loop over local variables: every token, key and short string is read and written there, and
  * only longer strings, numbers other than short integers, and objects out of order call out (a call in the loop
@@ -16,6 +16,7 @@
 import { AT, compareKeys, FLAGS, KEY_END, KEY_START, MEMBER, PIECE, RANK, takeSortWork } from './key-order.js';
 import { MAX_NUMBER_OUTPUT, numberEnd, REFUSED, writeNumber } from './canonical-number.js';
 import { ObjectOrder, REORDER_ROOM } from './canonical-objects.js';
+import { spare } from './canonical-pieces.js';
 import { checkUtf8, plainRun, writeEscaped } from './canonical-string.js';
 
 /** Deeper JSON than this is hashed as raw bytes: a value inside more than 256 arrays and objects. */
@@ -38,13 +39,12 @@ const SLACK = MAX_NUMBER_OUTPUT + MAX_JSON_DEPTH + 16;
 const ROOM = SLACK + REORDER_ROOM;
 /**
  * Kept between calls (a call runs to its end before another starts, and its result is read before the next): the
- * output buffer, grown to fit bodies up to 1 MiB (the default `maxBodyBytes`), the output gathered from its pieces,
- * and the member table at its first size. A 2 MiB buffer made per request had the collector run every few requests:
+ * output buffer, grown to fit bodies up to 1 MiB (the default `maxBodyBytes`), and the member table at its first
+ * size (and canonical-pieces.ts keeps a spare buffer for large reorders and the output gathered from its pieces). A 2 MiB buffer made per request had the collector run every few requests:
  * in the demo a 1 MiB body cost a quarter more (bench/worst-case.ts). Larger bodies allocate for their call alone.
  */
 const KEEP_OUTPUT_BYTES = 2 * 1_048_576 + 16 + ROOM;
 let keptOut = new Uint8Array(16_384);
-let keptGathered = new Uint8Array(0);
 /**
  * The body is read from a copy with `PAD` zero bytes after it (kept likewise): a read past its end finds a byte that
  * ends every token rather than `undefined`, which once seen would make every read of that kind slower.
@@ -421,11 +421,8 @@ class Canonical {
     const pieces = this.objects.pieces;
     if (!pieces.used) return out.subarray(1, at);
     pieces.close(at);
-    const total = pieces.total();
-    if (total > keptGathered.length && total <= KEEP_OUTPUT_BYTES)
-      keptGathered = new Uint8Array(Math.min(KEEP_OUTPUT_BYTES, Math.max(total, 2 * keptGathered.length)));
-    const to = total <= keptGathered.length ? keptGathered : new Uint8Array(total);
-    return to.subarray(0, pieces.gather(out, to));
+    const { bytes, words } = spare(pieces.total() + 8);
+    return bytes.subarray(0, pieces.gather(out, this.#outWordsOf(), bytes, words));
   }
 
   /**

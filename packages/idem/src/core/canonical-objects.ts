@@ -6,12 +6,13 @@
 import { AT, MEMBER, PIECE } from './key-order.js';
 import { Shapes } from './canonical-shapes.js';
 import { sortKeys } from './canonical-keys.js';
-import { copyBytes, Pieces, relink, reorderInPlace } from './canonical-pieces.js';
+import { copyBytes, Pieces, relink, reorderInPlace, reorderThrough } from './canonical-pieces.js';
 
 /**
- * Objects up to this many bytes are reordered by copying (reorderInPlace), larger ones by relinking pieces. So is
- * an object inside one copied, again: the bytes copied in a call are counted, and past twice the body's length
- * every reorder relinks, so that no nesting makes copying cost more than a few passes over the body.
+ * Objects up to this many bytes are reordered by copying them past the output's end (reorderInPlace), larger ones
+ * through a spare buffer (reorderThrough). An object inside one copied is copied again: the bytes copied in a call
+ * are counted, and past twice the body's length every reorder relinks pieces instead, so that no nesting makes
+ * copying cost more than a few passes over the body.
  */
 export const IN_PLACE_BYTES = 16_384;
 /** The room a reorder may use past the output's end: an object copied in place, and a few bytes. */
@@ -78,10 +79,12 @@ export class ObjectOrder {
     const from = members[base * MEMBER + AT] as number;
     const span = at - from;
     const reordering = { members, base, count, order, kept };
-    if (members[base * MEMBER + PIECE] === this.pieces.tail && span <= IN_PLACE_BYTES && span <= this.#copyBudget) {
+    if (members[base * MEMBER + PIECE] === this.pieces.tail && span <= this.#copyBudget) {
       this.#copyBudget -= span;
       this.copied += span;
-      return reorderInPlace(out, outWords, reordering, at);
+      return span <= IN_PLACE_BYTES
+        ? reorderInPlace(out, outWords, reordering, at)
+        : reorderThrough(out, outWords, reordering, at);
     }
     relink(this.pieces, reordering, at);
     return at;

@@ -78,14 +78,13 @@ export class Pieces {
   }
 
   /** Copies the list's bytes of `out`, in order, to `to` (room for `total()`); returns where they end. */
-  gather(out: Uint8Array, to: Uint8Array): number {
+  gather(out: Uint8Array, outWords: DataView, to: Uint8Array, toWords: DataView): number {
     const table = this.#table;
     let at = 0;
     for (let p = 0; p !== -1; p = table[p * FIELDS + NEXT] as number) {
       const start = table[p * FIELDS + START] as number;
       const end = table[p * FIELDS + END] as number;
-      if (end - start > 16) to.set(out.subarray(start, end), at);
-      else for (let i = start; i < end; i++) to[at + i - start] = out[i] as number;
+      copyAcross(out, outWords, start, to, toWords, at, end - start);
       at += end - start;
     }
     return at;
@@ -165,6 +164,75 @@ export function reorderInPlace(
     at += end - start;
   }
   return at;
+}
+
+/**
+ * Reorders an object too large to copy past the output's end (IN_PLACE_BYTES): its members are copied in their new
+ * order to the spare buffer, then back. Returns the output's new end.
+ */
+export function reorderThrough(
+  out: Uint8Array,
+  words: DataView,
+  { members, base, count, order, kept }: Reordering,
+  at: number,
+): number {
+  const from = members[base * MEMBER + AT] as number;
+  const { bytes, words: spareWords } = spare(at - from + 8);
+  let written = 0;
+  for (let j = 0; j < kept; j++) {
+    const m = order[j] as number;
+    let start = members[(base + m) * MEMBER + AT] as number;
+    const end = m + 1 < count ? (members[(base + m + 1) * MEMBER + AT] as number) : at;
+    if (j === 0 && m !== 0)
+      start++; // past its comma
+    else if (j > 0 && m === 0) bytes[written++] = 0x2c;
+    copyAcross(out, words, start, bytes, spareWords, written, end - start);
+    written += end - start;
+  }
+  out.set(bytes.subarray(0, written), from);
+  return from + written;
+}
+
+/** The spare buffer kept between calls (for one reorder, or the output gathered at the end), up to this size. */
+const KEEP_SPARE_BYTES = 2 * 1_048_576 + 65_536;
+let keptSpare = new Uint8Array(0);
+let keptSpareWords = new DataView(keptSpare.buffer);
+
+/**
+ * A spare buffer of at least `size` bytes, and it as words: the kept one (which the next use overwrites), or one
+ * made for a larger size.
+ *
+ * @example
+ * const { bytes, words } = spare(1024)
+ */
+export function spare(size: number): { bytes: Uint8Array; words: DataView } {
+  if (size > keptSpare.length && size <= KEEP_SPARE_BYTES) {
+    keptSpare = new Uint8Array(Math.min(KEEP_SPARE_BYTES, Math.max(size, 2 * keptSpare.length)));
+    keptSpareWords = new DataView(keptSpare.buffer);
+  }
+  if (size <= keptSpare.length) return { bytes: keptSpare, words: keptSpareWords };
+  const bytes = new Uint8Array(size);
+  return { bytes, words: new DataView(bytes.buffer) };
+}
+
+/**
+ * Copies `from[start, start + length)` to `to` at `at` (each with its words): at once when long, else 4 bytes at a
+ * time. `to` has room for 3 bytes past the copy, which may be overwritten.
+ */
+function copyAcross(
+  from: Uint8Array,
+  fromWords: DataView,
+  start: number,
+  to: Uint8Array,
+  toWords: DataView,
+  at: number,
+  length: number,
+): void {
+  if (length > 64) {
+    to.set(from.subarray(start, start + length), at);
+    return;
+  }
+  for (let k = 0; k < length; k += 4) toWords.setInt32(at + k, fromWords.getInt32(start + k, true), true);
 }
 
 /**
