@@ -29,6 +29,8 @@ export class Shapes {
   #used = 0;
   /** The hash of the object last looked up (`find`), for `keep`. */
   #hash = 0;
+  /** Where the shape last found or kept is in the pool (-1: none yet). */
+  #last = -1;
 
   constructor() {
     generation = (generation + 1) | 0;
@@ -47,6 +49,9 @@ export class Shapes {
    * shapes.find(words, members, base, count, order) // → -1, or 3 with order [2, 0, 1]
    */
   find(words: DataView, members: Int32Array, base: number, count: number, order: Int32Array): number {
+    // The shape last found or kept first (an array of one shape needs no hash), then the one in the keys' slot.
+    if (this.#last >= 0 && this.#matches(this.#last, words, members, base, count))
+      return this.#orderOf(this.#last, order);
     // The keys' lengths and their first and last 4 bytes (masked to the key, which may be shorter), hashed.
     let hash = Math.imul(count, 0x9e3779b1);
     for (let i = 0; i < count; i++) {
@@ -61,16 +66,29 @@ export class Shapes {
     const slot = 2 * ((hash ^ (hash >>> 16)) & (SLOTS - 1));
     if (slots[slot] !== this.#generation) return -1;
     const at = slots[slot + 1] as number;
+    if (this.#pool[at] !== hash || !this.#matches(at, words, members, base, count)) return -1;
+    this.#last = at;
+    return this.#orderOf(at, order);
+  }
+
+  /** True when the shape at `at` in the pool has the keys of members `base` to `base + count`, byte for byte. */
+  #matches(at: number, words: DataView, members: Int32Array, base: number, count: number): boolean {
     const pool = this.#pool;
-    if (pool[at] !== hash || pool[at + 1] !== count) return -1;
+    if (pool[at + 1] !== count) return false;
     for (let i = 0; i < count; i++) {
       const start = members[(base + i) * MEMBER + KEY_START] as number;
       const length = (members[(base + i) * MEMBER + KEY_END] as number) - start;
       const kept = pool[at + 3 + 2 * i] as number;
-      if ((pool[at + 4 + 2 * i] as number) - kept !== length || !sameBytes(words, start, kept, length)) return -1;
+      if ((pool[at + 4 + 2 * i] as number) - kept !== length || !sameBytes(words, start, kept, length)) return false;
     }
+    return true;
+  }
+
+  /** The order of the shape at `at` in the pool, copied to `order`; returns how many it keeps. */
+  #orderOf(at: number, order: Int32Array): number {
+    const pool = this.#pool;
     const kept = pool[at + 2] as number;
-    const from = at + 3 + 2 * count;
+    const from = at + 3 + 2 * (pool[at + 1] as number);
     for (let i = 0; i < kept; i++) order[i] = pool[from + i] as number;
     return kept;
   }
@@ -97,6 +115,7 @@ export class Shapes {
     const slot = 2 * ((this.#hash ^ (this.#hash >>> 16)) & (SLOTS - 1));
     slots[slot] = this.#generation;
     slots[slot + 1] = at;
+    this.#last = at;
     this.#used += size;
   }
 }
