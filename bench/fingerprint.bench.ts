@@ -1,13 +1,13 @@
 /**
- * @module `npm run bench:micro`: the fingerprint of a usual request body, and of each 1 MiB worst-case shape
- * (bench/fingerprint.ts) beside `JSON.parse` of the same bytes — vitest's table gives the ratio ("× slower").
+ * @module `npm run bench:micro`: the fingerprint of a usual request body, and of each 1 MiB worst-case shape and
+ * charge (bench/fingerprint.ts) beside `JSON.parse` of the same bytes — vitest's table gives the ratio ("× slower").
  * `IDEM_FINGERPRINT=/tmp/old-fingerprint.ts` adds an old copy of src/core/fingerprint.ts to every group.
  */
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { bench, describe } from 'vitest';
 import { fingerprint, type FingerprintInput } from '../packages/idem/src/core/fingerprint.js';
-import { SHAPES } from './fingerprint.js';
+import { CHARGES, SHAPES } from './fingerprint.js';
 
 type Fingerprint = (input: FingerprintInput) => string;
 const old = process.env.IDEM_FINGERPRINT
@@ -30,7 +30,8 @@ describe('a usual body', () => {
   bench('JSON.parse', () => void JSON.parse(new TextDecoder().decode(body)));
 });
 
-for (const [name, make] of Object.entries(SHAPES)) {
+const charges = Object.entries(CHARGES).map(([name, make]) => [`charge: ${name}`, make] as const);
+for (const [name, make] of [...Object.entries(SHAPES), ...charges]) {
   const body = new TextEncoder().encode(make());
   describe(`1 MiB: ${name}`, () => {
     const options = { iterations: 3, time: 0, warmupIterations: 1 };

@@ -8,7 +8,8 @@
  *    its sources: no build needed), lab keys, memory store and ledger, bench/loop-probe.ts preloaded: the longest
  *    event-loop turn while it answers each body as `application/json` (canonicalised) beside the same bytes as
  *    `text/plain` (hashed raw) (goal ≤ 2×). The demo answers both `201`: its charge parser reads JSON whatever the
- *    type, twice (before the claim and in the work), which is in both columns.
+ *    type, once, before the claim, which is in both columns; the difference is the canonical JSON (and the time to
+ *    hash its bytes rather than the body's).
  */
 import { fork } from 'node:child_process';
 import { once } from 'node:events';
