@@ -19,7 +19,7 @@ const SLOTS = 2048;
  * The shapes kept, one after another: per shape its hash, member count, how many it keeps, then (start, end) of
  * each key in the body and the order kept. Kept between calls (each starts it again), up to `KEEP_POOL` numbers.
  */
-const KEEP_POOL = 1 << 20;
+const KEEP_POOL = 1 << 18;
 let keptPool = new Int32Array(16_384);
 
 /**

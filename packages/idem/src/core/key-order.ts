@@ -94,14 +94,12 @@ export function takeSortWork(): number {
   return taken;
 }
 
-/** Set by the sort where a key is the same as the next in order (all 0 between calls). */
-let same = new Uint8Array(4096);
-
 /** The groups multikeySort has left to sort (empty between calls). */
 const keptGroups: number[] = [];
 
 /** Each key's next 4 bytes, packed (a larger object's are made for it). */
 let keptWords = new Float64Array(4096);
+const KEEP_WORDS = 65_536;
 
 /**
  * Puts the keys in order: `order[0, count)` becomes their indexes sorted, then the last of each run of equal keys
@@ -117,17 +115,18 @@ let keptWords = new Float64Array(4096);
  */
 export function orderKeys(keys: SortKeys, count: number, order: Int32Array): number {
   for (let i = 0; i < count; i++) order[i] = i;
-  if (keptWords.length < count) {
-    keptWords = new Float64Array(Math.max(count, 2 * keptWords.length));
-    same = new Uint8Array(keptWords.length);
+  let words = keptWords;
+  if (words.length < count) {
+    words = new Float64Array(Math.max(count, 2 * words.length));
+    if (words.length <= KEEP_WORDS) keptWords = words;
   }
   // A few keys start from their first bytes (the bytes all share are then passed 4 at a time); more, past them.
-  multikeySort(keys, order, keptWords, count, count <= SMALL ? 0 : commonPrefix(keys, order, 0, count, 0));
-  // Equal keys are next to each other, in source order, marked as such by the sort: keep the last of each run.
+  multikeySort(keys, order, words, count, count <= SMALL ? 0 : commonPrefix(keys, order, 0, count, 0));
+  // Equal keys are next to each other, in source order, all but the last marked by the sort: keep the last.
   let kept = 0;
   for (let i = 0; i < count; i++) {
-    if (same[i] === 1) same[i] = 0;
-    else order[kept++] = order[i] as number;
+    const m = order[i] as number;
+    if (m >= 0) order[kept++] = m;
   }
   return kept;
 }
@@ -247,13 +246,18 @@ function endRun(
     groups.push(from, to, depth + 4, 0);
     return;
   }
-  for (let i = from; i < to - 1; i++) same[i] = 1;
   for (let i = from + 1; i < to; i++) {
     const moving = order[i] as number;
     let j = i;
     for (; j > from && (order[j - 1] as number) > moving; j--) order[j] = order[j - 1] as number;
     order[j] = moving;
   }
+  markSame(order, from, to);
+}
+
+/** Marks `order[from, to)`, one key in source order, as such: each but the last as its complement (negative). */
+function markSame(order: Int32Array, from: number, to: number): void {
+  for (let i = from; i < to - 1; i++) order[i] = ~(order[i] as number);
 }
 
 /**
@@ -324,7 +328,7 @@ function multikeySort(keys: SortKeys, order: Int32Array, words: Float64Array, co
       // Keys that end within these 4 bytes, all the same.
       if (ended(pivot)) {
         order.subarray(lt, gt).sort();
-        for (let i = lt; i < gt - 1; i++) same[i] = 1;
+        markSame(order, lt, gt);
       } else {
         groups.push(lt, gt, at + 4, 0);
       }
