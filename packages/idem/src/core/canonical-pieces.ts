@@ -145,8 +145,8 @@ export function relink(pieces: Pieces, { members, base, count, order, kept }: Re
 }
 
 /**
- * The reorder of a small object that lies in one piece, nothing in it relinked: its bytes, from its first member to
- * `at` (the output's end), are copied past `at` (room made), then its members back in the order `order[0, kept)`.
+ * The reorder of a small object that lies in one piece, nothing in it relinked: its members are copied in the order
+ * `order[0, kept)` past `at` (the output's end; room made for IN_PLACE_BYTES and a word), then back over it at once.
  * Returns the output's new end.
  */
 export function reorderInPlace(
@@ -156,20 +156,22 @@ export function reorderInPlace(
   at: number,
 ): number {
   const from = members[base * MEMBER + AT] as number;
-  const held = at;
-  copyBytes(out, words, held, from, at - from);
-  at = from;
+  let to = at;
   for (let j = 0; j < kept; j++) {
     const m = order[j] as number;
-    let start = (members[(base + m) * MEMBER + AT] as number) - from + held;
-    const end = m + 1 < count ? (members[(base + m + 1) * MEMBER + AT] as number) - from + held : 2 * held - from;
+    let start = members[(base + m) * MEMBER + AT] as number;
+    const end = m + 1 < count ? (members[(base + m + 1) * MEMBER + AT] as number) : at;
     if (j === 0 && m !== 0)
       start++; // past its comma
-    else if (j > 0 && m === 0) out[at++] = 0x2c;
-    copyBytes(out, words, at, start, end - start);
-    at += end - start;
+    else if (j > 0 && m === 0) out[to++] = 0x2c;
+    // 4 bytes at a time, the last word whole: what it writes past the member is written over next, or past the end.
+    const length = end - start;
+    if (length > 64) out.copyWithin(to, start, end);
+    else for (let k = 0; k < length; k += 4) words.setInt32(to + k, words.getInt32(start + k, true), true);
+    to += length;
   }
-  return at;
+  out.copyWithin(from, at, to);
+  return from + to - at;
 }
 
 /**
@@ -239,22 +241,4 @@ function copyAcross(
     return;
   }
   for (let k = 0; k < length; k += 4) toWords.setInt32(at + k, fromWords.getInt32(start + k, true), true);
-}
-
-/**
- * Copies `out[from, from + length)` to `to` (`words` is `out` as words): at once when long, else 4 bytes at a time
- * (a byte at a time costs the runtime a bounds check and a store per byte). The ranges do not overlap, or `to`
- * comes first.
- *
- * @example
- * copyBytes(out, words, 0, 8, 5) // out[0, 5) = out[8, 13)
- */
-export function copyBytes(out: Uint8Array, words: DataView, to: number, from: number, length: number): void {
-  if (length > 64) {
-    out.copyWithin(to, from, from + length);
-    return;
-  }
-  let k = 0;
-  for (; k + 4 <= length; k += 4) words.setInt32(to + k, words.getInt32(from + k, true), true);
-  for (; k < length; k++) out[to + k] = out[from + k] as number;
 }
