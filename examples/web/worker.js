@@ -1,0 +1,7 @@
+// Cloudflare Workers: `npx wrangler dev` (wrangler.toml names this file). Each isolate has its own memory store:
+// on Workers, keep the records in a store every isolate reaches.
+// #region worker
+import { handle } from './charges.js';
+
+export default { fetch: handle };
+// #endregion worker

@@ -1,0 +1,78 @@
+/**
+ * examples/web: one `idem/http` handler (charges.js) served by Node through @hono/node-server (node.js), by Bun
+ * (`Bun.serve`, bun.js), by Deno (`Deno.serve`, deno.js) and by workerd (`export default { fetch }`, worker.js,
+ * bundled as wrangler would: esbuild with the `workerd` condition). Installed from the packed tarball, each is
+ * driven to a replay; the work is counted in the example's own list of charges (`GET /v1/charges`). The README's
+ * quick start quotes these files (test/examples/docs.test.ts). Bun, Deno and workerd are the ones installed under
+ * test/runtimes.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { driveReplay, installExample, REPLAYED, startExample, timings, type Installed } from './kit.js';
+import { runtimeBinary } from './runtimes.js';
+
+let example: Installed;
+beforeAll(async () => {
+  example = await installExample('web');
+}, 300_000);
+afterAll(() => {
+  example.remove();
+  console.log(`[examples/web] ${JSON.stringify(timings)}`);
+});
+
+/** Charge, retry, reuse: counted in the example's own `GET /v1/charges`. */
+async function replayOn(command: string, args: string[], control = false) {
+  const server = await startExample(command, args, { cwd: example.dir, control });
+  try {
+    return await driveReplay({
+      url: `${server.base}/v1/charges`,
+      body: { amount: 5000, currency: 'usd' },
+      otherBody: { amount: 9000, currency: 'usd' },
+      executions: async () => ((await (await fetch(`${server.base}/v1/charges`)).json()) as { count: number }).count,
+    });
+  } finally {
+    await server.stop();
+  }
+}
+
+/** workerd's config: the bundle as the only module, one socket on a free port. */
+const workerdConfig = [
+  'using Workerd = import "/workerd/workerd.capnp";',
+  'const config :Workerd.Config = (services = [(name = "main", worker = .worker)],',
+  '  sockets = [(name = "http", address = "127.0.0.1:0", http = (), service = "main")]);',
+  'const worker :Workerd.Worker = (compatibilityDate = "2026-01-01",',
+  '  modules = [(name = "worker.js", esModule = embed "bundle/worker.js")]);',
+  '',
+].join('\n');
+
+describe('examples/web: one idem/http handler on every runtime', () => {
+  it('Node, @hono/node-server (node.js)', async () => {
+    expect(await replayOn(process.execPath, ['node.js'])).toEqual(REPLAYED);
+  }, 120_000);
+
+  it('Bun, Bun.serve (bun.js)', async () => {
+    expect(await replayOn(runtimeBinary('bun'), ['bun.js'])).toEqual(REPLAYED);
+  }, 120_000);
+
+  it('Deno, Deno.serve (deno.js)', async () => {
+    expect(await replayOn(runtimeBinary('deno'), ['run', '--allow-net', '--allow-env', 'deno.js'])).toEqual(REPLAYED);
+  }, 120_000);
+
+  it('workerd, export default { fetch } (worker.js, bundled as wrangler bundles it)', async () => {
+    await build({
+      entryPoints: [join(example.dir, 'worker.js')],
+      bundle: true,
+      format: 'esm',
+      platform: 'neutral',
+      conditions: ['workerd', 'worker', 'browser', 'import'],
+      mainFields: ['module', 'main'],
+      outfile: join(example.dir, 'bundle/worker.js'),
+      logLevel: 'error',
+    });
+    writeFileSync(join(example.dir, 'config.capnp'), workerdConfig);
+    const workerd = runtimeBinary('workerd');
+    expect(await replayOn(workerd, ['serve', 'config.capnp', '--control-fd=3'], true)).toEqual(REPLAYED);
+  }, 120_000);
+});
