@@ -8,6 +8,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { blocks, region as quote } from '../examples/regions.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const page = readFileSync(`${ROOT}docs/CONSUMERS.md`, 'utf8');
@@ -29,30 +30,7 @@ const UNCHECKED = [
   "import type { SQSBatchResponse, SQSEvent } from 'aws-lambda';",
 ];
 
-interface Block {
-  readonly marker: string | undefined;
-  readonly firstLine: string;
-  readonly code: string;
-}
-
-/** Every fenced block of the page, with the region marker on the line before its fence, if any. */
-function blocks(markdown: string): Block[] {
-  const found: Block[] = [];
-  for (const m of markdown.matchAll(/(?:<!-- region: ([^\n]+) -->\n)?```[a-z]*\n([\s\S]*?)^```$/gm)) {
-    const code = m[2]!;
-    found.push({ marker: m[1], firstLine: code.split('\n', 1)[0]!, code });
-  }
-  return found;
-}
-
-function region(file: string, name: string): string {
-  const text = readFileSync(`${ROOT}${file}`, 'utf8');
-  const [start, end] = [`// #region ${name}\n`, `// #endregion ${name}\n`];
-  const from = text.indexOf(start);
-  const to = text.indexOf(end);
-  if (from < 0 || to < from || text.indexOf(start, from + 1) >= 0) throw new Error(`${file}: no single region ${name}`);
-  return text.slice(from + start.length, to);
-}
+const region = (file: string, name: string) => quote(ROOT, file, name);
 
 describe('docs/CONSUMERS.md shows the consumers the broker tests run', () => {
   it('marks exactly the five regions, in order; every other block is one of the few unchecked ones', () => {
