@@ -1,14 +1,8 @@
 /**
- * @module The store contract (defined beside the record in core) and the helpers stores share: the one path by
- * which a store imports the contract.
+ * @module The store contract (defined beside the record in core): the one path by which a store imports the
+ * contract. What stores share besides lives in `stores/shared/`.
  */
 export * from '../core/record.js';
 
-/** Serialised form of a response's headers, shared by stores that keep them as JSON text. */
-export function encodeHeaders(headers: ReadonlyArray<readonly [string, string]>): string {
-  return JSON.stringify(headers);
-}
-
-export function decodeHeaders(text: string): Array<[string, string]> {
-  return JSON.parse(text) as Array<[string, string]>;
-}
+/** The header codec lives in shared/headers.ts; re-exported here until every store imports it from there. */
+export { decodeHeaders, encodeHeaders } from './shared/headers.js';

@@ -4,7 +4,7 @@
  */
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import type { IdempotencyRecord, RecordStatus } from '../contract.js';
-import { decodeHeaders } from '../contract.js';
+import { decodeHeaders } from '../shared/headers.js';
 import type { DynamoDBAttributeNames } from './options.js';
 
 export type Field = keyof DynamoDBAttributeNames;

@@ -46,7 +46,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { encodeHeaders } from '../contract.js';
+import { encodeHeaders } from '../shared/headers.js';
 import { claim, MAX_CLAIM_ATTEMPTS } from './claim.js';
 import { num, str, ttlSeconds, type Field, type Item } from './codec.js';
 import { list } from './list.js';

@@ -3,7 +3,7 @@
  * numbers, `LONGBLOB` to a plain Uint8Array, the headers as JSON bytes.
  */
 import type { IdempotencyRecord, Outcome, RecordStatus, StoredResponse } from '../contract.js';
-import { decodeHeaders, encodeHeaders } from '../contract.js';
+import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
 import type { MysqlValue } from './options.js';
 
 /** The columns every statement that returns rows selects, in the order of the table. */

@@ -5,7 +5,7 @@
 import type { ClaimRequest, ClaimResult } from '../contract.js';
 import { isClaimable } from '../contract.js';
 import { COLUMNS, toRecord, type Row } from './codec.js';
-import type { PostgresQueryable } from './options.js';
+import type { PostgresQueryable } from './postgres-options.js';
 import type { Query } from './statements.js';
 
 /** A claim that keeps meeting a concurrent insert or delete gives up after this many statements (fail closed). */

@@ -3,7 +3,7 @@
  * to a plain Uint8Array, the headers as JSON text.
  */
 import type { IdempotencyRecord, Outcome, RecordStatus, StoredResponse } from '../contract.js';
-import { decodeHeaders, encodeHeaders } from '../contract.js';
+import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
 
 /** The columns every statement that returns rows selects, in the shape `toRecord` reads. */
 export const COLUMNS =

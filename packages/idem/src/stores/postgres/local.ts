@@ -11,7 +11,7 @@ import {
 } from '../contract.js';
 import { claimValues, MAX_CLAIM_ATTEMPTS, sqlState } from './claim.js';
 import { outcomeValues, toRecord, type Row } from './codec.js';
-import type { PostgresPool, PostgresPoolClient, PostgresQueryable, PostgresQueryResult } from './options.js';
+import type { PostgresPool, PostgresPoolClient, PostgresQueryable, PostgresQueryResult } from './postgres-options.js';
 import type { Query, Statements } from './statements.js';
 
 /** What `runLocal` needs of the store. */

@@ -1,6 +1,6 @@
 /** The table: identifiers, the DDL (`postgresSchemaSql`, `schema.sql`), and `migrate()`. */
 import { checkIdentifier as checkSqlIdentifier } from '../shared/identifier.js';
-import type { PostgresPoolClient, PostgresStoreOptions } from './options.js';
+import type { PostgresPoolClient, PostgresStoreOptions } from './postgres-options.js';
 import type { Query } from './statements.js';
 
 export const DEFAULT_SCHEMA = 'public';

@@ -2,7 +2,7 @@
 import type { RoundTrip } from '../contract.js';
 import { claimStatement } from './claim.js';
 import { COLUMNS } from './codec.js';
-import type { PostgresQueryable, PostgresQueryResult } from './options.js';
+import type { PostgresQueryable, PostgresQueryResult } from './postgres-options.js';
 
 /** The statements, built once per store with the table's quoted name. */
 export function statements(t: string) {

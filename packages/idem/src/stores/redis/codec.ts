@@ -1,6 +1,6 @@
 /** The hash ↔ record conversion at the store's edge: decimal milliseconds, `0`/`1` flags, a base64 body. */
 import type { IdempotencyRecord, RecordStatus, StoredResponse } from '../contract.js';
-import { decodeHeaders } from '../contract.js';
+import { decodeHeaders } from '../shared/headers.js';
 
 const STATUSES: readonly string[] = ['in_progress', 'succeeded', 'failed'] satisfies RecordStatus[];
 

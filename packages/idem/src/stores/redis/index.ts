@@ -40,7 +40,7 @@ import type {
   SweepRequest,
   WriteResult,
 } from '../contract.js';
-import { encodeHeaders } from '../contract.js';
+import { encodeHeaders } from '../shared/headers.js';
 import { claim } from './claim.js';
 import { decode } from './codec.js';
 import { list } from './list.js';

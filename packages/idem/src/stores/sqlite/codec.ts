@@ -1,6 +1,6 @@
 /** The row ↔ record conversion at the store's edge: integers (or bigints) to numbers, a BLOB to a plain Uint8Array. */
 import type { IdempotencyRecord, Outcome, RecordStatus } from '../contract.js';
-import { decodeHeaders, encodeHeaders } from '../contract.js';
+import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
 
 /** A row as SQLite returns it (integers may be bigints if the database was set to safe integers). */
 export interface Row {
