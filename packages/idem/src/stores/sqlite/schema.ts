@@ -1,5 +1,6 @@
 /** The table: its name's rule and the DDL (`sqliteSchema`, `schema.sql`, `migrate()`). */
 import { configError } from '../../core/errors.js';
+import { sqliteRecordsDdl } from '../shared/sqlite-ddl.js';
 
 export const DEFAULT_TABLE = 'idem_records';
 
@@ -12,27 +13,7 @@ export const DEFAULT_TABLE = 'idem_records';
  */
 export function sqliteSchema(table = DEFAULT_TABLE): string {
   checkTable(table);
-  const t = `"${table}"`;
-  return `CREATE TABLE IF NOT EXISTS ${t} (
-  "pk" TEXT NOT NULL PRIMARY KEY,
-  "scope" TEXT NOT NULL,
-  "key" TEXT NOT NULL,
-  "status" TEXT NOT NULL CHECK ("status" IN ('in_progress', 'succeeded', 'failed')),
-  "fingerprint" TEXT NOT NULL,
-  "id" TEXT NOT NULL,
-  "token" TEXT NOT NULL,
-  "claimed_at" INTEGER NOT NULL,
-  "lease_expires_at" INTEGER NOT NULL,
-  "expires_at" INTEGER NOT NULL,
-  "retryable" INTEGER NOT NULL CHECK ("retryable" IN (0, 1)),
-  "result_id" TEXT,
-  "response_status" INTEGER,
-  "response_headers" TEXT,
-  "response_body" BLOB
-);
-CREATE INDEX IF NOT EXISTS "${table}_expires_at" ON ${t} ("expires_at");
-CREATE INDEX IF NOT EXISTS "${table}_scope_claimed_at" ON ${t} ("scope", "claimed_at");
-`;
+  return sqliteRecordsDdl(table);
 }
 
 export function checkTable(table: unknown): asserts table is string {

@@ -1,0 +1,31 @@
+/**
+ * The store conformance suite (`describeStoreConformance`, unchanged) run inside workerd: the store in the Worker,
+ * the records in SQLite-backed Durable Objects, on the Vitest shim the runtimes test uses (test/runtimes/).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { CaseResult } from '#test/runtimes/vitest-shim.js';
+import { startWorkerd, workerdBinary, type Workerd } from './workerd.test-kit.js';
+
+const binary = workerdBinary();
+
+describe.skipIf('error' in binary)('durable-objects store on workerd: conformance', () => {
+  let workerd: Workerd;
+  beforeAll(async () => {
+    if ('path' in binary) workerd = await startWorkerd(binary.path);
+  });
+  afterAll(() => workerd?.stop());
+
+  it('passes every case of the store conformance suite', async () => {
+    const response = await fetch(`${workerd.base}/conformance`, { signal: AbortSignal.timeout(120_000) });
+    const results = (await response.json()) as CaseResult[];
+    const failed = results.filter((r) => r.status === 'failed').map((r) => `${r.name}: ${r.error ?? ''}`);
+    expect(failed).toEqual([]);
+    // All 20 cases ran and passed, the response-size case too: this store declares maxResponseBytes.
+    expect(results.map((r) => r.status)).toEqual(Array.from({ length: 20 }, () => 'passed'));
+    const names = results.map((r) => r.name.replace('store conformance: durable-objects > ', ''));
+    expect(names).toContain('50 concurrent claims of one key: exactly one is claimed, the rest see the winner');
+    expect(names).toContain(
+      'a response of exactly the declared maxResponseBytes is stored and read back byte for byte',
+    );
+  }, 150_000);
+});

@@ -1,0 +1,133 @@
+/**
+ * @module The Worker the Durable Objects tests run on workerd (bundled by workerd.test-kit.ts): the store
+ * conformance suite inside the isolate (`GET /conformance`, on the Vitest shim), and `idem/http` on the store for
+ * the requests the tests send (`POST /v1/charges`), with routes that count executions, hold the work until told,
+ * and drive the store at chosen instants.
+ */
+import { idempotency } from '../../http/index.js';
+import { describeStoreConformance } from '../../testing/index.js';
+import { run } from '../../../../../test/runtimes/vitest-shim.js';
+import type { ClaimRequest, Outcome } from '../contract.js';
+import { durableObjectsStore, IdempotencyDurableObject, type DurableObjectNamespaceLike } from './index.js';
+
+export { IdempotencyDurableObject };
+
+/**
+ * The conformance suite dates its records 2026-01-01, long past by the wall clock the alarm reads: its objects'
+ * alarm does nothing, so that only the suite's own calls (at the suite's instants) change its records.
+ */
+export class ConformanceObject extends IdempotencyDurableObject {
+  override async alarm(): Promise<void> {}
+}
+
+interface Env {
+  readonly IDEM: DurableObjectNamespaceLike;
+  readonly CONFORMANCE: DurableObjectNamespaceLike;
+}
+
+/** Executions per idempotency key, and the held works waiting to be let go. */
+const executions = new Map<string, number>();
+const held: Array<() => void> = [];
+
+const store = (env: Env) => durableObjectsStore({ namespace: env.IDEM });
+
+const charges = (env: Env) =>
+  idempotency({ store: store(env), scope: 'single-tenant', required: true })(async (request) => {
+    const key = request.headers.get('idempotency-key') ?? '';
+    const n = (executions.get(key) ?? 0) + 1;
+    executions.set(key, n);
+    if (request.headers.get('test-hold') !== null) await new Promise<void>((resolve) => held.push(resolve));
+    const { amount } = (await request.json()) as { amount: number };
+    return Response.json({ id: `ch_${crypto.randomUUID()}`, amount, execution: n }, { status: 201 });
+  });
+
+/** Calls the store at the instants the test chose: the lease takeover, as the stale holder and the new one see it. */
+async function takeover(env: Env): Promise<unknown> {
+  const s = store(env);
+  const now = Date.now();
+  const key = crypto.randomUUID();
+  const base = { pk: `IDEMPOTENCY#takeover#${key}`, scope: 'takeover', key, fingerprint: 'f'.repeat(64) };
+  const first: ClaimRequest = { ...base, token: 't1', id: 'id1', now, leaseMs: 1_000, ttlMs: 60_000 };
+  const done = (body: number): Outcome => ({
+    status: 'succeeded',
+    retryable: false,
+    resultId: `ch_${body}`,
+    response: { status: 201, headers: [['content-type', 'application/json']], body: new Uint8Array([body]) },
+  });
+  const claimed = await s.claim(first);
+  const whileLive = await s.claim({ ...first, token: 't2', id: 'id2', now: now + 999 });
+  const taken = await s.claim({ ...first, token: 't2', id: 'id2', now: now + 1_000 });
+  const staleRenew = await s.renew({
+    pk: base.pk,
+    token: 't1',
+    now: now + 1_001,
+    leaseMs: 1_000,
+    expiresAt: now + 60_000,
+  });
+  const staleComplete = await s.complete({ pk: base.pk, token: 't1', now: now + 1_002, outcome: done(1) });
+  const staleRelease = await s.release({ pk: base.pk, token: 't1' });
+  const newComplete = await s.complete({ pk: base.pk, token: 't2', now: now + 1_003, outcome: done(2) });
+  const record = await s.get(base.pk);
+  return {
+    claimed: claimed.kind,
+    whileLive: [whileLive.kind, whileLive.record.token],
+    taken: [taken.kind, taken.record.token, taken.record.id, taken.record.claimedAt - now],
+    staleRenew,
+    staleComplete,
+    staleRelease,
+    newComplete,
+    stored: [record?.status, record?.token, record?.resultId, [...(record?.response?.body ?? [])]],
+  };
+}
+
+/** A record claimed at the wall clock for `ttlMs`, read back at once: the alarm test then waits for it to go. */
+async function expiring(env: Env, ttlMs: number): Promise<unknown> {
+  const s = store(env);
+  const key = crypto.randomUUID();
+  const pk = `IDEMPOTENCY#alarm#${key}`;
+  const now = Date.now();
+  await s.claim({
+    pk,
+    scope: 'alarm',
+    key,
+    fingerprint: 'f'.repeat(64),
+    token: 't',
+    id: 'i',
+    now,
+    leaseMs: ttlMs,
+    ttlMs,
+  });
+  return { pk, status: (await s.get(pk))?.status ?? null };
+}
+
+export default {
+  async fetch(request: Request, env: Env): Promise<Response> {
+    const url = new URL(request.url);
+    switch (url.pathname) {
+      case '/conformance': {
+        describeStoreConformance({
+          name: 'durable-objects',
+          // A prefix per store: its objects are its own, so the sweep and list cases count only its records.
+          create: async () => durableObjectsStore({ namespace: env.CONFORMANCE, prefix: `${crypto.randomUUID()}:` }),
+        });
+        return Response.json(await run());
+      }
+      case '/v1/charges':
+        return charges(env)(request);
+      case '/test/executions':
+        return Response.json({ executions: executions.get(url.searchParams.get('key') ?? '') ?? 0, held: held.length });
+      case '/test/release':
+        for (const resolve of held.splice(0)) resolve();
+        return Response.json({ released: true });
+      case '/test/takeover':
+        return Response.json(await takeover(env));
+      case '/test/expiring':
+        return Response.json(await expiring(env, Number(url.searchParams.get('ttlMs'))));
+      case '/test/get': {
+        const record = await store(env).get(url.searchParams.get('pk') ?? '');
+        return Response.json({ status: record?.status ?? null });
+      }
+    }
+    return new Response('not found', { status: 404 });
+  },
+};
