@@ -17,9 +17,15 @@ export type {
   WorkResult,
 } from './core/engine.js';
 export { idempotent, IdempotentFailure } from './core/function.js';
+export type { ReconcileAnswer, ReconcileContext, ReconcileHook, TakeoverPolicy } from './core/takeover.js';
 export { runLocal } from './core/local.js';
 export type { LocalContext, LocalWork, LocalWorkResult } from './core/local.js';
-export type { IdempotentContext, IdempotentFunction, IdempotentOptions } from './core/function.js';
+export type {
+  IdempotentContext,
+  IdempotentFunction,
+  IdempotentOptions,
+  IdempotentReconcileAnswer,
+} from './core/function.js';
 export { IdempotencyError, isIdempotencyError } from './core/errors.js';
 export type { IdempotencyErrorCode } from './core/errors.js';
 export { fingerprint, fingerprintAsync, fingerprintsEqual, canonicalJson } from './core/fingerprint.js';

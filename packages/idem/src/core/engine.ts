@@ -8,6 +8,7 @@ import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
 import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
+import { takeoverPolicy, type TakeoverOptions } from './takeover.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
 export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
@@ -16,7 +17,7 @@ const HOUR = 3_600_000;
 /** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
 export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
 
-export interface EngineOptions<Tx = never> {
+export interface EngineOptions<Tx = never> extends TakeoverOptions {
   readonly store: IdempotencyStore<Tx>;
   /** How long a record lives. Default 24 h. */
   readonly ttlMs?: number;
@@ -40,9 +41,9 @@ export interface EngineOptions<Tx = never> {
   readonly waitForOutcomeMs?: number;
   /**
    * Keep up to this many terminal records (succeeded, or failed and final) in this process, so a hot replay or
-   * mismatch costs no store round trip (docs/DESIGN.md: Round-trip budget). Safe because a terminal record cannot change before it
-   * expires; `in_progress` and retryable failures are never kept. A record deleted behind the store's back is
-   * still replayed here until its `expiresAt`. Default 0 (off).
+   * mismatch costs no store round trip (docs/DESIGN.md: Round-trip budget). Safe because a terminal record cannot
+   * change before it expires; `in_progress` and retryable failures are never kept. A record deleted behind the
+   * store's back is still replayed here until its `expiresAt`. Default 0 (off).
    */
   readonly cacheSize?: number;
   readonly clock?: Clock;
@@ -160,6 +161,7 @@ export function createEngine<Tx = never>({
   clock = systemClock,
   generateId = () => crypto.randomUUID(),
   onEvent,
+  ...policy
 }: EngineOptions<Tx>): Engine<Tx> {
   if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
   if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0) throw configError('ttlMs', 'a positive whole number of ms', ttlMs);
@@ -193,13 +195,11 @@ export function createEngine<Tx = never>({
   if (!Number.isSafeInteger(cacheSize) || cacheSize < 0)
     throw configError('cacheSize', 'a non-negative integer', cacheSize);
   if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
-  if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0) {
+  if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0)
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
-  }
-  if (ttlMs < RECOMMENDED_TTL_MS.min) {
+  const onTakeover = takeoverPolicy(policy, clock);
+  if (ttlMs < RECOMMENDED_TTL_MS.min)
     warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
-  }
-
   if (onEvent !== undefined && typeof onEvent !== 'function')
     throw configError('onEvent', 'a function (event) => void', onEvent);
   const emit = (event: IdempotencyEvent): void => {
@@ -331,7 +331,7 @@ export function createEngine<Tx = never>({
           if (reclaimed) emit({ type: 'takeover', ...subject(request, claim.record.id) });
           activeLeases++;
           const lease = holdLease(leaseContext, claim.record, now, reclaimed, subject(request, claim.record.id));
-          return { kind: 'lease', lease };
+          return onTakeover && (claim.takeover ?? reclaimed) ? await onTakeover(lease) : { kind: 'lease', lease };
         }
         let existing: IdempotencyRecord | null = claim.record;
         const answer = answerFrom(existing, request);

@@ -10,6 +10,8 @@ export type IdempotencyErrorCode =
   | 'IN_FLIGHT'
   | 'LEASE_LOST'
   | 'STORE_UNAVAILABLE'
+  | 'OUTCOME_UNKNOWN'
+  | 'RECONCILE_FAILED'
   | 'CONFIG_INVALID';
 
 /**

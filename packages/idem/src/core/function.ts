@@ -6,11 +6,28 @@ import { createEngine, type Engine, type EngineOptions, type Lease, type WorkCon
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintSoon } from './fingerprint.js';
 import type { StoredResponse } from './record.js';
+import type { ReconcileContext, ReconcileHook } from './takeover.js';
 
 /** What the function sees besides its input: the record's stable `id` (pass it downstream) and the lease `signal`. */
 export type IdempotentContext = WorkContext;
 
-export interface IdempotentOptions<In, Tx = never> extends EngineOptions<Tx> {
+/**
+ * What `idempotent()`'s `reconcile` hook answers: the result every call gets (`succeeded`), the error every call
+ * throws as an {@link IdempotentFailure} (`failed`: its name and message), or `not_done` (the function runs now).
+ */
+export type IdempotentReconcileAnswer<Out = unknown> =
+  | { readonly state: 'succeeded'; readonly response: Out }
+  | { readonly state: 'failed'; readonly response: unknown }
+  | { readonly state: 'not_done' };
+
+export interface IdempotentOptions<In, Tx = never, Out = unknown> extends Omit<EngineOptions<Tx>, 'reconcile'> {
+  /**
+   * With `takeover: 'reconcile'`: asked, when a call takes over a lapsed lease, what happened to the dead call's
+   * `id`. A throw or `reconcileTimeoutMs` throws `RECONCILE_FAILED` and the function does not run.
+   */
+  readonly reconcile?: (
+    context: ReconcileContext,
+  ) => IdempotentReconcileAnswer<Out> | Promise<IdempotentReconcileAnswer<Out>>;
   /** The operation's key: a message id, or a business key (`order.id`). Must be a non-empty string. */
   readonly key: (input: In) => string;
   /** The tenant, or `'single-tenant'`. Two scopes never share a key. */
@@ -72,15 +89,19 @@ export function idempotent<In, Out, Tx = never>(
     payload = (input) => input,
     ttlFor,
     isFinal = () => false,
+    reconcile,
     ...engineOptions
-  }: IdempotentOptions<In, Tx>,
+  }: IdempotentOptions<In, Tx, Out>,
 ): IdempotentFunction<In, Out> {
   if (typeof fn !== 'function') throw configError('fn', 'an async function');
   if (typeof key !== 'function') throw configError('key', 'a function (input) => string', key);
   if (typeof scope !== 'string' && typeof scope !== 'function')
     throw configError('scope', 'a string or a function (input) => string', scope);
   if (typeof scope === 'string' && scope === '') throw configError('scope', 'a non-empty string', scope);
-  const engine = createEngine(engineOptions);
+  const engine = createEngine({
+    ...engineOptions,
+    ...(reconcile === undefined ? {} : { reconcile: stores(reconcile) }),
+  });
   const maxResultBytes = Math.min(1_048_576, engine.store.maxResponseBytes ?? Infinity);
 
   const call = async (input: In): Promise<Out> => {
@@ -146,6 +167,19 @@ export function idempotent<In, Out, Tx = never>(
     }
   };
   return Object.assign(call, { engine: engine });
+}
+
+/** A `reconcile` hook answering with values, as one answering with the responses `idempotent()` records. */
+function stores<Out>(reconcile: NonNullable<IdempotentOptions<never, never, Out>['reconcile']>): ReconcileHook {
+  if (typeof reconcile !== 'function') return reconcile;
+  return async (context) => {
+    const answer = await reconcile(context);
+    if (answer?.state === 'succeeded')
+      return { state: 'succeeded', response: stored(RESULT_STATUS, answer.response ?? null) };
+    if (answer?.state === 'failed')
+      return { state: 'failed', response: stored(FAILURE_STATUS, describeError(answer.response)) };
+    return answer;
+  };
 }
 
 /** Records an outcome under the lease; a write that fails or is refused is thrown (LEASE_LOST, STORE_UNAVAILABLE). */

@@ -52,7 +52,16 @@ export interface ClaimRequest {
 
 /** Contention is a result, never an exception: `existing` carries the record that won, read in the same trip. */
 export type ClaimResult =
-  | { readonly kind: 'claimed'; readonly record: IdempotencyRecord }
+  | {
+      readonly kind: 'claimed';
+      readonly record: IdempotencyRecord;
+      /**
+       * True when this claim replaced an `in_progress` record whose lease had lapsed (its holder died or went
+       * silent: the work's outcome is unknown); false for a new key, an expired record or a retryable failure.
+       * Left out, the engine counts every claim that kept the stored `id` as a takeover (docs/DESIGN.md: Takeover policy).
+       */
+      readonly takeover?: boolean;
+    }
   | { readonly kind: 'existing'; readonly record: IdempotencyRecord };
 
 /** The terminal state to write. */

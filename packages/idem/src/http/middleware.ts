@@ -2,7 +2,14 @@
  * @module The Web-standard idempotency layer: `(Request) => Promise<Response>` around your handler, and the
  * framework-neutral gate it is built on (which the Express, Fastify and Hono adapters share).
  */
-import { createEngine, type Engine, type Lease, type OutcomeKind, type RunRequest } from '../core/engine.js';
+import {
+  createEngine,
+  type Engine,
+  type EngineOptions,
+  type Lease,
+  type OutcomeKind,
+  type RunRequest,
+} from '../core/engine.js';
 import { selectFields } from '../core/fields.js';
 import { beginLocal } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
@@ -10,6 +17,7 @@ import { fingerprintSoon, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
+import { storableHeaders } from './replay.js';
 import { problem, problemFor } from './problem.js';
 import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, replayResponse } from './replay.js';
 import { responseSize, responseTooLarge, storedResponse } from './stored.js';
@@ -177,7 +185,13 @@ export function createGate<Tx, Req>({
   }
   if (typeof local !== 'boolean') throw configError('local', 'a boolean', local);
   const keyName = keyHeader.toLowerCase();
-  const engine = createEngine(engineOptions);
+  if (local && (engineOptions.takeover ?? 'rerun') !== 'rerun')
+    throw configError(
+      'takeover',
+      "'rerun' on a local route (its work has no outside call to be unsure of)",
+      engineOptions.takeover,
+    );
+  const engine = createEngine(withStoredAnswers(engineOptions, replayHeaders));
   if (local && (typeof engine.store.runLocal !== 'function' || engine.store.localWork !== 'async')) {
     throw configError(
       'local',
@@ -367,6 +381,24 @@ export function createGate<Tx, Req>({
     protectedMethods.has(method.toUpperCase()) && (keyOf !== undefined || (header(keyName) ?? null) !== null);
 
   return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, mayClaim, answerFor };
+}
+
+/** The engine's options with the `reconcile` hook's Web `Response` answers read into stored responses. */
+function withStoredAnswers<Tx, Req>(
+  { reconcile, ...options }: Omit<IdempotencyOptions<Tx, Req>, 'scope'>,
+  replayHeaders: readonly string[],
+): EngineOptions<Tx> {
+  if (typeof reconcile !== 'function') return { ...options, ...(reconcile === undefined ? {} : { reconcile }) };
+  return {
+    ...options,
+    reconcile: async (context) => {
+      const answer = await reconcile(context);
+      if (answer?.state === 'not_done' || !(answer?.response instanceof Response)) return answer as never;
+      const { status, headers } = answer.response;
+      const body = new Uint8Array(await answer.response.arrayBuffer());
+      return { state: answer.state, response: { status, headers: storableHeaders(headers, replayHeaders), body } };
+    },
+  };
 }
 
 /**

@@ -2,6 +2,8 @@
  * @module The options of the Web layer and of every adapter, and what a handler sees of its request's idempotency.
  */
 import type { EngineOptions, OutcomeKind, WorkContext } from '../core/engine.js';
+import type { StoredResponse } from '../core/record.js';
+import type { ReconcileContext } from '../core/takeover.js';
 import type { FieldRule } from '../core/fields.js';
 
 /** What the handler may declare about its outcome, beyond the response itself. */
@@ -33,7 +35,21 @@ export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<T
  * Options of the Web layer and of every adapter. `Req` is the request type the callbacks receive: a Web
  * `Request` here, the framework's own request (or context) in an adapter.
  */
-export interface IdempotencyOptions<Tx, Req = Request> extends EngineOptions<Tx> {
+/**
+ * The HTTP layer's `reconcile` answer: as the engine's, with the response also as a Web `Response` (its body read
+ * and its headers filtered by `replayHeaders`, as a handler's response is stored).
+ */
+export type HttpReconcileAnswer =
+  | { readonly state: 'succeeded' | 'failed'; readonly response: Response | StoredResponse }
+  | { readonly state: 'not_done' };
+
+export interface IdempotencyOptions<Tx, Req = Request> extends Omit<EngineOptions<Tx>, 'reconcile'> {
+  /**
+   * With `takeover: 'reconcile'`: asked, when a retry takes over a lapsed lease, what happened to the dead attempt's
+   * `id` (ask the processor or the ledger). `succeeded` and `failed` are recorded with their response and replayed;
+   * `not_done` runs the handler; a throw or `reconcileTimeoutMs` answers 503 and runs nothing.
+   */
+  readonly reconcile?: (context: ReconcileContext) => HttpReconcileAnswer | Promise<HttpReconcileAnswer>;
   /**
    * The tenant a request belongs to (the authenticated account): two scopes never share a key, so one tenant's
    * key can neither replay another's response nor reveal that it exists. Required: a service with one tenant

@@ -11,6 +11,8 @@ export type ProblemSlug =
   | 'idempotency-key-in-use'
   | 'idempotency-lease-lost'
   | 'idempotency-store-unavailable'
+  | 'idempotency-outcome-unknown'
+  | 'idempotency-reconcile-failed'
   | 'request-too-large'
   | 'response-too-large'
   | 'internal-error'
@@ -48,7 +50,8 @@ export function problem({ status, slug, title, detail, headers = {}, extensions 
  * | KEY_MISSING, KEY_INVALID | 400 |
  * | FINGERPRINT_MISMATCH | 400 (or 422 by option) |
  * | IN_FLIGHT, LEASE_LOST | 409 + `Retry-After: 1` |
- * | STORE_UNAVAILABLE | 503 + Retry-After |
+ * | STORE_UNAVAILABLE, RECONCILE_FAILED | 503 + Retry-After |
+ * | OUTCOME_UNKNOWN | 409, `operation_state: "unknown"` (no Retry-After: retrying does not help) |
  *
  * @example
  * catch (error) { if (isIdempotencyError(error)) return problemFor(error, { mismatchStatus: 422 }) }
@@ -104,6 +107,22 @@ export function problemFor(
         slug: 'idempotency-store-unavailable',
         title: 'Idempotency store unavailable',
         detail: 'The request was not processed. Retry with the same Idempotency-Key.',
+        headers: { 'retry-after': '1' },
+      });
+    case 'OUTCOME_UNKNOWN':
+      return problem({
+        status: 409,
+        slug: 'idempotency-outcome-unknown',
+        title: 'Outcome unknown',
+        detail: error.message,
+        extensions: { operation_state: 'unknown' },
+      });
+    case 'RECONCILE_FAILED':
+      return problem({
+        status: 503,
+        slug: 'idempotency-reconcile-failed',
+        title: 'Outcome not reconciled',
+        detail: error.message,
         headers: { 'retry-after': '1' },
       });
     case 'CONFIG_INVALID':

@@ -123,7 +123,11 @@ export function memoryStore({
       }
       const record = claimedRecord(existing, request);
       records.set(request.pk, record);
-      return { kind: 'claimed', record };
+      return {
+        kind: 'claimed',
+        record,
+        takeover: existing?.status === 'in_progress' && existing.expiresAt > request.now,
+      };
     }),
     complete: traced(
       'complete',
