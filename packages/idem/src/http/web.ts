@@ -7,6 +7,7 @@ import { IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import type { StoredResponse } from '../core/record.js';
 import type { Gate } from './middleware.js';
 import type { IdempotentHandler } from './options.js';
+import { heldBytes, requestBytes } from './held-body.js';
 import { BodyTooLargeError, bodyFor, readBytes, storableHeaders } from './replay.js';
 import { responseTooLarge, storedResponse } from './stored.js';
 
@@ -25,9 +26,10 @@ const GIVEN_UP = Symbol('the engine gave the key up');
 const CLIENT_GONE = Symbol('the client left before the body ended');
 
 /**
- * Runs a Web-standard handler behind the gate. The fingerprint reads a clone of the body, so the handler gets the
- * request itself — its own class (a `NextRequest` stays one), fields and unread body. The response is buffered and
- * recorded before it is answered.
+ * Runs a Web-standard handler behind the gate. The handler gets the request itself — its own class (a `NextRequest`
+ * stays one), fields and an unread body of the same bytes: the fingerprint takes them without a tee where the runtime
+ * allows it (see {@link requestBytes}), from a clone where it does not. The response is buffered and recorded
+ * before it is answered; where its bytes are held already, it is answered itself, unread.
  *
  * While it waits, the key stays held: for the handler's promise (a client that leaves does not free it), then for
  * the response body. Two waits end early. Past `maxHoldMs` the engine settles the key failed, retryable and aborts
@@ -43,7 +45,7 @@ export async function serveWeb<Tx, Req>(
   native: Req,
   request: Request,
   handler: IdempotentHandler<Tx>,
-  readBody: (limit: number) => Promise<Uint8Array> = (limit) => readBytes(request.clone().body, limit),
+  readBody: (limit: number) => Promise<Uint8Array> = (limit) => requestBytes(request, limit),
   { answeredEarly }: ServeOptions = {},
 ): Promise<Response> {
   try {
@@ -77,8 +79,16 @@ export async function serveWeb<Tx, Req>(
       return response;
     }
     let bytes: Uint8Array;
+    // The response itself is answered when its bytes are held (`new Response(text)`, `Response.json()`): read
+    // without its stream, it is still unread. Not with a reason phrase of its own: a replay has none.
+    let answerItself = false;
     try {
-      bytes = await readBytes(response.body, gate.maxResponseBytes, held?.untilClientGone(request.signal));
+      const own =
+        response.statusText === '' && response.type === 'default'
+          ? heldBytes(response, gate.maxResponseBytes)
+          : undefined;
+      answerItself = own !== undefined;
+      bytes = own ?? (await readBytes(response.body, gate.maxResponseBytes, held?.untilClientGone(request.signal)));
     } catch (error) {
       if (error === GIVEN_UP) return gate.answerFor(context.signal.reason, native);
       if (error === CLIENT_GONE && lease) {
@@ -102,7 +112,8 @@ export async function serveWeb<Tx, Req>(
     };
     // The first attempt's own answer keeps every header (e.g. Set-Cookie); only the stored copy is filtered.
     return (
-      (await admission.complete(stored)) ?? new Response(bodyFor(status, bytes), { status, headers: response.headers })
+      (await admission.complete(stored)) ??
+      (answerItself ? response : new Response(bodyFor(status, bytes), { status, headers: response.headers }))
     );
   } catch (error) {
     return gate.answerFor(error, native);

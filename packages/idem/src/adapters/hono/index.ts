@@ -6,12 +6,12 @@ import {
   BodyTooLargeError,
   classifyStatus,
   createGate,
-  readBytes,
   serveWeb,
   type Engine,
   type HandlerContext,
   type IdempotencyOptions,
 } from '../../http/index.js';
+import { requestBytes } from '../../http/held-body.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Hono context. */
 export type HonoIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Context>;
@@ -23,8 +23,8 @@ export interface IdempotencyVariables {
 
 /**
  * Hono 4 middleware. Use it app-wide or per route (`app.post('/x', idempotency({...}), handler)`); `scope`
- * gets the context, so it can read what an auth middleware set. The fingerprint reads a clone of the body, so the
- * handler's `c.req` is untouched; its response is buffered, stored, then answered (streams included).
+ * gets the context, so it can read what an auth middleware set. The fingerprint takes the body's bytes and leaves
+ * the handler's `c.req` with its body unread; its response is buffered, stored, then answered (streams included).
  *
  * @example
  * const app = new Hono<{ Variables: { account: string } & IdempotencyVariables }>()
@@ -60,11 +60,12 @@ export function idempotency<Tx = never>(
 }
 
 /**
- * The raw body, read from a clone so the handler's `c.req` still has it unread; if an earlier middleware read it
- * through Hono (which caches it), the cached bytes.
+ * The raw body, taken so that the handler's `c.req` still has it unread (`requestBytes`: without a tee where the
+ * runtime allows it, else from a clone); if an earlier middleware read it through Hono (which caches it), the
+ * cached bytes.
  */
 async function bodyOf(c: Context, limit: number): Promise<Uint8Array> {
-  if (!c.req.raw.bodyUsed) return readBytes(c.req.raw.clone().body, limit);
+  if (!c.req.raw.bodyUsed) return requestBytes(c.req.raw, limit);
   const bytes = new Uint8Array(await c.req.arrayBuffer());
   if (bytes.byteLength > limit) throw new BodyTooLargeError(limit);
   return bytes;
