@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { afterAll, beforeAll } from 'vitest';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const PKG = join(ROOT, 'packages/idem');
@@ -244,3 +245,59 @@ export const REPLAYED: Replay = {
   reused: 400,
   after: 1,
 };
+
+export interface RunOptions extends Omit<StartOptions, 'cwd'> {
+  /** The charge's path on the example's address. Default `/v1/charges`. */
+  readonly path?: string;
+  readonly headers?: Readonly<Record<string, string>>;
+  /** How many times the work ran; given the example's address. */
+  readonly executions: (base: string) => Promise<number>;
+}
+
+/**
+ * Starts the installed example (`command args` in its folder), drives it to a replay with a $50 charge (and $90
+ * for the reused key), stops it: what {@link driveReplay} saw.
+ */
+export async function runToReplay(
+  example: Installed,
+  command: string,
+  args: readonly string[],
+  { path = '/v1/charges', headers = {}, executions, ...start }: RunOptions,
+): Promise<Replay> {
+  const server = await startExample(command, args, { cwd: example.dir, ...start });
+  try {
+    return await driveReplay({
+      url: `${server.base}${path}`,
+      headers,
+      body: { amount: 5000, currency: 'usd' },
+      otherBody: { amount: 9000, currency: 'usd' },
+      executions: () => executions(server.base),
+    });
+  } finally {
+    await server.stop();
+  }
+}
+
+/**
+ * Installs `examples/<name>` before the file's tests (unless `enabled` is false: a service is down) and removes it
+ * after them, then runs `cleanup` (drop the example's schema, keys, queues) and prints the timings. Returns the
+ * installed example, for the tests.
+ */
+export function useExample(
+  name: string,
+  { enabled = true, cleanup }: { enabled?: boolean; cleanup?: () => unknown } = {},
+): () => Installed {
+  let example: Installed | undefined;
+  beforeAll(async () => {
+    if (enabled) example = await installExample(name);
+  }, 300_000);
+  afterAll(async () => {
+    example?.remove();
+    await cleanup?.();
+    console.log(`[examples/${name}] ${JSON.stringify(timings)}`);
+  });
+  return () => {
+    if (example === undefined) throw new Error(`examples/${name} is not installed`);
+    return example;
+  };
+}

@@ -9,33 +9,18 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { build } from 'esbuild';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { driveReplay, installExample, REPLAYED, startExample, timings, type Installed } from './kit.js';
+import { describe, expect, it } from 'vitest';
+import { REPLAYED, runToReplay, useExample } from './kit.js';
 import { runtimeBinary } from './runtimes.js';
 
-let example: Installed;
-beforeAll(async () => {
-  example = await installExample('web');
-}, 300_000);
-afterAll(() => {
-  example.remove();
-  console.log(`[examples/web] ${JSON.stringify(timings)}`);
-});
+const example = useExample('web');
 
 /** Charge, retry, reuse: counted in the example's own `GET /v1/charges`. */
-async function replayOn(command: string, args: string[], control = false) {
-  const server = await startExample(command, args, { cwd: example.dir, control });
-  try {
-    return await driveReplay({
-      url: `${server.base}/v1/charges`,
-      body: { amount: 5000, currency: 'usd' },
-      otherBody: { amount: 9000, currency: 'usd' },
-      executions: async () => ((await (await fetch(`${server.base}/v1/charges`)).json()) as { count: number }).count,
-    });
-  } finally {
-    await server.stop();
-  }
-}
+const replayOn = (command: string, args: string[], control = false) =>
+  runToReplay(example(), command, args, {
+    control,
+    executions: async (base) => ((await (await fetch(`${base}/v1/charges`)).json()) as { count: number }).count,
+  });
 
 /** workerd's config: the bundle as the only module, one socket on a free port. */
 const workerdConfig = [
@@ -62,16 +47,16 @@ describe('examples/web: one idem/http handler on every runtime', () => {
 
   it('workerd, export default { fetch } (worker.js, bundled as wrangler bundles it)', async () => {
     await build({
-      entryPoints: [join(example.dir, 'worker.js')],
+      entryPoints: [join(example().dir, 'worker.js')],
       bundle: true,
       format: 'esm',
       platform: 'neutral',
       conditions: ['workerd', 'worker', 'browser', 'import'],
       mainFields: ['module', 'main'],
-      outfile: join(example.dir, 'bundle/worker.js'),
+      outfile: join(example().dir, 'bundle/worker.js'),
       logLevel: 'error',
     });
-    writeFileSync(join(example.dir, 'config.capnp'), workerdConfig);
+    writeFileSync(join(example().dir, 'config.capnp'), workerdConfig);
     const workerd = runtimeBinary('workerd');
     expect(await replayOn(workerd, ['serve', 'config.capnp', '--control-fd=3'], true)).toEqual(REPLAYED);
   }, 120_000);
