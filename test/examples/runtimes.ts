@@ -28,3 +28,10 @@ export function runtimePackage(name: RuntimeName, dependency: string): string {
   if ('error' in installed) throw new Error(`the ${name} runtime is missing: ${installed.error}`);
   return join(installed.dir, 'node_modules', dependency);
 }
+
+/** How each runtime runs an example's entry file: the command and its arguments. */
+export function serveCommand(runtime: 'node' | 'bun' | 'deno', file: string): [string, string[]] {
+  if (runtime === 'node') return [process.execPath, [file]];
+  if (runtime === 'bun') return [runtimeBinary('bun'), [file]];
+  return [runtimeBinary('deno'), ['run', '--allow-net', '--allow-env', file]];
+}

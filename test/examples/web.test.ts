@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { build } from 'esbuild';
 import { describe, expect, it } from 'vitest';
 import { REPLAYED, runToReplay, useExample } from './kit.js';
-import { runtimeBinary } from './runtimes.js';
+import { runtimeBinary, serveCommand } from './runtimes.js';
 
 const example = useExample('web');
 
@@ -33,17 +33,17 @@ const workerdConfig = [
 ].join('\n');
 
 describe('examples/web: one idem/http handler on every runtime', () => {
-  it('Node, @hono/node-server (node.js)', async () => {
-    expect(await replayOn(process.execPath, ['node.js'])).toEqual(REPLAYED);
-  }, 120_000);
-
-  it('Bun, Bun.serve (bun.js)', async () => {
-    expect(await replayOn(runtimeBinary('bun'), ['bun.js'])).toEqual(REPLAYED);
-  }, 120_000);
-
-  it('Deno, Deno.serve (deno.js)', async () => {
-    expect(await replayOn(runtimeBinary('deno'), ['run', '--allow-net', '--allow-env', 'deno.js'])).toEqual(REPLAYED);
-  }, 120_000);
+  it.each([
+    ['Node, @hono/node-server (node.js)', 'node'],
+    ['Bun, Bun.serve (bun.js)', 'bun'],
+    ['Deno, Deno.serve (deno.js)', 'deno'],
+  ] as const)(
+    '%s',
+    async (_name, runtime) => {
+      expect(await replayOn(...serveCommand(runtime, `${runtime}.js`))).toEqual(REPLAYED);
+    },
+    120_000,
+  );
 
   it('workerd, export default { fetch } (worker.js, bundled as wrangler bundles it)', async () => {
     await build({
