@@ -25,9 +25,10 @@ interface Env {
   readonly CONFORMANCE: DurableObjectNamespaceLike;
 }
 
-/** Executions per idempotency key, and the held works waiting to be let go. */
+/** Executions per idempotency key; per hold (the `test-hold` header), the works waiting on it until it is let go. */
 const executions = new Map<string, number>();
-const held: Array<() => void> = [];
+const holds = new Map<string, { released: boolean; waiting: Array<() => void> }>();
+const hold = (name: string) => holds.get(name) ?? holds.set(name, { released: false, waiting: [] }).get(name)!;
 
 const store = (env: Env) => durableObjectsStore({ namespace: env.IDEM });
 
@@ -36,7 +37,9 @@ const charges = (env: Env) =>
     const key = request.headers.get('idempotency-key') ?? '';
     const n = (executions.get(key) ?? 0) + 1;
     executions.set(key, n);
-    if (request.headers.get('test-hold') !== null) await new Promise<void>((resolve) => held.push(resolve));
+    const name = request.headers.get('test-hold');
+    const held = name === null ? undefined : hold(name);
+    if (held && !held.released) await new Promise<void>((resolve) => held.waiting.push(resolve));
     const { amount } = (await request.json()) as { amount: number };
     return Response.json({ id: `ch_${crypto.randomUUID()}`, amount, execution: n }, { status: 201 });
   });
@@ -115,10 +118,14 @@ export default {
       case '/v1/charges':
         return charges(env)(request);
       case '/test/executions':
-        return Response.json({ executions: executions.get(url.searchParams.get('key') ?? '') ?? 0, held: held.length });
-      case '/test/release':
-        for (const resolve of held.splice(0)) resolve();
+        return Response.json({ executions: executions.get(url.searchParams.get('key') ?? '') ?? 0 });
+      case '/test/release': {
+        // Let go of the works held so far, and of any that reaches the hold later.
+        const held = hold(url.searchParams.get('hold') ?? '');
+        held.released = true;
+        for (const resolve of held.waiting.splice(0)) resolve();
         return Response.json({ released: true });
+      }
       case '/test/takeover':
         return Response.json(await takeover(env));
       case '/test/expiring':
