@@ -62,9 +62,10 @@ interface State<Tx> {
   pending?: StoredResponse;
   /**
    * Once onSend has begun recording (or the lease's problem was answered): what any later send of this reply
-   * writes, as the record holds it (undefined when the work failed and is retryable). On a replay, the replay.
+   * writes, as the record holds it (undefined when the work failed and is retryable). On a replay, the replay
+   * itself (no promise: nothing waits for it unless a later hook fails).
    */
-  recorded?: Promise<Parts | undefined>;
+  recorded?: Parts | Promise<Parts | undefined>;
 }
 
 /**
@@ -141,14 +142,19 @@ export function idempotency<Tx = never>({
         method: request.method,
         url: request.url,
         header: (name) => headerValue(request.headers, name),
-        body: async () => states.get(request)?.body ?? NO_BYTES,
+        body: () => Promise.resolve(states.get(request)?.body ?? NO_BYTES),
       });
       if (admission.kind === 'answer') {
         if (admission.replay) {
-          // A replay is written from the stored parts directly, without a Web Response read back.
+          // A replay is written from the stored parts directly, without a Web Response read back; the state the
+          // body was read into is reused: `done`, so onSend passes the bytes on as they are.
           const { status, headers, body } = replayParts(admission.replay);
           const bytes = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
-          states.set(request, { phase: 'done', recorded: Promise.resolve({ status, headers, body: bytes }) });
+          const read = states.get(request);
+          if (read) {
+            read.phase = 'done';
+            read.recorded = { status, headers, body: bytes };
+          } else states.set(request, { phase: 'done', recorded: { status, headers, body: bytes } });
           reply.code(status);
           for (const [name, value] of headers) reply.header(name, value);
           void reply.send(bytes);
@@ -166,8 +172,10 @@ export function idempotency<Tx = never>({
         return;
       }
       // A client that goes away does not release the key: the handler goes on and its outcome is recorded.
-      const state: State<Tx> = { claim: admission, phase: 'running' };
-      states.set(request, state);
+      // The state the body was read into, now holding the claim.
+      let state = states.get(request);
+      if (state) state.claim = admission;
+      else states.set(request, (state = { claim: admission, phase: 'running' }));
       // After the reply is written or abandoned: see `bypassed`.
       reply.raw.once('close', () => bypassed(request, reply));
       const send = reply.send.bind(reply);
@@ -319,14 +327,21 @@ export function idempotency<Tx = never>({
       if (recorded && !reply.raw.headersSent) writeRaw(reply, recorded);
     });
 
-    app.addHook('onSend', async (request, reply, payload) => {
+    // Not an async function: a request with nothing to record (no key, a replay, a refusal) passes its payload on
+    // in the same turn, without a promise; only a claimed one waits for its record.
+    app.addHook('onSend', (request, reply, payload, done) => {
       const state = states.get(request);
-      if (!state) return payload;
+      if (!state) return done(null, payload);
       // A replay has no reason phrase but the status's own, so the first answer has none either (and one with a
       // CR or LF, which Node refuses, made Fastify's error handler reject a promise nobody handled).
       reply.raw.statusMessage = '';
       const claim = state.claim;
-      if (!claim) return payload;
+      if (!claim) return done(null, payload);
+      return recordSend(claim, reply, payload, state);
+    });
+
+    /** onSend for a claimed request: records the payload (see `settle`) and resolves with what to write. */
+    async function recordSend(claim: Claim<Tx>, reply: FastifyReply, payload: unknown, state: State<Tx>) {
       if (state.phase !== 'running') {
         // A second send while or after the first was recorded (handlerTimeout firing meanwhile, or the lease's
         // problem already answered): the client gets what the record holds, never an answer it does not.
@@ -347,7 +362,7 @@ export function idempotency<Tx = never>({
       } finally {
         state.phase = 'done';
       }
-    });
+    }
 
     /**
      * Records the reply's payload (final after a handlerTimeout) and says what to write: the payload itself, or the
