@@ -6,7 +6,7 @@
 import type { ClaimRequest, ClaimResult } from '../contract.js';
 import { isClaimable } from '../contract.js';
 import { bin, COLUMNS, toRecord, type Row } from './codec.js';
-import type { MysqlQueryable } from './options.js';
+import type { MysqlQueryable } from './mysql-options.js';
 import { checkLengths } from './schema.js';
 import type { Run, Statement } from './statements.js';
 

@@ -4,7 +4,7 @@
  */
 import type { IdempotencyRecord, Outcome, RecordStatus, StoredResponse } from '../contract.js';
 import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
-import type { MysqlValue } from './options.js';
+import type { MysqlValue } from './mysql-options.js';
 
 /** The columns every statement that returns rows selects, in the order of the table. */
 export const COLUMNS =

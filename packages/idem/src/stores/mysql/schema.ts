@@ -2,7 +2,7 @@
 import { configError } from '../../core/errors.js';
 import { checkIdentifier as checkSqlIdentifier } from '../shared/identifier.js';
 import type { Row } from './codec.js';
-import type { MysqlQueryable, MysqlStoreOptions } from './options.js';
+import type { MysqlQueryable, MysqlStoreOptions } from './mysql-options.js';
 
 export const DEFAULT_TABLE = 'idempotency_records';
 /** 40, not 64: the index names append up to 24 characters, and MySQL refuses names over 64. */

@@ -2,7 +2,7 @@
 import type { RoundTrip } from '../contract.js';
 import { claimSql } from './claim.js';
 import { COLUMNS } from './codec.js';
-import type { MysqlQueryable, MysqlValue } from './options.js';
+import type { MysqlQueryable, MysqlValue } from './mysql-options.js';
 
 /** A statement with `:name` placeholders, compiled once to mysql2's `?` form and the order of its values. */
 export interface Statement {

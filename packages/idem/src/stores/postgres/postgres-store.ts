@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
 import type * as C from '../contract.js';
 import { RoundTripMeter } from '../shared/round-trips.js';
-import { sweepInBatches, transaction } from '../shared/sql.js';
+import { checkPoolOptions, sweepInBatches, transaction, type Transactions } from '../shared/sql.js';
 import { claim, heldUntilWaitedOn, sqlState } from './claim.js';
 import { outcomeValues, toRecord, type Row } from './codec.js';
 import { runLocal } from './local.js';
@@ -56,11 +56,7 @@ export class PostgresStoreImpl<Tx extends PostgresQueryable> implements Postgres
     }
     checkIdentifier('schema', schema);
     checkIdentifier('table', table);
-    if (typeof endPoolOnClose !== 'boolean') throw configError('endPoolOnClose', 'a boolean', endPoolOnClose);
-    if (endPoolOnClose && typeof pool.end !== 'function')
-      throw configError('pool', 'a pool with end() when endPoolOnClose is true');
-    if (typeof preparedStatements !== 'boolean')
-      throw configError('preparedStatements', 'a boolean', preparedStatements);
+    checkPoolOptions(pool, endPoolOnClose, preparedStatements);
     this.#meter = new RoundTripMeter('postgres', onRoundTrip);
     if (claimBarrier !== undefined && typeof claimBarrier !== 'function') {
       throw configError('claimBarrier', 'a function', claimBarrier);
@@ -201,18 +197,15 @@ export class PostgresStoreImpl<Tx extends PostgresQueryable> implements Postgres
   };
 
   /** BEGIN, `body` on one connection of the pool, then COMMIT or ROLLBACK (shared/sql.ts). */
-  async #transaction(
-    op: C.RoundTrip['op'],
-    body: (client: Tx & PostgresPoolClient) => Promise<boolean>,
-  ): Promise<boolean> {
-    this.#meter.open();
-    const client = await this.#pool.connect();
-    // A failed BEGIN/COMMIT/ROLLBACK leaves the connection's state unknown: the pool discards it.
-    return transaction(
-      'BEGIN',
-      (command) => this.#query(op, client, command),
-      () => body(client),
-      (broken) => client.release(broken),
-    );
+  #transaction(op: C.RoundTrip['op'], body: (client: Tx & PostgresPoolClient) => Promise<boolean>): Promise<boolean> {
+    return transaction(this.#meter, this.#transactions, op, body);
   }
+
+  /** A failed BEGIN/COMMIT/ROLLBACK leaves the connection's state unknown: the pool discards it. */
+  readonly #transactions: Transactions<Tx & PostgresPoolClient> = {
+    begin: 'BEGIN',
+    connect: () => this.#pool.connect(),
+    send: (op, client, command) => this.#query(op, client, command),
+    done: (client, broken) => client.release(broken),
+  };
 }
