@@ -122,7 +122,7 @@ export async function installExample(name: string, { linked = {} }: InstallOptio
 }
 
 export interface Started {
-  /** `http://127.0.0.1:<port>`, from the example's `listening on` line. */
+  /** `http://127.0.0.1:<port>`, from the example's `listening on` line; empty for one that serves no HTTP. */
   readonly base: string;
   /** Everything the process printed so far. */
   readonly output: () => string;
@@ -134,13 +134,15 @@ export interface StartOptions {
   readonly env?: Readonly<Record<string, string>>;
   /** workerd: it announces its port as `{"event":"listen",…,"port":N}` on descriptor 3 (`--control-fd=3`). */
   readonly control?: boolean;
+  /** The line that says it is ready; its first group, if any, is its address. Default `listening on <url>`. */
+  readonly ready?: RegExp;
 }
 
-/** Starts an example and resolves with its address once it prints `listening on <url>`. */
+/** Starts an example and resolves with its address once it prints `listening on <url>` (or `ready`). */
 export function startExample(
   command: string,
   args: readonly string[],
-  { cwd, env = {}, control = false }: StartOptions,
+  { cwd, env = {}, control = false, ready = /listening on (https?:\/\/\S+)/ }: StartOptions,
 ): Promise<Started> {
   const child: ChildProcess = spawn(command, [...args], {
     cwd,
@@ -157,13 +159,14 @@ export function startExample(
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${command} ${args.join(' ')} printed no "listening on" line:\n${output}`));
+      reject(new Error(`${command} ${args.join(' ')} printed no line ${String(ready)}:\n${output}`));
     }, STEP_MS);
     const started = Date.now();
     const watch = (chunk: Buffer) => {
       output += chunk.toString();
-      const url = /listening on (https?:\/\/\S+)/.exec(output)?.[1];
-      if (url === undefined) return;
+      const match = ready.exec(output);
+      if (match === null) return;
+      const url = match[1] ?? '';
       clearTimeout(timer);
       timings[`start ${args.at(-1) ?? command}`] = Date.now() - started;
       const base = url.replace(/\/$/, '').replace('//localhost:', '//127.0.0.1:').replace('//0.0.0.0:', '//127.0.0.1:');
