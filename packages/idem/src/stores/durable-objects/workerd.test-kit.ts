@@ -31,7 +31,7 @@ export function workerdBinary(): { path: string } | { error: string } {
   return path ? { path } : { error: `no workerd binary under ${modules}` };
 }
 
-const config = (disk: string) => `using Workerd = import "/workerd/workerd.capnp";
+const config = (disk: string, conformance: boolean) => `using Workerd = import "/workerd/workerd.capnp";
 const config :Workerd.Config = (
   services = [ (name = "main", worker = .worker), (name = "disk", disk = (path = "${disk}", writable = true)) ],
   sockets = [ (name = "http", address = "127.0.0.1:0", http = (), service = "main") ],
@@ -39,36 +39,54 @@ const config :Workerd.Config = (
 const worker :Workerd.Worker = (
   modules = [ (name = "worker.js", esModule = embed "worker.js") ],
   compatibilityDate = "2026-01-01",
-  compatibilityFlags = ["nodejs_compat"],
+  compatibilityFlags = [${conformance ? '"nodejs_compat"' : ''}],
   durableObjectNamespaces = [
-    (className = "IdempotencyDurableObject", uniqueKey = "idem-test-records", enableSql = true),
-    (className = "ConformanceObject", uniqueKey = "idem-test-conformance", enableSql = true),
+    (className = "IdempotencyDurableObject", uniqueKey = "idem-test-records", enableSql = true),${
+      conformance
+        ? '\n    (className = "ConformanceObject", uniqueKey = "idem-test-conformance", enableSql = true),'
+        : ''
+    }
   ],
   durableObjectStorage = (localDisk = "disk"),
   bindings = [
-    (name = "IDEM", durableObjectNamespace = "IdempotencyDurableObject"),
-    (name = "CONFORMANCE", durableObjectNamespace = "ConformanceObject"),
+    (name = "IDEM", durableObjectNamespace = "IdempotencyDurableObject"),${
+      conformance ? '\n    (name = "CONFORMANCE", durableObjectNamespace = "ConformanceObject"),' : ''
+    }
   ],
 );
 `;
 
-/** Bundles the Worker and starts workerd on a free port; resolves once it listens (its control descriptor says). */
-export async function startWorkerd(binary: string): Promise<Workerd> {
+/** What `idem/…` means in a Worker given as source: the library's sources. */
+const SOURCES = fileURLToPath(new URL('../..', import.meta.url));
+const idemAlias = {
+  'idem/http': join(SOURCES, 'http/index.ts'),
+  'idem/durable-objects': join(HERE, 'index.ts'),
+};
+
+/**
+ * Bundles the Worker and starts workerd on a free port; resolves once it listens (its control descriptor says).
+ * Without `source`, the Worker is worker.test-kit.ts with both namespaces and `nodejs_compat` (the conformance
+ * suite's fixtures import `node:crypto`); with it, that TypeScript (importing `idem/http` and
+ * `idem/durable-objects`) with `IDEM` only, and no compatibility flag.
+ */
+export async function startWorkerd(binary: string, source?: string): Promise<Workerd> {
   const dir = mkdtempSync(join(tmpdir(), 'idem-durable-objects-'));
   mkdirSync(join(dir, 'disk'));
   await build({
-    entryPoints: [join(HERE, 'worker.test-kit.ts')],
+    ...(source === undefined
+      ? { entryPoints: [join(HERE, 'worker.test-kit.ts')] }
+      : { stdin: { contents: source, loader: 'ts', resolveDir: HERE, sourcefile: 'worker.ts' } }),
     bundle: true,
     platform: 'neutral',
     format: 'esm',
     target: 'es2022',
     outfile: join(dir, 'worker.js'),
-    alias: { vitest: SHIM },
+    alias: { vitest: SHIM, ...idemAlias },
     external: ['node:*'],
     mainFields: ['module', 'main'],
     logLevel: 'error',
   });
-  writeFileSync(join(dir, 'config.capnp'), config(join(dir, 'disk')));
+  writeFileSync(join(dir, 'config.capnp'), config(join(dir, 'disk'), source === undefined));
   const child = spawn(binary, ['serve', 'config.capnp', '--control-fd=3'], {
     cwd: dir,
     stdio: ['ignore', 'pipe', 'pipe', 'pipe'],

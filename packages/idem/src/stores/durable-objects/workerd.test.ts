@@ -4,6 +4,7 @@
  * over with the stale holder fenced out, and an alarm deleting an expired record. The Worker is
  * worker.test-kit.ts; workerd installs on first use (workerd.test-kit.ts).
  */
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -108,5 +109,34 @@ describe.skipIf('error' in binary)('durable-objects store on workerd', () => {
       { everyMs: 100 },
     );
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+  });
+});
+
+describe.skipIf('error' in binary)('docs/DURABLE-OBJECTS.md on workerd', () => {
+  it('its worker.ts, served as written: one execution, then a byte-identical replay', async () => {
+    const docs = readFileSync(new URL('../../../../../docs/DURABLE-OBJECTS.md', import.meta.url), 'utf8');
+    const source = /`worker\.ts`[^]*?```ts\n([^]*?)```/.exec(docs)?.[1];
+    expect(source).toContain("export { IdempotencyDurableObject } from 'idem/durable-objects';");
+    const workerd = await startWorkerd((binary as { path: string }).path, source);
+    try {
+      const key = crypto.randomUUID();
+      const post = async () => {
+        const response = await fetch(`${workerd.base}/`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': key },
+          body: '{"amount":5000}',
+          signal: AbortSignal.timeout(20_000),
+        });
+        const bytes = Buffer.from(await response.arrayBuffer());
+        return { status: response.status, replayed: response.headers.get('idempotent-replayed'), bytes };
+      };
+      const first = await post();
+      const replay = await post();
+      expect([first.status, first.replayed, replay.status, replay.replayed]).toEqual([201, null, 201, 'true']);
+      expect(replay.bytes.equals(first.bytes)).toBe(true);
+      expect((JSON.parse(first.bytes.toString()) as { executions: number }).executions).toBe(1);
+    } finally {
+      await workerd.stop();
+    }
   });
 });
