@@ -108,10 +108,12 @@ export default {
     const url = new URL(request.url);
     switch (url.pathname) {
       case '/conformance': {
+        const shards = Number(url.searchParams.get('shards') ?? 1);
         describeStoreConformance({
           name: 'durable-objects',
           // A prefix per store: its objects are its own, so the sweep and list cases count only its records.
-          create: async () => durableObjectsStore({ namespace: env.CONFORMANCE, prefix: `${crypto.randomUUID()}:` }),
+          create: async () =>
+            durableObjectsStore({ namespace: env.CONFORMANCE, shards, prefix: `${crypto.randomUUID()}:` }),
         });
         return Response.json(await run());
       }
