@@ -5,7 +5,7 @@
 import type { AttributeValue } from '@aws-sdk/client-dynamodb';
 import type { IdempotencyRecord, RecordStatus } from '../contract.js';
 import { decodeHeaders } from '../shared/headers.js';
-import type { DynamoDBAttributeNames } from './options.js';
+import type { DynamoDBAttributeNames } from './dynamodb-options.js';
 
 export type Field = keyof DynamoDBAttributeNames;
 export type Item = Record<string, AttributeValue>;

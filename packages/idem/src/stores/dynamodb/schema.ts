@@ -7,7 +7,7 @@ import {
   UpdateTimeToLiveCommand,
 } from '@aws-sdk/client-dynamodb';
 import { configError } from '../../core/errors.js';
-import type { CreateTableOptions, CreateTableResult } from './options.js';
+import type { CreateTableOptions, CreateTableResult } from './dynamodb-options.js';
 import type { DynamoTable } from './send.js';
 
 /** DynamoDB's rule for a table's (and an index's) name. */

@@ -5,27 +5,26 @@
  */
 import { ConditionalCheckFailedException, GetItemCommand } from '@aws-sdk/client-dynamodb';
 import type { DeleteItemCommand, PutItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
-import type { IdempotencyRecord, RoundTrip, WriteResult } from '../contract.js';
+import type { IdempotencyRecord, WriteResult } from '../contract.js';
+import type { RoundTripMeter } from '../shared/round-trips.js';
 import { decodeItem, str, type Field, type Item } from './codec.js';
-import type { DynamoDBAttributeNames, DynamoDBClientLike } from './options.js';
+import type { DynamoDBAttributeNames, DynamoDBClientLike } from './dynamodb-options.js';
 
 const PREFIX = 'IDEMPOTENCY#';
 
 export class DynamoTable {
-  roundTrips = 0;
-  closed = false;
-
   constructor(
     readonly client: DynamoDBClientLike,
     readonly table: string,
     readonly names: DynamoDBAttributeNames,
     readonly sortKey: { readonly name: string; readonly value: string } | undefined,
     readonly listIndex: string,
-    readonly onRoundTrip: ((trip: RoundTrip) => void) | undefined,
+    /** Counts and reports every command; its closed guard is `open()`. */
+    readonly meter: RoundTripMeter,
   ) {}
 
   open(): void {
-    if (this.closed) throw new Error('dynamodb store is closed');
+    this.meter.open();
   }
 
   /**
@@ -35,18 +34,10 @@ export class DynamoTable {
   via(op: string): DynamoDBClientLike['send'] {
     // One function for every overload: each command's output is the client's own, passed through unchanged.
     const send = async (command: never): Promise<unknown> => {
-      this.roundTrips++;
-      const onRoundTrip = this.onRoundTrip;
-      if (!onRoundTrip) return this.client.send(command);
+      this.meter.add();
+      if (!this.meter.onRoundTrip) return this.client.send(command);
       const request = { command: commandName(command), input: (command as { input: unknown }).input };
-      try {
-        const response = await this.client.send(command);
-        report(onRoundTrip, { op, request, response });
-        return response;
-      } catch (error) {
-        report(onRoundTrip, { op, request, error });
-        throw error;
-      }
+      return this.meter.observe(op, request, this.client.send(command));
     };
     return send as DynamoDBClientLike['send'];
   }
@@ -151,13 +142,4 @@ export class DynamoTable {
 /** `PutItemCommand` → `PutItem`: the operation's name in DynamoDB's own API. */
 function commandName(command: object): string {
   return command.constructor.name.replace(/Command$/, '');
-}
-
-/** An observer must never change what happens to a payment. */
-function report(onRoundTrip: (trip: RoundTrip) => void, trip: RoundTrip): void {
-  try {
-    onRoundTrip(trip);
-  } catch {
-    // Ignored on purpose.
-  }
 }
