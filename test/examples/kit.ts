@@ -288,11 +288,11 @@ export async function runToReplay(
  */
 export function useExample(
   name: string,
-  { enabled = true, cleanup }: { enabled?: boolean; cleanup?: () => unknown } = {},
+  { enabled = true, cleanup, ...options }: { enabled?: boolean; cleanup?: () => unknown } & InstallOptions = {},
 ): () => Installed {
   let example: Installed | undefined;
   beforeAll(async () => {
-    if (enabled) example = await installExample(name);
+    if (enabled) example = await installExample(name, options);
   }, 300_000);
   afterAll(async () => {
     example?.remove();
