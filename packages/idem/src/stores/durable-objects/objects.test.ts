@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { recordPk } from '../../core/key.js';
+import type { RoundTrip } from '../contract.js';
 import { durableObjectsStore } from './index.js';
 
 const namespace = {
@@ -35,5 +36,32 @@ describe('durable-objects store: object names', () => {
     expect(() => store.objectOf('acct_1:k1')).toThrow(/Expected `pk` to be IDEMPOTENCY#<scope>#<key>/);
     expect(() => durableObjectsStore({ namespace, shards: 0 })).toThrow(/Expected `shards` to be a positive integer/);
     expect(() => durableObjectsStore({ namespace: {} as never })).toThrow(/Expected `namespace`/);
+  });
+
+  it('counts each call as one round trip, shows it to onRoundTrip, and rejects on an error answer', async () => {
+    const trips: RoundTrip[] = [];
+    const sent: string[] = [];
+    const answering = (status: number, body: unknown) => ({
+      idFromName: (name: string) => name,
+      get: (id: unknown) => ({
+        fetch: async (request: Request) => {
+          sent.push(`${String(id)} ${request.method} ${request.url}`);
+          return new Response(JSON.stringify(body), { status });
+        },
+      }),
+    });
+    const store = durableObjectsStore({ namespace: answering(200, { ok: true }), onRoundTrip: (t) => trips.push(t) });
+    const pk = recordPk('acct_1', 'k1');
+    expect(await store.release({ pk, token: 't' })).toEqual({ ok: true });
+    expect(store.roundTrips).toBe(1);
+    expect(sent).toEqual(['acct_1 POST https://idem/release']);
+    expect(trips).toEqual([
+      { op: 'release', request: { object: 'acct_1', body: { pk, token: 't' } }, response: { ok: true } },
+    ]);
+    const failing = durableObjectsStore({ namespace: answering(500, { error: 'boom' }) });
+    await expect(failing.get(pk)).rejects.toThrow('durable-objects store: get in object acct_1 failed (500: boom)');
+    await store.close();
+    await expect(store.get(pk)).rejects.toThrow('durable-objects store is closed');
+    expect(store.roundTrips).toBe(1);
   });
 });

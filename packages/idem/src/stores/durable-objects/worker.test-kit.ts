@@ -83,24 +83,19 @@ async function takeover(env: Env): Promise<unknown> {
   };
 }
 
-/** A record claimed at the wall clock for `ttlMs`, read back at once: the alarm test then waits for it to go. */
-async function expiring(env: Env, ttlMs: number): Promise<unknown> {
+/** Records claimed at the wall clock, one per `ttlMs`, in one object, read back at once: the alarm test then waits. */
+async function expiring(env: Env, ttls: number[]): Promise<unknown> {
   const s = store(env);
-  const key = crypto.randomUUID();
-  const pk = `IDEMPOTENCY#alarm#${key}`;
   const now = Date.now();
-  await s.claim({
-    pk,
-    scope: 'alarm',
-    key,
-    fingerprint: 'f'.repeat(64),
-    token: 't',
-    id: 'i',
-    now,
-    leaseMs: ttlMs,
-    ttlMs,
-  });
-  return { pk, status: (await s.get(pk))?.status ?? null };
+  const records = [];
+  for (const ttlMs of ttls) {
+    const key = crypto.randomUUID();
+    const pk = `IDEMPOTENCY#alarm#${key}`;
+    const fingerprint = 'f'.repeat(64);
+    await s.claim({ pk, scope: 'alarm', key, fingerprint, token: 't', id: 'i', now, leaseMs: ttlMs, ttlMs });
+    records.push({ pk, status: (await s.get(pk))?.status ?? null });
+  }
+  return records;
 }
 
 export default {
@@ -131,7 +126,7 @@ export default {
       case '/test/takeover':
         return Response.json(await takeover(env));
       case '/test/expiring':
-        return Response.json(await expiring(env, Number(url.searchParams.get('ttlMs'))));
+        return Response.json(await expiring(env, (url.searchParams.get('ttlMs') ?? '').split(',').map(Number)));
       case '/test/get': {
         const record = await store(env).get(url.searchParams.get('pk') ?? '');
         return Response.json({ status: record?.status ?? null });
