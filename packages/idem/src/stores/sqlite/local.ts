@@ -11,7 +11,7 @@ import type {
   LocalTransactionResult,
   Outcome,
 } from '../contract.js';
-import type { SqliteDatabase } from './options.js';
+import type { SqliteDatabase } from './sqlite-options.js';
 
 /**
  * Thrown inside the local transaction to roll it back when the work returned null (better-sqlite3 commits unless

@@ -3,8 +3,9 @@
  * statements it ran and what each returned, and statements prepared once. Internal: the store holds one.
  */
 import type { RoundTrip } from '../contract.js';
+import type { RoundTripMeter } from '../shared/round-trips.js';
 import type { Row } from './codec.js';
-import type { SqliteDatabase, SqliteRoundTripRequest, SqliteStatement } from './options.js';
+import type { SqliteDatabase, SqliteRoundTripRequest, SqliteStatement } from './sqlite-options.js';
 
 export interface SqliteCalls {
   readonly roundTrips: number;
@@ -18,38 +19,25 @@ export interface SqliteCalls {
   close(): void;
 }
 
-export function sqliteCalls(
-  database: SqliteDatabase,
-  onRoundTrip: ((trip: RoundTrip) => void) | undefined,
-): SqliteCalls {
-  let roundTrips = 0;
-  let closed = false;
+export function sqliteCalls(database: SqliteDatabase, meter: RoundTripMeter): SqliteCalls {
   /** The trip in progress, recorded only while someone observes (every trip is synchronous, so one suffices). */
   let observed: { statements: SqliteRoundTripRequest['statements'][number][]; results: unknown[] } | undefined;
 
   /** One call into the engine: counted, and reported to `onRoundTrip` once it has returned or thrown. */
   const trip = <R>(op: RoundTrip['op'], call: () => R): R => {
-    if (closed) throw new Error('sqlite store is closed');
-    roundTrips++;
-    if (!onRoundTrip) return call();
+    meter.trip();
+    if (!meter.onRoundTrip) return call();
     const current = (observed = { statements: [], results: [] });
     const request: SqliteRoundTripRequest = { statements: current.statements };
     try {
       const value = call();
-      report({ op, request, response: current.results });
+      meter.report({ op, request, response: current.results });
       return value;
     } catch (error) {
-      report({ op, request, error });
+      meter.report({ op, request, error });
       throw error;
     } finally {
       observed = undefined;
-    }
-  };
-  const report = (roundTrip: RoundTrip): void => {
-    try {
-      onRoundTrip?.(roundTrip);
-    } catch {
-      // An observer's failure is not the store's: the request already happened, and its result stands.
     }
   };
 
@@ -110,10 +98,10 @@ export function sqliteCalls(
 
   return {
     get roundTrips() {
-      return roundTrips;
+      return meter.count;
     },
     get closed() {
-      return closed;
+      return meter.closed;
     },
     trip,
     execute,
@@ -122,7 +110,7 @@ export function sqliteCalls(
     run,
     pragma,
     close(): void {
-      closed = true;
+      meter.close();
     },
   };
 }
