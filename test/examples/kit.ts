@@ -72,6 +72,12 @@ export async function packedTarball(): Promise<string> {
     );
     const [{ filename }] = JSON.parse(stdout) as [{ filename: string }];
     writeFileSync(done, join(dir, filename));
+    // Tarballs of earlier builds, left by earlier runs: gone after an hour (a run still using one is long over).
+    for (const old of readdirSync(tmpdir()).filter((name) => /^idem-examples-pack-[0-9a-f]{16}$/.test(name))) {
+      const path = join(tmpdir(), old);
+      if (path !== dir && Date.now() - statSync(path).mtimeMs > 3_600_000)
+        rmSync(path, { recursive: true, force: true });
+    }
     return join(dir, filename);
   } finally {
     rmdirSync(lock);
