@@ -1,10 +1,10 @@
 /**
  * @module What the runtimes test runs on and expects: the runtimes it finds (the host Node, Node at the `engines`
  * floors and the newest 24 from the registry's cache; Bun, Deno and workerd, installed on first use), and the store conformance suite's cases
- * as its source lists them.
+ * as its source lists them (conformance-cases.ts, which loads without installing anything).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureRuntime, runtimeDir, type RuntimeName } from './install.js';
@@ -120,18 +120,4 @@ export function present(name: string, version: string | null): boolean {
 export const runtimes: Runtime[] = candidates.map((r) => ({ ...r, version: versionOf(r.command) }));
 export const workerdVersion = versionOf(WORKERD);
 
-/**
- * The store conformance suite's cases, counted in its source so that a new case is expected without an edit: the
- * case groups in the order `describeStoreConformance` calls them, each group's cases in the order of its file.
- */
-export function storeConformanceCases(): string[] {
-  const testing = join(ROOT, 'packages/idem/src/testing');
-  const suite = readFileSync(join(testing, 'index.ts'), 'utf8');
-  const files = new Map(
-    [...suite.matchAll(/^import \{ (\w+) \} from '\.\/store-cases\/([\w-]+)\.js';$/gm)].map((m) => [m[1], m[2]]),
-  );
-  return [...suite.matchAll(/^ {4}(\w+)\(kit\);$/gm)].flatMap((call) => {
-    const source = readFileSync(join(testing, 'store-cases', `${files.get(call[1]) ?? ''}.ts`), 'utf8');
-    return [...source.matchAll(/^ {2}it\('([^']+)'/gm)].map((m) => m[1] ?? '');
-  });
-}
+export { storeConformanceCases } from './conformance-cases.js';
