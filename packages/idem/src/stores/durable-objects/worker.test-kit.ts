@@ -25,15 +25,19 @@ interface Env {
   readonly CONFORMANCE: DurableObjectNamespaceLike;
 }
 
-/** Executions per idempotency key; per hold (the `test-hold` header), the works waiting on it until it is let go. */
+/**
+ * Executions per idempotency key; the ledger, one charge per record id (a rerun with the same id overwrites, as a
+ * unique constraint would refuse it); per hold (the `test-hold` header), the works waiting on it until let go.
+ */
 const executions = new Map<string, number>();
+const ledger = new Map<string, { key: string; amount: number }>();
 const holds = new Map<string, { released: boolean; waiting: Array<() => void> }>();
 const hold = (name: string) => holds.get(name) ?? holds.set(name, { released: false, waiting: [] }).get(name)!;
 
 const store = (env: Env) => durableObjectsStore({ namespace: env.IDEM });
 
 const charges = (env: Env) =>
-  idempotency({ store: store(env), scope: 'single-tenant', required: true })(async (request) => {
+  idempotency({ store: store(env), scope: 'single-tenant', required: true })(async (request, { id }) => {
     const key = request.headers.get('idempotency-key') ?? '';
     const n = (executions.get(key) ?? 0) + 1;
     executions.set(key, n);
@@ -41,6 +45,7 @@ const charges = (env: Env) =>
     const held = name === null ? undefined : hold(name);
     if (held && !held.released) await new Promise<void>((resolve) => held.waiting.push(resolve));
     const { amount } = (await request.json()) as { amount: number };
+    ledger.set(id, { key, amount });
     return Response.json({ id: `ch_${crypto.randomUUID()}`, amount, execution: n }, { status: 201 });
   });
 
@@ -114,8 +119,11 @@ export default {
       }
       case '/v1/charges':
         return charges(env)(request);
-      case '/test/executions':
-        return Response.json({ executions: executions.get(url.searchParams.get('key') ?? '') ?? 0 });
+      case '/test/executions': {
+        const key = url.searchParams.get('key') ?? '';
+        const rows = [...ledger.values()].filter((charge) => charge.key === key).length;
+        return Response.json({ executions: executions.get(key) ?? 0, ledgerRows: rows });
+      }
       case '/test/release': {
         // Let go of the works held so far, and of any that reaches the hold later.
         const held = hold(url.searchParams.get('hold') ?? '');
