@@ -17,8 +17,16 @@
  * `fastify-inject` (`app.inject`: light-my-request's stream, not the socket), and `fastify` and `express` over
  * node:http on 127.0.0.1 from a keep-alive client in the same process (the client's bytes are in both routes).
  * Env: BENCH_ALLOC_N (default 2000), BENCH_ALLOC_ROUNDS (default 3; the median is shown), BENCH_ALLOC_TOP (12).
+ *
+ * The measured children run one esbuild bundle of this file, as the build ships the code: tsx transpiles with
+ * esbuild's `keepNames`, which wraps every named function and closure in a `__name()` call (a property defined on
+ * each new closure: 4.7 KB a new key, heap-sampled, in core/lease.ts alone). The profiled children run through tsx,
+ * so that the sites keep their file names; their totals include that. `BENCH_ALLOC_TSX=1` measures through tsx too.
  */
 import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Agent, createServer, request as httpRequest, type Server } from 'node:http';
 import { Session } from 'node:inspector/promises';
 import type { AddressInfo } from 'node:net';
@@ -53,6 +61,9 @@ interface Measured {
   readonly sampledTotal?: number;
 }
 
+/** This file bundled without `keepNames` (see the module comment), or undefined to measure through tsx. */
+let bundled: string | undefined;
+
 const [mode, subject = '', profileFlag] = process.argv.slice(2);
 if (mode === '--child') {
   const [framework, route] = subject.split(':') as [Framework, 'idem' | 'bare'];
@@ -64,6 +75,32 @@ if (mode === '--child') {
 
 /** Runs every subject in its own child, rounds interleaved, and prints the table and Idem's top sites. */
 function parent(): void {
+  const work = mkdtempSync(join(tmpdir(), 'idem-alloc-'));
+  if (process.env.BENCH_ALLOC_TSX !== '1') bundled = bundle(join(work, 'allocation.mjs'));
+  try {
+    report();
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+/** Bundles this file with esbuild (as bench/instructions.ts bundles its run), returning the bundle's path. */
+function bundle(outfile: string): string {
+  const esbuild = fileURLToPath(new URL('../node_modules/.bin/esbuild', import.meta.url));
+  const built = spawnSync(esbuild, [
+    fileURLToPath(import.meta.url),
+    '--bundle',
+    '--platform=node',
+    '--format=esm',
+    `--outfile=${outfile}`,
+    '--log-level=error',
+    "--banner:js=import { createRequire as __idemRequire } from 'node:module'; const require = __idemRequire(import.meta.url);",
+  ]);
+  if (built.status !== 0) throw new Error(`could not bundle bench/allocation.ts: ${built.stderr.toString()}`);
+  return outfile;
+}
+
+function report(): void {
   const rounds = Number(process.env.BENCH_ALLOC_ROUNDS ?? 3);
   const top = Number(process.env.BENCH_ALLOC_TOP ?? 12);
   const runs = new Map<string, number[]>();
@@ -76,7 +113,8 @@ function parent(): void {
     }
   }
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
-  console.log(`Bytes allocated on the JS heap per new key (null store; N = ${N}, median of ${rounds})\n`);
+  const how = bundled ? 'bundled without keepNames' : 'through tsx';
+  console.log(`Bytes allocated on the JS heap per new key (null store; N = ${N}, median of ${rounds}; ${how})\n`);
   console.log('| framework | bare route | with Idem | Idem adds | runs (Idem) |');
   console.log('|---|---:|---:|---:|---|');
   for (const framework of FRAMEWORKS) {
@@ -109,15 +147,15 @@ function fmt(bytes: number): string {
 /** One child: a fresh process with a large young generation, so the measured loop runs no collection. */
 function spawnChild(subjectKey: string, profile = false): Measured {
   for (let attempt = 1; ; attempt++) {
+    // The profiled children through tsx, so that the sampled sites keep their source files.
+    const script = bundled && !profile ? [bundled] : ['--import', 'tsx', fileURLToPath(import.meta.url)];
     const result = spawnSync(
       process.execPath,
       [
-        '--import',
-        'tsx',
         '--expose-gc',
         '--max-semi-space-size=256',
         '--min-semi-space-size=256',
-        fileURLToPath(import.meta.url),
+        ...script,
         '--child',
         subjectKey,
         ...(profile ? ['profile'] : []),

@@ -40,8 +40,10 @@ const LATE = [1_000, 2_000] as const;
  * switched on by `callgrind_control`), so the first 10,000 run at valgrind's uninstrumented speed; the two runs
  * both switch on there, and their difference is the window.
  */
-const STEADY = [11_000, 12_000] as const;
-const STEADY_FROM = 10_000;
+const STEADY_WINDOW = (process.env.BENCH_INSTR_STEADY ?? '11000,12000,10000').split(',').map(Number);
+const STEADY = [STEADY_WINDOW[0] ?? 11_000, STEADY_WINDOW[1] ?? 12_000] as const;
+/** `BENCH_INSTR_STEADY=n1,n2,from` counts a shorter window past a shorter warm-up, for a quick before and after. */
+const STEADY_FROM = STEADY_WINDOW[2] ?? 10_000;
 /** What is counted: each request kind through the Web layer on each store, then Express over node:http. */
 const CASES: ReadonlyArray<{ kind: string; store: string; window?: readonly [number, number]; from?: number }> = [
   ...['null', 'memory'].flatMap((store) => ['new', 'replay', 'mismatch', 'conflict'].map((kind) => ({ kind, store }))),
@@ -114,8 +116,20 @@ if (built.status !== 0) fail(`could not bundle bench/instructions-run.ts: ${buil
 const NODE_FLAGS = ['--single-threaded', '--predictable', '--no-warnings', '--initial-old-space-size=256'];
 
 let runs = 0;
-/** Instructions for one run of `count` requests (the whole process), under its own Redis key prefix. */
-function count(kind: string, store: string, requests: number, from = 0): Promise<number> {
+/**
+ * Instructions for one run of `count` requests (the whole process), under its own Redis key prefix. A run that
+ * fails is run once more: on a loaded machine, valgrind's pace can let a kept-alive socket lapse (ECONNRESET).
+ */
+async function count(kind: string, store: string, requests: number, from = 0): Promise<number> {
+  const first = await countOnce(kind, store, requests, from);
+  if (typeof first === 'number') return first;
+  progress(`${kind}/${store} x${requests} failed, once more: ${first.why}`);
+  const second = await countOnce(kind, store, requests, from);
+  if (typeof second === 'number') return second;
+  fail(`${kind}/${store} x${requests} failed: ${second.why}`);
+}
+
+function countOnce(kind: string, store: string, requests: number, from: number): Promise<number | { why: string }> {
   const run = ++runs;
   const out = join(work, `cg.${run}.out`);
   const args = ['--tool=callgrind', `--callgrind-out-file=${out}`];
@@ -140,9 +154,8 @@ function count(kind: string, store: string, requests: number, from = 0): Promise
         .filter((l) => !l.startsWith('=='))
         .join(' ')
         .trim();
-      if (status !== 0 || !match) fail(`${kind}/${store} x${requests} failed: ${why}`);
       rmSync(out, { force: true });
-      resolve(Number(match[1]));
+      resolve(status !== 0 || !match ? { why } : Number(match[1]));
     }),
   );
 }
@@ -157,8 +170,9 @@ async function worker(): Promise<void> {
   for (let job = pending.shift(); job; job = pending.shift()) {
     const { c, n } = job;
     const started = Date.now();
-    totals.set(`${nameOf(c)}#${n}`, await count(c.kind, c.store, n, c.from));
-    progress(`${nameOf(c).padEnd(32)} x${n} counted (${((Date.now() - started) / 1000).toFixed(0)} s)`);
+    const total = await count(c.kind, c.store, n, c.from);
+    totals.set(`${nameOf(c)}#${n}`, total);
+    progress(`${nameOf(c).padEnd(32)} x${n} counted: ${total} (${((Date.now() - started) / 1000).toFixed(0)} s)`);
   }
 }
 await Promise.all(Array.from({ length: PARALLEL }, worker));
