@@ -67,11 +67,15 @@ const idemAlias = {
  * Bundles the Worker and starts workerd on a free port; resolves once it listens (its control descriptor says).
  * Without `source`, the Worker is worker.test-kit.ts with both namespaces and `nodejs_compat` (the conformance
  * suite's fixtures import `node:crypto`); with it, that TypeScript (importing `idem/http` and
- * `idem/durable-objects`) with `IDEM` only, and no compatibility flag.
+ * `idem/durable-objects`) with `IDEM` only, and no compatibility flag. `stop()` kills workerd (SIGKILL) and
+ * removes its folder, unless `dir` was given: a second workerd on the same `dir` finds the objects' storage.
  */
-export async function startWorkerd(binary: string, source?: string): Promise<Workerd> {
-  const dir = mkdtempSync(join(tmpdir(), 'idem-durable-objects-'));
-  mkdirSync(join(dir, 'disk'));
+export async function startWorkerd(
+  binary: string,
+  { source, dir: given }: { source?: string; dir?: string } = {},
+): Promise<Workerd> {
+  const dir = given ?? mkdtempSync(join(tmpdir(), 'idem-durable-objects-'));
+  mkdirSync(join(dir, 'disk'), { recursive: true });
   await build({
     ...(source === undefined
       ? { entryPoints: [join(HERE, 'worker.test-kit.ts')] }
@@ -100,7 +104,7 @@ export async function startWorkerd(binary: string, source?: string): Promise<Wor
       child.kill('SIGKILL');
       await closed;
     }
-    rmSync(dir, { recursive: true, force: true });
+    if (given === undefined) rmSync(dir, { recursive: true, force: true });
   };
   const port = await new Promise<number>((resolve, reject) => {
     const timer = setTimeout(

@@ -117,7 +117,7 @@ describe.skipIf('error' in binary)('docs/DURABLE-OBJECTS.md on workerd', () => {
     const docs = readFileSync(new URL('../../../../../docs/DURABLE-OBJECTS.md', import.meta.url), 'utf8');
     const source = /`worker\.ts`[^]*?```ts\n([^]*?)```/.exec(docs)?.[1];
     expect(source).toContain("export { IdempotencyDurableObject } from 'idem/durable-objects';");
-    const workerd = await startWorkerd((binary as { path: string }).path, source);
+    const workerd = await startWorkerd((binary as { path: string }).path, { source });
     try {
       const key = crypto.randomUUID();
       const post = async () => {
