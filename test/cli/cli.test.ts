@@ -96,7 +96,7 @@ describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
     [['probe', 'http://127.0.0.1:9/x', '--count-path', 'count'], 'idem probe: --count-path needs --count-url.'],
     [
       ['probe', 'http://127.0.0.1:9/x', '-H', 'no colon'],
-      'idem probe: --header must look like "Name: value", got "no colon".',
+      'idem probe: --header must look like "Name: value" (a header name, a colon, the value); the 8 characters given do not (not shown: they may hold a credential).',
     ],
     [['probe', 'http://127.0.0.1:9/x', '--skip', 'first'], 'idem probe: --skip takes one of replay, replay-marker,'],
     [

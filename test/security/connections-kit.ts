@@ -80,7 +80,9 @@ export async function metrics(server: DemoProcess): Promise<string> {
 }
 
 /** The demo's connection counters from its metrics listener. */
-export async function counters(server: DemoProcess): Promise<Record<string, number>> {
+export async function counters(
+  server: DemoProcess,
+): Promise<Record<'dropped' | 'overShare' | 'silent' | 'stalled' | 'evicted', number>> {
   const text = await metrics(server);
   const value = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1]);
   return {

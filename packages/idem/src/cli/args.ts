@@ -80,7 +80,11 @@ export function headerOption(command: string, name: string, raw: string): [strin
   const colon = raw.indexOf(':');
   const header = colon > 0 ? raw.slice(0, colon).trim() : '';
   if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(header)) {
-    throw new UsageError(command, `--${name} must look like "Name: value", got "${raw}".`);
+    // Not echoed: a header without its colon is most often a credential (`Authorization Bearer sk_live_…`).
+    throw new UsageError(
+      command,
+      `--${name} must look like "Name: value" (a header name, a colon, the value); the ${raw.length} characters given do not (not shown: they may hold a credential).`,
+    );
   }
   return [header, raw.slice(colon + 1).trim()];
 }

@@ -100,12 +100,19 @@ export async function main(argv: readonly string[], io: Io): Promise<number> {
   }
 }
 
+/** The longest error line printed: a store's error may quote a stored value whole (a 64 KB status). */
+const MAX_MESSAGE = 1_000;
+
 /**
  * An error message as one line with nothing a terminal acts on: a message may quote what a store, a server or the
- * arguments said. Text made visible already keeps its escapes (the backslash is not escaped again).
+ * arguments said. Text made visible already keeps its escapes (the backslash is not escaped again). Cut to
+ * {@link MAX_MESSAGE} characters, after it was redacted whole.
  */
 function oneLine(message: string): string {
-  return visible(message, { backslash: false });
+  const line = visible(message, { backslash: false });
+  return line.length <= MAX_MESSAGE
+    ? line
+    : `${line.slice(0, MAX_MESSAGE)}… (${line.length - MAX_MESSAGE} more characters)`;
 }
 
 async function help(topic: string | undefined, io: Io): Promise<number> {

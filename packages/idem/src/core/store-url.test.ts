@@ -49,7 +49,7 @@ http://u:Zq9Secret@127.0.0.1:1/b?token=Zq9Secret      http://***@127.0.0.1:1/b?t
 https://h/x?password=a&apikey=b&secret=c&signature=d&auth=e&access_token=f&page=2   https://h/x?password=***&apikey=***&secret=***&signature=***&auth=***&access_token=***&page=2
 https://h/x?X-Amz-Signature=abcdef&X-Amz-Credential=AKIA/x&a=b   https://h/x?X-Amz-Signature=***&X-Amz-Credential=***&a=b
 https://h/cb#access_token=Zq9Secret&state=xyz&token_type=bearer   https://h/cb#access_token=***&state=xyz&token_type=***
-https://h/p?token=Zq9Secret#top                       https://h/p?token=***#top
+https://h/p?token=Zq9Secret#top                       https://h/p?token=***
 http://127.0.0.1:4000/v1/charges?limit=3              http://127.0.0.1:4000/v1/charges?limit=3
 http://user:p@ss/word@h/x                             http://…
 `;

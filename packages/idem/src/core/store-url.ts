@@ -74,22 +74,32 @@ const KINDS: Record<string, 'postgres' | 'mysql' | 'redis' | 'redis-cluster' | '
   dynamodb: 'dynamodb',
 };
 
-/** The user info of a URL in any text, to its last `@` (a password may hold `@`, `/` or `#`). */
-const USER_INFO = /([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):\S*@/gi;
+/**
+ * The user info of a URL in any text, to its last `@` (a password may hold `@`, `/` or `#`). The scheme starts a
+ * word: tried inside one, each start would scan the rest of the word (quadratic on a long one).
+ */
+const USER_INFO = /(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*:\/\/[^\s:@/?#]*):\S*@/gi;
 /** A parameter name that says it holds a credential: password, sslpassword, pwd, token, apiKey, secretAccessKey, … */
 const SECRET_NAME = /pass|pwd|secret|token|key|auth|cred|sig/i;
-/** `name=value` or `name: value` (a query, a DSN, JSON) with such a name, the name at a boundary. */
-const CREDENTIAL = new RegExp(
-  `(?<=^|[\\s?&;,({["'])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*)(["']?\\s*[=:]\\s*)(?:"[^"]*"|'[^']*'|[^\\s&;"']*)`,
-  'gi',
-);
+/**
+ * `name=value` or `name: value` (a query, a DSN, JSON), the name at a boundary; masked when the name, as written or
+ * percent-decoded (`p%61ssword`, which drivers read as `password`), is a {@link SECRET_NAME}. The name is matched
+ * whole and tested after: a pattern with the secret word inside it backtracks quadratically on a long word.
+ */
+const CREDENTIAL = /(?<=^|[\s?&;,({["'])([\w.%-]+)(["']?\s*[=:]\s*)(?:"[^"]*"|'[^']*'|[^\s&;"']*)/gi;
 /** The same pair in a URL query (after `?` or `&`): its value runs to the next `&`, as a driver reads it. */
-const QUERY_CREDENTIAL = new RegExp(`(?<=[?&])([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*=)[^\\s&]*`, 'gi');
+const QUERY_CREDENTIAL = /(?<=[?&])([\w.%-]+=)[^\s&]*/gi;
+/** True when a parameter's name, as written or percent-decoded, says it holds a credential. */
+const secretName = (name: string): boolean =>
+  SECRET_NAME.test(name) || (name.includes('%') && SECRET_NAME.test(attempt(() => decodeURIComponent(name)) ?? ''));
+/** A query or fragment with its credential parameters' values `***`. */
+const maskParams = (text: string, pattern: RegExp): string =>
+  text.replace(pattern, (all, name: string) => (secretName(name) ? `${name}***` : all));
 
 /** An http(s) URL: an API's (the probe's target, its count URL), where the user name may be the credential. */
 const WEB = /^https?:\/\//i;
 /** The same pair in a fragment (`#access_token=…&state=…`), from its start or after `&`. */
-const FRAGMENT_CREDENTIAL = new RegExp(`(?<=^|&)([\\w.-]*?(?:${SECRET_NAME.source})[\\w.-]*=)[^&]*`, 'gi');
+const FRAGMENT_CREDENTIAL = /(?<=^|&)([\w.%-]+=)[^&]*/gi;
 
 /**
  * Reads a store URL, naming it `name` in errors (`CONFIG_INVALID`, the URL redacted). A URL that does not
@@ -191,12 +201,19 @@ export function redactUrl(url: string): string {
  * `***`. One that does not parse shows its scheme only.
  */
 function redactWebUrl(url: string): string {
-  const hash = url.indexOf('#');
-  const base = hash < 0 ? url : url.slice(0, hash);
+  // The user info runs to the last `@` before the path: a password may hold a `#` or `?`, which a parser reads as
+  // the end of the authority (and would show the rest as a fragment), so it is cut here first, as written.
+  const start = url.indexOf('//') + 2;
+  const slash = url.indexOf('/', start);
+  const at = url.lastIndexOf('@', (slash < 0 ? url.length : slash) - 1);
+  // A credential parameter's value runs to the next `&`, a `#` included (`?api_key=AB#CD`).
+  const masked = maskParams(at >= start ? `${url.slice(0, start)}***${url.slice(at)}` : url, QUERY_CREDENTIAL);
+  const hash = masked.indexOf('#');
+  const base = hash < 0 ? masked : masked.slice(0, hash);
   if (!urlParts(base)) return `${/^https?:\/\//i.exec(url)?.[0] ?? ''}…`;
-  const shown = redact(base, base).replace(/^(https?:\/\/)[^/?#]*@/i, '$1***@');
+  const shown = redact(base, url);
   if (hash < 0) return shown;
-  return `${shown}#${url.slice(hash + 1).replace(FRAGMENT_CREDENTIAL, '$1***')}`;
+  return `${shown}#${maskParams(masked.slice(hash + 1), FRAGMENT_CREDENTIAL)}`;
 }
 
 /**
@@ -213,8 +230,9 @@ export function redact(text: string, url?: string): string {
   for (const secret of url === undefined ? [] : secretsOf(url)) masked = masked.split(secret).join('***');
   return masked
     .replace(USER_INFO, '$1:***@')
-    .replace(QUERY_CREDENTIAL, '$1***')
+    .replace(QUERY_CREDENTIAL, (all, name: string) => (secretName(name) ? `${name}***` : all))
     .replace(CREDENTIAL, (all, name: string, between: string) => {
+      if (!secretName(name)) return all;
       const quote = /^["']/.exec(all.slice(name.length + between.length))?.[0] ?? '';
       return `${name}${between}${quote}***${quote}`;
     });
@@ -239,7 +257,7 @@ function secretsOf(url: string): string[] {
   const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
   for (const pair of query.split('&')) {
     const [name = '', value = ''] = pair.split(/=(.*)/s);
-    if (SECRET_NAME.test(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
+    if (secretName(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
   }
   return [...found].sort((a, b) => b.length - a.length);
 }
