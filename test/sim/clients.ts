@@ -51,8 +51,12 @@ export class Clients {
     const what = `${attempt.tampered ? 'TAMPERED ' : ''}${JSON.stringify(attempt.payload)}`;
     sim.log(() => `client ${attempt.label} → ${inc.label} ${recordPk(plan.scope, plan.key)} ${what}`);
     if (!attempt.settle) {
-      const timeout = sim.at(sim.now + plan.timeoutMs, undefined, () =>
-        this.sees(attempt, { kind: 'nothing' }, `gives up after ${plan.timeoutMs} ms`),
+      const timeout = sim.at(
+        sim.now + plan.timeoutMs,
+        undefined,
+        () => this.sees(attempt, { kind: 'nothing' }, `gives up after ${plan.timeoutMs} ms`),
+        undefined,
+        `client ${attempt.label} gives up`,
       );
       this.#timeouts.set(attempt.label, timeout);
     }
@@ -134,15 +138,25 @@ export class Clients {
     const gone = this.#sim.fault('client-gone', attempt);
     if (early === undefined && gone === undefined) return undefined;
     const { rng } = attempt;
-    const afterMs = rng.int(Math.floor(lease / 4), 2 * lease);
-    const stallMs = afterMs + rng.int(1, 2 * lease);
-    const streamMs = rng.int(1, 2 * lease);
+    // The exhaustive mode fixes them: the middleware answers at half a lease, the handler is stuck a lease more;
+    // the client leaves at once from an answer a lease long that never ends.
+    const fixed = this.#sim.scenario.exhaustive !== undefined;
+    const afterMs = fixed ? lease / 2 : rng.int(Math.floor(lease / 4), 2 * lease);
+    const stallMs = fixed ? afterMs + lease : afterMs + rng.int(1, 2 * lease);
+    const streamMs = fixed ? lease : rng.int(1, 2 * lease);
     if (early !== undefined) attempt.stallUntil = this.#sim.now + stallMs;
     return {
       ...(early === undefined ? {} : { early: { id: early, afterMs, stallMs } }),
       ...(gone === undefined
         ? {}
-        : { gone: { id: gone, streamMs, leaveMs: rng.int(0, streamMs - 1), stuck: rng.chance(0.5) } }),
+        : {
+            gone: {
+              id: gone,
+              streamMs,
+              leaveMs: fixed ? 0 : rng.int(0, streamMs - 1),
+              stuck: fixed || rng.chance(0.5),
+            },
+          }),
     };
   }
 

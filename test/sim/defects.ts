@@ -68,7 +68,15 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
   if (defect !== 'unfenced-complete' && defect !== 'unfenced-renew' && defect !== 'fingerprint-blind-takeover')
     return real;
   const { database, t } = sqlOf(backend);
-  const store: AnyStore = Object.create(real) as AnyStore;
+  // The real store keeps private fields: its own methods run on it, bound, and the defect's replace one of them.
+  const overlay = (overrides: Partial<AnyStore>): AnyStore =>
+    new Proxy(real, {
+      get: (target, property) => {
+        if (Object.hasOwn(overrides, property)) return overrides[property as keyof AnyStore];
+        const value: unknown = Reflect.get(target, property, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
 
   if (defect === 'unfenced-complete') {
     // The real one says `AND "token" = @token`.
@@ -85,7 +93,7 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
         return true;
       },
     );
-    return Object.assign(store, {
+    return overlay({
       complete: async ({ pk, outcome, effects }: Parameters<AnyStore['complete']>[0]) => ({
         ok: tx.immediate(
           {
@@ -109,7 +117,7 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
       database,
       `UPDATE ${t} SET "lease_expires_at" = @leaseExpiresAt, "expires_at" = @expiresAt WHERE "pk" = @pk AND "status" = 'in_progress'`,
     );
-    return Object.assign(store, {
+    return overlay({
       renew: async ({ pk, now, leaseMs, expiresAt }: Parameters<AnyStore['renew']>[0]) => ({
         ok: update.run({ pk, leaseExpiresAt: now + leaseMs, expiresAt }).changes === 1,
       }),
@@ -135,7 +143,7 @@ export function lowerDefect(defect: DefectName | undefined, real: AnyStore, back
       OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now)
     RETURNING "pk"`,
   );
-  return Object.assign(store, {
+  return overlay({
     claim: async (request: ClaimRequest): Promise<ClaimResult> => {
       const won = upsert.get({
         pk: request.pk,

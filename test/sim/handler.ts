@@ -105,8 +105,12 @@ export class ChargeHandler {
     // Slow: 0.3–2.5 leases; with a record kept only a few leases, up to 1.25 TTLs, so work outlives its record's
     // first expiresAt and only renewals carrying it forward keep the key.
     const span = sim.scenario.ttlMs < 10 * lease ? Math.max(lease, sim.scenario.ttlMs / 2) : lease;
-    const drawn =
-      slow === undefined
+    const fixed = sim.scenario.exhaustive;
+    const drawn = fixed
+      ? name === 'call processor'
+        ? fixed.workMs
+        : 0
+      : slow === undefined
         ? attempt.rng.int(1, Math.floor(lease / 4))
         : Math.floor(span * (0.3 + 2.2 * attempt.rng.next()));
     if (slow !== undefined)
@@ -141,7 +145,7 @@ export class ChargeHandler {
     const sim = this.#sim;
     const down = sim.fault('processor-down', attempt);
     if (down !== undefined) {
-      const status = attempt.rng.pick(RETRYABLE_STATUSES);
+      const status = sim.scenario.exhaustive?.downStatus ?? attempt.rng.pick(RETRYABLE_STATUSES);
       sim.log(() => `    ✗ fault ${down}: the processor is down (nothing charged), answered ${status}`);
       return { kind: 'unavailable', status };
     }

@@ -4,6 +4,8 @@
  *   npm run sim -- --seed 1234            replay one seed exactly, print its trace (and, if it fails, the shortest one)
  *   npm run sim -- --seeds 100000         a campaign over seeds 1…100000; prints simulated requests per wall second
  *   npm run sim -- --detect 1000          every planted defect (or --defect NAME) against seeds 1…1000: seeds to detection
+ *   npm run sim -- --exhaustive NAME|all  every schedule of a small scenario (test/sim/exhaustive.ts), or of all
+ *                                         of them and every planted defect: counts, shortest counterexamples
  *   options: --from N  --backend memory|sqlite  --ledger own|shared  --defect NAME  --skew MS
  *            --disable-faults c0,a3#1  --drop-attempts 2,5  --drop-retries a3.r  (replay a shrunk run)
  *            --keep-going  (campaign: run every seed and list the failures)
@@ -26,6 +28,7 @@ const { values } = parseArgs({
     seed: { type: 'string' },
     seeds: { type: 'string' },
     detect: { type: 'string' },
+    exhaustive: { type: 'string' },
     from: { type: 'string', default: '1' },
     backend: { type: 'string' },
     ledger: { type: 'string' },
@@ -42,7 +45,7 @@ const { values } = parseArgs({
 function usage(message?: string): never {
   if (message) console.error(message);
   console.error(
-    'usage: npm run sim -- --seed N | --seeds COUNT | --detect COUNT [--from N] [--backend memory|sqlite] [--ledger own|shared]\n' +
+    'usage: npm run sim -- --seed N | --seeds COUNT | --detect COUNT | --exhaustive NAME|all [--from N] [--backend memory|sqlite] [--ledger own|shared]\n' +
       `       [--defect ${DEFECTS.join('|')}] [--skew MS] [--disable-faults c0,a3#1] [--drop-attempts 2,5] [--drop-retries a3.r] [--keep-going]`,
   );
   process.exit(message ? 2 : 0);
@@ -75,6 +78,11 @@ const config: SimConfig = {
   ...(values.defect === undefined ? {} : { defect: values.defect as DefectName }),
   ...(skew === undefined ? {} : { maxSkewMs: skew }),
 };
+
+if (values.exhaustive !== undefined) {
+  const { exhaustiveCli } = await import('./exhaustive.js');
+  process.exit(await exhaustiveCli(values.exhaustive, config.defect, config.backend, (line) => console.log(line)));
+}
 
 const detect = integer('detect', values.detect);
 if (detect !== undefined) {

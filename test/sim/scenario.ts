@@ -153,8 +153,25 @@ export interface ScheduledFault {
   readonly ms: number;
 }
 
+/** Faults an exhaustive schedule may contain, each at most its budget's count of times. */
+export type BudgetKind =
+  'crash' | 'lapse' | 'stall' | 'delay' | 'clock-step' | 'processor-down' | 'early-answer' | 'client-gone';
+
+/** A fixed scenario of the exhaustive mode (test/sim/explore.ts): no latency, fixed durations, faults as choices. */
+export interface ExhaustiveSettings {
+  /** How long the handler's processor call takes; every other handler step and every wire leg takes 0 ms. */
+  readonly workMs: number;
+  readonly budget: Readonly<Partial<Record<BudgetKind, number>>>;
+  /** How far a clock step moves a process's clock (forward). */
+  readonly clockStepMs: number;
+  /** The status a processor outage answers. */
+  readonly downStatus: number;
+}
+
 export interface Scenario {
   readonly seed: number;
+  /** Set for a scenario of the exhaustive mode: a driver takes every choice (see ExhaustiveSettings). */
+  readonly exhaustive?: ExhaustiveSettings;
   readonly backend: BackendName;
   readonly ledger: LedgerMode;
   readonly defect: DefectName | undefined;

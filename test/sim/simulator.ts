@@ -14,72 +14,32 @@
  */
 import { createEngine, recordPk, type Clock, type IdempotencyRecord } from 'idem';
 import { openBackend, type Backend } from './backend.js';
-import { Checker, describe, isFinal, sameRecord, type Violation } from './checker.js';
+import { Checker, describe, isFinal, sameRecord } from './checker.js';
 import { Clients, preview } from './clients.js';
 import { engineDefect, lowerDefect, upperDefect } from './defects.js';
 import { ChargeHandler } from './handler.js';
 import { Rng } from './prng.js';
-import {
-  makeScenario,
-  SCHEDULED_FAULT_KINDS,
-  T0,
-  type FaultKind,
-  type Scenario,
-  type ScheduledFault,
-  type SimConfig,
-} from './scenario.js';
+import { makeScenario, T0, type FaultKind, type Scenario, type ScheduledFault, type SimConfig } from './scenario.js';
 import { TimeChecker } from './time.js';
 import { scheduledStore } from './wire.js';
-import { current, makeAttempt, type Attempt, type Event, type Incarnation, type Landed, type Sim } from './world.js';
+import {
+  current,
+  header,
+  makeAttempt,
+  type AppliedFault,
+  type Attempt,
+  type Choice,
+  type Driver,
+  type Event,
+  type Fire,
+  type Incarnation,
+  type Landed,
+  type RunOptions,
+  type Sim,
+  type SimResult,
+} from './world.js';
 
-// Short-TTL seeds create engines with ttlMs under the production minimum, which warns once per engine. The
-// simulator creates thousands; the warning says nothing here.
-const emitWarning = process.emitWarning.bind(process);
-process.emitWarning = (warning: string | Error, ...rest: unknown[]) => {
-  const options = rest[0];
-  if (typeof options === 'object' && options !== null && (options as { code?: unknown }).code === 'IDEM_SHORT_TTL')
-    return;
-  Reflect.apply(emitWarning, process, [warning, ...rest]);
-};
-
-export interface RunOptions {
-  /**
-   * Faults to leave out: a scheduled one by its id (`c0`, `p1`), or one drawn by a request by `<request>#<n>`
-   * (its n-th fault, e.g. `a3#0`). How a failure is shrunk.
-   */
-  readonly disabledFaults?: ReadonlySet<string>;
-  /** Planned client attempts (by index) to leave out. */
-  readonly droppedAttempts?: ReadonlySet<number>;
-  /** Clients' own retries to leave out, by label (`a3.r` is a3's retry, `a3.r.r` the retry of that). */
-  readonly droppedRetries?: ReadonlySet<string>;
-  /** Record a human-readable trace. Off in campaigns (a failing seed is re-run with it on). */
-  readonly trace?: boolean;
-  /** Events before the run is declared stuck. Default 20,000. */
-  readonly maxSteps?: number;
-}
-
-export interface AppliedFault {
-  readonly id: string;
-  readonly kind: FaultKind;
-}
-
-export interface SimResult {
-  readonly seed: number;
-  readonly scenario: Scenario;
-  readonly violation: Violation | undefined;
-  readonly trace: readonly string[];
-  /** Faults that happened (not left out), in order. */
-  readonly faults: readonly AppliedFault[];
-  /** Planned attempts that were not dropped. */
-  readonly attempts: readonly number[];
-  /** Clients' own retries that were sent. */
-  readonly retries: readonly string[];
-  /** Client requests that reached a live process (the settling retries included). */
-  readonly requests: number;
-  readonly steps: number;
-  /** How often each path was taken: engine events (`executed`, `takeover`, `replayed`, …) and record lives. */
-  readonly coverage: Readonly<Record<string, number>>;
-}
+export type { AppliedFault, RunOptions, SimResult } from './world.js';
 
 /** Drains the microtask queue: every promise chain the last event started runs to its next pending await. */
 const drain = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
@@ -92,7 +52,7 @@ const drain = (): Promise<void> => new Promise((resolve) => setImmediate(resolve
  * if (result.violation) console.log(result.violation.message)
  */
 export async function simulate(seed: number, config: SimConfig = {}, options: RunOptions = {}): Promise<SimResult> {
-  const scenario = makeScenario(seed, config);
+  const scenario = options.scenario ?? makeScenario(seed, config);
   const backend = await openBackend(scenario.backend, scenario.defect);
   try {
     const world = new World(scenario, backend, options);
@@ -113,6 +73,10 @@ class World implements Sim {
   readonly #maxSteps: number;
   readonly #lines: string[] = [];
   #now = T0;
+  /** The driver stopped the run (its state was explored already): no quiescence check. */
+  #stopped = false;
+  /** Every process is idle; the settling retries run (a driver injects no fault then). */
+  settling = false;
   #seq = 0;
   #steps = 0;
   readonly #applied: AppliedFault[] = [];
@@ -121,6 +85,9 @@ class World implements Sim {
   readonly #generation: number[] = [];
   readonly #coverage: Record<string, number> = {};
   readonly #fallbackIds: Rng;
+  readonly #driver: Driver | undefined;
+  /** Each process's clock offset from true time: its skew, moved by a clock step. */
+  readonly #offsets: number[];
   readonly #handler: ChargeHandler;
   readonly #clients: Clients;
 
@@ -132,7 +99,14 @@ class World implements Sim {
     this.#tracing = options.trace ?? false;
     this.#maxSteps = options.maxSteps ?? 20_000;
     this.checker = new Checker((line) => this.log(() => line));
-    this.time = new TimeChecker(this.checker, scenario, (path) => this.count(path));
+    this.#offsets = scenario.processes.map((p) => p.skewMs);
+    this.time = new TimeChecker(
+      this.checker,
+      scenario,
+      (path) => this.count(path),
+      (proc) => this.#offsets[proc] as number,
+    );
+    this.#driver = options.driver;
     this.#fallbackIds = new Rng(scenario.seed, 'ids');
     this.#handler = new ChargeHandler(this);
     this.#clients = new Clients(this, this.#incarnations, this.#handler, options.droppedRetries ?? new Set());
@@ -144,20 +118,7 @@ class World implements Sim {
 
   async run(): Promise<SimResult> {
     const s = this.scenario;
-    this.log(
-      () =>
-        `seed ${s.seed}: ${s.backend} store, ${s.ledger} ledger${s.defect ? `, PLANTED DEFECT ${s.defect}` : ''}; ` +
-        `lease ${s.leaseMs} ms, renew every ${s.renewEveryMs} ms, wait-for-outcome ${s.waitForOutcomeMs} ms, ` +
-        `handler ${s.honoursAbort ? 'honours' : 'ignores'} abort`,
-    );
-    this.log(
-      () =>
-        `processes: ${s.processes.map((p) => `${p.name} (clock ${p.skewMs >= 0 ? '+' : ''}${p.skewMs} ms)`).join(', ')}`,
-    );
-    this.log(() => `keys: ${s.keys.map((k) => `${recordPk(k.scope, k.key)} ${JSON.stringify(k.payload)}`).join('; ')}`);
-    const rates = Object.entries(s.faults).filter(([k, p]) => p > 0 && !SCHEDULED_FAULT_KINDS.includes(k as FaultKind));
-    this.log(() => `fault rates: ${rates.map(([k, p]) => `${k} ${p.toFixed(3)}`).join(', ') || 'none'}`);
-
+    if (this.#tracing) for (const line of header(s)) this.log(() => line);
     for (let i = 0; i < s.processes.length; i++) {
       this.#generation.push(0);
       this.#incarnations.push(this.#boot(i));
@@ -167,7 +128,7 @@ class World implements Sim {
       if (this.#droppedAttempts.has(plan.index)) continue;
       attempts.push(plan.index);
       const attempt = makeAttempt(s.seed, `a${plan.index}`, plan);
-      this.at(T0 + plan.at, undefined, () => this.#clients.send(attempt));
+      this.at(T0 + plan.at, undefined, () => this.#clients.send(attempt), undefined, `client a${plan.index} sends`);
     }
     for (const fault of s.schedule) {
       if (this.#disabled.has(fault.id)) continue;
@@ -175,7 +136,7 @@ class World implements Sim {
     }
 
     await this.#loop();
-    if (!this.checker.violation) await this.#settle();
+    if (!this.checker.violation && !this.#stopped) await this.#settle();
     const broken = this.checker.violation;
     if (broken) this.log(() => `✗ INVARIANT BROKEN "${broken.invariant}": ${broken.message}`);
     return {
@@ -205,6 +166,30 @@ class World implements Sim {
       let next: Event | undefined;
       for (const e of this.#events) if (!next || e.at < next.at || (e.at === next.at && e.seq < next.seq)) next = e;
       if (!next) return;
+      let chosen: Event[] | undefined;
+      if (this.#driver) {
+        const due = next.at;
+        this.#now = Math.max(this.#now, due);
+        this.time.beforeEvent(this.#now);
+        if (this.checker.violation) return;
+        const choice = await this.#driver.choose(
+          this.#events.filter((e) => e.at === due).sort((a, b) => a.seq - b.seq),
+          this,
+        );
+        if (choice.kind === 'stop') {
+          this.#stopped = true;
+          return;
+        }
+        this.log(() => `step ${this.#steps + 1}: ${choice.label}`);
+        if (choice.kind === 'fault') {
+          this.#steps++;
+          this.#inject(choice);
+          await drain();
+          continue;
+        }
+        chosen = [...choice.events];
+        next = chosen[0] ?? next;
+      }
       if (++this.#steps > this.#maxSteps) {
         this.checker.fail(
           'no-quiescence',
@@ -219,9 +204,9 @@ class World implements Sim {
         // Every store call arriving within the window starts now, in one turn, in arrival order; then each
         // finishes in the same order. A store call that never yields finishes within its start, as before.
         const horizon = next.at + this.scenario.batchWindowMs;
-        const batch = this.#events
-          .filter((e) => e.arrive && e.at <= horizon)
-          .sort((a, b) => a.at - b.at || a.seq - b.seq);
+        const batch =
+          chosen ??
+          this.#events.filter((e) => e.arrive && e.at <= horizon).sort((a, b) => a.at - b.at || a.seq - b.seq);
         for (const e of batch) this.#events.splice(this.#events.indexOf(e), 1);
         if (batch.length > 1) {
           this.count('store calls started in one turn (batches)');
@@ -260,10 +245,41 @@ class World implements Sim {
     for (const row of this.backend.newLedgerRows()) this.checker.onLedgerRow(row, await this.backend.observe(row.pk));
   }
 
-  at(at: number, owner: Incarnation | undefined, fire: () => Promise<void> | void, arrive?: Event['arrive']): Event {
-    const event: Event = arrive ? { seq: this.#seq++, at, owner, fire, arrive } : { seq: this.#seq++, at, owner, fire };
+  at(at: number, owner: Incarnation | undefined, fire: Fire, arrive?: Event['arrive'], what?: string): Event {
+    const by = current.getStore()?.label;
+    const event: Event = { seq: this.#seq++, at, owner, fire, what, by, ...(arrive ? { arrive } : {}) };
     this.#events.push(event);
     return event;
+  }
+
+  /** The processes as they are now (an exhaustive driver hashes them with the rest of the state). */
+  get incarnations(): readonly Incarnation[] {
+    return this.#incarnations;
+  }
+
+  /** The trace so far, and the pending events (an exhaustive driver hashes them). */
+  get lines(): readonly string[] {
+    return this.#lines;
+  }
+
+  get pending(): readonly Event[] {
+    return this.#events;
+  }
+
+  offset(proc: number): number {
+    return this.#offsets[proc] as number;
+  }
+
+  /** A fault an exhaustive driver chose: a crash (restarting at once), a lease lapse, a clock step. */
+  #inject(choice: Extract<Choice, { kind: 'fault' }>): void {
+    const { fault, process } = choice;
+    const s = this.scenario;
+    if (fault === 'clock-step')
+      return void (this.#offsets[process] = (this.#offsets[process] as number) + (s.exhaustive?.clockStepMs ?? 0));
+    const kind = fault === 'crash' ? 'crash' : 'partition';
+    // A lease lapse: the process is cut off from the store (and the processor) for a lease and a millisecond.
+    const ms = fault === 'crash' ? 0 : s.leaseMs + 1;
+    this.#strike({ id: fault === 'crash' ? 'c0' : 'n0', kind, at: this.#now - T0, process, ms });
   }
 
   cancel(event: Event | undefined): void {
@@ -273,7 +289,8 @@ class World implements Sim {
 
   fault(kind: FaultKind, attempt: Attempt | undefined = current.getStore()): string | undefined {
     const p = this.scenario.faults[kind];
-    if (!attempt || attempt.settle || p === 0 || !attempt.rng.chance(p)) return undefined;
+    if (!attempt || attempt.settle) return undefined;
+    if (this.#driver ? !this.#driver.fault(kind, attempt) : p === 0 || !attempt.rng.chance(p)) return undefined;
     const id = `${attempt.label}#${attempt.faults++}`;
     if (this.#disabled.has(id)) return undefined;
     this.#applied.push({ id, kind });
@@ -292,16 +309,16 @@ class World implements Sim {
 
   #boot(proc: number): Incarnation {
     const s = this.scenario;
-    const { name, skewMs } = s.processes[proc] as Scenario['processes'][number];
+    const { name } = s.processes[proc] as Scenario['processes'][number];
     const generation = this.#generation[proc] as number;
     const label = `${name}#${generation}`;
     const clock: Clock = {
-      now: () => this.#now + skewMs,
+      now: () => this.#now + (this.#offsets[proc] as number),
       // A timer belongs to the request that set it: its callback runs on that request's behalf.
       setTimeout: (callback, ms) => {
         const attempt = current.getStore();
         const fire = attempt ? () => current.run(attempt, callback) : callback;
-        return this.at(this.#now + Math.max(0, ms), incarnation, fire);
+        return this.at(this.#now + Math.max(0, ms), incarnation, fire, undefined, `timer ${ms} ms`);
       },
       clearTimeout: (handle) => this.cancel(handle as Event),
     };
@@ -378,7 +395,13 @@ class World implements Sim {
       );
       for (const attempt of victim.inflight.values())
         this.#clients.sees(attempt, { kind: 'nothing' }, 'the connection resets');
-      this.at(this.#now + fault.ms, undefined, () => this.#restart(fault.process));
+      this.at(
+        this.#now + fault.ms,
+        undefined,
+        () => this.#restart(fault.process),
+        undefined,
+        `${victim.label} restarts`,
+      );
       return;
     }
     const until = (victim.pausedUntil = this.#now + fault.ms);
@@ -404,6 +427,7 @@ class World implements Sim {
    */
   async #settle(): Promise<void> {
     const s = this.scenario;
+    this.settling = true;
     for (let proc = 0; proc < this.#incarnations.length; proc++) {
       this.#restart(proc);
       (this.#incarnations[proc] as Incarnation).partitionedUntil = 0; // the network heals
@@ -440,7 +464,7 @@ class World implements Sim {
         }),
       );
       await this.#loop();
-      if (this.checker.violation) return;
+      if (this.checker.violation || this.#stopped) return;
       const seen = this.#clients.seen.get(label);
       const pk = recordPk(plan.scope, plan.key);
       const record = await this.backend.observe(pk);

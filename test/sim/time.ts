@@ -68,10 +68,19 @@ export class TimeChecker {
   readonly #settledFirst = new Set<string>();
   #grantCount = 0;
 
-  constructor(checker: Checker, scenario: Scenario, count: (path: string) => void) {
+  readonly #offset: (proc: number) => number;
+
+  /** `offset`: a process's clock offset now (a clock step moves it); default the scenario's skew. */
+  constructor(
+    checker: Checker,
+    scenario: Scenario,
+    count: (path: string) => void,
+    offset: (proc: number) => number = (proc) => (scenario.processes[proc] as Scenario['processes'][number]).skewMs,
+  ) {
     this.#checker = checker;
     this.#s = scenario;
     this.#count = count;
+    this.#offset = offset;
   }
 
   /** The store granted this attempt's claim (the latest grant counts). */
@@ -233,6 +242,6 @@ export class TimeChecker {
   }
 
   #skew(held: Held): number {
-    return (this.#s.processes[held.inc.proc] as Scenario['processes'][number]).skewMs;
+    return this.#offset(held.inc.proc);
   }
 }

@@ -54,6 +54,7 @@ export function scheduledStore(sim: Sim, inc: Incarnation, lower: AnyStore): Sch
 
 /** One leg of a round trip: usually a few ms, sometimes tens or hundreds. */
 function latency(sim: Sim, attempt: Attempt | undefined): number {
+  if (sim.scenario.exhaustive) return 0; // the driver orders what happens at one instant
   if (!attempt || attempt.settle) return 1; // a settling retry: fault-free, and on a quiet network
   const r = attempt.rng.next();
   return r < 0.8
@@ -96,10 +97,16 @@ function storeCall<T>(
     /** The reply travels back; a dead process never reads it, a frozen one reads it when it wakes. */
     const replyLater = (reply: () => void, ok: boolean | undefined): void => {
       if (!inc.alive || hung !== undefined) return;
-      sim.at(Math.max(sim.now + latency(sim, attempt), inc.pausedUntil), inc, () => {
-        if (renewal && inc.alive) sim.time.renewalAnswered(renewal, ok);
-        reply();
-      });
+      sim.at(
+        Math.max(sim.now + latency(sim, attempt), inc.pausedUntil),
+        inc,
+        () => {
+          if (renewal && inc.alive) sim.time.renewalAnswered(renewal, ok);
+          reply();
+        },
+        undefined,
+        `${name} ${pk} reply reaches ${inc.label}`,
+      );
     };
     const arrive = (): (() => Promise<Landed | undefined>) => {
       const down = sim.fault('store-down', attempt);
@@ -162,11 +169,11 @@ function storeCall<T>(
     const ms =
       delayed === undefined
         ? latency(sim, attempt)
-        : sim.scenario.leaseMs + (attempt as Attempt).rng.int(0, sim.scenario.leaseMs);
+        : sim.scenario.leaseMs + (sim.scenario.exhaustive ? 1 : (attempt as Attempt).rng.int(0, sim.scenario.leaseMs));
     if (delayed !== undefined)
       sim.log(() => `${inc.label} ${name} ${pk}${by} ✗ fault ${delayed}: ${ms} ms on the wire`);
     // On the wire: it reaches the store even if its sender dies.
-    sim.at(sim.now + ms, undefined, () => {}, arrive);
+    sim.at(sim.now + ms, undefined, () => {}, arrive, `${name} ${pk} from ${inc.label} reaches the store`);
   });
 }
 
