@@ -17,18 +17,23 @@ interface HeldBody {
 let stateKey: symbol | null | undefined;
 
 /**
- * Finds the state symbol on a probe request, and accepts it only if a request's body is seen there as expected:
- * its `stream` is the `body` getter's own, its `source` the text it was made from; and a `Response` uses it too.
+ * Finds the state symbol on a probe request, and accepts it only if it is undici's, seen as expected: named
+ * `state`, shared by `Request` and `Response`, holding each body as a plain object whose `stream` is the `body`
+ * getter's own and whose `source` is the text it was made from. A runtime that keeps bodies otherwise (under other
+ * symbols, or as objects with methods of their own, which a plain replacement would break) takes the portable path.
  */
 function probe(): symbol | null {
   try {
     const request = new Request('http://idem.invalid/', { method: 'POST', body: 'x' });
     const response = new Response('y');
     for (const symbol of Object.getOwnPropertySymbols(request)) {
+      if (symbol.description !== 'state') continue;
       const body = (request as unknown as Record<symbol, { body?: HeldBody } | undefined>)[symbol]?.body;
       const answer = (response as unknown as Record<symbol, { body?: HeldBody } | undefined>)[symbol]?.body;
       if (
-        body?.stream === request.body &&
+        body !== undefined &&
+        Object.getPrototypeOf(body) === Object.prototype &&
+        body.stream === request.body &&
         body.source === 'x' &&
         body.length === 1 &&
         answer?.stream === response.body &&
