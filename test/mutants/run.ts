@@ -171,22 +171,22 @@ const MUTANTS: readonly Mutant[] = [
   // ── memory store ────────────────────────────────────────────────────────────────────────────────────────────
   {
     id: 'M1',
-    file: 'packages/idem/src/stores/memory/index.ts',
+    file: 'packages/idem/src/stores/memory/memory-store.ts',
     what: 'claim reads, yields once (await), then writes',
-    find: '      const record = claimedRecord(existing, request);\n      records.set(request.pk, record);',
+    find: '    const record = claimedRecord(existing, request);\n    this.#records.set(request.pk, record);',
     replace:
-      '      await Promise.resolve();\n      const record = claimedRecord(existing, request);\n      records.set(request.pk, record);',
+      '    await Promise.resolve();\n    const record = claimedRecord(existing, request);\n    this.#records.set(request.pk, record);',
   },
   {
     id: 'M2',
-    file: 'packages/idem/src/stores/memory/index.ts',
+    file: 'packages/idem/src/stores/memory/memory-store.ts',
     what: 'renew does not write expiresAt',
-    find: 'records.set(pk, { ...record, leaseExpiresAt, expiresAt: Math.max(record.expiresAt, expiresAt) });',
-    replace: 'records.set(pk, { ...record, leaseExpiresAt });',
+    find: 'this.#records.set(pk, { ...record, leaseExpiresAt, expiresAt: Math.max(record.expiresAt, expiresAt) });',
+    replace: 'this.#records.set(pk, { ...record, leaseExpiresAt });',
   },
   {
     id: 'M3',
-    file: 'packages/idem/src/stores/memory/index.ts',
+    file: 'packages/idem/src/stores/memory/memory-store.ts',
     what: 'writes not fenced by the token',
     find: "record.status === 'in_progress' && record.token === token ? record : undefined",
     replace: "record.status === 'in_progress' ? record : undefined",

@@ -73,3 +73,43 @@ export class RoundTripMeter {
     );
   }
 }
+
+/**
+ * Makes `store`'s methods and getters its own, bound to it: a store wrapped as `Object.create(store)` (a test's
+ * or a user's decorator overriding one method) or spread into an object literal keeps working, as the stores
+ * written as closures always did, although the class reads `#private` fields on `this`.
+ */
+export function bindMethods(store: object): void {
+  const prototype = Object.getPrototypeOf(store) as object;
+  for (const [name, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(prototype))) {
+    if (name === 'constructor') continue;
+    if (typeof descriptor.value === 'function') {
+      const method = descriptor.value as (...args: unknown[]) => unknown;
+      Object.defineProperty(store, name, {
+        value: method.bind(store),
+        writable: true,
+        enumerable: true,
+        configurable: true,
+      });
+    } else if (descriptor.get) {
+      const getter = descriptor.get.bind(store) as () => unknown;
+      Object.defineProperty(store, name, { get: getter, enumerable: true, configurable: true });
+    }
+  }
+}
+
+/**
+ * For a store whose every call is its round trip (memory): replaces each of `methods` on `store` with one that
+ * reports the call's argument and what it returned (or threw) to `onRoundTrip`. Only when someone observes: the
+ * methods stay the class's own otherwise.
+ */
+export function reportCalls<S extends object>(store: S, meter: RoundTripMeter, methods: ReadonlyArray<keyof S>): void {
+  for (const op of methods) {
+    const call = (store[op] as (arg: unknown) => Promise<unknown>).bind(store);
+    Object.defineProperty(store, op, {
+      value: (arg: unknown): Promise<unknown> => meter.observe(String(op), arg, call(arg)),
+      writable: true,
+      configurable: true,
+    });
+  }
+}
