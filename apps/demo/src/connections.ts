@@ -123,8 +123,9 @@ function heldOutput(socket: Socket, held: Held | undefined): number {
  * Without one, the newcomer is destroyed. A connection whose pending output has not shrunk for `writeTimeoutMs` is
  * destroyed: no other timeout covers a stalled write. An address that pipelines past {@link MAX_PIPELINED} on one
  * connection, or past {@link MAX_PIPELINED_PER_ADDRESS} over all of them, has all its connections destroyed, and new
- * ones refused for `penaltyMs`. When no address holds more than the newcomer's + 1, a connection that holds no work
- * and delivered no request for {@link STALE_MS} is evictable whatever its address holds (see `stale`). Returns the live count per address.
+ * ones refused for `penaltyMs`. When no address holds more than the newcomer's + 1, a connection is evictable
+ * whatever its address holds: one that holds no work or a lab delay or unread answers for {@link STALE_MS}, else the
+ * keep-alive idle longest (see `stale`). Returns the live count per address.
  *
  * @example
  * const held = shareConnections(server, { maxConnections: 64, perAddress: 16, firstByteTimeoutMs: 2_000, writeTimeoutMs: 30_000, penaltyMs: 10_000 })
@@ -300,12 +301,15 @@ function evictable(
 }
 
 /**
- * The connection to evict when {@link evictable} found none (attackers spread thin, each address holding few): one
- * that holds no work ({@link rankOf} below 2) and has delivered no request for {@link STALE_MS}, whatever its
- * address holds. The newcomer's own address goes first: one that holds such a connection only recycles it. Then,
- * unless the newcomer's address lost one as stale within {@link STALE_EVICTED_MS} (`mayTake` false), the address
- * holding the most, oldest first (a set keeps the order of acceptance): addresses that re-open idle connections as
- * fast as they are cut do not chase each other through the stale ones a bystander's newcomer needs.
+ * The connection to evict when {@link evictable} found none (attackers spread thin, each address holding few), whatever
+ * its address holds, in this order: one that holds no work ({@link rankOf} below 2) and delivered no request for
+ * {@link STALE_MS}; then one whose lab delay or unread answers have held it that long (rank 2); then the one holding
+ * no work that delivered its last request longest ago — an idle keep-alive costs its client only a reconnect, and
+ * clients each asking something every second must not hold the cap against everyone else. The newcomer's own address
+ * goes first: one that holds such a connection only recycles it. Then, unless the newcomer's address lost one this
+ * way within {@link STALE_EVICTED_MS} (`mayTake` false), the address holding the most, oldest first (a set keeps the
+ * order of acceptance): addresses that re-open connections as fast as they are cut do not chase each other through
+ * the ones a bystander's newcomer needs.
  */
 function stale(
   byAddress: ReadonlyMap<string, ReadonlySet<Socket>>,
@@ -318,13 +322,19 @@ function stale(
   const others = mayTake
     ? [...byAddress.values()].filter((sockets) => sockets !== own).sort((a, b) => b.size - a.size)
     : [];
+  let held: Socket | undefined;
+  let idle: Socket | undefined;
+  let idleAt = Infinity;
   for (const sockets of own ? [own, ...others] : others) {
     for (const socket of sockets) {
-      const held = state.get(socket);
-      if (held && held.progressAt <= since && rankOf(socket, held) < 2) return socket;
+      const at = state.get(socket)?.progressAt ?? Infinity;
+      const rank = rankOf(socket, state.get(socket));
+      if (rank < 2 && at <= since) return socket;
+      if (rank === 2 && at <= since) held ??= socket;
+      if (rank < 2 && at < idleAt) [idle, idleAt] = [socket, at];
     }
   }
-  return undefined;
+  return held ?? idle;
 }
 
 /**
