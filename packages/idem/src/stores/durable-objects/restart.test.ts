@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { waitFor } from '../../testing/fixtures.js';
-import { startWorkerd, workerdBinary, type Workerd } from './workerd.test-kit.js';
+import { postKeyed, startWorkerd, workerdBinary, type Workerd } from './workerd.test-kit.js';
 
 const binary = workerdBinary();
 
@@ -23,16 +23,7 @@ describe.skipIf('error' in binary)('durable-objects store on workerd, killed and
       const get = async (route: string) =>
         (await (await fetch(`${base()}${route}`, { signal: AbortSignal.timeout(20_000) })).json()) as unknown;
       const key = crypto.randomUUID();
-      const charge = async () => {
-        const response = await fetch(`${base()}/v1/charges`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': key },
-          body: '{"amount":5000}',
-          signal: AbortSignal.timeout(20_000),
-        });
-        const bytes = Buffer.from(await response.arrayBuffer());
-        return { status: response.status, replayed: response.headers.get('idempotent-replayed'), bytes };
-      };
+      const charge = () => postKeyed(`${base()}/v1/charges`, key, 5_000);
       const first = await charge();
       const [early] = (await get('/test/expiring?ttlMs=4000')) as Array<{ pk: string; status: string }>;
       await workerd.stop(); // SIGKILL

@@ -72,7 +72,7 @@ const idemAlias = {
  */
 export async function startWorkerd(
   binary: string,
-  { source, dir: given }: { source?: string; dir?: string } = {},
+  { source, dir: given }: { source?: string | undefined; dir?: string | undefined } = {},
 ): Promise<Workerd> {
   const dir = given ?? mkdtempSync(join(tmpdir(), 'idem-durable-objects-'));
   mkdirSync(join(dir, 'disk'), { recursive: true });
@@ -129,4 +129,28 @@ export async function startWorkerd(
     throw error;
   });
   return { base: `http://127.0.0.1:${port}`, stop };
+}
+
+/** What a client sees of a keyed POST: the status, the replay header and the body's exact bytes. */
+export interface Seen {
+  readonly status: number;
+  readonly replayed: string | null;
+  readonly bytes: Buffer;
+}
+
+/** POSTs `{ amount, currency: 'usd' }` with the idempotency key `key` to `url`, and reads the answer whole. */
+export async function postKeyed(
+  url: string,
+  key: string,
+  amount: number,
+  headers: Record<string, string> = {},
+): Promise<Seen> {
+  const response = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key, ...headers },
+    body: JSON.stringify({ amount, currency: 'usd' }),
+    signal: AbortSignal.timeout(20_000),
+  });
+  const bytes = Buffer.from(await response.arrayBuffer());
+  return { status: response.status, replayed: response.headers.get('idempotent-replayed'), bytes };
 }

@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { waitFor } from '../../testing/fixtures.js';
-import { startWorkerd, workerdBinary, type Workerd } from './workerd.test-kit.js';
+import { postKeyed, startWorkerd, workerdBinary, type Workerd } from './workerd.test-kit.js';
 
 const binary = workerdBinary();
 const RACERS = 12;
@@ -27,17 +27,7 @@ describe.skipIf('error' in binary)('durable-objects store on workerd', () => {
       unknown
     >;
   const charge = (key: string, amount: number, headers: Record<string, string> = {}) =>
-    fetch(`${workerd.base}/v1/charges`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'idempotency-key': key, ...headers },
-      body: JSON.stringify({ amount, currency: 'usd' }),
-      signal: AbortSignal.timeout(20_000),
-    });
-  const seen = async (response: Response) => ({
-    status: response.status,
-    replayed: response.headers.get('idempotent-replayed'),
-    bytes: Buffer.from(await response.arrayBuffer()),
-  });
+    postKeyed(`${workerd.base}/v1/charges`, key, amount, headers);
 
   it('the entry point bundles for the neutral platform with no import left outside the bundle', async () => {
     const bundled = await build({
@@ -57,8 +47,7 @@ describe.skipIf('error' in binary)('durable-objects store on workerd', () => {
     const executions = async () => (await get(`/test/executions?key=${key}`)).executions as number;
     let settled = 0;
     const racing = Array.from({ length: RACERS }, () =>
-      charge(key, 5_000, { 'test-hold': key }).then(async (response) => {
-        const result = await seen(response);
+      charge(key, 5_000, { 'test-hold': key }).then((result) => {
         settled += 1;
         return result;
       }),
@@ -73,12 +62,12 @@ describe.skipIf('error' in binary)('durable-objects store on workerd', () => {
     expect(results.map((r) => r.status).sort()).toEqual([201, ...Array.from({ length: RACERS - 1 }, () => 409)]);
     const winner = results.find((r) => r.status === 201);
 
-    const replay = await seen(await charge(key, 5_000));
+    const replay = await charge(key, 5_000);
     expect({ status: replay.status, replayed: replay.replayed }).toEqual({ status: 201, replayed: 'true' });
     expect(replay.bytes.equals(winner?.bytes ?? Buffer.alloc(0))).toBe(true);
     expect((JSON.parse(replay.bytes.toString()) as { execution: number }).execution).toBe(1);
 
-    const mismatch = await seen(await charge(key, 6_000));
+    const mismatch = await charge(key, 6_000);
     expect({
       status: mismatch.status,
       type: (JSON.parse(mismatch.bytes.toString()) as { type: string }).type,
@@ -120,18 +109,8 @@ describe.skipIf('error' in binary)('docs/DURABLE-OBJECTS.md on workerd', () => {
     const workerd = await startWorkerd((binary as { path: string }).path, { source });
     try {
       const key = crypto.randomUUID();
-      const post = async () => {
-        const response = await fetch(`${workerd.base}/`, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': key },
-          body: '{"amount":5000}',
-          signal: AbortSignal.timeout(20_000),
-        });
-        const bytes = Buffer.from(await response.arrayBuffer());
-        return { status: response.status, replayed: response.headers.get('idempotent-replayed'), bytes };
-      };
-      const first = await post();
-      const replay = await post();
+      const first = await postKeyed(`${workerd.base}/`, key, 5_000);
+      const replay = await postKeyed(`${workerd.base}/`, key, 5_000);
       expect([first.status, first.replayed, replay.status, replay.replayed]).toEqual([201, null, 201, 'true']);
       expect(replay.bytes.equals(first.bytes)).toBe(true);
       expect((JSON.parse(first.bytes.toString()) as { executions: number }).executions).toBe(1);
