@@ -235,6 +235,14 @@ export function isClaimable(existing: IdempotencyRecord | null, fingerprint: str
   return existing.status === 'in_progress' && existing.leaseExpiresAt <= now;
 }
 
+/**
+ * Whether a claim over `existing` is a takeover (docs/DESIGN.md: Takeover policy): it replaces an `in_progress`
+ * record that has not expired, i.e. one whose lease lapsed with the work's outcome unknown.
+ */
+export function isTakeover(existing: IdempotencyRecord | null, now: number): boolean {
+  return existing !== null && existing.status === 'in_progress' && existing.expiresAt > now;
+}
+
 /** The record a successful claim writes (shared by stores that build it in-process). */
 export function claimedRecord(existing: IdempotencyRecord | null, request: ClaimRequest): IdempotencyRecord {
   const keepId = existing !== null && existing.expiresAt > request.now;

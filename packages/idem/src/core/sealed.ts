@@ -212,7 +212,7 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
   };
   const opened = async (result: ClaimResult): Promise<ClaimResult> =>
     result.kind === 'claimed'
-      ? { kind: 'claimed', record: await open(result.record) }
+      ? { ...result, record: await open(result.record) }
       : { kind: 'existing', record: await open(result.record) };
 
   const runLocal = store.runLocal?.bind(store);

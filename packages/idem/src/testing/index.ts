@@ -14,6 +14,7 @@ import { storeKit } from './store-cases/kit.js';
 import { renewCases } from './store-cases/renew.js';
 import { responseSizeCase } from './store-cases/response-size.js';
 import { sweepListCases } from './store-cases/sweep-list.js';
+import { takeoverCases } from './store-cases/takeover.js';
 
 export interface ConformanceOptions<Tx> {
   /** Shown in the test names. */
@@ -45,6 +46,7 @@ export function describeStoreConformance<Tx>(options: ConformanceOptions<Tx>): v
     fencingCases(kit);
     renewCases(kit);
     claimabilityCases(kit);
+    takeoverCases(kit);
     responseSizeCase(kit);
     sweepListCases(kit);
     budgetCase(kit);

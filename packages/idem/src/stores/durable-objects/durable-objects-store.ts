@@ -67,11 +67,14 @@ export class DurableObjectsStoreImpl implements DurableObjectsStore {
   }
 
   async claim(request: C.ClaimRequest): Promise<C.ClaimResult> {
-    const { kind, record } = (await this.#call('claim', this.objectOf(request.pk), request)) as {
+    const { kind, record, takeover } = (await this.#call('claim', this.objectOf(request.pk), request)) as {
       kind: C.ClaimResult['kind'];
       record: WireRecord;
+      takeover?: boolean;
     };
-    return { kind, record: readRecord(record) };
+    // An object of an older deployment says nothing: the engine then counts every reclaim as a takeover.
+    if (kind === 'existing' || typeof takeover !== 'boolean') return { kind, record: readRecord(record) };
+    return { kind, record: readRecord(record), takeover };
   }
 
   async complete({ pk, token, now, outcome, effects }: C.CompleteRequest): Promise<C.WriteResult> {

@@ -3,7 +3,7 @@
  * deletes them with an alarm once they expire. The Worker-side store (durable-objects-store.ts) calls it by
  * `fetch`; export the class from your Worker's main module and bind a namespace to it.
  */
-import { claimedRecord, encodeHeaders, decodeHeaders, isClaimable } from '../contract.js';
+import { claimedRecord, encodeHeaders, decodeHeaders, isClaimable, isTakeover } from '../contract.js';
 import type {
   ClaimRequest,
   ClaimResult,
@@ -97,7 +97,8 @@ export class IdempotencyDurableObject {
     switch (op) {
       case 'claim': {
         const result = this.#claim(body as ClaimRequest);
-        return { kind: result.kind, record: sendRecord(result.record) };
+        const takeover = result.kind === 'claimed' ? { takeover: result.takeover } : {};
+        return { kind: result.kind, record: sendRecord(result.record), ...takeover };
       }
       case 'complete': {
         const { pk, token, outcome } = body as { pk: string; token: string; outcome: WireOutcome };
@@ -160,7 +161,7 @@ export class IdempotencyDurableObject {
       record.leaseExpiresAt,
       record.expiresAt,
     );
-    return { kind: 'claimed', record };
+    return { kind: 'claimed', record, takeover: isTakeover(existing, request.now) };
   }
 
   #get(pk: string): IdempotencyRecord | null {

@@ -5,7 +5,7 @@
  */
 import { PutItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import type { ClaimRequest, ClaimResult, IdempotencyRecord } from '../contract.js';
-import { claimedRecord, isClaimable } from '../contract.js';
+import { claimedRecord, isClaimable, isTakeover } from '../contract.js';
 import { claimItem, num, str, ttlSeconds } from './codec.js';
 import type { DynamoTable } from './send.js';
 
@@ -68,8 +68,9 @@ export async function claim(t: DynamoTable, request: ClaimRequest): Promise<Clai
       'claim',
       pk,
     );
-    if (refused === undefined) return { kind: 'claimed', record };
-    if (refused?.token === request.token) return { kind: 'claimed', record: refused };
+    // `held` is the item the write was conditional on (its token, for a reclaim): what the claim replaced.
+    if (refused === undefined) return { kind: 'claimed', record, takeover: isTakeover(held, now) };
+    if (refused?.token === request.token) return { kind: 'claimed', record: refused, takeover: isTakeover(held, now) };
     seen = refused;
   }
   throw new Error(`dynamodb claim of ${pk} did not settle after ${MAX_CLAIM_ATTEMPTS} attempts (constant contention)`);

@@ -28,18 +28,20 @@ export function claimSql(t: string): string {
   /** True in every assignment after `token`'s exactly when this statement claims the row (see `claim`). */
   const won = `(token = :token OR ${CLAIMABLE})`;
   const keep = (column: string, value: string) => `${column} = IF(${won}, ${value}, ${column})`;
-  return `INSERT INTO ${t} (${COLUMNS})
+  // LAST_INSERT_ID(expr) carries out of the upsert whether the row it claims was in progress (a takeover).
+  return `DO LAST_INSERT_ID(0);
+INSERT INTO ${t} (${COLUMNS})
 VALUES (:pk, :scope, :key, 'in_progress', :fingerprint, :id, :token, :now, :leaseExpiresAt, :expiresAt, FALSE,
   NULL, NULL, NULL, NULL)
 ON DUPLICATE KEY UPDATE
-  token = IF(${CLAIMABLE}, :token, token),
+  token = IF(${CLAIMABLE} AND LAST_INSERT_ID(status = 'in_progress' AND expires_at > :now) >= 0, :token, token),
   ${keep('id', 'IF(expires_at > :now, id, :id)')},
   ${keep('scope', ':scope')}, ${keep('`key`', ':key')}, ${keep('status', `'in_progress'`)},
   ${keep('fingerprint', ':fingerprint')}, ${keep('claimed_at', ':now')},
   ${keep('lease_expires_at', ':leaseExpiresAt')}, ${keep('expires_at', ':expiresAt')},
   ${keep('retryable', 'FALSE')}, ${keep('result_id', 'NULL')}, ${keep('response_status', 'NULL')},
   ${keep('response_headers', 'NULL')}, ${keep('response_body', 'NULL')};
-SELECT ${COLUMNS} FROM ${t} WHERE pk = :pk`;
+SELECT ${COLUMNS}, LAST_INSERT_ID() AS takeover FROM ${t} WHERE pk = :pk`;
 }
 
 // The claim is one atomic statement, INSERT … ON DUPLICATE KEY UPDATE, and a SELECT of the row in the same
@@ -90,10 +92,10 @@ export async function claim(
       if (errno(error) === ER_LOCK_DEADLOCK && attempt < MAX_CLAIM_ATTEMPTS) continue;
       throw error;
     }
-    const row = ((results as unknown[])[1] as Row[] | undefined)?.[0];
+    const row = ((results as unknown[]).at(-1) as Row[] | undefined)?.[0];
     if (row) {
       const record = toRecord(row);
-      if (record.token === token) return { kind: 'claimed', record };
+      if (record.token === token) return { kind: 'claimed', record, takeover: Number(row.takeover) === 1 };
       if (!isClaimable(record, fingerprint, now)) return { kind: 'existing', record };
     }
     if (attempt >= MAX_CLAIM_ATTEMPTS) {

@@ -37,12 +37,13 @@ export function claimStatement(t: string): string {
     token = EXCLUDED.token, claimed_at = EXCLUDED.claimed_at, lease_expires_at = EXCLUDED.lease_expires_at,
     expires_at = EXCLUDED.expires_at, retryable = false, result_id = NULL,
     response_status = NULL, response_headers = NULL, response_body = NULL
-  WHERE ${claimable('r')}
+  WHERE (${claimable('r')}) AND r.token IS NOT DISTINCT FROM (SELECT token FROM cur)
   RETURNING ${COLUMNS}
 )
-SELECT *, true AS claimed FROM ins
+SELECT *, true AS claimed,
+  EXISTS (SELECT 1 FROM cur WHERE status = 'in_progress' AND expires_at > $7::bigint) AS takeover FROM ins
 UNION ALL
-SELECT *, false AS claimed FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)`;
+SELECT *, false AS claimed, false AS takeover FROM cur WHERE NOT EXISTS (SELECT 1 FROM ins)`;
 }
 
 /** The claim statement's parameters, in order. */
@@ -61,6 +62,9 @@ export function claimValues({ pk, scope, key, fingerprint, id, token, now, lease
 // zero rows, or a row the claim condition accepts, means "stale snapshot": B runs the statement again (one more
 // round trip, a new snapshot) and sees A's row, or claims if A has released it since. Under a REPEATABLE READ
 // or SERIALIZABLE default the same race raises 40001 instead, retried the same way.
+//
+// The DO UPDATE is pinned to `cur`'s token, so `cur` is the version replaced and `takeover` is exact; a row that
+// moved on since the snapshot is the stale case above.
 //
 // `wrote` (claimBarrier only) runs after a claim that wrote, before it returns.
 export async function claim(
@@ -85,7 +89,7 @@ export async function claim(
       const record = toRecord(row);
       if (row.claimed === true) {
         await wrote?.();
-        return { kind: 'claimed', record };
+        return { kind: 'claimed', record, takeover: row.takeover === true };
       }
       if (!isClaimable(record, fingerprint, now)) return { kind: 'existing', record };
     }

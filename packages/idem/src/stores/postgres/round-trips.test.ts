@@ -66,7 +66,7 @@ describe.skipIf(!available)('postgres store', () => {
           {
             op: 'claim',
             request: { text, values: claimValues(req) },
-            response: { rows: [{ ...claimedRow(req), claimed: true }], rowCount: 1 },
+            response: { rows: [{ ...claimedRow(req), claimed: true, takeover: false }], rowCount: 1 },
           },
         ]);
         expect(text).toContain('WITH cur AS (');
@@ -84,7 +84,7 @@ describe.skipIf(!available)('postgres store', () => {
           {
             op: 'claim',
             request: { text: textOf(trips[0]), values: claimValues(loser) },
-            response: { rows: [{ ...claimedRow(winner), claimed: false }], rowCount: 1 },
+            response: { rows: [{ ...claimedRow(winner), claimed: false, takeover: false }], rowCount: 1 },
           },
         ]);
         expect(textOf(trips[0])).toContain('WITH cur AS (');
@@ -107,6 +107,7 @@ describe.skipIf(!available)('postgres store', () => {
               response_headers: '[["content-type", "application/json"]]',
               response_body: Buffer.from([0x7b, 0x7d]),
               claimed: false,
+              takeover: false,
             },
           ],
           rowCount: 1,

@@ -40,7 +40,7 @@ export async function claim(io: RedisCommands, prefix: string, request: ClaimReq
   // A won claim answers its id (the rest is the request's); a refusal, or a resend meeting its own token, the
   // whole record as it stands.
   if (reply[0] === 1 && typeof reply[1] === 'string')
-    return { kind: 'claimed', record: { ...claimedRecord(null, request), id: reply[1] } };
+    return { kind: 'claimed', record: { ...claimedRecord(null, request), id: reply[1] }, takeover: reply[2] === 1 };
   const record = decode(pk, reply[1]);
   if (record === null) throw new Error(`redis claim script returned no record for ${pk}`);
   return { kind: reply[0] === 1 ? 'claimed' : 'existing', record };

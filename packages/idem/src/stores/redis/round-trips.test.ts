@@ -86,7 +86,7 @@ describe.skipIf(!available)('redis store', () => {
             expect(trips.length).toBe(store.roundTrips);
           }));
 
-        it('a fresh claim is one EVALSHA of the claim script, answered [1, the id]: the rest is the request’s', () =>
+        it('a fresh claim is one EVALSHA of the claim script, answered [1, the id, 0 (no takeover)]: the rest is the request’s', () =>
           observing(driver, {}, async (store, trips) => {
             trips.length = 0;
             const req = claimRequest();
@@ -100,7 +100,7 @@ describe.skipIf(!available)('redis store', () => {
                   keys: [recordKey(store, req.pk), indexKey(store, scope)],
                   args: claimArgs(req),
                 },
-                response: [1, req.id],
+                response: [1, req.id, 0],
               },
             ]);
           }));
@@ -231,7 +231,7 @@ describe.skipIf(!available)('redis store', () => {
                   args,
                   wait: [1, 20],
                 },
-                response: [[1, req.id], 0],
+                response: [[1, req.id, 0], 0],
               },
             ]);
             expect(store.roundTrips).toBe(8 + 1);

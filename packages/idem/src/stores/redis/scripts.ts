@@ -44,7 +44,7 @@ function script(name: RedisScript['name'], source: string): RedisScript {
 
 /**
  * KEYS: record, index. ARGV: now, fingerprint, token, id, leaseExpiresAt, expiresAt, ttlMs, scope, key, member.
- * Returns `{1, id}` when claimed (the rest of the record is the request's, so it does not travel back) and
+ * Returns `{1, id, takeover}` when claimed (`takeover` 1 when it replaced a lapsed `in_progress` record; the rest of the record is the request's, so it does not travel back) and
  * `{0, HGETALL}` (the record in the way) when not — one round trip either way. The id is the request's, or on a
  * takeover the record's own (a key keeps one id for life). A resend finding its own token answers `{1, HGETALL}`:
  * the record as it stands, which may have moved on since the first run wrote it.
@@ -58,6 +58,7 @@ const CLAIM = script(
 local now = tonumber(ARGV[1])
 local fingerprint = ARGV[2]
 local id = ARGV[4]
+local takeover = 0
 local current = redis.call('HMGET', record, 'status', 'fingerprint', 'id', 'leaseExpiresAt', 'expiresAt', 'retryable', 'token')
 local status = current[1]
 if status then
@@ -72,6 +73,7 @@ if status then
       return {0, redis.call('HGETALL', record)}
     end
     id = current[3]
+    if status == 'in_progress' then takeover = 1 end
   end
   redis.call('DEL', record)
 end
@@ -79,7 +81,7 @@ redis.call('HSET', record, 'scope', ARGV[8], 'key', ARGV[9], 'status', 'in_progr
   'id', id, 'token', ARGV[3], 'claimedAt', ARGV[1], 'leaseExpiresAt', ARGV[5], 'expiresAt', ARGV[6], 'retryable', '0')
 redis.call('PEXPIRE', record, ARGV[7])
 redis.call('ZADD', KEYS[2], ARGV[1], ARGV[10])
-return {1, id}
+return {1, id, takeover}
 `,
 );
 

@@ -3,13 +3,16 @@
  * write lock, decides on the stored row. The races it closes are told in the comments below.
  */
 import type { ClaimRequest, ClaimResult, IdempotencyRecord } from '../contract.js';
-import { isClaimable } from '../contract.js';
+import { isClaimable, isTakeover } from '../contract.js';
 import { toRecord } from './codec.js';
 import type { SqliteCalls } from './send.js';
 import type { Statements } from './statements.js';
 
-/** The claim's upsert over the quoted table `t`; its WHERE is `isClaimable` on the stored row. */
-export function claimStatement(t: string): string {
+/**
+ * The claim's upsert over the quoted table `t`; its WHERE is `isClaimable` on the stored row, and, `pinned`, that
+ * row's token being `@seen` (the version the claim read, so it knows what it replaces: a takeover or not).
+ */
+export function claimStatement(t: string, pinned = false): string {
   return `INSERT INTO ${t} ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
         "lease_expires_at", "expires_at", "retryable", "result_id", "response_status", "response_headers", "response_body")
       VALUES (@pk, @scope, @key, 'in_progress', @fingerprint, @id, @token, @now, @leaseExpiresAt, @expiresAt, 0,
@@ -22,10 +25,10 @@ export function claimStatement(t: string): string {
         "lease_expires_at" = excluded."lease_expires_at", "expires_at" = excluded."expires_at",
         "retryable" = 0, "result_id" = NULL, "response_status" = NULL, "response_headers" = NULL,
         "response_body" = NULL
-      WHERE ${t}."expires_at" <= @now
+      WHERE (${t}."expires_at" <= @now
         OR (${t}."fingerprint" = excluded."fingerprint" AND (
           (${t}."status" = 'failed' AND ${t}."retryable" = 1)
-          OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now)))
+          OR (${t}."status" = 'in_progress' AND ${t}."lease_expires_at" <= @now))))${pinned ? ` AND ${t}."token" IS @seen` : ''}
       RETURNING *`;
 }
 
@@ -53,14 +56,20 @@ const claimParams = (request: ClaimRequest) => ({
 // Between B's upsert and its read, A's row may move on (released, expired, failed retryably): a row the claim
 // condition accepts, or none, means "decided on an older version", and B runs the upsert again (at most
 // MAX_CLAIM_ATTEMPTS). Never a second winner: only an upsert, under the lock, writes.
+// The upsert is pinned to the token of the row `refusal` read (or none), so the claim knows what it replaced (a
+// takeover or not); a row that moved on since fails the pin and is read again, like any other older version.
 export function claimAlone(calls: SqliteCalls, sql: Statements, request: ClaimRequest): ClaimResult {
   const params = claimParams(request);
-  for (let attempt = 1; ; attempt++) {
-    const won = calls.one(sql.claim, params);
-    if (won) return { kind: 'claimed', record: toRecord(won) };
+  const read = (): IdempotencyRecord | null => {
     const row = calls.one(sql.get, { pk: request.pk });
-    const seen = row === undefined ? null : toRecord(row);
+    return row === undefined ? null : toRecord(row);
+  };
+  let seen = readBefore.get(request) ?? null;
+  for (let attempt = 1; ; attempt++) {
     if (seen && !isClaimable(seen, request.fingerprint, request.now)) return { kind: 'existing', record: seen };
+    const won = calls.one(sql.claimPinned, { ...params, seen: seen?.token ?? null });
+    if (won) return { kind: 'claimed', record: toRecord(won), takeover: isTakeover(seen, request.now) };
+    seen = read();
     if (attempt >= MAX_CLAIM_ATTEMPTS) {
       throw new Error(`sqlite claim of ${request.pk} did not settle after ${MAX_CLAIM_ATTEMPTS} upserts`);
     }
@@ -102,5 +111,9 @@ export function refusal(
 ): { kind: 'existing'; record: IdempotencyRecord } | undefined {
   const row = calls.one(sql.get, { pk: request.pk });
   const seen = row === undefined ? null : toRecord(row);
+  if (seen) readBefore.set(request, seen);
   return seen && !isClaimable(seen, request.fingerprint, request.now) ? { kind: 'existing', record: seen } : undefined;
 }
+
+/** The row `refusal` read for a request, for the `claimAlone` of the same request to pin its upsert to. */
+const readBefore = new WeakMap<ClaimRequest, IdempotencyRecord>();

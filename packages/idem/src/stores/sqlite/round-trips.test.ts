@@ -63,7 +63,8 @@ describe('sqlite store: onRoundTrip sees each counted call, with its statements 
         request: {
           statements: [
             { sql: select, params: { pk: req.pk } },
-            { sql: upsert?.sql, params: claimParams(req) },
+            // Pinned to the token of the row read (none here): the claim knows it replaced nothing.
+            { sql: upsert?.sql, params: { ...claimParams(req), seen: null } },
           ],
         },
         response: [[], [claimedRow(req)]],

@@ -5,6 +5,7 @@ export function statements(table: string) {
   const t = `"${table}"`;
   return {
     claim: claimStatement(t),
+    claimPinned: claimStatement(t, true),
     get: `SELECT * FROM ${t} WHERE "pk" = @pk`,
     complete: `UPDATE ${t} SET "status" = @status, "retryable" = @retryable, "result_id" = @resultId,
         "response_status" = @responseStatus, "response_headers" = @responseHeaders, "response_body" = @responseBody
