@@ -112,6 +112,8 @@ async function main(): Promise<void> {${
     ['idem/stores/mysql mysqlStore', mysql.mysqlStore],
     ['idem/stores/redis redisStore', redis.redisStore],
     ['idem/stores/dynamodb dynamodbStore', dynamodb.dynamodbStore],
+    ['idem/durable-objects durableObjectsStore', durableObjects.durableObjectsStore],
+    ['idem/durable-objects IdempotencyDurableObject', durableObjects.IdempotencyDurableObject],
     ['idem/testing describeStoreConformance', testing.describeStoreConformance],
   ];
   for (const [name, value] of checks) if (typeof value !== 'function') throw new Error(name + ' is ' + typeof value);
@@ -172,6 +174,7 @@ const SUBPATHS = {
   mysql: 'idem/stores/mysql',
   redis: 'idem/stores/redis',
   dynamodb: 'idem/stores/dynamodb',
+  durableObjects: 'idem/durable-objects',
   testing: 'idem/testing',
 };
 
