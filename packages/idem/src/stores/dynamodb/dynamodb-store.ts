@@ -3,7 +3,7 @@ import { DeleteItemCommand, UpdateItemCommand } from '@aws-sdk/client-dynamodb';
 import { configError } from '../../core/errors.js';
 import type * as C from '../contract.js';
 import { encodeHeaders } from '../shared/headers.js';
-import { RoundTripMeter } from '../shared/round-trips.js';
+import { bindMethods, RoundTripMeter } from '../shared/round-trips.js';
 import { claim, MAX_CLAIM_ATTEMPTS } from './claim.js';
 import { num, str, ttlSeconds, type Field, type Item } from './codec.js';
 import {
@@ -78,6 +78,7 @@ export class DynamoDBStoreImpl implements DynamoDBStore {
     if (new Set(all).size !== all.length)
       throw configError('attributes', 'distinct names (including sortKey.name)', all);
     this.#t = new DynamoTable(client, table, names, sortKey, listIndex, meter);
+    bindMethods(this);
   }
 
   get roundTrips(): number {

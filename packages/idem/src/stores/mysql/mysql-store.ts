@@ -1,7 +1,7 @@
 /** The MySQL store: one class, every query sent through `#send` (counted, reported, prepared when asked). */
 import { configError } from '../../core/errors.js';
 import type * as C from '../contract.js';
-import { RoundTripMeter } from '../shared/round-trips.js';
+import { bindMethods, RoundTripMeter } from '../shared/round-trips.js';
 import { checkPoolOptions, sweepInBatches, transaction, type Transactions } from '../shared/sql.js';
 import { claim } from './claim.js';
 import { affected, bin, outcomeParams, toRecord, type Row } from './codec.js';
@@ -67,6 +67,7 @@ export class MysqlStoreImpl<Tx extends MysqlQueryable> implements MysqlStore<Tx>
     this.#prepared = preparedStatements;
     this.maxResponseBytes = maxResponseBytes;
     this.#sql = statements(quote(table));
+    bindMethods(this);
   }
 
   get roundTrips(): number {

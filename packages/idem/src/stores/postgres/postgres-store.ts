@@ -2,7 +2,7 @@
 import { createHash } from 'node:crypto';
 import { configError } from '../../core/errors.js';
 import type * as C from '../contract.js';
-import { RoundTripMeter } from '../shared/round-trips.js';
+import { bindMethods, RoundTripMeter } from '../shared/round-trips.js';
 import { checkPoolOptions, sweepInBatches, transaction, type Transactions } from '../shared/sql.js';
 import { claim, heldUntilWaitedOn, sqlState } from './claim.js';
 import { outcomeValues, toRecord, type Row } from './codec.js';
@@ -74,6 +74,7 @@ export class PostgresStoreImpl<Tx extends PostgresQueryable> implements Postgres
       }
     }
     this.#claimBarrier = claimBarrier;
+    bindMethods(this);
   }
 
   get roundTrips(): number {

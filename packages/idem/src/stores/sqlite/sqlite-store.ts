@@ -2,7 +2,7 @@
 import { configError } from '../../core/errors.js';
 import { isThenable } from '../../core/local.js';
 import type * as C from '../contract.js';
-import { RoundTripMeter } from '../shared/round-trips.js';
+import { bindMethods, RoundTripMeter } from '../shared/round-trips.js';
 import { sweepInBatches } from '../shared/sql.js';
 import { claimAlone, claimer, refusal } from './claim.js';
 import { outcomeParams, toRecord } from './codec.js';
@@ -73,6 +73,7 @@ export class SqliteStoreImpl<Db extends SqliteDatabase> implements SqliteStore<D
     this.#local = localRunner(database, claimer(calls, this.#sql), (pk, token, outcome) =>
       this.#write(pk, token, outcome),
     );
+    bindMethods(this);
   }
 
   get roundTrips(): number {
