@@ -89,3 +89,27 @@ describe('exhaustive exploration finds every planted defect', () => {
     120_000,
   );
 });
+
+describe('the pruning loses nothing', () => {
+  /** [scenario, defect, schedules in the whole tree, the shortest counterexample's length or none]. */
+  const WHOLE: Array<[string, DefectName | undefined, number, number | undefined]> = [
+    ['early-answer', undefined, 147, undefined],
+    ['tampered-takeover', undefined, 250, undefined],
+    ['tampered-takeover', 'fingerprint-blind-takeover', 70, 13],
+    ['double-submit', 'memory-yielding-claim', 410, 5],
+  ];
+  it.each(WHOLE)(
+    '%s (%s): the whole tree of schedules, unpruned, finds what the pruned search finds',
+    async (name, defect, schedules, length) => {
+      const scenario = exhaustiveScenario(name, defect);
+      const whole = await explore(scenario, { hashing: false });
+      const pruned = await explore(scenario);
+      expect([whole.schedules, whole.pruned, whole.completed]).toEqual([schedules, 0, true]);
+      expect(pruned.schedules).toBeLessThan(whole.schedules);
+      expect(whole.shortest?.length).toBe(length);
+      expect(pruned.shortest?.length).toBe(length);
+      expect(whole.shortest?.invariant).toBe(pruned.shortest?.invariant);
+    },
+    120_000,
+  );
+});

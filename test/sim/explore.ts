@@ -42,6 +42,8 @@ interface Search {
   readonly visited: Map<string, number>;
   readonly stack: number[][];
   readonly maxDepth: number;
+  /** Prune at states explored already (off: the whole tree of schedules, to check the pruning against). */
+  readonly hashing: boolean;
   /** The length of the shortest counterexample found so far (Infinity: none). */
   best: number;
 }
@@ -91,10 +93,12 @@ class ChoiceDriver implements Driver {
     if (index >= this.#prefix.length && search) {
       if (this.length >= search.maxDepth) return this.#halt('bounded');
       if (this.length + 1 >= search.best) return this.#halt('cut');
-      const hash = await this.#hash(world);
-      const seen = search.visited.get(hash);
-      if (seen !== undefined && seen <= this.length) return this.#halt('pruned');
-      search.visited.set(hash, this.length);
+      if (search.hashing) {
+        const hash = await this.#hash(world);
+        const seen = search.visited.get(hash);
+        if (seen !== undefined && seen <= this.length) return this.#halt('pruned');
+        search.visited.set(hash, this.length);
+      }
       for (let i = alternatives.length - 1; i >= 1; i--) search.stack.push([...this.path, i]);
       pick = 0;
     }
@@ -236,9 +240,9 @@ export interface Exploration {
  * const result = await explore(exhaustiveScenario('double-submit'))
  * console.log(result.schedules, result.completed)
  */
-export async function explore(scenario: Scenario, { maxDepth = 400 } = {}): Promise<Exploration> {
+export async function explore(scenario: Scenario, { maxDepth = 400, hashing = true } = {}): Promise<Exploration> {
   const started = performance.now();
-  const search: Search = { visited: new Map(), stack: [[]], maxDepth, best: Infinity };
+  const search: Search = { visited: new Map(), stack: [[]], maxDepth, hashing, best: Infinity };
   const n = { schedules: 0, complete: 0, pruned: 0, bounded: 0, cut: 0, violations: 0 };
   const byInvariant: Record<string, number> = {};
   let shortest: Counterexample | undefined;
