@@ -34,7 +34,9 @@ describe.concurrent('idem: help', () => {
     expect(serve.stdout).toMatch(/--lease-ms <value>\s+IDEM_LEASE_MS\s/);
     expect(serve.stdout).toContain('LOG_LEVEL');
     expect(migrate.stdout.startsWith('Usage: idem migrate --store URL\n')).toBe(true);
-    expect(records.stdout.startsWith('Usage: idem records <list|show|sweep> --store URL [options]\n')).toBe(true);
+    expect(records.stdout.startsWith('Usage: idem records <list|show|sweep|resolve> --store URL [options]\n')).toBe(
+      true,
+    );
     expect(viaHelp.stdout).toBe(records.stdout);
     expect(probe.stdout).toContain("--delay-header 'Name: value'");
     expect(probe.stdout).toContain('--count-path PATH');
@@ -70,8 +72,11 @@ describe.concurrent('idem: wrong arguments exit 2 with a message', () => {
       'idem migrate: DynamoDB stores are dynamodb://host:port[?table=name&region=r], got "dynamodb:local".',
     ],
     [['migrate', '--store'], "idem migrate: Option '--store <value>' argument missing"],
-    [['records'], 'idem records: give a records command: list, show or sweep.\nRun "idem records --help" for usage.\n'],
-    [['records', 'purge'], 'idem records: unknown records command "purge": use list, show or sweep.'],
+    [
+      ['records'],
+      'idem records: give a records command: list, show, sweep or resolve.\nRun "idem records --help" for usage.\n',
+    ],
+    [['records', 'purge'], 'idem records: unknown records command "purge": use list, show, sweep or resolve.'],
     [['records', 'list', '--store', 'memory:'], 'idem records list: --scope is required'],
     [
       ['records', 'list', '--store', 'memory:', '--scope', 'a', '--limit', '0'],

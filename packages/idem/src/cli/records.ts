@@ -11,6 +11,7 @@ import { redact, redactUrl } from '../core/store-url.js';
 import { CommandError, MissingDriverError, UsageError, integerOption, table, usage, type Io } from './args.js';
 import { safeJson, visible } from './escape.js';
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
+import { resolveCommand } from './resolve.js';
 import { unreadable } from './unreadable.js';
 
 const STORE_HELP = [
@@ -34,13 +35,15 @@ Examples:
   idem migrate --store 'postgres://app@db:5432/payments?schema=idem'
 `;
 
-export const RECORDS_HELP = `Usage: idem records <list|show|sweep> --store URL [options]
+export const RECORDS_HELP = `Usage: idem records <list|show|sweep|resolve> --store URL [options]
 
   list --scope S [--limit N] [--json]       a scope's records, newest claim first (default 20, at most 1000)
   show KEY --scope S [--json] [--body]      one record: state, lease, expiry, the stored response (--body prints it)
   sweep [--batch-size N] [--limit N] [--json]
                                             deletes expired records in batches, a progress line per batch on
                                             stderr; stores with native expiry (redis, dynamodb) delete nothing
+  resolve SCOPE KEY (--succeeded|--failed) --status N [--body TEXT] | --rerun
+                                            settles a key left in progress by a dead attempt (records resolve -h)
 
 The scope is the tenant the key belongs to (the demo's account, e.g. acct_alice). --json prints JSON for scripts.
 Keys are shown as they were sent; KEY HASH is the 16-hex prefix of SHA-256(key) that the server's logs carry.
@@ -97,12 +100,16 @@ export async function migrateCommand(args: readonly string[], io: Io): Promise<n
  */
 export async function recordsCommand(args: readonly string[], io: Io): Promise<number> {
   const [sub, ...rest] = args;
-  if (sub === undefined) throw new UsageError('records', 'give a records command: list, show or sweep.');
+  if (sub === undefined) throw new UsageError('records', 'give a records command: list, show, sweep or resolve.');
   if (sub === '--help' || sub === '-h' || sub === 'help') return help(io);
   if (sub === 'list') return list(rest, io);
   if (sub === 'show') return show(rest, io);
   if (sub === 'sweep') return sweep(rest, io);
-  throw new UsageError('records', `unknown records command "${sub}": use list, show or sweep.`);
+  if (sub === 'resolve')
+    return resolveCommand(rest, io, (command, flag, run) =>
+      withStore(command, storeUrl(command, flag, io), true, ({ store }) => run(store)),
+    );
+  throw new UsageError('records', `unknown records command "${sub}": use list, show, sweep or resolve.`);
 }
 
 async function list(args: readonly string[], io: Io): Promise<number> {

@@ -1,0 +1,148 @@
+/**
+ * @module `idem records resolve`: an operator settles a key whose outcome is unknown (a takeover under the
+ * `quarantine` policy, or any record left in progress by a holder that died), with the store's own fenced writes:
+ * a claim that takes the lapsed lease over, then a completion (or a retryable failure, for `--rerun`).
+ */
+import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import { recordPk } from '../core/key.js';
+import type { IdempotencyStore, Outcome } from '../core/record.js';
+import { CommandError, UsageError, integerOption, usage, type Io } from './args.js';
+import { visible } from './escape.js';
+
+export const RESOLVE_HELP = `Usage: idem records resolve SCOPE KEY --store URL (--succeeded | --failed) --status N [--body TEXT]
+                           [--content-type TYPE]
+       idem records resolve SCOPE KEY --store URL --rerun
+
+Settles a key left in progress by an attempt that died (under takeover: 'quarantine' it answers 409
+operation_state "unknown" until this is run). Refused while the record's lease is live. Find out first what
+happened to the record's id (idem records show KEY --scope SCOPE prints it), then:
+
+  --succeeded --status N   it happened: record this response (2xx or 3xx); every retry replays it
+  --failed --status N      it failed for good: record this response (4xx or 5xx); every retry replays it
+  --rerun                  it did not happen: the next attempt runs the work again, under the same id
+  --body TEXT              the response body (default empty); --content-type (default application/json)
+`;
+
+/** How long the resolving claim holds the key: ample for its one completion, short if the CLI dies in between. */
+const RESOLVE_LEASE_MS = 30_000;
+
+type Resolution = 'succeeded' | 'failed' | 'rerun';
+
+/**
+ * `idem records resolve SCOPE KEY …`. `withStore` opens the store named by `url` and runs the write.
+ *
+ * @example
+ * await resolveCommand(['acct_alice', 'k1', '--store', 'sqlite:./idem.db', '--succeeded', '--status', '201'], io, withStore)
+ */
+export async function resolveCommand(
+  args: readonly string[],
+  io: Io,
+  withStore: (
+    command: string,
+    flag: string | undefined,
+    run: (store: ResolveStore) => Promise<number>,
+  ) => Promise<number>,
+): Promise<number> {
+  const command = 'records resolve';
+  const { values, positionals } = usage(command, () =>
+    parseArgs({
+      args: [...args],
+      options: {
+        store: { type: 'string' },
+        succeeded: { type: 'boolean' },
+        failed: { type: 'boolean' },
+        rerun: { type: 'boolean' },
+        status: { type: 'string' },
+        body: { type: 'string' },
+        'content-type': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: true,
+    }),
+  );
+  if (values.help) {
+    io.stdout(RESOLVE_HELP);
+    return 0;
+  }
+  const [scope, key] = positionals;
+  if (positionals.length !== 2 || !scope || !key)
+    throw new UsageError(command, 'give the SCOPE and the KEY: idem records resolve SCOPE KEY --store URL …');
+  const chosen = (['succeeded', 'failed', 'rerun'] as const).filter((name) => values[name] === true);
+  if (chosen.length !== 1) throw new UsageError(command, 'give exactly one of --succeeded, --failed or --rerun.');
+  const resolution: Resolution = chosen[0] as Resolution;
+  const outcome = outcomeOf(command, resolution, values);
+  return withStore(command, values.store, async (store) => {
+    const pk = recordPk(scope, key);
+    const about = `key "${visible(key)}" in scope ${visible(scope)}`;
+    const record = await store.get(pk);
+    const now = Date.now();
+    if (record === null || record.expiresAt <= now) throw new CommandError(`no live record for ${about}.`);
+    if (record.status !== 'in_progress')
+      throw new CommandError(
+        `the record for ${about} is ${visible(record.status)}, not in progress: nothing to resolve.`,
+      );
+    if (record.leaseExpiresAt > now)
+      throw new CommandError(
+        `the lease on ${about} is live for ${Math.ceil((record.leaseExpiresAt - now) / 1000)} s more: its holder may still be running; resolve it once the lease has lapsed.`,
+      );
+    // Take the lapsed lease over, as a retry would: the same fenced claim, so a retry racing us gets one or the other.
+    const token = randomUUID();
+    const ttlMs = Math.max(record.expiresAt - now, RESOLVE_LEASE_MS + 1);
+    const claim = await store.claim({
+      pk,
+      scope,
+      key,
+      fingerprint: record.fingerprint,
+      token,
+      id: randomUUID(),
+      now,
+      leaseMs: RESOLVE_LEASE_MS,
+      ttlMs,
+    });
+    if (claim.kind !== 'claimed' || claim.record.id !== record.id) {
+      if (claim.kind === 'claimed') await store.release({ pk, token });
+      throw new CommandError(
+        `${about} changed while resolving it (another attempt took it over): look again with records show.`,
+      );
+    }
+    const written = await store.complete({ pk, token, now: Date.now(), outcome });
+    if (!written.ok) throw new CommandError(`${about} was taken over before the resolution was written: look again.`);
+    io.stdout(
+      resolution === 'rerun'
+        ? `Resolved ${about} (id ${visible(record.id)}): the next attempt runs the work again, under this id.\n`
+        : `Resolved ${about} (id ${visible(record.id)}): ${resolution}, ${outcome.response?.status}; every retry now replays it.\n`,
+    );
+    return 0;
+  });
+}
+
+/** The store calls `resolve` makes. */
+export type ResolveStore = Pick<IdempotencyStore<never>, 'get' | 'claim' | 'complete' | 'release'>;
+
+/** The outcome to write: a final one with the response given, or a retryable failure (`--rerun`). */
+function outcomeOf(
+  command: string,
+  resolution: Resolution,
+  values: { status?: string | undefined; body?: string | undefined; 'content-type'?: string | undefined },
+): Outcome {
+  if (resolution === 'rerun') {
+    if (values.status !== undefined || values.body !== undefined)
+      throw new UsageError(command, '--rerun records no response: leave out --status and --body.');
+    return { status: 'failed', retryable: true, resultId: null, response: null };
+  }
+  if (values.status === undefined) throw new UsageError(command, `--${resolution} needs --status N.`);
+  const status = integerOption(command, 'status', values.status, 0, 599);
+  const [low, high] = resolution === 'succeeded' ? [200, 399] : [400, 599];
+  if (status < low || status > high)
+    throw new UsageError(command, `--${resolution} takes a status from ${low} to ${high}, got ${status}.`);
+  const contentType = values['content-type'] ?? 'application/json';
+  const body = new TextEncoder().encode(values.body ?? '');
+  return {
+    status: resolution === 'succeeded' ? 'succeeded' : 'failed',
+    retryable: false,
+    resultId: null,
+    response: { status, headers: [['content-type', contentType]], body },
+  };
+}
