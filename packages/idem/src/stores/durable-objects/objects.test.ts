@@ -60,6 +60,13 @@ describe('durable-objects store: object names', () => {
     ]);
     const failing = durableObjectsStore({ namespace: answering(500, { error: 'boom' }) });
     await expect(failing.get(pk)).rejects.toThrow('durable-objects store: get in object acct_1 failed (500: boom)');
+    // No transaction to run the work's writes in: refused before anything is sent.
+    const outcome = { status: 'succeeded' as const, retryable: false, resultId: null, response: null };
+    const effects = (() => undefined) as never;
+    await expect(store.complete({ pk, token: 't', now: 1, outcome, effects })).rejects.toMatchObject({
+      code: 'CONFIG_INVALID',
+    });
+    expect(store.roundTrips).toBe(1);
     await store.close();
     await expect(store.get(pk)).rejects.toThrow('durable-objects store is closed');
     expect(store.roundTrips).toBe(1);
