@@ -28,31 +28,12 @@
  * - **Before this layout** records were `<prefix>{<pk>}`: this version does not see them. They expire natively
  *   within their TTL; docs/STORES.md has the upgrade path.
  */
-import { configError } from '../../core/errors.js';
-import type {
-  ClaimRequest,
-  ClaimResult,
-  CompleteRequest,
-  IdempotencyRecord,
-  ListRequest,
-  ReleaseRequest,
-  RenewRequest,
-  SweepRequest,
-  WriteResult,
-} from '../contract.js';
-import { encodeHeaders } from '../shared/headers.js';
-import { claim } from './claim.js';
-import { decode } from './codec.js';
-import { list } from './list.js';
 import { fromNodeRedis } from './node-redis.js';
-import type { RedisStore, RedisStoreOptions } from './options.js';
-import { redisKeys } from './schema.js';
-import { SCRIPTS } from './scripts.js';
-import { redisCommands, written, wroteOne } from './send.js';
-import { sweep } from './sweep.js';
+import type { RedisStore, RedisStoreOptions } from './redis-options.js';
+import { RedisStoreImpl } from './redis-store.js';
 
 export { fromNodeRedis };
-export type * from './options.js';
+export type * from './redis-options.js';
 
 /**
  * Creates a Redis store. `effects` passed to `complete` are refused: Redis cannot commit them with the record.
@@ -71,120 +52,6 @@ export type * from './options.js';
  * await store.load()
  * const engine = createEngine({ store })
  */
-export function redisStore({
-  client,
-  prefix = 'idem:',
-  scanCount = 1_000,
-  replicas = 0,
-  replicaTimeoutMs = 1_000,
-  onRoundTrip,
-}: RedisStoreOptions): RedisStore {
-  const expected = 'a Redis client with evalsha, eval, script and scan (an ioredis client, or fromNodeRedis(client))';
-  if (typeof client !== 'object' || client === null) throw configError('client', expected, client);
-  for (const method of ['evalsha', 'eval', 'script', 'scan'] as const) {
-    if (typeof client[method] !== 'function') throw configError('client', expected);
-  }
-  if (typeof prefix !== 'string' || prefix.includes('{') || prefix.includes('}')) {
-    throw configError('prefix', 'a string without `{` or `}`', prefix);
-  }
-  if (!Number.isInteger(scanCount) || scanCount <= 0) throw configError('scanCount', 'a positive integer', scanCount);
-  if (!Number.isInteger(replicas) || replicas < 0) throw configError('replicas', 'a non-negative integer', replicas);
-  if (!Number.isInteger(replicaTimeoutMs) || replicaTimeoutMs <= 0) {
-    throw configError('replicaTimeoutMs', 'a positive integer (WAIT 0 would wait forever)', replicaTimeoutMs);
-  }
-  if (replicas > 0 && typeof client.pipeline !== 'function') {
-    throw configError(
-      'client',
-      'a client with pipeline() when `replicas` is set (an ioredis client, or fromNodeRedis(client) of one with multi())',
-    );
-  }
-  if (client.nodes !== undefined && typeof client.nodes !== 'function')
-    throw configError('client', 'a client whose nodes is a function');
-  if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
-    throw configError('onRoundTrip', 'a function', onRoundTrip);
-  }
-  const io = redisCommands(client, replicas, replicaTimeoutMs, onRoundTrip);
-
-  return {
-    name: 'redis',
-    prefix,
-    get roundTrips() {
-      return io.roundTrips;
-    },
-
-    load(): Promise<void> {
-      return io.load();
-    },
-
-    /** One script reads and claims atomically; the race it closes: claim.ts. */
-    claim(request: ClaimRequest): Promise<ClaimResult> {
-      return claim(io, prefix, request);
-    },
-
-    async complete({ pk, token, outcome, effects }: CompleteRequest): Promise<WriteResult> {
-      if (effects !== undefined) {
-        throw configError(
-          'effects',
-          'absent: Redis cannot commit them with the record; key the work’s writes on the record id',
-        );
-      }
-      const { status, retryable, resultId, response } = outcome;
-      return written(
-        await io.write(
-          'complete',
-          SCRIPTS.complete,
-          [redisKeys(prefix, pk).record],
-          wroteOne,
-          token,
-          status,
-          retryable ? '1' : '0',
-          resultId === null ? '0' : '1',
-          resultId ?? '',
-          response === null ? '0' : '1',
-          response === null ? '' : String(response.status),
-          response === null ? '' : encodeHeaders(response.headers),
-          response === null
-            ? ''
-            : Buffer.from(response.body.buffer, response.body.byteOffset, response.body.byteLength).toString('base64'),
-        ),
-      );
-    },
-
-    async renew({ pk, token, now, leaseMs, expiresAt }: RenewRequest): Promise<WriteResult> {
-      const ttlMs = String(Math.max(1, Math.ceil(expiresAt - now)));
-      return written(
-        await io.write(
-          'renew',
-          SCRIPTS.renew,
-          [redisKeys(prefix, pk).record],
-          wroteOne,
-          token,
-          String(now + leaseMs),
-          String(expiresAt),
-          ttlMs,
-        ),
-      );
-    },
-
-    async release({ pk, token }: ReleaseRequest): Promise<WriteResult> {
-      const { record, index, member } = redisKeys(prefix, pk);
-      return written(await io.write('release', SCRIPTS.release, [record, index], wroteOne, token, member));
-    },
-
-    async get(pk: string): Promise<IdempotencyRecord | null> {
-      return decode(pk, await io.run('get', SCRIPTS.get, [redisKeys(prefix, pk).record]));
-    },
-
-    sweep(request: SweepRequest): Promise<number> {
-      return sweep(io, prefix, scanCount, request);
-    },
-
-    list(request: ListRequest): Promise<IdempotencyRecord[]> {
-      return list(io, prefix, request);
-    },
-
-    async close(): Promise<void> {
-      io.close();
-    },
-  };
+export function redisStore(options: RedisStoreOptions): RedisStore {
+  return new RedisStoreImpl(options);
 }

@@ -1,5 +1,5 @@
 /** `fromNodeRedis`: a node-redis client or cluster seen as the {@link RedisClient} the store calls. */
-import type { NodeRedisClient, NodeRedisCluster, NodeRedisMulti, RedisClient, RedisPipeline } from './options.js';
+import type { NodeRedisClient, NodeRedisCluster, NodeRedisMulti, RedisClient, RedisPipeline } from './redis-options.js';
 
 /**
  * Adapts a connected node-redis client, or a connected node-redis cluster, to {@link RedisClient}. Every call maps

@@ -4,7 +4,8 @@
  * the nodes of a Cluster. Internal: the store holds one.
  */
 import type { RoundTrip, WriteResult } from '../contract.js';
-import type { RedisClient, RedisNodeClient, RedisPipeline, RedisRoundTripRequest } from './options.js';
+import type { RoundTripMeter } from '../shared/round-trips.js';
+import type { RedisClient, RedisNodeClient, RedisPipeline, RedisRoundTripRequest } from './redis-options.js';
 import { SCRIPTS, type RedisScript } from './scripts.js';
 
 export interface RedisCommands {
@@ -31,37 +32,17 @@ export function redisCommands(
   client: RedisClient,
   replicas: number,
   replicaTimeoutMs: number,
-  onRoundTrip: ((trip: RoundTrip) => void) | undefined,
+  meter: RoundTripMeter,
 ): RedisCommands {
-  let roundTrips = 0;
-  let closed = false;
-
   /**
    * Every command the store sends goes through here: counted, then reported to `onRoundTrip` with its raw reply
    * once it settles. `request` is only built when someone observes.
    */
   function send<R>(op: RoundTrip['op'], request: () => RedisRoundTripRequest, call: () => Promise<R>): Promise<R> {
-    if (closed) return Promise.reject(new Error('redis store is closed'));
-    roundTrips++;
-    if (!onRoundTrip) return call();
-    const sent = request();
-    return call().then(
-      (response) => {
-        report({ op, request: sent, response });
-        return response;
-      },
-      (error: unknown) => {
-        report({ op, request: sent, error });
-        throw error;
-      },
-    );
-  }
-  function report(trip: RoundTrip): void {
-    try {
-      onRoundTrip?.(trip);
-    } catch {
-      // An observer's failure is not the store's: the command already ran, and its reply stands.
-    }
+    if (meter.closed) return Promise.reject(new Error('redis store is closed'));
+    meter.add();
+    if (!meter.onRoundTrip) return call();
+    return meter.observe(op, request(), call());
   }
 
   /** One script call for `op`: one `EVALSHA`, plus one `EVAL` if the server answers `NOSCRIPT`. */
@@ -175,7 +156,7 @@ export function redisCommands(
 
   return {
     get roundTrips() {
-      return roundTrips;
+      return meter.count;
     },
     run,
     write,
@@ -183,7 +164,7 @@ export function redisCommands(
     nodes,
 
     async load(): Promise<void> {
-      if (closed) throw new Error('redis store is closed');
+      meter.open();
       await Promise.all(
         (await nodes('all')).flatMap((node) =>
           Object.values(SCRIPTS).map(async ({ name, source, sha }) => {
@@ -200,7 +181,7 @@ export function redisCommands(
     },
 
     close(): void {
-      closed = true;
+      meter.close();
     },
   };
 }
