@@ -11,9 +11,9 @@
  * pending events, and each request's own history (every trace line its steps produced, in order). Two schedules
  * that differ only in the order of steps that do not touch each other (independent requests, or the same record
  * read in either order) reach the same hash, and the second stops there: partial-order reduction by state
- * hashing. A state reached again by a shorter schedule is explored again, so each state is expanded at its
- * shortest depth and the first counterexample of least length is the shortest one (label-correcting search);
- * once a counterexample is known, schedules as long as it are not pursued.
+ * hashing. The hash includes the schedule's length, so a state reached by a shorter schedule is explored again
+ * (in these scenarios it never is: reordered steps make schedules of one length) and the least length of a
+ * counterexample found is the shortest there is; once one is known, schedules as long are not pursued.
  */
 import { createHash } from 'node:crypto';
 import { recordPk } from 'idem';
@@ -39,7 +39,7 @@ const STEP_FAULTS: ReadonlyArray<readonly [DriverFault, BudgetKind]> = [
 
 /** What a search shares across its runs. */
 interface Search {
-  readonly visited: Map<string, number>;
+  readonly visited: Set<string>;
   readonly stack: number[][];
   readonly maxDepth: number;
   /** Prune at states explored already (off: the whole tree of schedules, to check the pruning against). */
@@ -95,9 +95,8 @@ class ChoiceDriver implements Driver {
       if (this.length + 1 >= search.best) return this.#halt('cut');
       if (search.hashing) {
         const hash = await this.#hash(world);
-        const seen = search.visited.get(hash);
-        if (seen !== undefined && seen <= this.length) return this.#halt('pruned');
-        search.visited.set(hash, this.length);
+        if (search.visited.has(hash)) return this.#halt('pruned');
+        search.visited.add(hash);
       }
       for (let i = alternatives.length - 1; i >= 1; i--) search.stack.push([...this.path, i]);
       pick = 0;
@@ -178,7 +177,8 @@ class ChoiceDriver implements Driver {
   async #hash(world: DriverView): Promise<string> {
     const now = world.now;
     const h = createHash('sha1');
-    h.update(`${now}|${JSON.stringify(this.#used)}\n`);
+    // The schedule's length too: a state is one state at one depth, so depth first finds the shortest schedule.
+    h.update(`${now}|${this.length}|${JSON.stringify(this.#used)}\n`);
     for (const inc of world.incarnations) {
       const cut = Math.max(0, inc.partitionedUntil - now);
       h.update(`${inc.label} ${inc.alive} ${cut} ${Math.max(0, inc.pausedUntil - now)} ${world.offset(inc.proc)}\n`);
@@ -217,7 +217,7 @@ export interface Exploration {
   readonly schedules: number;
   /** Schedules that ran to the end (quiescence, or an invariant broken). */
   readonly complete: number;
-  /** Schedules stopped at a state already explored at the same depth or less. */
+  /** Schedules stopped at a state explored already (at the same length). */
   readonly pruned: number;
   /** Distinct states hashed. */
   readonly states: number;
@@ -242,7 +242,7 @@ export interface Exploration {
  */
 export async function explore(scenario: Scenario, { maxDepth = 400, hashing = true } = {}): Promise<Exploration> {
   const started = performance.now();
-  const search: Search = { visited: new Map(), stack: [[]], maxDepth, hashing, best: Infinity };
+  const search: Search = { visited: new Set(), stack: [[]], maxDepth, hashing, best: Infinity };
   const n = { schedules: 0, complete: 0, pruned: 0, bounded: 0, cut: 0, violations: 0 };
   const byInvariant: Record<string, number> = {};
   let shortest: Counterexample | undefined;
