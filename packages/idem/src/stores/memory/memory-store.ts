@@ -1,7 +1,7 @@
 /** The memory store: one class over two maps, the records and each scope's keys. */
 import { configError } from '../../core/errors.js';
 import type * as C from '../contract.js';
-import { claimedRecord, isClaimable } from '../contract.js';
+import { claimedRecord, isClaimable, isTakeover } from '../contract.js';
 import { bindMethods, reportCalls, RoundTripMeter } from '../shared/round-trips.js';
 import type { MemoryStoreOptions } from './memory-options.js';
 
@@ -58,7 +58,7 @@ export class MemoryStoreImpl implements C.IdempotencyStore<undefined> {
     }
     const record = claimedRecord(existing, request);
     this.#records.set(request.pk, record);
-    return { kind: 'claimed', record };
+    return { kind: 'claimed', record, takeover: isTakeover(existing, request.now) };
   }
 
   async complete({ pk, token, outcome, effects }: C.CompleteRequest<undefined>): Promise<C.WriteResult> {
