@@ -5,7 +5,7 @@
  * by its package name. Adapters reach the library only through its public entry points (package.json `exports`),
  * so a third party can write an adapter the way ours are written.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
@@ -50,6 +50,11 @@ const PUBLIC: readonly string[] = Object.values(
   .map((path) => `${LIB}/${path.slice('./dist/'.length)}`)
   .filter((path) => !path.startsWith(`${LIB}/adapters/`));
 
+/** The store folders (stores/shared/ holds what they share, and is not one). */
+const STORES: readonly string[] = readdirSync(join(ROOT, LIB, 'stores'), { withFileTypes: true })
+  .filter((entry) => entry.isDirectory() && entry.name !== 'shared')
+  .map((entry) => entry.name);
+
 /** What the Node-based adapters share: adapters/shared.ts and adapters/node/. */
 const nodeLayer = (target: string): boolean =>
   target === `${LIB}/adapters/shared.js` || target.startsWith(`${LIB}/adapters/node/`);
@@ -72,6 +77,34 @@ describe('architecture', () => {
           ownFolder(t, f),
       ),
     ).toEqual([]);
+  });
+
+  it('every store folder has the template: index.ts, <name>-store.ts, <name>-options.ts, and schema.ts', () => {
+    const missing = STORES.flatMap((name) =>
+      ['index.ts', `${name}-store.ts`, `${name}-options.ts`, ...(name === 'memory' ? [] : ['schema.ts'])]
+        .filter((file) => !existsSync(join(ROOT, LIB, 'stores', name, file)))
+        .map((file) => `${name}/${file}`),
+    );
+    expect(missing).toEqual([]);
+    expect(STORES).toEqual(expect.arrayContaining(['memory', 'sqlite', 'postgres', 'mysql', 'redis', 'dynamodb']));
+  });
+
+  it("a store's index.ts declares its factory alone; its <name>-store.ts one class", () => {
+    const declared = (file: string): string[] =>
+      [
+        ...readFileSync(file, 'utf8').matchAll(/^(?:export )?(?:async )?(function|class|const|let|var|enum) (\w+)/gm),
+      ].map((m) => `${m[1]} ${m[2]}`);
+    const factory = (name: string) => `function ${name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase())}Store`;
+    const stray = STORES.flatMap((name) => {
+      const folder = join(ROOT, LIB, 'stores', name);
+      const index = declared(join(folder, 'index.ts')).filter((d) => d !== factory(name));
+      const classes = declared(join(folder, `${name}-store.ts`)).filter((d) => d.startsWith('class '));
+      return [
+        ...index.map((d) => `${name}/index.ts: ${d}`),
+        ...(classes.length === 1 ? [] : [`${name}: ${classes.join(', ')}`]),
+      ];
+    });
+    expect(stray).toEqual([]);
   });
 
   it('http imports only core and itself', () => {
