@@ -1,8 +1,9 @@
 /**
  * @module Bodies the runtime already holds: a Web `Request`'s or `Response`'s bytes read without a stream tee, where
- * the runtime lets them be seen (Node's fetch, undici: each message keeps its body as `{ stream, source, length }`
- * under one symbol, `source` being the bytes or text it was made from). Anywhere else (Bun, Deno, workerd, a
- * framework's own request object) every function here answers `undefined` and the caller takes the portable path.
+ * the runtime lets them be seen (Node 20 and 22's fetch, undici 6: each message keeps its body as `{ stream,
+ * source, length }` under one symbol, `source` being the bytes or text it was made from). Anywhere else (Node 24,
+ * whose undici 7 keeps it in private fields; Bun, Deno, workerd; a framework's own request object) the functions
+ * here find no state and the caller takes the portable path (test/runtimes runs both).
  */
 import { BodyTooLargeError, readBytes } from './replay.js';
 
