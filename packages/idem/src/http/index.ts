@@ -12,6 +12,7 @@ export type {
   Gate,
   GateRequest,
   HandlerContext,
+  HttpReconcileAnswer,
   IdempotencyOptions,
   IdempotentFetch,
   IdempotentHandler,

@@ -23,7 +23,13 @@ import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, replayResponse } from './rep
 import { responseSize, responseTooLarge, storedResponse } from './stored.js';
 import { serveWeb } from './web.js';
 
-export type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
+export type {
+  Declaration,
+  HandlerContext,
+  HttpReconcileAnswer,
+  IdempotencyOptions,
+  IdempotentHandler,
+} from './options.js';
 export { responseTooLarge, storedProblem, storedResponse } from './stored.js';
 export { serveWeb, type ServeOptions } from './web.js';
 

@@ -146,6 +146,12 @@ describe("takeover: 'reconcile'", () => {
     expect(t.runs()).toBe(0);
   });
 
+  it('a local route takes no policy but rerun: its work has no outside call to be unsure of', () => {
+    expect(() =>
+      idempotency({ store: memoryStore(), scope: 'single-tenant', local: true, takeover: 'quarantine' }),
+    ).toThrow(/Expected `takeover` to be 'rerun' on a local route/);
+  });
+
   it("takeover: 'reconcile' without a hook is refused at construction", () => {
     expect(() => idempotency({ store: memoryStore(), scope: 'single-tenant', takeover: 'reconcile' })).toThrow(
       /Expected `reconcile` to be a function/,
