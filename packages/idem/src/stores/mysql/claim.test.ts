@@ -14,8 +14,9 @@ describe.skipIf(!available)('mysql store', () => {
 
   describe('the claim decides on the latest committed row, under its lock', () => {
     /**
-     * The pool sends the claim's two statements as two queries, with `between` run on another connection in the
-     * gap: what the one-query claim allows whenever another connection commits between its INSERT and its SELECT.
+     * The pool sends the claim's statements as two queries (the reset and the upsert, then the read), with
+     * `between` run on another connection in the gap: what the one-query claim allows whenever another
+     * connection commits between its INSERT and its SELECT.
      */
     const splitting = (between: () => Promise<void>): MysqlPool<mysql.PoolConnection> => {
       let pending: (() => Promise<void>) | undefined = between;

@@ -1,5 +1,5 @@
 /**
- * The MySQL claim: one query of two statements (an upsert whose every assignment is guarded by the claim
+ * The MySQL claim: one query of three statements (a reset of LAST_INSERT_ID, an upsert whose every assignment is guarded by the claim
  * condition, then a read of the row), sent again only when it was decided on an older version. The race it
  * closes is told in the comment on `claim`, below.
  */
@@ -23,7 +23,7 @@ const CLAIMABLE = `(expires_at <= :now
         AND ((status = 'failed' AND retryable)
              OR (status = 'in_progress' AND lease_expires_at <= :now))))`;
 
-/** The claim's two statements over the quoted table `t`, with `:name` placeholders. */
+/** The claim's three statements over the quoted table `t`, with `:name` placeholders. */
 export function claimSql(t: string): string {
   /** True in every assignment after `token`'s exactly when this statement claims the row (see `claim`). */
   const won = `(token = :token OR ${CLAIMABLE})`;

@@ -13,8 +13,8 @@ export type * from './mysql-options.js';
 /**
  * Creates a MySQL store over your pool. Run `migrate()` once (or `schema.sql`) before first use.
  *
- * Round trips (each query sent is one): claim 1 (one query of two statements; 2 or more only when InnoDB picks
- * it as a deadlock victim, or the record changed between its two statements, see claim.ts);
+ * Round trips (each query sent is one): claim 1 (one query of three statements; 2 or more only when InnoDB picks
+ * it as a deadlock victim, or the record changed between its statements, see claim.ts);
  * complete 1; complete with `effects` 3 (`START TRANSACTION`, the fenced `UPDATE`, `COMMIT`/`ROLLBACK`) plus the
  * statements the effects send themselves, which are the work's and not counted; renew, release, get, list 1;
  * sweep 1 per batch. Checking a connection out of the pool is not counted. `onRoundTrip` sees each counted

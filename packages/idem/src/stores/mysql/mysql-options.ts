@@ -31,7 +31,7 @@ export interface MysqlPoolConnection extends MysqlQueryable {
 
 /**
  * The subset of `mysql2/promise`'s `Pool` the store calls. The pool must be created with
- * `multipleStatements: true`: a claim is one round trip of two statements. `end` is only called when
+ * `multipleStatements: true`: a claim is one round trip of three statements. `end` is only called when
  * `endPoolOnClose` is true.
  */
 export interface MysqlPool<Connection extends MysqlPoolConnection = MysqlPoolConnection> extends MysqlQueryable {

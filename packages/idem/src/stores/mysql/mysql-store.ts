@@ -46,7 +46,7 @@ export class MysqlStoreImpl<Tx extends MysqlQueryable> implements MysqlStore<Tx>
     if (multipleStatementsOff(pool)) {
       throw configError(
         'pool',
-        'a pool created with multipleStatements: true (a claim is one round trip of two statements)',
+        'a pool created with multipleStatements: true (a claim is one round trip of three statements)',
       );
     }
     checkIdentifier('table', table);
@@ -74,7 +74,7 @@ export class MysqlStoreImpl<Tx extends MysqlQueryable> implements MysqlStore<Tx>
     return this.#meter.count;
   }
 
-  /** One query of two statements, and the race it closes: claim.ts. */
+  /** One query of three statements, and the race it closes: claim.ts. */
   claim(request: C.ClaimRequest): Promise<C.ClaimResult> {
     return claim(this.#bound, this.#sql.claim, request, this.#pool);
   }

@@ -109,7 +109,7 @@ describe.skipIf(!available)('mysql store', () => {
       const single = mysql.createPool({ uri: url, connectionLimit: 1 });
       try {
         expect(() => mysqlStore({ pool: single })).toThrow(
-          'Expected `pool` to be a pool created with multipleStatements: true (a claim is one round trip of two statements).',
+          'Expected `pool` to be a pool created with multipleStatements: true (a claim is one round trip of three statements).',
         );
       } finally {
         await single.end();
