@@ -24,6 +24,11 @@ const quoted = PAGES.flatMap((page) =>
     .map((b) => ({ page, marker: b.marker ?? '', code: b.code })),
 );
 
+/** The quotes in the package's README, which repeats the quick start for the registry. */
+const packageQuotes = blocks(readFileSync(join(ROOT, 'packages/idem/README.md'), 'utf8'))
+  .filter((b) => b.marker?.startsWith('examples/'))
+  .map((b) => ({ page: 'packages/idem/README.md', marker: b.marker ?? '', code: b.code }));
+
 /** Every region the examples mark, as `<file> <name>`. */
 const marked = readdirSync(join(ROOT, 'examples'), { recursive: true, encoding: 'utf8' })
   .filter((file) => /\.(c|m)?(j|t)sx?$/.test(file) && !file.split(/[/\\]/).includes('node_modules'))
@@ -36,8 +41,22 @@ describe('the docs quote the examples', () => {
     expect(quoted.map((q) => q.marker).sort()).toEqual([...marked].sort());
   });
 
-  it.each(quoted)('$page: the block marked $marker is that region, byte for byte', ({ marker, code }) => {
-    const [file = '', name = ''] = marker.split(' ');
-    expect(code).toBe(region(ROOT, file, name));
+  it("the package's README quotes the quick start: the handler and the four runtimes", () => {
+    expect(packageQuotes.map((q) => q.marker)).toEqual([
+      'examples/web/charges.js handler',
+      'examples/web/node.js node',
+      'examples/web/bun.js bun',
+      'examples/web/deno.js deno',
+      'examples/web/worker.js worker',
+    ]);
   });
+
+  // The package's own README (the registry page) quotes some of them again, byte for byte too.
+  it.each([...quoted, ...packageQuotes])(
+    '$page: the block marked $marker is that region, byte for byte',
+    ({ marker, code }) => {
+      const [file = '', name = ''] = marker.split(' ');
+      expect(code).toBe(region(ROOT, file, name));
+    },
+  );
 });

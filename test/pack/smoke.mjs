@@ -307,6 +307,18 @@ try {
   );
   link(project, [...PEERS, ...TYPES]);
   const tsc = join(project, 'node_modules/typescript/bin/tsc');
+  // The registry page is the package's own README (install first, no links into the repository), not the root's.
+  const readme = readFileSync(join(project, 'node_modules/idem/README.md'), 'utf8');
+  if (!readme.startsWith('# idem\n\nIdempotency keys') || readme.includes('](docs/') || readme.includes('npm ci'))
+    throw new Error("the tarball's README is not packages/idem/README.md (the registry page)");
+  // `npm pack --json` prints JSON only: `prepack` builds, and the build's output goes to stderr.
+  log('npm pack --dry-run --json (prepack builds again)');
+  const dry = run('npm', ['pack', '--dry-run', '--json'], PKG);
+  try {
+    JSON.parse(dry);
+  } catch {
+    throw new Error(`npm pack --json printed more than JSON:\n${dry.slice(0, 400)}`);
+  }
 
   // 3. Each module system in its own folder (its own package.json "type"), sharing the project's node_modules.
   for (const scenario of SCENARIOS) {
