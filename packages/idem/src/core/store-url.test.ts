@@ -52,6 +52,13 @@ https://h/cb#access_token=Zq9Secret&state=xyz&token_type=bearer   https://h/cb#a
 https://h/p?token=Zq9Secret#top                       https://h/p?token=***
 http://127.0.0.1:4000/v1/charges?limit=3              http://127.0.0.1:4000/v1/charges?limit=3
 http://user:p@ss/word@h/x                             http://…
+postgres://u@h/db?p%61ssword=S3CRETPW1                postgres://u@h/db?p%61ssword=***
+redis://127.0.0.1:6379/5?p%61ssword=S3CRETPW3         redis://127.0.0.1:6379/5?p%61ssword=***
+https://api.example/x?t%6Fken=SECRET&api%5fk%65y=K&page=2   https://api.example/x?t%6Fken=***&api%5fk%65y=***&page=2
+https://apiuser:S3CR#ETPW@api.example/v1/charges      https://***@api.example/v1/charges
+https://sk_live_Zq9#X@host/v1                         https://***@host/v1
+https://h/v1?api_key=AB#CD                            https://h/v1?api_key=***
+https://h/cb?x=1#access_token=Zq9Secret&state=xyz     https://h/cb?x=1#access_token=***&state=xyz
 `;
 
 describe('redactUrl: every credential form, masked', () => {
