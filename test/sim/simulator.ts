@@ -432,8 +432,9 @@ class World implements Sim {
       this.#restart(proc);
       (this.#incarnations[proc] as Incarnation).partitionedUntil = 0; // the network heals
     }
-    this.#now += s.leaseMs + 2 * s.maxSkewMs + 1;
-    const slowest = Math.min(...s.processes.map((p) => this.#now + p.skewMs));
+    // Past every lease by every clock: the skew, or more if a clock stepped (the exhaustive mode's clock step).
+    this.#now += s.leaseMs + 2 * Math.max(s.maxSkewMs, ...this.#offsets.map(Math.abs)) + 1;
+    const slowest = Math.min(...this.#offsets.map((offset) => this.#now + offset));
     this.log(() => 'every process is idle and every lease has run out; each client retries once more, fault-free');
     const used = new Set(s.attempts.filter((a) => !this.#droppedAttempts.has(a.index)).map((a) => a.keyIndex));
     for (const plan of s.keys) {
