@@ -35,6 +35,7 @@ export {
 } from './replay.js';
 export { responseTooLarge, storedProblem, storedResponse } from './stored.js';
 export { readAndRestore } from './node-body.js';
+export { requestBytes } from './held-body.js';
 export type { NodeRequestBody } from './node-body.js';
 // For adapters: the core names their options, outcomes and signatures use (also exported by `idem`).
 export { classifyStatus } from '../core/engine.js';

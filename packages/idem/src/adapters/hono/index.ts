@@ -6,12 +6,12 @@ import {
   BodyTooLargeError,
   classifyStatus,
   createGate,
+  requestBytes,
   serveWeb,
   type Engine,
   type HandlerContext,
   type IdempotencyOptions,
 } from '../../http/index.js';
-import { requestBytes } from '../../http/held-body.js';
 
 /** The Web layer's options; `scope`, `required` and `onError` receive the Hono context. */
 export type HonoIdempotencyOptions<Tx = never> = IdempotencyOptions<Tx, Context>;
