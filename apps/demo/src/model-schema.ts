@@ -25,7 +25,7 @@ export const OPERATIONS: Record<string, Operations> = {
   },
   sqlite: {
     claim:
-      'BEGIN IMMEDIATE; INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> RETURNING *: the conditional write. A SELECT of the row first is a shortcut that answers a refusal without the write lock.',
+      'BEGIN IMMEDIATE; INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> AND token IS <the token read> RETURNING *: the conditional write. A SELECT of the row first is a shortcut that answers a refusal without the write lock.',
     complete: 'UPDATE … WHERE token = ? AND status = in_progress',
     renew: 'UPDATE … SET lease_expires_at = max(lease_expires_at, ?) … WHERE token = ? AND status = in_progress',
     release: 'DELETE … WHERE token = ? AND status = in_progress',
@@ -33,7 +33,7 @@ export const OPERATIONS: Record<string, Operations> = {
   },
   postgres: {
     claim:
-      'INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> RETURNING *: the conditional write, one statement. Its WITH cur read of the row is a shortcut that answers a refusal without locking.',
+      'INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> AND token IS NOT DISTINCT FROM <the token cur read> RETURNING *: the conditional write, one statement. Its WITH cur read of the row is a shortcut that answers a refusal without locking.',
     complete: 'UPDATE … WHERE token = $2 AND status = in_progress',
     renew: 'UPDATE … SET lease_expires_at = GREATEST(lease_expires_at, $3) … WHERE token = $2 AND status = in_progress',
     release: 'DELETE … WHERE token = $2 AND status = in_progress',

@@ -167,7 +167,7 @@ describe('model API', () => {
       ]);
       expect([lost?.refusedBy?.by, lost?.refusedBy?.trip, lost?.refusedBy?.statement]).toEqual(['write', 2, 1]);
       expect(lost?.refusedBy?.condition).toMatch(
-        /^WHERE "idem_records"\."expires_at" <= @now\s+OR \("idem_records"\."fingerprint" = excluded\."fingerprint"/,
+        /^WHERE \("idem_records"\."expires_at" <= @now\s+OR \("idem_records"\."fingerprint" = excluded\."fingerprint"/,
       );
     }
     database.close();
@@ -274,7 +274,7 @@ describe.skipIf(!postgres)('model API race on PostgreSQL', () => {
       // The first statement wrote nothing and returned nothing; sent again, it read the winner's row.
       expect(claimRows).toEqual([0, 1]);
       expect([lost?.refusedBy?.by, lost?.refusedBy?.statement]).toEqual(['write', null]);
-      expect(lost?.refusedBy?.condition).toMatch(/^WHERE r\.expires_at <= \$7::bigint/);
+      expect(lost?.refusedBy?.condition).toMatch(/^WHERE \(r\.expires_at <= \$7::bigint/);
     }
   });
 });
