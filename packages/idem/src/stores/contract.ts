@@ -4,5 +4,3 @@
  */
 export * from '../core/record.js';
 
-/** The header codec lives in shared/headers.ts; re-exported here until every store imports it from there. */
-export { decodeHeaders, encodeHeaders } from './shared/headers.js';

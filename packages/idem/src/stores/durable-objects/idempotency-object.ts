@@ -3,7 +3,8 @@
  * deletes them with an alarm once they expire. The Worker-side store (durable-objects-store.ts) calls it by
  * `fetch`; export the class from your Worker's main module and bind a namespace to it.
  */
-import { claimedRecord, encodeHeaders, decodeHeaders, isClaimable, isTakeover } from '../contract.js';
+import { claimedRecord, isClaimable, isTakeover } from '../contract.js';
+import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
 import type {
   ClaimRequest,
   ClaimResult,
