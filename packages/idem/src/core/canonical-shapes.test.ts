@@ -1,7 +1,8 @@
 /**
  * The shape cache (canonical-shapes.ts) against shapes made to share a slot (review rev30): records alternating
  * between two sets of keys of the same lengths and the same first and last 4 bytes, escaped or not. The cache hashed
- * only those bytes, so each record evicted the other shape and was sorted again: 3.2–4.5× JSON.parse.
+ * only those bytes, so each record evicted the other shape and was sorted again: 3.2–4.5× JSON.parse. Then (rev31)
+ * keys over 64 bytes alike in their first and last 32: 5.2×.
  */
 import { describe, expect, it } from 'vitest';
 import { canonicalCosts } from './canonical-json.js';
@@ -31,6 +32,11 @@ describe('shapes that agree on their keys but for the middle bytes', () => {
     [
       'keys of 40 bytes',
       (shape: number, i: number) => `pfx_${'x'.repeat(15)}${'ab'[shape]}${'y'.repeat(16)}${String(i).padStart(4, '0')}`,
+    ],
+    [
+      'escaped keys of 65 bytes, alike but for the middle (a long key is hashed on its ends first)',
+      (shape: number, i: number) =>
+        `\\u0070${'p'.repeat(31)}${'ab'[shape]}${'q'.repeat(28)}${String(i).padStart(4, '0')}`,
     ],
   ])('%s: two shapes alternating are each sorted once, over 2 records or 400', (_, name) => {
     const twice = sortWork(2, name);

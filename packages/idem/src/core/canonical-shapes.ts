@@ -12,10 +12,12 @@ import * as keyOrder from './key-order.js';
  */
 const { KEY_END, KEY_START, MEMBER } = keyOrder;
 
-/** Shapes kept at once: an object finds its shape in the slot its keys hash to, where a newer one replaces it. */
-/** The hash's seed, drawn once per process. */
+/** The hashes' seed, drawn once per process. */
 const SEED = (Math.random() * 0x1_0000_0000) | 0;
+/** Shapes kept at once: an object finds its shape in the slot its keys hash to, where a newer one replaces it. */
 const SLOTS = 2048;
+/** {@link Shapes} `lookup`: the slot holds another shape of the same hash. */
+const OTHER_KEYS = -2;
 
 /**
  * The shapes kept, one after another: per shape its hash, member count, how many it keeps, then (start, end) of
@@ -60,35 +62,20 @@ export class Shapes {
     // The shape last found or kept first (an array of one shape needs no hash), then the one in the keys' slot.
     if (this.#last >= 0 && this.#matches(this.#last, words, members, base, count))
       return this.#orderOf(this.#last, order);
-    // The keys' bytes, hashed from a seed this process drew: a hash of a few (the first and last 4 of each key) let
-    // two shapes differing elsewhere share a slot, so that records alternating between them, with escaped keys, were
-    // sorted every time (review rev30: 3.2–4.5× JSON.parse; now 1.9–2.7×). Of a key over 64 bytes, its first and last
-    // 32: two long keys alike there but for their middle cost a sort each (JSON.parse pays for their length too).
-    let hash = Math.imul(count ^ SEED, 0x9e3779b1);
-    for (let i = 0; i < count; i++) {
-      const start = members[(base + i) * MEMBER + KEY_START] as number;
-      const end = members[(base + i) * MEMBER + KEY_END] as number;
-      hash = Math.imul(hash ^ (end - start), 0x85ebca6b);
-      let k = start;
-      let stop = end - start > 64 ? start + 32 : end; // a long key: its first 32 bytes, then its last 32
-      for (;;) {
-        for (; k + 4 <= stop; k += 4) {
-          hash = Math.imul(hash ^ words.getInt32(k, true), 0xcc9e2d51);
-          hash ^= hash >>> 15;
-        }
-        // The last 1 to 3 bytes, masked (the body has room after its end: canonical-json.ts).
-        if (k < stop) hash = Math.imul(hash ^ (words.getInt32(k, true) & ((1 << (8 * (stop - k))) - 1)), 0x1b873593);
-        if (stop === end) break;
-        k = end - 32;
-        stop = end;
-      }
-      hash = Math.imul(hash ^ (hash >>> 13), 0xc2b2ae35);
-    }
+    const kept = this.#lookup(hashOf(words, members, base, count, false), words, members, base, count, order);
+    if (kept !== OTHER_KEYS) return kept;
+    // Keys alike in all the bytes hashed but for the middle of a long one: hashed whole, into another slot.
+    return Math.max(-1, this.#lookup(hashOf(words, members, base, count, true), words, members, base, count, order));
+  }
+
+  /** The order of the shape in `hash`'s slot (noting `hash` for `keep`): -1 none, OTHER_KEYS another shape's. */
+  #lookup(hash: number, words: DataView, members: Int32Array, base: number, count: number, order: Int32Array): number {
     this.#hash = hash;
     const slot = 2 * ((hash ^ (hash >>> 16)) & (SLOTS - 1));
     if (slots[slot] !== this.#generation) return -1;
     const at = slots[slot + 1] as number;
-    if (this.#pool[at] !== hash || !this.#matches(at, words, members, base, count)) return -1;
+    if (this.#pool[at] !== hash) return -1;
+    if (!this.#matches(at, words, members, base, count)) return OTHER_KEYS;
     this.#last = at;
     return this.#orderOf(at, order);
   }
@@ -140,6 +127,38 @@ export class Shapes {
     this.#last = at;
     this.#used += size;
   }
+}
+
+/**
+ * A hash of the keys of members `base` to `base + count`, from this process's seed. `whole`: every byte; else of a
+ * key over 64 bytes its first and last 32 only. A hash of fewer bytes (the first and last 4 of each key) let two
+ * shapes differing elsewhere share a slot, so that records alternating between them, with escaped keys, were sorted
+ * every time (reviews rev30, rev31: 3.2–5.2× JSON.parse). Shapes alike in the bytes hashed but for the middle of a
+ * long key find each other in the slot ({@link Shapes} `find`), and are hashed whole: an object whose keys are each
+ * its own (1,000 bytes each, differing at the end) is never hashed whole.
+ */
+function hashOf(words: DataView, members: Int32Array, base: number, count: number, whole: boolean): number {
+  let hash = Math.imul(count ^ SEED ^ (whole ? 0x5bd1e995 : 0), 0x9e3779b1);
+  for (let i = 0; i < count; i++) {
+    const start = members[(base + i) * MEMBER + KEY_START] as number;
+    const end = members[(base + i) * MEMBER + KEY_END] as number;
+    hash = Math.imul(hash ^ (end - start), 0x85ebca6b);
+    let k = start;
+    let stop = whole || end - start <= 64 ? end : start + 32; // a long key: its first 32 bytes, then its last 32
+    for (;;) {
+      for (; k + 4 <= stop; k += 4) {
+        hash = Math.imul(hash ^ words.getInt32(k, true), 0xcc9e2d51);
+        hash ^= hash >>> 15;
+      }
+      // The last 1 to 3 bytes, masked (the body has room after its end: canonical-json.ts).
+      if (k < stop) hash = Math.imul(hash ^ (words.getInt32(k, true) & ((1 << (8 * (stop - k))) - 1)), 0x1b873593);
+      if (stop === end) break;
+      k = end - 32;
+      stop = end;
+    }
+    hash = Math.imul(hash ^ (hash >>> 13), 0xc2b2ae35);
+  }
+  return hash;
 }
 
 /**
