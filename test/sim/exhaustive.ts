@@ -30,6 +30,8 @@ interface Plan {
   readonly requests: ReadonlyArray<readonly [at: number, process: 0 | 1, tampered?: boolean]>;
   readonly budget: Readonly<Partial<Record<BudgetKind, number>>>;
   readonly ttlMs?: number;
+  /** Minutes, not seconds: explored only when named (`--exhaustive every-fault`), not by `all` or `npm test`. */
+  readonly long?: boolean;
 }
 
 /** After the first request's lease, if its holder stopped renewing it. */
@@ -101,6 +103,16 @@ export const PLANS: readonly Plan[] = [
       [2_000, 1],
     ],
     budget: { 'early-answer': 1, 'client-gone': 1 },
+  },
+  {
+    name: 'every-fault',
+    what: 'as takeover; one crash, one lease lapse, one store call that never answers, one clock step',
+    requests: [
+      [0, 0],
+      [AFTER_LEASE, 1],
+    ],
+    budget: { crash: 1, lapse: 1, stall: 1, 'clock-step': 1 },
+    long: true,
   },
   {
     name: 'three',
@@ -238,7 +250,7 @@ export async function exhaustiveCli(
 ): Promise<number> {
   const { explore, replaySchedule } = await import('./explore.js');
   const { DEFECTS, SQL_DEFECTS } = await import('./scenario.js');
-  const names = target === 'all' ? PLANS.map((p) => p.name) : [target];
+  const names = target === 'all' ? PLANS.filter((p) => !p.long).map((p) => p.name) : [target];
   const runs: Array<[string, DefectName | undefined, BackendName | undefined]> = names.map((n) => [n, defect, backend]);
   if (target === 'all' && !defect && !backend) {
     // The SQL defects' scenarios on the real SQLite store too: what the defect breaks, the real store keeps.
