@@ -21,6 +21,19 @@ describe('redaction: the third review', () => {
     const text = `redis record x has an unknown status ${'pass'.repeat(65_536)} password=S3CRET`;
     expect(redact(text)).toBe(`redis record x has an unknown status ${'pass'.repeat(65_536)} password=***`);
   }, 10_000);
+
+  it('masks a credential value whole: with its auth scheme, or in ODBC braces (rev31)', () => {
+    expect([
+      redact('Authorization: Bearer sk_live_51Hx rejected'),
+      redact('Driver={x};Server=h;Pwd={S3;CRETPW};Uid=a'),
+      redact('authorization=Basic dXNlcjpwYXNz&x=1'),
+    ]).toEqual(['Authorization: *** rejected', 'Driver={x};Server=h;Pwd=***;Uid=a', 'authorization=***&x=1']);
+  });
+
+  it('redacts 256 K characters of schemes, each run scanned once (rev31: 26 s before)', () => {
+    const text = `status ${'a://'.repeat(65_536)} postgres://app:S3CRET@db/pay`;
+    expect(redact(text)).toBe(`status ${'a://'.repeat(65_536)} postgres://app:***@db/pay`);
+  }, 10_000);
 });
 
 describe('the CLI prints no credential and no unbounded line', () => {
