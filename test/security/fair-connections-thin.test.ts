@@ -3,7 +3,8 @@
  * address under its share, locked a bystander out (0 of 183, 0 of 66, 0 of 50 answered) with connections the eviction
  * never chose: (b) lab delays of 60 s, and (c) keep-alives asking `GET /healthz` more often than once a second (never
  * stale). (a), answers read 1 KB every 2 s, needs a receive buffer node cannot shrink; it is rank 2 as (b) is.
- * Now a lab delay or unread answers held a second is evictable, and then the keep-alive idle longest.
+ * Now a lab delay or unread answers held a second is evictable, then the keep-alive idle longest, and then (rev31:
+ * (d) lab delays sent faster than they end, 0/63 answered) the lab delay or unread answers delivered longest ago.
  *
  * Scaled to a cap of 32 and 32 addresses. Other clients bind other loopback addresses (127.0.0.0/8).
  */
@@ -53,6 +54,47 @@ describe.skipIf(process.platform !== 'linux')(
           1,
           { dropped: 0, overShare: 0, silent: 0, stalled: 0, evicted: 1 },
         ]);
+      });
+    });
+
+    it('(d) a keep-alive sending a 900 ms lab delay every 400 ms, unanswered, from each of 32 addresses (cap 32): a bystander is answered 200 within a second, evicting 1', async () => {
+      await withDemo({ IDEM_MAX_CONNECTIONS: '32' }, async (server, conns) => {
+        const body = '{"amount":100,"currency":"usd","source":"tok_visa"}';
+        let stopped = false;
+        let sent = 0;
+        const send = (conn: Conn, i: number) => {
+          const head =
+            `POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer sk_lab_thin${String(i).padStart(4, '0')}\r\n` +
+            `Idempotency-Key: d-${i}-${++sent}\r\nContent-Type: application/json\r\nIdem-Lab-Delay-Ms: 900\r\n` +
+            `Content-Length: ${body.length}\r\n\r\n${body}`;
+          conn.socket.write(head);
+        };
+        const open: Conn[] = [];
+        for (const [i, from] of ADDRESSES.entries()) {
+          const conn = await dial(server.url, '', from);
+          conns.add(conn);
+          open.push(conn);
+          send(conn, i);
+        }
+        // Never idle, never a second without a request: a new delay every 400 ms, before the last one ends.
+        const pace = setInterval(() => {
+          if (!stopped) open.forEach((conn, i) => conn.socket.destroyed || send(conn, i));
+        }, 400);
+        try {
+          await waitFor(
+            '32 claims',
+            async () =>
+              Number(/^idem_store_op_duration_seconds_count\{op="claim"\} (\d+)$/m.exec(await metrics(server))?.[1]) >=
+              32,
+            { timeoutMs: 10_000, everyMs: 50 },
+          );
+          const status = await askHealthz(server, '127.0.0.200');
+          // Without the last fallback every connection is working on a lab delay sent within the second: none is evictable.
+          expect([status, (await counters(server)).evicted]).toEqual([200, 1]);
+        } finally {
+          stopped = true;
+          clearInterval(pace);
+        }
       });
     });
 

@@ -305,7 +305,8 @@ function evictable(
  * its address holds, in this order: one that holds no work ({@link rankOf} below 2) and delivered no request for
  * {@link STALE_MS}; then one whose lab delay or unread answers have held it that long (rank 2); then the one holding
  * no work that delivered its last request longest ago — an idle keep-alive costs its client only a reconnect, and
- * clients each asking something every second must not hold the cap against everyone else. The newcomer's own address
+ * clients each asking something every second must not hold the cap against everyone else; then, likewise, the lab
+ * delay or unread answers delivered longest ago (lab delays sent faster than they end hold every slot otherwise). The newcomer's own address
  * goes first: one that holds such a connection only recycles it. Then, unless the newcomer's address lost one this
  * way within {@link STALE_EVICTED_MS} (`mayTake` false), the address holding the most, oldest first (a set keeps the
  * order of acceptance): addresses that re-open connections as fast as they are cut do not chase each other through
@@ -323,18 +324,20 @@ function stale(
     ? [...byAddress.values()].filter((sockets) => sockets !== own).sort((a, b) => b.size - a.size)
     : [];
   let held: Socket | undefined;
-  let idle: Socket | undefined;
-  let idleAt = Infinity;
+  // The longest without a request among those holding no work (index 0) and among lab delays and unread answers (1).
+  const oldest: [Socket | undefined, Socket | undefined] = [undefined, undefined];
+  const oldestAt = [Infinity, Infinity];
   for (const sockets of own ? [own, ...others] : others) {
     for (const socket of sockets) {
       const at = state.get(socket)?.progressAt ?? Infinity;
       const rank = rankOf(socket, state.get(socket));
       if (rank < 2 && at <= since) return socket;
       if (rank === 2 && at <= since) held ??= socket;
-      if (rank < 2 && at < idleAt) [idle, idleAt] = [socket, at];
+      const kind = rank < 2 ? 0 : rank === 2 ? 1 : -1;
+      if (kind >= 0 && at < (oldestAt[kind] as number)) [oldest[kind], oldestAt[kind]] = [socket, at];
     }
   }
-  return held ?? idle;
+  return held ?? oldest[0] ?? oldest[1];
 }
 
 /**
