@@ -434,11 +434,12 @@ class Canonical {
 
   /**
    * The rest of a string from its first escape at `i` (its opening quote at `at` in `out`): scanned to its end, a
-   * word at a time through runs without escapes, then written again from `start` as JSON.stringify writes its
-   * value (never longer than its source). Returns where it ends in the body; leaves the output's end in `#at`.
+   * word at a time through runs without escapes, then written again from its first escape as JSON.stringify writes
+   * its value (never longer than its source). Returns where it ends in the body; leaves the output's end in `#at`.
    */
   #escapedString(out: Uint8Array, at: number, start: number, i: number): number {
     const b = this.#in;
+    const first = i;
     const n = this.#length;
     let ascii = this.#ascii;
     let plain = 0; // bytes since the last escape
@@ -461,7 +462,8 @@ class Canonical {
       }
     }
     this.#ascii = ascii;
-    this.#at = writeEscaped(b, start, i, out, at);
+    // The quote and the text before the first escape are in place: copied as scanned (output = body + shift).
+    this.#at = writeEscaped(b, first, i, out, at + 1 + (first - start));
     return i;
   }
 }
