@@ -188,6 +188,11 @@ export interface IdempotencyStore<Tx = never> {
    */
   readonly maxResponseBytes?: number;
   /**
+   * `false`: `complete` refuses `effects` (no transaction holds them with the record), and the HTTP layer's
+   * `declare({ effects })` throws at once, before the handler returns. Undefined: effects are accepted.
+   */
+  readonly acceptsEffects?: boolean;
+  /**
    * Claims when: no record; or `expiresAt <= now`; or, with the same fingerprint only, `failed` + `retryable`,
    * or `in_progress` with `leaseExpiresAt <= now`. Writes `in_progress`, the new token, `claimedAt = now`,
    * `leaseExpiresAt = now + leaseMs`, `expiresAt = now + ttlMs`, clears outcome fields, and keeps the stored

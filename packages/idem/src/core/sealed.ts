@@ -244,6 +244,7 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
     ...(store.maxResponseBytes === undefined
       ? {}
       : { maxResponseBytes: Math.max(0, store.maxResponseBytes - overhead) }),
+    ...(store.acceptsEffects === undefined ? {} : { acceptsEffects: store.acceptsEffects }),
     claim: async (request) => opened(await store.claim(request)),
     complete: async (request: CompleteRequest<Tx>) =>
       store.complete({ ...request, outcome: await sealOutcome(request.pk, request.outcome) }),

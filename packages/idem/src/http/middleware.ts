@@ -17,6 +17,7 @@ import { fingerprintSoon, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
+import { admitDeclaration } from './declaration.js';
 import { storableHeaders } from './replay.js';
 import { problem, problemFor } from './problem.js';
 import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, replayResponse } from './replay.js';
@@ -348,7 +349,7 @@ export function createGate<Tx, Req>({
       // (callgrind: 18k instructions a request) than the AbortController it would save.
       signal: lease.signal,
       protected: true,
-      declare: (d) => (declared = { ...declared, ...d }),
+      declare: (d) => (declared = { ...declared, ...admitDeclaration(engine.store, d) }),
     };
     return {
       kind: 'run',

@@ -119,6 +119,7 @@ export function closingWith<Tx>(store: IdempotencyStore<Tx>, cleanup: () => Prom
       return store.roundTrips;
     },
     ...(store.maxResponseBytes === undefined ? {} : { maxResponseBytes: store.maxResponseBytes }),
+    ...(store.acceptsEffects === undefined ? {} : { acceptsEffects: store.acceptsEffects }),
     claim: (r) => store.claim(r),
     complete: (r) => store.complete(r),
     renew: (r) => store.renew(r),

@@ -29,6 +29,7 @@ function shardOf(key: string, shards: number): number {
 
 export class DurableObjectsStoreImpl implements DurableObjectsStore {
   readonly name = 'durable-objects';
+  readonly acceptsEffects = false;
   readonly maxResponseBytes = MAX_RESPONSE_BYTES;
   readonly shards: number;
   readonly prefix: string;
@@ -44,7 +45,9 @@ export class DurableObjectsStoreImpl implements DurableObjectsStore {
       throw configError('namespace', 'a Durable Object namespace binding (with idFromName() and get())');
     }
     if (!Number.isSafeInteger(shards) || shards < 1) throw configError('shards', 'a positive integer', shards);
-    if (typeof prefix !== 'string') throw configError('prefix', 'a string', prefix);
+    if (typeof prefix !== 'string' || prefix.includes('#')) {
+      throw configError('prefix', 'a string without `#` (the separator of object names)', prefix);
+    }
     if (onRoundTrip !== undefined && typeof onRoundTrip !== 'function') {
       throw configError('onRoundTrip', 'a function', onRoundTrip);
     }
@@ -58,11 +61,14 @@ export class DurableObjectsStoreImpl implements DurableObjectsStore {
     return this.#roundTrips;
   }
 
-  /** `prefix`, the scope's part of `pk` (escaped: no `#`), then the key's shard when there is more than one. */
+  /**
+   * `<prefix>#<scope>`, then `#<shard>` when there is more than one: neither the prefix (refused with a `#`) nor the
+   * scope's part of `pk` (escaped) holds a `#`, so no two stores' (prefix, scope, shard) share a name.
+   */
   objectOf(pk: string): string {
     const end = pk.indexOf('#', PK_PREFIX.length);
     if (!pk.startsWith(PK_PREFIX) || end < 0) throw configError('pk', 'IDEMPOTENCY#<scope>#<key> (recordPk)', pk);
-    const scope = this.prefix + pk.slice(PK_PREFIX.length, end);
+    const scope = `${this.prefix}#${pk.slice(PK_PREFIX.length, end)}`;
     return this.shards === 1 ? scope : `${scope}#${shardOf(pk.slice(end + 1), this.shards)}`;
   }
 

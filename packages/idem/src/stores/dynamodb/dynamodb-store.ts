@@ -24,6 +24,7 @@ import { sweep } from './sweep.js';
 
 export class DynamoDBStoreImpl implements DynamoDBStore {
   readonly name = 'dynamodb';
+  readonly acceptsEffects = false;
   readonly maxResponseBytes = DYNAMODB_MAX_RESPONSE_BYTES;
   /** The table as the operations reach it; nothing outside the store holds it. */
   readonly #t: DynamoTable;

@@ -14,6 +14,7 @@ import { sweep } from './sweep.js';
 
 export class RedisStoreImpl implements RedisStore {
   readonly name = 'redis';
+  readonly acceptsEffects = false;
   readonly prefix: string;
   readonly #scanCount: number;
   readonly #io: RedisCommands;
