@@ -134,4 +134,19 @@ export const CHARGES: Readonly<Record<string, () => string>> = {
   'a long string, an escape first': () => charge((room) => `"\\n${'x'.repeat(room - 4)}"`),
   'a long CJK string': () => charge((room) => `"${'中'.repeat(Math.floor((room - 2) / 3))}"`),
   'nulls [null,null,…]': () => charge((room) => repeat('null', room)),
+  // Reviews rev30 and rev31: two shapes whose keys agree on their lengths and ends (the shape cache's hash once read
+  // only those), and 90-byte keys with an escape in the middle.
+  'records of 16 escaped keys, two shapes alike at the ends': () =>
+    charge((room) => records((r) => reversed(16, (i) => `\\u0070fx_${'ab'[r % 2]?.repeat(4)}${i}`), room)),
+  'records of 16 long keys, two shapes alike but the middle': () =>
+    charge((room) =>
+      records((r) => reversed(16, (i) => `\\u0070${'p'.repeat(31)}${'ab'[r % 2]}${'q'.repeat(28)}${i}`), room),
+    ),
+  'records of 16 long keys, an escape in the middle': () =>
+    charge((room) =>
+      repeat(
+        reversed(16, (i) => `${'p'.repeat(32)}\\u0061\\u0061${'q'.repeat(28)}${i}`),
+        room,
+      ),
+    ),
 };
