@@ -197,7 +197,7 @@ export function createEngine<Tx = never>({
   if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0)
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
-  const onTakeover = takeoverPolicy(policy, clock);
+  const onTakeover = takeoverPolicy(policy, clock, maxHoldMs);
   if (ttlMs < RECOMMENDED_TTL_MS.min)
     warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
   if (onEvent !== undefined && typeof onEvent !== 'function')
@@ -403,13 +403,12 @@ export function createEngine<Tx = never>({
     leaseMarginMs,
     storeTimeoutMs,
     maxHoldMs,
+    unknownLapses: onTakeover !== undefined,
     call,
     emit,
     classify: classifyStatus,
     remember,
-    ended: () => {
-      activeLeases--;
-    },
+    ended: () => void activeLeases--,
   };
 
   const engine = {

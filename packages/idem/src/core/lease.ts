@@ -70,6 +70,11 @@ export interface LeaseContext<Tx> {
   readonly leaseMarginMs: number;
   readonly storeTimeoutMs: number;
   readonly maxHoldMs: number;
+  /**
+   * Under `takeover: 'reconcile'` or `'quarantine'`: a lease given up with its work's outcome unknown (`maxHoldMs`,
+   * lost, or work that threw once its signal was aborted) writes nothing and lapses, so the next claim is a takeover.
+   */
+  readonly unknownLapses: boolean;
   /** A store call, timed out after `timeoutMs`; a failure or a timeout rejects with `STORE_UNAVAILABLE`. */
   readonly call: <T>(op: StoreOp, fn: () => Promise<T>, timeoutMs?: number) => Promise<T>;
   readonly emit: (event: IdempotencyEvent) => void;
@@ -92,7 +97,8 @@ export interface LeaseContext<Tx> {
  *   (docs/DESIGN.md: Lease, the timing rule). It aborts the work's signal with `LEASE_LOST`; renewals go on until
  *   one is refused, and a late completion is still fenced by the token;
  * - `maxHoldMs` after the claim: work that never settles (a handler that never answers) is aborted and the key
- *   settled `failed`, retryable, so a retry can run it; the lease's own late completion is then refused.
+ *   settled `failed`, retryable, so a retry can run it; the lease's own late completion is then refused. Under
+ *   `'reconcile'` and `'quarantine'` (`unknownLapses`) nothing is written: the lease lapses into a takeover.
  */
 export function holdLease<Tx>(
   engine: LeaseContext<Tx>,
@@ -234,6 +240,8 @@ export function holdLease<Tx>(
   };
 
   const fail = async (): Promise<Settlement> => {
+    // Aborted, the work may have had its effect: a retryable failure would let the next claim run it unasked.
+    if (aborted && engine.unknownLapses) return { ok: false, error: unknownOutcome() };
     // Nothing was promised to the client, so the next attempt may run the work again.
     const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
     const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
@@ -318,6 +326,15 @@ class HeldLease<Tx> implements Lease<Tx> {
 }
 
 const OUTCOMES: ReadonlySet<unknown> = new Set(['succeeded', 'failed-final', 'failed-retryable', 'release']);
+
+/** A lease lost or given up under a policy that never reruns blindly: its record lapses `in_progress`. */
+function unknownOutcome(): IdempotencyError {
+  return new IdempotencyError(
+    'LEASE_LOST',
+    'This attempt stopped holding its key with the outcome unknown; nothing was recorded, and the next attempt takes it over.',
+    { retryAfterMs: 0 },
+  );
+}
 
 /** A `complete()` the engine cannot record: rejected at the call, with nothing written and the lease unsettled. */
 function misuse(what: string): Promise<never> {

@@ -43,7 +43,10 @@ export interface TakeoverOptions {
   readonly takeover?: TakeoverPolicy;
   /** Required with `takeover: 'reconcile'`: what happened to the `id`? A throw or a timeout answers 503. */
   readonly reconcile?: ReconcileHook;
-  /** How long the hook may take before it counts as failed (503, the work does not run). Default 5 s. */
+  /**
+   * How long the hook may take before it counts as failed (503, the work does not run): less than `maxHoldMs`.
+   * Default 5 s, or half `maxHoldMs` when that is less.
+   */
   readonly reconcileTimeoutMs?: number;
 }
 
@@ -72,9 +75,11 @@ const MAX_ATTEMPTS_KEPT = 1_000;
  * a store that does not say, whenever the claim kept the stored `id` (a retryable failure counts too, then).
  */
 export function takeoverPolicy(
-  { takeover = 'rerun', reconcile, reconcileTimeoutMs = 5_000 }: TakeoverOptions,
+  { takeover = 'rerun', reconcile, reconcileTimeoutMs: timeoutMs }: TakeoverOptions,
   clock: Clock,
+  maxHoldMs: number,
 ): (<Tx>(lease: Lease<Tx>) => Promise<TakeoverDecision<Tx>>) | undefined {
+  const reconcileTimeoutMs = timeoutMs === undefined ? Math.min(5_000, Math.ceil(maxHoldMs / 2)) : timeoutMs;
   if (!POLICIES.has(takeover)) throw configError('takeover', "'rerun', 'reconcile' or 'quarantine'", takeover);
   if (takeover === 'reconcile' && typeof reconcile !== 'function')
     throw configError(
@@ -86,6 +91,9 @@ export function takeoverPolicy(
     throw configError('reconcile', 'a function', reconcile);
   if (!Number.isInteger(reconcileTimeoutMs) || reconcileTimeoutMs <= 0 || reconcileTimeoutMs > 2_147_483_647)
     throw configError('reconcileTimeoutMs', 'a whole number of ms from 1 to 2147483647', reconcileTimeoutMs);
+  // A hook still asking at maxHoldMs would see its lease given up under it: refused here, not found out then.
+  if (takeover === 'reconcile' && reconcileTimeoutMs >= maxHoldMs)
+    throw configError('reconcileTimeoutMs', `less than maxHoldMs (${maxHoldMs})`, reconcileTimeoutMs);
   if (takeover === 'rerun') return undefined;
   if (takeover === 'quarantine') {
     // Nothing runs and nothing is written: the record stays in_progress and its new lease lapses unrenewed, so
