@@ -27,8 +27,8 @@ export interface ReconcileContext {
 }
 
 /**
- * The hook's answer: the work happened (`succeeded`, with the response to record and replay), it failed for good
- * (`failed`, recorded as a final failure and replayed), or it did not happen (`not_done`: the work runs now).
+ * The hook's answer: the work happened (`succeeded`, with the response to record and replay: 200–399), it failed for good
+ * (`failed`, recorded as a final failure and replayed: 400–599), or it did not happen (`not_done`: the work runs now).
  */
 export type ReconcileAnswer =
   | { readonly state: 'succeeded'; readonly response: StoredResponse }
@@ -149,7 +149,10 @@ export function takeoverPolicy(
   };
 }
 
-/** The hook's answer, checked, or a rejection when it throws, answers nonsense, or `signal` aborts first. */
+/**
+ * The hook's answer, checked, or a rejection when it throws, answers nonsense (a `succeeded` status outside 200–399,
+ * a `failed` one outside 400–599), or `signal` aborts first.
+ */
 function answerOf(hook: ReconcileHook, context: ReconcileContext, signal: AbortSignal): Promise<ReconcileAnswer> {
   return new Promise<ReconcileAnswer>((resolve, reject) => {
     const aborted = (): void => reject(signal.reason as Error);
@@ -160,6 +163,11 @@ function answerOf(hook: ReconcileHook, context: ReconcileContext, signal: AbortS
       const state = (answer as { state?: unknown } | null)?.state;
       if (state !== 'succeeded' && state !== 'failed' && state !== 'not_done')
         return reject(new TypeError(`reconcile answered ${JSON.stringify(state)}, not succeeded, failed or not_done`));
+      // As `idem records resolve`: a record whose state and replayed status disagree would mislead every retry.
+      const status = (answer as { response?: { status?: unknown } }).response?.status;
+      const [low, high] = state === 'succeeded' ? [200, 399] : [400, 599];
+      if (state !== 'not_done' && !(typeof status === 'number' && status >= low && status <= high))
+        return reject(new TypeError(`reconcile answered ${state} with status ${String(status)}, not ${low}–${high}`));
       resolve(answer);
     }, reject);
   });
