@@ -46,16 +46,30 @@ await channel.bindQueue(`${QUEUE}.dead`, `${QUEUE}.dlx`, '');
 await channel.assertQueue(QUEUE, { durable: true, deadLetterExchange: `${QUEUE}.dlx` });
 await channel.prefetch(10);
 
+/** The payout a message carries, or null for one no delivery can process (not JSON, no merchant or payout id). */
+function payoutOf(message) {
+  try {
+    const payout = JSON.parse(message.content.toString('utf8'));
+    const ids = [payout?.merchantId, payout?.payoutId];
+    return ids.every((id) => typeof id === 'string' && id !== '') ? payout : null;
+  } catch {
+    return null;
+  }
+}
+
 await channel.consume(QUEUE, async (message) => {
   if (!message) return; // the broker cancelled the consumer
+  const payout = payoutOf(message);
+  if (payout === null) return channel.nack(message, false, false); // poison: → QUEUE.dead at once, never retried
   try {
-    const result = await sendPayout(JSON.parse(message.content.toString('utf8')));
+    const result = await sendPayout(payout);
     const { replyTo, correlationId } = message.properties; // the producer asked for the result
     if (replyTo) channel.sendToQueue(replyTo, Buffer.from(JSON.stringify(result)), { correlationId });
     channel.ack(message); // only now: a crash before this line redelivers, and the redelivery replays
   } catch (error) {
     if (!passing(error)) return channel.nack(message, false, false); // e.g. the payoutId reused: → QUEUE.dead
-    // Deliver it again in a second (bound the retries with a quorum queue's x-delivery-limit).
+    // Deliver it again in a second. This classic queue retries without bound; a quorum queue's x-delivery-limit
+    // would bound it (docs/CONSUMERS.md).
     setTimeout(() => channel.nack(message, false, true), 1_000);
   }
 });

@@ -2,7 +2,8 @@
  * examples/rabbitmq-consumer: an amqplib consumer whose payouts run once per `payoutId`, installed from the
  * packed tarball. The test publishes a payout, then the same payout again (a producer's retry), each asking for
  * the result (`replyTo`): both replies are the same bytes and the payouts table holds one row. The same
- * `payoutId` with another amount is dead-lettered, unpaid. Queues, exchange and schema are the test's own, and
+ * `payoutId` with another amount is dead-lettered, unpaid; so are, at once, a message that is not JSON and a payout
+ * without a `merchantId` (they were requeued every second, forever). Queues, exchange and schema are the test's own, and
  * deleted afterwards.
  */
 import { connect, type ConsumeMessage } from 'amqplib';
@@ -54,7 +55,7 @@ async function arrivals(
 }
 
 describe.skipIf(!available)('examples/rabbitmq-consumer', () => {
-  it('a payout delivered twice runs once, both replies the same bytes; a reused payoutId is dead-lettered', async () => {
+  it('a payout delivered twice runs once, both replies the same bytes; poison and a reused payoutId are dead-lettered', async () => {
     const consumer = await startExample(process.execPath, ['consumer.js'], {
       cwd: example().dir,
       env: { AMQP_URL, PAYOUT_QUEUE: QUEUE, DATABASE_URL: POSTGRES_URL, PG_SCHEMA: schema },
@@ -77,18 +78,24 @@ describe.skipIf(!available)('examples/rabbitmq-consumer', () => {
       publish(payout);
       const second = (await reply()).content;
       const ran = await payouts(); // the record ids the work ran under
+      // Poison: no delivery can process these, so they are dead-lettered at once (not requeued every second).
+      channel.sendToQueue(QUEUE, Buffer.from('not json'));
+      channel.sendToQueue(QUEUE, Buffer.from(JSON.stringify({ payoutId: 'po_2', amount: 100 })));
+      const poison = [(await dead()).content.toString(), (await dead()).content.toString()];
       publish({ ...payout, amount: 9000 });
       const deadLettered = JSON.parse((await dead()).content.toString()) as unknown;
       expect({
         first: JSON.parse(first.toString()) as unknown,
         sameBytes: first.equals(second),
         ran,
+        poison,
         deadLettered,
         after: await payouts(),
       }).toEqual({
         first: { transferId: `tr_${ran[0] ?? 'none'}`, payoutId: 'po_1', amount: 5000 },
         sameBytes: true,
         ran: [ran[0]],
+        poison: ['not json', '{"payoutId":"po_2","amount":100}'],
         deadLettered: { payoutId: 'po_1', merchantId: 'acct_dave', amount: 9000 },
         after: [ran[0]],
       });
