@@ -1,7 +1,7 @@
 /**
  * examples/next-route: a Next.js App Router route handler behind `idem/http` on PostgreSQL, installed from the
  * packed tarball with Next.js and React linked from test/runtimes/next (installed there on first use), then
- * `next build` and `next start` as in production, and driven to a replay. The build uses webpack: Turbopack
+ * `next build` and `npm start` (server.js: Next's handler on node:http) as in production, and driven to a replay. The build uses webpack: Turbopack
  * refuses a `next` linked from outside the project (a normal install of the example builds with either). The work is counted in the example's
  * ledger table; its schema is dropped afterwards.
  */
@@ -36,7 +36,7 @@ async function ledgerRows(): Promise<number> {
   return Number((await pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${schema}.charges`)).rows[0]?.n);
 }
 
-/** A port nothing listens on now (`next start` takes PORT; it cannot be asked for a free one). */
+/** A port nothing listens on now (server.js takes PORT; it cannot be asked for a free one). */
 const freePort = () =>
   new Promise<number>((resolve) => {
     const server = createServer().listen(0, '127.0.0.1', () => {
@@ -46,7 +46,7 @@ const freePort = () =>
   });
 
 describe.skipIf(!available)('examples/next-route', () => {
-  it('next build, next start: charges once, replays byte for byte, refuses the reused key; one ledger row', async () => {
+  it('next build, npm start: charges once, replays byte for byte, refuses the reused key; one ledger row', async () => {
     const env = { DATABASE_URL: POSTGRES_URL, PG_SCHEMA: schema, NEXT_TELEMETRY_DISABLED: '1' };
     const next = join(example().dir, 'node_modules/next/dist/bin/next');
     const started = Date.now();
@@ -56,9 +56,9 @@ describe.skipIf(!available)('examples/next-route', () => {
       timeout: 240_000,
     });
     timings['next build'] = Date.now() - started;
-    const replay = await runToReplay(example(), process.execPath, [next, 'start'], {
+    // `npm start`: server.js, Next's handler on node:http, which prints `listening on <url>` like every example.
+    const replay = await runToReplay(example(), process.execPath, ['server.js'], {
       env: { ...env, PORT: String(await freePort()), HOSTNAME: '127.0.0.1' },
-      ready: /Local:\s+(http:\/\/\S+)/,
       path: '/api/charges',
       headers: { cookie: 'session=acct_erin' },
       executions: ledgerRows,
