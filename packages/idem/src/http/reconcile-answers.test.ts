@@ -4,50 +4,20 @@
  * `idempotency-reconcile-failed`, nothing runs and nothing is written (the record stays in progress).
  */
 import { describe, expect, it } from 'vitest';
-import { manualClock } from '../core/clock.js';
 import { recordPk } from '../core/key.js';
-import { memoryStore } from '../stores/memory/index.js';
-import { waitFor } from '../testing/fixtures.js';
-import { idempotency } from './middleware.js';
+import { afterDeadHolder, charge, KEY } from './takeover.test-kit.js';
 
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const LEASE = 1_000;
-const KEY = 'order-7';
-const charge = () =>
-  new Request('http://x/v1/charges', {
-    method: 'POST',
-    headers: { 'idempotency-key': KEY, 'content-type': 'application/json' },
-    body: '{"amount":500}',
-  });
-
-/** A dead holder (effect made, frozen), then a retry past its lease whose hook answers `state` with `status`. */
+/** After a dead holder, a retry whose hook answers `state` with `status`: its answer, the record, the runs. */
 async function reconciled(state: 'succeeded' | 'failed', status: number) {
-  const store = memoryStore();
-  let effects = 0;
-  const base = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000 } as const;
-  void idempotency({ ...base, clock: manualClock(T0) })(() => {
-    effects++;
-    return new Promise<Response>(() => {});
-  })(charge());
-  await waitFor('the first attempt made its effect', () => effects === 1);
-  const retry = idempotency({
-    ...base,
-    clock: manualClock(T0 + LEASE + 1),
+  const t = await afterDeadHolder({
     takeover: 'reconcile',
     reconcile: () => ({ state, response: new Response('from the ledger', { status }) }),
-  })(() => {
-    effects++;
-    return new Response('ran', { status: 201 });
   });
-  const answer = await retry(charge());
+  const answer = await t.retry(charge());
   const problem = answer.headers.get('content-type') === 'application/problem+json';
-  const record = await store.get(recordPk('single-tenant', KEY));
-  return [
-    answer.status,
-    problem ? ((await answer.json()) as { type: string }).type : await answer.text(),
-    record?.status,
-    effects,
-  ];
+  const body = problem ? ((await answer.json()) as { type: string }).type : await answer.text();
+  const record = await t.store.get(recordPk('single-tenant', KEY));
+  return [answer.status, body, record?.status, t.effects.length + t.runs()];
 }
 
 describe('reconcile answers checked like idem records resolve', () => {

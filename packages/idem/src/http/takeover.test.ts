@@ -4,45 +4,14 @@
  * holder). The retry runs on a second gate over the same store, whose clock is moved past that lease.
  */
 import { describe, expect, it } from 'vitest';
-import { manualClock } from '../core/clock.js';
 import { recordPk } from '../core/key.js';
 import type { ReconcileContext } from '../core/takeover.js';
 import { memoryStore } from '../stores/memory/index.js';
 import { waitFor } from '../testing/fixtures.js';
-import { idempotency, type IdempotencyOptions } from './middleware.js';
+import { idempotency } from './middleware.js';
+import { afterDeadHolder, charge, KEY, LEASE } from './takeover.test-kit.js';
 
-const T0 = Date.parse('2026-01-01T00:00:00Z');
-const LEASE = 1_000;
-const KEY = 'order-42';
-const charge = () =>
-  new Request('http://x/v1/charges', {
-    method: 'POST',
-    headers: { 'idempotency-key': KEY, 'content-type': 'application/json' },
-    body: '{"amount":500}',
-  });
 const text = (body: string) => new TextEncoder().encode(body);
-
-/** A dead first attempt (its effect made, then frozen), and a retry gate with `options`, past that lease. */
-async function afterDeadHolder(options: Partial<IdempotencyOptions<never>>) {
-  const store = memoryStore();
-  const effects: string[] = [];
-  const base = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000 } as const;
-  const dead = idempotency({ ...base, clock: manualClock(T0) });
-  void dead((_request, { id }) => {
-    effects.push(id);
-    return new Promise<Response>(() => {}); // frozen mid-work: never answers, never renews
-  })(charge());
-  await waitFor('the first attempt made its effect', () => effects.length === 1);
-  const clock = manualClock(T0 + LEASE + 1);
-  let runs = 0;
-  const seen: Array<{ id: string; reclaimed: boolean }> = [];
-  const retry = idempotency({ ...base, clock, ...options })((_request, context) => {
-    runs++;
-    seen.push({ id: context.id, reclaimed: context.reclaimed });
-    return Response.json({ charged: context.id }, { status: 201 });
-  });
-  return { store, effects, clock, retry, runs: () => runs, seen, firstId: () => effects[0] as string };
-}
 
 describe("takeover: 'reconcile'", () => {
   it('succeeded: the answer is recorded and replayed, the handler does not run; the hook got id, scope, key, attempt 1', async () => {
