@@ -324,20 +324,22 @@ function stale(
     ? [...byAddress.values()].filter((sockets) => sockets !== own).sort((a, b) => b.size - a.size)
     : [];
   let held: Socket | undefined;
-  // The longest without a request among those holding no work (index 0) and among lab delays and unread answers (1).
-  const oldest: [Socket | undefined, Socket | undefined] = [undefined, undefined];
-  const oldestAt = [Infinity, Infinity];
+  // The longest without a request among those holding no work, and among lab delays and unread answers.
+  let idle: Socket | undefined;
+  let idleAt = Infinity;
+  let busy: Socket | undefined;
+  let busyAt = Infinity;
   for (const sockets of own ? [own, ...others] : others) {
     for (const socket of sockets) {
       const at = state.get(socket)?.progressAt ?? Infinity;
       const rank = rankOf(socket, state.get(socket));
       if (rank < 2 && at <= since) return socket;
       if (rank === 2 && at <= since) held ??= socket;
-      const kind = rank < 2 ? 0 : rank === 2 ? 1 : -1;
-      if (kind >= 0 && at < (oldestAt[kind] as number)) [oldest[kind], oldestAt[kind]] = [socket, at];
+      if (rank < 2 && at < idleAt) [idle, idleAt] = [socket, at];
+      if (rank === 2 && at < busyAt) [busy, busyAt] = [socket, at];
     }
   }
-  return held ?? oldest[0] ?? oldest[1];
+  return held ?? idle ?? busy;
 }
 
 /**
