@@ -3,19 +3,20 @@
  * `quarantine` policy, or any record left in progress by a holder that died), with the store's own fenced writes:
  * a claim that takes the lapsed lease over, then a completion (or a retryable failure, for `--rerun`).
  */
-import { randomUUID } from 'node:crypto';
 import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import type { IdempotencyStore, Outcome } from '../core/record.js';
 import { CommandError, UsageError, integerOption, usage, type Io } from './args.js';
 import { visible } from './escape.js';
+import { claimLapsed } from './resolve-wait.js';
 
 export const RESOLVE_HELP = `Usage: idem records resolve SCOPE KEY --store URL (--succeeded | --failed) --status N [--body TEXT]
-                           [--content-type TYPE]
-       idem records resolve SCOPE KEY --store URL --rerun
+                           [--content-type TYPE] [--wait SECONDS]
+       idem records resolve SCOPE KEY --store URL --rerun [--wait SECONDS]
 
 Settles a key left in progress by an attempt that died (under takeover: 'quarantine' it answers 409
-operation_state "unknown" until this is run). Refused while the record's lease is live. Find out first what
+operation_state "unknown" until this is run). A live lease is waited for (--wait, default 30 s; 0: refuse it at
+once) and the key claimed the moment it lapses, even while a client keeps retrying it. Find out first what
 happened to the record's id (idem records show KEY --scope SCOPE prints it), then:
 
   --succeeded --status N   it happened: record this response (2xx or 3xx); every retry replays it
@@ -24,8 +25,9 @@ happened to the record's id (idem records show KEY --scope SCOPE prints it), the
   --body TEXT              the response body (default empty); --content-type (default application/json)
 `;
 
-/** How long the resolving claim holds the key: ample for its one completion, short if the CLI dies in between. */
-const RESOLVE_LEASE_MS = 30_000;
+/** How long `resolve` waits for a live lease to lapse, by default, and at most (in s). */
+const WAIT_S = 30;
+const MAX_WAIT_S = 3_600;
 
 type Resolution = 'succeeded' | 'failed' | 'rerun';
 
@@ -56,6 +58,7 @@ export async function resolveCommand(
         status: { type: 'string' },
         body: { type: 'string' },
         'content-type': { type: 'string' },
+        wait: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
       strict: true,
@@ -73,40 +76,12 @@ export async function resolveCommand(
   if (chosen.length !== 1) throw new UsageError(command, 'give exactly one of --succeeded, --failed or --rerun.');
   const resolution: Resolution = chosen[0] as Resolution;
   const outcome = outcomeOf(command, resolution, values);
+  const waitMs = waitOption(command, values.wait) * 1000;
   return withStore(command, values.store, async (store) => {
     const pk = recordPk(scope, key);
     const about = `key "${visible(key)}" in scope ${visible(scope)}`;
-    const record = await store.get(pk);
-    const now = Date.now();
-    if (record === null || record.expiresAt <= now) throw new CommandError(`no live record for ${about}.`);
-    if (record.status !== 'in_progress')
-      throw new CommandError(
-        `the record for ${about} is ${visible(record.status)}, not in progress: nothing to resolve.`,
-      );
-    if (record.leaseExpiresAt > now)
-      throw new CommandError(
-        `the lease on ${about} is live for ${Math.ceil((record.leaseExpiresAt - now) / 1000)} s more: its holder may still be running; resolve it once the lease has lapsed.`,
-      );
-    // Take the lapsed lease over, as a retry would: the same fenced claim, so a retry racing us gets one or the other.
-    const token = randomUUID();
-    const ttlMs = Math.max(record.expiresAt - now, RESOLVE_LEASE_MS + 1);
-    const claim = await store.claim({
-      pk,
-      scope,
-      key,
-      fingerprint: record.fingerprint,
-      token,
-      id: randomUUID(),
-      now,
-      leaseMs: RESOLVE_LEASE_MS,
-      ttlMs,
-    });
-    if (claim.kind !== 'claimed' || claim.record.id !== record.id) {
-      if (claim.kind === 'claimed') await store.release({ pk, token });
-      throw new CommandError(
-        `${about} changed while resolving it (another attempt took it over): look again with records show.`,
-      );
-    }
+    const progress = (line: string) => io.stderr(`idem ${command}: ${line}\n`);
+    const { record, token } = await claimLapsed(store, { pk, scope, key, about, waitMs, progress });
     const written = await store.complete({ pk, token, now: Date.now(), outcome });
     if (!written.ok) throw new CommandError(`${about} was taken over before the resolution was written: look again.`);
     io.stdout(
@@ -120,6 +95,14 @@ export async function resolveCommand(
 
 /** The store calls `resolve` makes. */
 export type ResolveStore = Pick<IdempotencyStore<never>, 'get' | 'claim' | 'complete' | 'release'>;
+
+/** `--wait SECONDS`: 0 to 3600, default 30. */
+function waitOption(command: string, raw: string | undefined): number {
+  if (raw === undefined) return WAIT_S;
+  if (!/^\d+$/.test(raw) || Number(raw) > MAX_WAIT_S)
+    throw new UsageError(command, `--wait must be a whole number of seconds from 0 to ${MAX_WAIT_S}, got "${raw}".`);
+  return Number(raw);
+}
 
 /** The outcome to write: a final one with the response given, or a retryable failure (`--rerun`). */
 function outcomeOf(
