@@ -2,7 +2,8 @@
  * An outcome the engine does not know is never made a retryable failure under `takeover: 'reconcile'` or
  * `'quarantine'` (docs/DESIGN.md: Takeover policy): work cut off at `maxHoldMs`, and work that threw once its
  * lease's signal was aborted (a holder stalled past its lease), leave the record in progress; the next claim is a
- * takeover, so the policy answers, and the work's effect happened once. On memory, SQLite and PostgreSQL stores.
+ * takeover, so the policy answers, and the work's effect happened once. On memory, SQLite and PostgreSQL stores,
+ * through `idempotent()` and through the Web layer.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -10,6 +11,7 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { idempotent, manualClock, type IdempotencyStore, type TakeoverPolicy } from '../../packages/idem/src/index.js';
+import { idempotency } from '../../packages/idem/src/http/index.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { postgresStore } from '../../packages/idem/src/stores/postgres/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
@@ -108,6 +110,43 @@ async function stoppedThenRetried(store: IdempotencyStore<never>, policy: Takeov
   return { first: firstGot, second, effects: [...byId.values()], asked, id: effects[0] };
 }
 
+/** The Web layer: a handler held past `maxHoldMs` on gate A; gate B, long past A's lease, gets the same request. */
+async function heldThenRetried(store: IdempotencyStore<never>, policy: 'quarantine' | 'reconcile') {
+  let effects = 0;
+  const base = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000, takeover: policy } as const;
+  const options = {
+    ...base,
+    ...(policy === 'reconcile'
+      ? {
+          reconcile: () => ({
+            state: 'succeeded' as const,
+            response: new Response('from the ledger', { status: 201 }),
+          }),
+        }
+      : {}),
+  };
+  const charge = () =>
+    new Request('http://x/v1/charges', {
+      method: 'POST',
+      headers: { 'idempotency-key': 'order-9', 'content-type': 'application/json' },
+      body: '{"amount":500}',
+    });
+  const clockA = manualClock(T0);
+  const first = idempotency({ ...options, clock: clockA, maxHoldMs: MAX_HOLD })(() => {
+    effects++;
+    return new Promise<Response>(() => {});
+  })(charge());
+  await waitFor('A made its effect', () => effects === 1);
+  clockA.advance(MAX_HOLD);
+  const a = await first;
+  const b = await idempotency({ ...options, clock: manualClock(T0 + 10 * LEASE) })(() => {
+    effects++;
+    return new Response('B ran', { status: 201 });
+  })(charge());
+  const type = async (r: Response) => ((await r.json()) as { type: string }).type;
+  return [a.status, await type(a), b.status, policy === 'quarantine' ? await type(b) : await b.text(), effects];
+}
+
 describe.each(backings)('an unknown outcome under a policy that never reruns blindly (%s)', (_name, up, open) => {
   for (const stop of ['maxHoldMs', 'signal'] as const) {
     it.skipIf(!up)(`quarantine, stopped by ${stop}: the retry answers OUTCOME_UNKNOWN; one effect`, async () => {
@@ -135,6 +174,22 @@ describe.each(backings)('an unknown outcome under a policy that never reruns bli
       }
     });
   }
+
+  it.skipIf(!up).each([
+    ['quarantine', 409, 'urn:idem:problem:idempotency-outcome-unknown'],
+    ['reconcile', 201, 'from the ledger'],
+  ] as const)(
+    'the Web layer, %s, past maxHoldMs: A 409 lease-lost, B %i %s; one effect',
+    async (policy, status, body) => {
+      const { store, close } = await open();
+      try {
+        const expected = [409, 'urn:idem:problem:idempotency-lease-lost', status, body, 1];
+        expect(await heldThenRetried(store, policy)).toEqual(expected);
+      } finally {
+        await close();
+      }
+    },
+  );
 
   it.skipIf(!up)('rerun, stopped by maxHoldMs: unchanged, the retry runs the work again (two effects)', async () => {
     const { store, close } = await open();
