@@ -47,7 +47,11 @@ export interface Lease<Tx = never> extends WorkContext {
    * call, writes nothing and leaves the lease unsettled.
    */
   complete(result: WorkResult<Tx>): Promise<Settlement>;
-  /** The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Never rejects. */
+  /**
+   * The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Once the lease was
+   * aborted (lost, or its local deadline passed) under `'reconcile'` or `'quarantine'`, the outcome is unknown: it
+   * writes nothing (as `abandon`) and answers `LEASE_LOST`, so the next claim is a takeover. Never rejects.
+   */
   fail(): Promise<Settlement>;
   /** The work declined to start: the record is deleted, so nothing is remembered. Never rejects. */
   release(): Promise<Settlement>;
