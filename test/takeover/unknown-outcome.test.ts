@@ -2,7 +2,7 @@
  * An outcome the engine does not know is never made a retryable failure under `takeover: 'reconcile'` or
  * `'quarantine'` (docs/DESIGN.md: Takeover policy): work cut off at `maxHoldMs`, and work that threw once its
  * lease's signal was aborted (a holder stalled past its lease), leave the record in progress; the next claim is a
- * takeover, so the policy answers, and the work's effect happened once. On memory, SQLite and PostgreSQL stores,
+ * takeover, so the policy answers, and the work's effect happened once. On memory, SQLite, PostgreSQL and Redis stores,
  * through `idempotent()` and through the Web layer.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -16,6 +16,7 @@ import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { postgresStore } from '../../packages/idem/src/stores/postgres/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
 import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
+import { available as redisUp, ioredis, isolated } from '../fixtures/redis.js';
 import { tempDir } from '../harness.js';
 import { POSTGRES_URL, serviceAvailable } from '../services.js';
 
@@ -56,6 +57,14 @@ const backings: ReadonlyArray<readonly [string, boolean, () => Promise<Opened>]>
           await pool.end();
         },
       };
+    },
+  ],
+  [
+    'redis',
+    redisUp,
+    async () => {
+      const store = await isolated(ioredis);
+      return { store, close: () => store.close() };
     },
   ],
 ];
