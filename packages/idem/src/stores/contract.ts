@@ -3,4 +3,3 @@
  * contract. What stores share besides lives in `stores/shared/`.
  */
 export * from '../core/record.js';
-
