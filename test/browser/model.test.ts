@@ -138,7 +138,7 @@ eachModelPage(
         if (store.name === 'sqlite') {
           // The Claim summary leads with the conditional write; a pre-read is called a shortcut.
           expect(await page.locator('#op-claim').textContent()).toBe(
-            'BEGIN IMMEDIATE; INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> RETURNING *: the conditional write. A SELECT of the row first is a shortcut that answers a refusal without the write lock.',
+            'BEGIN IMMEDIATE; INSERT … ON CONFLICT (pk) DO UPDATE … WHERE <claimable> AND token IS <the token read> RETURNING *: the conditional write. A SELECT of the row first is a shortcut that answers a refusal without the write lock.',
           );
         }
         // The fingerprint and the id say what they are (issue 28, finding 7).
@@ -200,7 +200,7 @@ eachModelPage(
             'round trip 2: claim · the write refused here',
           );
           const condition = (await refused.getByTestId('condition').textContent()) ?? '';
-          expect(condition.startsWith('WHERE "idem_records"."expires_at" <= @now')).toBe(true);
+          expect(condition.startsWith('WHERE ("idem_records"."expires_at" <= @now')).toBe(true);
           expect(await refused.getByTestId('condition').isVisible()).toBe(true);
           expect(await result.locator('.refused-condition mark').textContent()).toBe(condition);
         }
