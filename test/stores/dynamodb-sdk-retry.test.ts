@@ -88,7 +88,7 @@ describe('dynamodb store: a write applied, its reply lost, resent by the SDK (ma
     const req = request();
     const result = await withLostReply(write('PutItem', req.pk), () => store.claim(req));
     const record = claimedRecord(req);
-    expect(result).toEqual({ kind: 'claimed', record });
+    expect(result).toEqual({ kind: 'claimed', record, takeover: false });
     expect(await store.get(req.pk)).toEqual(record);
     // Another request's claim is still refused.
     expect((await store.claim({ ...req, token: randomUUID(), now: T0 + 1 })).kind).toBe('existing');

@@ -5,8 +5,10 @@
  * dropped from it (the fingerprint's, say) went unnoticed. Here a second better-sqlite3 connection to the same
  * file takes the write lock with `BEGIN IMMEDIATE`, writes the row and commits — exactly after the first
  * connection's read of the key and before its upsert (better-sqlite3 is synchronous, so the read
- * statement's `get` is the seam) — and the claim must be decided by the SQL condition alone: the trip shows the
- * read that found nothing, the upsert, and (refused) the read of the row that stopped it.
+ * statement's `get` is the seam) — and the claim must be decided in SQL: the trip shows the read that found nothing,
+ * the upsert, and (refused) the read of the row that stopped it. Since the takeover policy the upsert is also pinned
+ * to the token the read saw, so a rival's row is refused by the pin too, and a claimable one is taken by a second
+ * read and upsert (packages/idem/src/stores/sqlite/takeover.test.ts tests the pin; the WHERE alone decides rows whose token the read saw).
  */
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
@@ -120,17 +122,22 @@ const seen = (raced: Raced) => [
   raced.result.kind,
   raced.result.record.token,
 ];
+/** Refused: the upsert writes nothing (its token pin and its WHERE both refuse), then the row is read. */
 const REFUSED = [true, 'SELECT INSERT SELECT', 'existing', 'rival-token'];
-const CLAIMED = [true, 'SELECT INSERT', 'claimed', 'my-token'];
+/**
+ * Claimed: the upsert, pinned to the token the read saw (none), writes nothing on the rival's row; the claim reads
+ * again, finds the row claimable, and its second upsert (pinned to the rival's token) takes it.
+ */
+const CLAIMED = [true, 'SELECT INSERT SELECT INSERT', 'claimed', 'my-token'];
 
-describe('SQLite claim: the upsert’s WHERE decides on a row written between the pre-read and the write lock', () => {
-  it('another fingerprint’s lapsed lease is not taken over: refused by the fingerprint condition in SQL', async () => {
+describe('SQLite claim: a row written between the pre-read and the write lock', () => {
+  it('another fingerprint’s lapsed lease is not taken over: refused in SQL', async () => {
     const raced = await raceClaim(rival('in_progress', OTHER, lapsed));
     expect([...seen(raced), raced.result.record.fingerprint]).toEqual([...REFUSED, OTHER]);
     expect(raced.rows[1]).toEqual([]); // the upsert's RETURNING: nothing written
   });
 
-  it('another fingerprint’s retryable failure is not reclaimed: refused by the fingerprint condition in SQL', async () => {
+  it('another fingerprint’s retryable failure is not reclaimed: refused in SQL', async () => {
     const raced = await raceClaim(rival('failed', OTHER, live, { retryable: 1 }));
     expect([...seen(raced), raced.result.record.status]).toEqual([...REFUSED, 'failed']);
   });
