@@ -1,7 +1,16 @@
 /** The DynamoDB store's table: createTable, list through the scope index, and its options. */
-import { BatchWriteItemCommand, CreateTableCommand, DescribeTableCommand } from '@aws-sdk/client-dynamodb';
+import { BatchWriteItemCommand, DescribeTableCommand } from '@aws-sdk/client-dynamodb';
 import { describe, expect, it } from 'vitest';
-import { failedOutcome, kinds, local, recordingStore, request, track, trackedTable } from '#test/fixtures/dynamodb.js';
+import {
+  createActiveTable,
+  failedOutcome,
+  kinds,
+  local,
+  recordingStore,
+  request,
+  track,
+  trackedTable,
+} from '#test/fixtures/dynamodb.js';
 import { startLocalDynamo } from '../../../../../apps/demo/src/local-dynamo.js';
 import { LEASE, T0, TTL } from '../../testing/fixtures.js';
 import { DEFAULT_LIST_INDEX, dynamodbStore, type DynamoDBAttributeNames, type DynamoDBClientLike } from './index.js';
@@ -59,28 +68,26 @@ describe('dynamodb store against dynalite', () => {
 
   it('list through an index that projects every attribute is the Query alone', async () => {
     const table = trackedTable();
-    await local.client.send(
-      new CreateTableCommand({
-        TableName: table,
-        BillingMode: 'PAY_PER_REQUEST',
-        AttributeDefinitions: [
-          { AttributeName: 'pk', AttributeType: 'S' },
-          { AttributeName: 'scope', AttributeType: 'S' },
-          { AttributeName: 'claimedAt', AttributeType: 'N' },
-        ],
-        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
-        GlobalSecondaryIndexes: [
-          {
-            IndexName: 'everything',
-            KeySchema: [
-              { AttributeName: 'scope', KeyType: 'HASH' },
-              { AttributeName: 'claimedAt', KeyType: 'RANGE' },
-            ],
-            Projection: { ProjectionType: 'ALL' },
-          },
-        ],
-      }),
-    );
+    await createActiveTable({
+      TableName: table,
+      BillingMode: 'PAY_PER_REQUEST',
+      AttributeDefinitions: [
+        { AttributeName: 'pk', AttributeType: 'S' },
+        { AttributeName: 'scope', AttributeType: 'S' },
+        { AttributeName: 'claimedAt', AttributeType: 'N' },
+      ],
+      KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+      GlobalSecondaryIndexes: [
+        {
+          IndexName: 'everything',
+          KeySchema: [
+            { AttributeName: 'scope', KeyType: 'HASH' },
+            { AttributeName: 'claimedAt', KeyType: 'RANGE' },
+          ],
+          Projection: { ProjectionType: 'ALL' },
+        },
+      ],
+    });
     const store = dynamodbStore({ client: local.client, table, listIndex: 'everything' });
     const req = request();
     const { record } = await store.claim(req);
@@ -91,14 +98,12 @@ describe('dynamodb store against dynalite', () => {
 
   it('list on a table without the index fails in one line that names the fix; it never scans', async () => {
     const table = trackedTable();
-    await local.client.send(
-      new CreateTableCommand({
-        TableName: table,
-        BillingMode: 'PAY_PER_REQUEST',
-        AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
-        KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
-      }),
-    );
+    await createActiveTable({
+      TableName: table,
+      BillingMode: 'PAY_PER_REQUEST',
+      AttributeDefinitions: [{ AttributeName: 'pk', AttributeType: 'S' }],
+      KeySchema: [{ AttributeName: 'pk', KeyType: 'HASH' }],
+    });
     const store = dynamodbStore({ client: local.client, table });
     await store.claim(request());
     const before = store.roundTrips;
