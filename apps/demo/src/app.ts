@@ -2,10 +2,18 @@
  * @module The payments API (docs/DESIGN.md: Payments demo) as a Web-standard handler: `(Request) => Promise<Response>`.
  */
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
-import { systemClock, type Clock, type IdempotencyEvent, type IdempotencyRecord, type IdempotencyStore } from 'idem';
+import {
+  systemClock,
+  type Clock,
+  type IdempotencyEvent,
+  type IdempotencyRecord,
+  type IdempotencyStore,
+  type TakeoverPolicy,
+} from 'idem';
 import { BodyTooLargeError, idempotency, problem, readBytes, type HandlerContext } from 'idem/http';
 import { parseCharge, type ChargeParams } from './charge-body.js';
 import { crashedStore, labFaults, labJournal } from './lab-journal.js';
+import { declinedResponse, labTakeover, labTakeoverOf, reconcileFromLedger, type Reconciled } from './lab-takeover.js';
 import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
 import { stripeProblem, withStripeError } from './stripe-error.js';
 
@@ -158,6 +166,9 @@ export function createApp(options: AppOptions): App {
     const drafted = draftCharge(input);
     let charge = drafted;
     if (!context.protected) await ledger.insert(charge, input);
+    // Lab: a processor without keys keeps the record id as a reference only, and charges every call.
+    else if (lab && labTakeoverOf(request.headers).keyless)
+      await ledger.insert(charge, { ...input, ref: `${context.id}/${charge.id}` });
     else if (sharedLedger) context.declare({ effects: (tx) => ledger.insertIn(tx, charge, input) });
     else charge = await ledger.insertOnce(charge, { ...input, ref: context.id });
     context.declare({ resultId: charge.id });
@@ -166,15 +177,7 @@ export function createApp(options: AppOptions): App {
       chargeId: charge.id,
       found: charge !== drafted,
     });
-    if (charge.status === 'failed') {
-      return problem({
-        status: 402,
-        slug: 'card-declined',
-        title: 'Card declined',
-        detail: 'The card was declined.',
-        extensions: { code: 'card_declined', charge: charge.id },
-      });
-    }
+    if (charge.status === 'failed') return declinedResponse(charge);
     return json(charge, 201);
   };
   const createCharge = idempotency<unknown>({
@@ -182,10 +185,31 @@ export function createApp(options: AppOptions): App {
     ...gateOptions,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
   })(chargeWork);
-  /** Lab: an attempt that dies after calling the processor (`Idem-Lab-Fault: crash`). Its claim is real; nothing after it is written. */
-  const crashingCharge = lab
-    ? idempotency<unknown>({ store: crashedStore(store as IdempotencyStore<unknown>), ...gateOptions })(chargeWork)
-    : createCharge;
+  /** Lab: what the `reconcile` hook found for a scope and key, until the request that asked is journaled. */
+  const reconciled = new Map<string, Reconciled>();
+  const reconcile = reconcileFromLedger(ledger, (scope, key, found) => {
+    if (scope.startsWith('acct_lab_')) reconciled.set(`${scope}\n${key}`, found);
+  });
+  /**
+   * Lab: the route under a takeover policy (`Idem-Lab-Takeover`), and as an attempt that dies after calling the
+   * processor (`Idem-Lab-Fault: crash`): its claim is real; nothing after it is written. Built once each.
+   */
+  const labGates = new Map<string, (request: Request) => Promise<Response>>([['rerun', createCharge]]);
+  const labGate = (takeover: TakeoverPolicy, crash: boolean): ((request: Request) => Promise<Response>) => {
+    const name = `${takeover}${crash ? ' crash' : ''}`;
+    let gate = labGates.get(name);
+    if (!gate) {
+      gate = idempotency<unknown>({
+        store: crash ? crashedStore(store as IdempotencyStore<unknown>) : store,
+        ...gateOptions,
+        takeover,
+        ...(takeover === 'reconcile' ? { reconcile } : {}),
+        ...(options.onEvent && !crash ? { onEvent: options.onEvent } : {}),
+      })(chargeWork);
+      labGates.set(name, gate);
+    }
+    return gate;
+  };
 
   const unauthorized = (): Response =>
     stripeProblem({
@@ -226,6 +250,8 @@ export function createApp(options: AppOptions): App {
       const body = await readBytes(request.body, MAX_BODY_BYTES);
       const params = parseCharge(body, request.headers.get('content-type'));
       if (params instanceof Response) return params;
+      const asked = lab ? labTakeover(request.headers) : undefined;
+      if (asked instanceof Response) return asked;
       // Parsing a large body and its fingerprint (canonical JSON) each hold the event loop for milliseconds: they
       // run in turns of their own, so another client's request waits for one of them, not both (bench:worst).
       if (body.byteLength > SPLIT_TURN_BYTES) await roundTheLoop();
@@ -234,10 +260,20 @@ export function createApp(options: AppOptions): App {
         headers: request.headers,
         body: body as Uint8Array<ArrayBuffer>,
       });
-      const gate = withParams(lab && labFaults(request.headers).crash ? crashingCharge : createCharge, params);
+      const chosen = asked ? labGate(asked.takeover, labFaults(request.headers).crash) : createCharge;
+      const gate = withParams(chosen, params);
       if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
       await recovered;
-      const response = await journal.charge(account, charge, params, gate);
+      const about = `${account}\n${request.headers.get('idempotency-key') ?? ''}`;
+      const response = await journal.charge(account, charge, params, async (journaled) => {
+        const answer = await gate(journaled);
+        const found = reconciled.get(about);
+        reconciled.delete(about);
+        if (found?.state === 'not_done') journal.note(journaled, { reconciled: 'not_done' });
+        else if (found?.chargeId)
+          journal.note(journaled, { reconciled: found.state, chargeId: found.chargeId, found: true });
+        return answer;
+      });
       if (!journal.cuts(response)) answered.add(request);
       return response;
     }

@@ -16,6 +16,7 @@ import { randomUUID } from 'node:crypto';
 import { recordPk, type IdempotencyRecord, type IdempotencyStore, type WriteResult } from 'idem';
 import { problem as problemResponse } from 'idem/http';
 import type { Charge, Ledger } from './ledger.js';
+import { labTakeoverOf, type LabTakeover, type Reconciled } from './lab-takeover.js';
 
 /** The most requests a sandbox account's history keeps; past it, the account's charges are refused (Reset). */
 export const LAB_HISTORY_LIMIT = 500;
@@ -61,9 +62,12 @@ export function labFaults(headers: Headers): LabFaults {
 /** What the charge's work did. `crashed`: it called the processor, then its attempt died before completing. */
 export type LabWork = 'charged' | 'declined' | 'processor-failed' | 'crashed';
 
-/** How the request met the key: no key; a fresh claim; a reclaim of a retryable failure; a takeover of a lapsed lease; or refused. */
+/**
+ * How the request met the key: no key; a fresh claim; a reclaim of a retryable failure; a takeover of a lapsed lease;
+ * a takeover the `reconcile` hook answered from the ledger (nothing ran); or refused.
+ */
 export type LabClaim =
-  'none' | 'fresh' | 'reclaimed' | 'taken-over' | 'replayed' | 'in-flight' | 'mismatch' | 'refused';
+  'none' | 'fresh' | 'reclaimed' | 'taken-over' | 'reconciled' | 'replayed' | 'in-flight' | 'mismatch' | 'refused';
 
 /** A record as the history shows it (never the response body). */
 export interface LabRecord {
@@ -100,6 +104,10 @@ export interface LabEntry {
   readonly amount: number;
   readonly source: string;
   readonly faults: LabFaults;
+  /** The takeover policy it ran under and whether the processor took the record id as its key (lab-takeover.ts). */
+  readonly takeover?: LabTakeover;
+  /** On a takeover under `'reconcile'`: what the hook found in the ledger (`not_done`: nothing, so the work ran). */
+  readonly reconciled?: Reconciled['state'] | null;
   /** What the client was sent; null while running and when the connection was cut. */
   readonly answer: {
     readonly status: number;
@@ -133,6 +141,8 @@ export interface LabTrace {
   chargeId?: string;
   /** The charge was already in the ledger under the record id: the work was handed it and made none. */
   found?: boolean;
+  /** The `reconcile` hook's answer on this request's takeover. */
+  reconciled?: Reconciled['state'];
 }
 
 export interface LabJournal {
@@ -192,6 +202,7 @@ function claimOf(
   problem: string | null,
 ): LabClaim {
   if (key === null) return 'none';
+  if (trace.reconciled === 'succeeded' || trace.reconciled === 'failed') return 'reconciled';
   if (trace.recordId) return !trace.reclaimed ? 'fresh' : before?.status === 'in_progress' ? 'taken-over' : 'reclaimed';
   if (response.headers.get('idempotent-replayed') === 'true') return 'replayed';
   if (problem === IN_USE) return 'in-flight';
@@ -280,6 +291,8 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       amount: params.amount,
       source: params.source,
       faults,
+      takeover: labTakeoverOf(headers),
+      reconciled: null,
       answer: null,
       status: null,
       claim: null,
@@ -347,6 +360,7 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
         record: await read(pk),
         recordId: trace.recordId ?? null,
         work: trace.work ?? null,
+        reconciled: trace.reconciled ?? null,
         charge: charge
           ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
           : null,

@@ -163,6 +163,16 @@ SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref =
     return row && toCharge(row);
   }
 
+  async byRecord(account: string, id: string): Promise<Charge | undefined> {
+    const { rows } = await this.#pool.query(
+      `SELECT * FROM ${this.#table} WHERE account = $1 AND (idempotency_ref = $2 OR left(idempotency_ref, $3) = $4)
+       ORDER BY created, id LIMIT 1`,
+      [account, id, id.length + 1, `${id}/`],
+    );
+    const row = rows[0] as Row | undefined;
+    return row && toCharge(row);
+  }
+
   async balance(account: string): Promise<{ charged: number; count: number }> {
     const { rows } = await this.#pool.query(
       `SELECT COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS count FROM ${this.#table} WHERE account = $1 AND status = 'succeeded'`,

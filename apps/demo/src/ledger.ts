@@ -87,6 +87,11 @@ export interface Ledger {
   get(account: string, id: string): Promise<Charge | undefined>;
   /** The account's charge written under `ref` (a record's id, or a keyless lab request's own ref), if any. */
   byRef(account: string, ref: string): Promise<Charge | undefined>;
+  /**
+   * The account's first charge made for record `id`: under `id` itself (a processor keyed on it), or under
+   * `<id>/<attempt>` (a processor without keys, which keeps the id as a reference but charges every attempt).
+   */
+  byRecord(account: string, id: string): Promise<Charge | undefined>;
   balance(account: string): Promise<{ charged: number; count: number }>;
   /** Deletes an account's charges and its lab history (the lab's Reset). Returns how many charges. */
   clear(account: string): Promise<number>;
@@ -185,6 +190,16 @@ export class SqliteLedger implements Ledger {
     const row = this.#db
       .prepare('SELECT * FROM charges WHERE account = ? AND idempotency_ref = ?')
       .get(account, ref) as Row | undefined;
+    return row && toCharge(row);
+  }
+
+  async byRecord(account: string, id: string): Promise<Charge | undefined> {
+    const row = this.#db
+      .prepare(
+        `SELECT * FROM charges WHERE account = ? AND (idempotency_ref = ? OR substr(idempotency_ref, 1, ?) = ?)
+         ORDER BY rowid LIMIT 1`,
+      )
+      .get(account, id, id.length + 1, `${id}/`) as Row | undefined;
     return row && toCharge(row);
   }
 
