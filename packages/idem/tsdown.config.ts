@@ -5,8 +5,9 @@
  *
  * The entries are read from package.json `exports`: a subpath `./x` whose import is `./dist/x/index.js` is built
  * from `src/x/index.ts`. Adding a subpath is one edit there (and its `typesVersions` line, for node10 resolution).
+ * The SQL stores' `schema.sql` files are printed into the build afterwards by `scripts/schema-files.mjs`.
  */
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { defineConfig } from 'tsdown';
 
 interface Conditional {
@@ -24,10 +25,6 @@ for (const target of Object.values(exports)) {
   entry[out] = `src/${out}.ts`;
 }
 
-const schemas = readdirSync('src/stores')
-  .filter((store) => existsSync(`src/stores/${store}/schema.sql`))
-  .map((store) => ({ from: `src/stores/${store}/schema.sql`, to: `dist/stores/${store}` }));
-
 export default defineConfig({
   platform: 'node',
   target: 'node20.19',
@@ -41,5 +38,4 @@ export default defineConfig({
   dts: true,
   // `import.meta.url` in the CommonJS build.
   shims: true,
-  copy: schemas,
 });

@@ -352,13 +352,15 @@ try {
   }
 
   // 4. Bare: the tarball alone. The core needs nothing; the bin names the driver to install, in one line, exit 3.
+  // --prefer-offline, not --offline: npm reads the optional peers' registry metadata (rxjs's, for its range) even
+  // when it installs none of them, and a fresh cache holds only what `npm ci` fetched, which is tarballs.
   const bare = join(tmp, 'bare');
   write(join(bare, 'package.json'), JSON.stringify({ name: 'scratch-bare', private: true, type: 'module' }, null, 2));
   log('bare project: the tarball without any peer');
   try {
     run(
       'npm',
-      ['install', '--offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball],
+      ['install', '--prefer-offline', '--no-audit', '--no-fund', '--ignore-scripts', '--no-package-lock', tarball],
       bare,
     );
     write(

@@ -72,8 +72,8 @@ describe.skipIf(!available)('mysql store', () => {
       }
     });
 
-    it('schema.sql holds the same DDL as migrate() for the default table', async () => {
-      const file = await readFile(new URL('./schema.sql', import.meta.url), 'utf8');
+    it('the built schema.sql holds the same DDL as migrate() for the default table', async () => {
+      const file = await readFile(new URL('../../../dist/stores/mysql/schema.sql', import.meta.url), 'utf8');
       expect(ddlOf(file)).toBe(mysqlSchemaSql().trim());
       expect(mysqlSchemaSql({ table: 'keys' }).split('\n')[0]).toBe('CREATE TABLE IF NOT EXISTS `keys` (');
     });

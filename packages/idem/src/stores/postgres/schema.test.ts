@@ -34,8 +34,8 @@ describe.skipIf(!available)('postgres store', () => {
       }
     });
 
-    it('schema.sql holds the same DDL as migrate() for the default names', async () => {
-      const file = await readFile(new URL('./schema.sql', import.meta.url), 'utf8');
+    it('the built schema.sql holds the same DDL as migrate() for the default names', async () => {
+      const file = await readFile(new URL('../../../dist/stores/postgres/schema.sql', import.meta.url), 'utf8');
       expect(ddlOf(file)).toBe(postgresSchemaSql().trim());
       expect(postgresSchemaSql({ schema: 'payments', table: 'keys' }).split('\n')[0]).toBe(
         'CREATE SCHEMA IF NOT EXISTS "payments";',

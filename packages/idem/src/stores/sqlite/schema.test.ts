@@ -46,7 +46,7 @@ describe('sqlite store: options and schema', () => {
     await defaults.close();
   });
 
-  it('migrate() is idempotent and creates exactly the DDL of schema.sql', async () => {
+  it('migrate() is idempotent and creates exactly the DDL of the built schema.sql', async () => {
     const master = (database: Database.Database) =>
       database
         .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name")
@@ -54,7 +54,9 @@ describe('sqlite store: options and schema', () => {
     const store = await freshStore();
     await store.migrate();
     const fromFile = new Database(freshFile());
-    fromFile.exec(readFileSync(fileURLToPath(new URL('./schema.sql', import.meta.url)), 'utf8'));
+    fromFile.exec(
+      readFileSync(fileURLToPath(new URL('../../../dist/stores/sqlite/schema.sql', import.meta.url)), 'utf8'),
+    );
     expect(master(store.database)).toEqual(master(fromFile));
     expect(master(store.database).map((row) => (row as { name: string }).name)).toEqual([
       'idem_records',

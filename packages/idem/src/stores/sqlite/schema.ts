@@ -6,7 +6,7 @@ export const DEFAULT_TABLE = 'idem_records';
 
 /**
  * The DDL `migrate()` runs: the records table plus an index on `expires_at` (the sweep) and one on
- * `(scope, claimed_at)` (`list`). `schema.sql`, beside this file, is the same DDL for the default table name.
+ * `(scope, claimed_at)` (`list`). The build prints it for the default name into `idem/stores/sqlite/schema.sql`.
  *
  * @example
  * database.exec(sqliteSchema('idem_records'))
