@@ -2,7 +2,7 @@
  * @module The bench's null store: Idem's own cost, with no store client's (bench/instructions-run.ts,
  * bench/allocation.ts).
  */
-import type { IdempotencyRecord, IdempotencyStore } from '../packages/idem/src/core/record.js';
+import { claimedRecord, type IdempotencyRecord, type IdempotencyStore } from '../packages/idem/src/core/record.js';
 
 /**
  * A store that does no work of its own: it keeps the one record last written in a variable, with no copies, no
@@ -18,21 +18,7 @@ export function nullStore(): IdempotencyStore {
     roundTrips: 0,
     claim: async (request) => {
       if (kept?.pk === request.pk) return { kind: 'existing', record: kept };
-      kept = {
-        pk: request.pk,
-        scope: request.scope,
-        key: request.key,
-        status: 'in_progress',
-        fingerprint: request.fingerprint,
-        id: request.id,
-        token: request.token,
-        claimedAt: request.now,
-        leaseExpiresAt: request.now + request.leaseMs,
-        expiresAt: request.now + request.ttlMs,
-        retryable: false,
-        resultId: null,
-        response: null,
-      };
+      kept = claimedRecord(null, request);
       return { kind: 'claimed', record: kept };
     },
     complete: async ({ outcome }) => {
