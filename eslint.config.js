@@ -21,9 +21,9 @@ export default tseslint.config(
     },
   },
   {
-    // The NestJS projects the docs quote, as written under Nest's default tsconfigs (test/runtimes/nest.test.ts):
+    // The NestJS examples, as written under Nest's default tsconfigs (test/runtimes/nest.test.ts, test/examples):
     // `import x = require()` where esModuleInterop is off, `!` that only strictNullChecks needs.
-    files: ['docs/nest/**/*.ts'],
+    files: ['examples/nest11/**/*.ts', 'examples/nest12/**/*.ts'],
     rules: {
       '@typescript-eslint/no-require-imports': 'off',
       '@typescript-eslint/no-unnecessary-type-assertion': 'off',

@@ -175,7 +175,11 @@ export function startExample(
       const url = match[1] ?? '';
       clearTimeout(timer);
       timings[`start ${args.at(-1) ?? command}`] = Date.now() - started;
-      const base = url.replace(/\/$/, '').replace('//localhost:', '//127.0.0.1:').replace('//0.0.0.0:', '//127.0.0.1:');
+      const base = url
+        .replace(/\/$/, '')
+        .replace('//localhost:', '//127.0.0.1:')
+        .replace('//0.0.0.0:', '//127.0.0.1:')
+        .replace('//[::1]:', '//127.0.0.1:'); // NestJS's getUrl() on a dual-stack listener
       resolve({ base, output: () => output, stop });
     };
     child.stdout?.on('data', watch);
