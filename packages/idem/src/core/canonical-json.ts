@@ -18,7 +18,7 @@ import * as keyOrder from './key-order.js';
 import { MAX_NUMBER_OUTPUT, numberEnd, REFUSED, writeNumber } from './canonical-number.js';
 import { ObjectOrder, REORDER_ROOM } from './canonical-objects.js';
 import { spare } from './canonical-pieces.js';
-import { checkUtf8, plainRun, writeEscaped } from './canonical-string.js';
+import { checkUtf8, ESCAPED_END, writeEscaped } from './canonical-string.js';
 
 /**
  * The member table's fields (key-order.ts) as this module's own constants, which the runtime folds into its code
@@ -132,10 +132,6 @@ class Canonical {
   /** The objects reordered, and the output's pieces (canonical-objects.ts). */
   readonly objects: ObjectOrder;
 
-  // Left by #escapedString: where the output ends, and the first non-ASCII byte of the body so far.
-  #at = 0;
-  #ascii = 0;
-
   constructor(body: Uint8Array, size: number) {
     const n = body.byteLength;
     if (n + PAD > keptIn.length && n + PAD <= KEEP_OUTPUT_BYTES / 2) keptIn = new Uint8Array(n + PAD);
@@ -223,10 +219,10 @@ class Canonical {
           i++;
         }
         if (escaped) {
-          this.#ascii = ascii;
-          i = this.#escapedString(out, at, start, i) | 0;
-          ascii = this.#ascii | 0;
-          at = this.#at | 0;
+          // The rest, from its first escape, written again as its value (the text before it is in place).
+          i = writeEscaped(b, words, i, out, outWords, i + shift, ascii) | 0;
+          at = ESCAPED_END[0] as number;
+          ascii = ESCAPED_END[1] as number;
         } else {
           out[i + shift] = 0x22;
           at = i + shift + 1;
@@ -430,41 +426,6 @@ class Canonical {
     pieces.close(at);
     const { bytes, words } = spare(pieces.total() + 8);
     return bytes.subarray(0, pieces.gather(out, this.#outWordsOf(), bytes, words));
-  }
-
-  /**
-   * The rest of a string from its first escape at `i` (its opening quote at `at` in `out`): scanned to its end, a
-   * word at a time through runs without escapes, then written again from its first escape as JSON.stringify writes
-   * its value (never longer than its source). Returns where it ends in the body; leaves the output's end in `#at`.
-   */
-  #escapedString(out: Uint8Array, at: number, start: number, i: number): number {
-    const b = this.#in;
-    const first = i;
-    const n = this.#length;
-    let ascii = this.#ascii;
-    let plain = 0; // bytes since the last escape
-    for (;;) {
-      if (i >= n) throw REFUSED;
-      const c = b[i] as number;
-      if (c === 0x22) break;
-      if (c === 0x5c) {
-        i += 2;
-        plain = 0;
-        continue;
-      }
-      if (c < 0x20) throw REFUSED;
-      if (c >= 0x80 && i < ascii) ascii = i;
-      i++;
-      // A long run without escapes: scanned a word at a time (and copied to where writeEscaped writes next).
-      if (++plain === 8) {
-        plain = 0;
-        i = plainRun(this.#wordsOf(), n, i, this.#outWordsOf(), at - start + 1, ascii === n);
-      }
-    }
-    this.#ascii = ascii;
-    // The quote and the text before the first escape are in place: copied as scanned (output = body + shift).
-    this.#at = writeEscaped(b, first, i, out, at + 1 + (first - start));
-    return i;
   }
 }
 

@@ -62,44 +62,69 @@ for (const [unit, char] of [
 }
 UNESCAPE[0x2f] = 0x2f; // `\/` is read; JSON.stringify never writes it
 
+/** Left by {@link writeEscaped}: where the output ends, and the first non-ASCII byte of the body so far. */
+export const ESCAPED_END = new Int32Array(2);
+
 /**
- * `b[from, to)`, the rest of a string's contents from its first escape, decoded and written to `out` at `at` as
- * JSON.stringify writes the value, with the closing quote; never longer than its source. The opening quote and the
- * text before the first escape are the caller's (the scanner copied them as it read them). Returns where the
- * output ends.
+ * The rest of a string from its first escape, `b[i]` (`words`: `b` as words, with zeros after the body's end), read
+ * and written in one pass to `out` at `at` as JSON.stringify writes the value, with the closing quote; never longer
+ * than its source. Runs without escapes are scanned and copied a word at a time (a byte at a time, and read twice,
+ * 90-byte keys with escapes held the demo's event loop 2.4 times as long as the same bytes as text). The opening
+ * quote and the text before the first escape are the caller's (the scanner copied them as it read them). `ascii` is
+ * the first non-ASCII byte of the body so far (past `i` if none). Returns where the string ends in the body (its
+ * closing quote); leaves the output's end and the first non-ASCII byte in `ESCAPED_END`. A control character, a bad
+ * escape or the body's end refuses it.
  *
  * @example
- * out[0] = 0x22; writeEscaped(utf8('"\\u0041\\n"'), 1, 9, out, 1) // → 5, out starts with `"A\\n"`
+ * out[0] = 0x22; writeEscaped(utf8('"\\u0041\\n"'), words, 1, out, outWords, 1, 10) // → 9, out starts with `"A\\n"`
  */
-export function writeEscaped(b: Uint8Array, from: number, to: number, out: Uint8Array, at: number): number {
+export function writeEscaped(
+  b: Uint8Array,
+  words: DataView,
+  i: number,
+  out: Uint8Array,
+  outWords: DataView,
+  at: number,
+  ascii: number,
+): number {
   let high = -1; // a high surrogate from a `\u` escape, waiting for its low half
-  let i = from;
-  while (i < to) {
+  let highBits = ascii > i ? -1 : 0; // until a non-ASCII byte is found, a run stops at one
+  for (;;) {
     let c = b[i] as number;
     if (c !== 0x5c) {
       if (high !== -1) at = escapeUnit(out, at, high);
       high = -1;
-      // A run of text up to the next escape (or the end): a byte at a time for 256, then at once. (Two subarrays
-      // per run cost more than the bytes of a key: escaped keys of 90 bytes took 5× JSON.parse at 16.)
-      let end = i;
-      const stop = Math.min(to, i + 256);
-      while (end < stop && b[end] !== 0x5c) end++;
-      if (end === stop && end < to) {
-        const next = b.subarray(end, to).indexOf(0x5c);
-        end = next === -1 ? to : end + next;
-        out.set(b.subarray(i, end), at);
-        at += end - i;
-      } else {
-        for (; i < end; i++) out[at++] = b[i] as number;
+      if (c === 0x22) break;
+      if (c < 0x20) throw REFUSED; // the zeros past the body's end too: an unterminated string
+      if (c >= 0x80 && highBits !== 0) {
+        ascii = i;
+        highBits = 0;
       }
-      i = end;
+      // A run up to the next byte to look at, a word at a time: each word copied, then tested at once for `"`, `\`,
+      // a control character and (until the first is found) a non-ASCII byte; the lowest flag is the byte to look at
+      // (scanner: canonical-json.ts). What a word writes past that byte is written over next.
+      out[at++] = c;
+      i++;
+      for (;;) {
+        const word = words.getInt32(i, true);
+        outWords.setInt32(at, word, true);
+        const flags = stops(word, highBits);
+        if (flags !== 0) {
+          const skip = (31 - Math.clz32(flags & -flags)) >> 3;
+          i += skip;
+          at += skip;
+          break;
+        }
+        i += 4;
+        at += 4;
+      }
       continue;
     }
     c = b[i + 1] as number;
     let unit: number;
     if (c === 0x75) {
       unit = (hex(b[i + 2]) << 12) | (hex(b[i + 3]) << 8) | (hex(b[i + 4]) << 4) | hex(b[i + 5]);
-      if (unit < 0 || i + 6 > to) throw REFUSED;
+      if (unit < 0) throw REFUSED;
       i += 6;
     } else {
       unit = c < 0x80 ? (UNESCAPE[c] as number) : -1;
@@ -123,9 +148,27 @@ export function writeEscaped(b: Uint8Array, from: number, to: number, out: Uint8
     else if (unit >= 0xdc00 && unit <= 0xdfff) at = escapeUnit(out, at, unit);
     else at = writeUnit(out, at, unit);
   }
-  if (high !== -1) at = escapeUnit(out, at, high);
   out[at++] = 0x22;
-  return at;
+  ESCAPED_END[0] = at;
+  ESCAPED_END[1] = ascii;
+  return i;
+}
+
+/**
+ * The bytes of `word` (4 bytes of a string, little-endian) that a scan must look at, each as its high bit: `"`, `\\`,
+ * a control character and, with `highBits` -1, a non-ASCII byte. A byte is only set falsely above one set rightly (by
+ * a borrow), so the lowest set is the first to look at.
+ */
+function stops(word: number, highBits: number): number {
+  const quote = word ^ 0x22222222;
+  const slash = word ^ 0x5c5c5c5c;
+  return (
+    (((quote - 0x01010101) & ~quote) |
+      ((slash - 0x01010101) & ~slash) |
+      ((word - 0x20202020) & ~word) |
+      (word & highBits)) &
+    0x80808080
+  );
 }
 
 /** A hex digit's value, or a large negative number (so that any combination of four is negative). */
@@ -166,31 +209,6 @@ function writeUnit(out: Uint8Array, at: number, unit: number): number {
     out[at++] = 0x80 | (unit & 0x3f);
   }
   return at;
-}
-
-/**
- * The index of the first byte at or after `i` that a string scan must look at (`"`, `\`, a control character, or
- * with `high` a non-ASCII byte), or a few bytes before it (or before `n`, the body's end): four bytes at a time, each word tested for all at once,
- * and copied to `out` at `i + shift` when it holds none.
- */
-export function plainRun(view: DataView, n: number, i: number, out: DataView, shift: number, high: boolean): number {
-  const highBits = high ? -1 : 0;
-  for (; i + 4 <= n; i += 4) {
-    const word = view.getInt32(i, true);
-    const quote = word ^ 0x22222222;
-    const slash = word ^ 0x5c5c5c5c;
-    // A byte that is 0 in `quote` or `slash`, or below 0x20 in `word`, sets its high bit in `flags` (a byte with its
-    // own high bit set sets none of these: the tests are exact for the first such byte of the word). And with
-    // `high`, any byte with its high bit set.
-    const flags =
-      ((quote - 0x01010101) & ~quote) |
-      ((slash - 0x01010101) & ~slash) |
-      ((word - 0x20202020) & ~word) |
-      (word & highBits);
-    if ((flags & 0x80808080) !== 0) return i;
-    out.setInt32(i + shift, word, true);
-  }
-  return i;
 }
 
 /**
