@@ -271,7 +271,12 @@ export function createApp(options: AppOptions): App {
         reconciled.delete(about);
         if (found?.state === 'not_done') journal.note(journaled, { reconciled: 'not_done' });
         else if (found?.chargeId)
-          journal.note(journaled, { reconciled: found.state, chargeId: found.chargeId, found: true });
+          journal.note(journaled, {
+            reconciled: found.state,
+            recordId: found.recordId,
+            chargeId: found.chargeId,
+            found: true,
+          });
         return answer;
       });
       if (!journal.cuts(response)) answered.add(request);

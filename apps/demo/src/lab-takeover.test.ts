@@ -94,6 +94,7 @@ describe.each([
       ['reconciled', null, 201, ledger[0]?.id, 'succeeded'],
     ]);
     expect(entries[1]?.record?.status).toBe('succeeded');
+    expect(entries[1]?.recordId).toBe(entries[0]?.recordId);
     // Settled by the hook: the next retry replays the recorded answer, and still nothing runs.
     expect((await charge('k', switches('reconcile', 'keyless'))).headers.get('idempotent-replayed')).toBe('true');
     expect(rows()).toHaveLength(1);

@@ -68,6 +68,8 @@ export function declinedResponse(charge: Pick<Charge, 'id'>): Response {
 export interface Reconciled {
   readonly state: 'succeeded' | 'failed' | 'not_done';
   readonly chargeId: string | null;
+  /** The record the hook was asked about. */
+  readonly recordId: string;
 }
 
 /**
@@ -85,11 +87,11 @@ export function reconcileFromLedger(
   return async ({ id, scope, key }) => {
     const charge = await ledger.byRecord(scope, id);
     if (!charge) {
-      seen?.(scope, key, { state: 'not_done', chargeId: null });
+      seen?.(scope, key, { state: 'not_done', chargeId: null, recordId: id });
       return { state: 'not_done' };
     }
     const state = charge.status === 'failed' ? 'failed' : 'succeeded';
-    seen?.(scope, key, { state, chargeId: charge.id });
+    seen?.(scope, key, { state, chargeId: charge.id, recordId: id });
     const response =
       state === 'failed'
         ? declinedResponse(charge)

@@ -4,6 +4,7 @@
 import type { LabEntry } from '../../src/lab-journal.js';
 
 export type { LabClaim, LabEntry, LabFaults, LabRecord, LabWork } from '../../src/lab-journal.js';
+export type { LabTakeover } from '../../src/lab-takeover.js';
 
 const STORAGE_KEY = 'idem-lab-api-key';
 const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';

@@ -2,7 +2,7 @@
  * @module One request from the lab page: what the browser sent and saw, joined with the server's own account of it
  * (`GET /v1/lab/history`), and the outcome the page shows, read from that account first.
  */
-import type { LabEntry, LabFaults } from './api.js';
+import type { LabEntry, LabFaults, LabTakeover } from './api.js';
 
 /** What happened to a request, as the server's history tells it (or the browser, while there is none to read). */
 export type Outcome =
@@ -17,6 +17,10 @@ export type Outcome =
   | 'charged'
   | 'replayed'
   | 'in-flight'
+  /** A takeover the `reconcile` hook answered from the ledger: the charge it found was recorded and sent; nothing ran. */
+  | 'reconciled'
+  /** A takeover under `'quarantine'`: 409 `operation_state: "unknown"`, nothing ran, until an operator resolves the key. */
+  | 'quarantined'
   | 'mismatch'
   /** The work committed; the connection was cut before the answer. */
   | 'dropped'
@@ -42,6 +46,8 @@ export interface Spec {
   readonly amount: number;
   readonly source: string;
   readonly faults: LabFaults;
+  /** The takeover policy and the processor's kind it asks for (`Idem-Lab-Takeover`, `Idem-Lab-Processor`); absent: the defaults. */
+  readonly takeover?: LabTakeover;
 }
 
 /** One request as sent: its spec, and what the browser and the server's history say happened to it. */
@@ -70,6 +76,9 @@ export const LAB_REFUSALS: readonly string[] = [
   'urn:idem:problem:lab-busy',
 ];
 
+/** The problem type of a quarantined key's answer (409, `operation_state: "unknown"`). */
+export const OUTCOME_UNKNOWN = 'urn:idem:problem:idempotency-outcome-unknown';
+
 /** An attempt known only from the server's history. */
 export function fromEntry(entry: LabEntry): Attempt {
   return {
@@ -81,6 +90,7 @@ export function fromEntry(entry: LabEntry): Attempt {
     amount: entry.amount,
     source: entry.source,
     faults: entry.faults,
+    ...(entry.takeover ? { takeover: entry.takeover } : {}),
     sentAt: entry.at,
     seen: null,
     entry,
@@ -105,6 +115,8 @@ export function outcome(a: Attempt): Outcome {
   if (e.work === 'crashed') return 'crashed';
   if (e.faults.drop && e.answer === null) return e.work === null ? 'error' : 'dropped';
   if (e.claim === 'replayed') return 'replayed';
+  if (e.claim === 'reconciled') return 'reconciled';
+  if (e.answer?.problem === OUTCOME_UNKNOWN) return 'quarantined';
   if (e.claim === 'in-flight') return 'in-flight';
   if (e.claim === 'mismatch') return 'mismatch';
   if (e.work === 'processor-failed') return 'processor-failed';
@@ -140,6 +152,10 @@ export function describeOutcome(a: Attempt): string {
       return `${e?.answer?.status ?? ''} replayed`.trim();
     case 'in-flight':
       return '409 in flight';
+    case 'reconciled':
+      return `${e?.answer?.status ?? ''} reconciled, not charged`.trim();
+    case 'quarantined':
+      return '409 outcome unknown';
     case 'mismatch':
       return `${e?.answer?.status ?? 400} mismatch`;
     case 'dropped':

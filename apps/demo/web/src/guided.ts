@@ -8,6 +8,7 @@ import { outcome } from './attempt.js';
 import { abbreviate, dollars } from './format.js';
 import type { Payment } from './history.js';
 import { tell, type Told } from './narrate.js';
+import { crashStory } from './takeover-text.js';
 import type { Spec } from './send.js';
 
 export const CHARGE_CENTS = 50_000;
@@ -26,6 +27,8 @@ export interface Runner {
   /** Resolves once the key's record lease has lapsed, saying how long is left meanwhile. */
   readonly lapsed: (key: string) => Promise<void>;
   readonly paymentOf: (a: Attempt) => Payment | undefined;
+  /** The takeover policy and processor the lab's switches ask for now (the crash run sends them). */
+  readonly takeover: () => NonNullable<Spec['takeover']>;
 }
 
 const QUICK = { drop: false, crash: false, fail: false, delayMs: 0 } as const;
@@ -146,17 +149,22 @@ const declined: Guide = async (run) => {
 const crash: Guide = async (run) => {
   const p = run.payment();
   const key = run.key();
-  const first = await run.send(step(p, key, 'Show me: charge', { faults: { ...QUICK, crash: true } }));
-  const early = await run.send(step(p, key, 'Show me: retry'));
+  const takeover = run.takeover();
+  const first = await run.send(step(p, key, 'Show me: charge', { faults: { ...QUICK, crash: true }, takeover }));
+  const early = await run.send(step(p, key, 'Show me: retry', { takeover }));
   await run.lapsed(key);
   const sent = [first, early];
-  let last = await run.send(step(p, key, 'Show me: retry'));
+  let last = await run.send(step(p, key, 'Show me: retry', { takeover }));
   sent.push(last);
   // The lease is read on this browser's clock: should the server's still hold it, its Retry-After says how long.
   for (let i = 0; i < 3 && outcome(last) === 'in-flight'; i++) {
     await run.lapsed(key);
-    last = await run.send(step(p, key, 'Show me: retry'));
+    last = await run.send(step(p, key, 'Show me: retry', { takeover }));
     sent.push(last);
+  }
+  if (takeover.keyless || takeover.takeover !== 'rerun') {
+    const text = crashStory(sent, run.paymentOf(last));
+    return story(run, sent, text !== null, () => text ?? '');
   }
   const id = abbreviate(last.entry?.recordId ?? '', 8, 4);
   const same = chargedRow(first);

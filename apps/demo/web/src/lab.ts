@@ -26,6 +26,8 @@ const ui = {
   flaky: byId('flaky', HTMLInputElement),
   fail: byId('fail', HTMLInputElement),
   delay: byId('delay', HTMLSelectElement),
+  keyless: byId('keyless-processor', HTMLInputElement),
+  takeover: byId('takeover', HTMLSelectElement),
   currentKey: byId('current-key', HTMLElement),
   account: byId('account', HTMLElement),
   narration: byId('narration', HTMLElement),
@@ -164,6 +166,12 @@ const faults = (drop: boolean) => ({
   delayMs: Number(ui.delay.value),
 });
 
+/** The takeover switches as set now: sent with every request (send.ts). */
+const switches = (): NonNullable<Spec['takeover']> => ({
+  takeover: ui.takeover.value as NonNullable<Spec['takeover']>['takeover'],
+  keyless: ui.keyless.checked,
+});
+
 const charge = (control: string, extra: Partial<Spec> = {}): Spec => {
   const key = ui.useKeys.checked ? currentKey : null;
   return {
@@ -174,6 +182,7 @@ const charge = (control: string, extra: Partial<Spec> = {}): Spec => {
     amount: CHARGE_CENTS,
     source: 'tok_visa',
     faults: faults(false),
+    takeover: switches(),
     ...extra,
   };
 };
@@ -187,7 +196,7 @@ ui.charge.addEventListener(
 
 ui.retry.addEventListener('click', () => {
   if (last) {
-    const again: Spec = { ...last, control: 'Retry', group: null, faults: faults(false) };
+    const again: Spec = { ...last, control: 'Retry', group: null, faults: faults(false), takeover: switches() };
     void act(() => sendSpecs([again]));
   }
 });
@@ -294,6 +303,7 @@ const runner: Runner = {
       120_000,
     ),
   paymentOf,
+  takeover: switches,
 };
 
 for (const [button, run] of guides)

@@ -7,6 +7,7 @@ import type { Attempt } from './attempt.js';
 import { describeOutcome, outcome } from './attempt.js';
 import { abbreviate, clock, dollars, plural } from './format.js';
 import { state, type Payment } from './history.js';
+import { crashCharge, quarantinedText, reconciledText, takenOver } from './takeover-text.js';
 
 /**
  * One claim a sentence makes about one request: `charged` — it left ledger row `charge`; `not-charged` — it moved no
@@ -43,6 +44,10 @@ function charged(a: Attempt, payment: Payment | undefined): Told {
       text: `The server answered ${e?.status ?? ''}, but the ledger read back has no charge from it: nothing was charged.`,
       claims: [claim(a, 'not-charged')],
     };
+  }
+  if (e?.claim === 'taken-over' && (e.takeover?.keyless || e.reconciled)) {
+    const same = e.charge?.found === true;
+    return { text: takenOver(a, payment, id), claims: [claim(a, same ? 'not-charged' : 'charged', id)] };
   }
   if (e?.claim === 'taken-over') {
     const same = e.charge?.found === true;
@@ -88,13 +93,7 @@ function cut(a: Attempt, crashed: boolean): Told {
   const lease =
     e?.record?.status === 'in_progress' ? ` until its lease lapses at ${clock(e.record.leaseExpiresAt)}` : '';
   return {
-    text: `The attempt claimed the key (record ${abbreviate(e?.recordId ?? '', 8, 4)}), called the processor and crashed before completing: no answer, no renewal. ${
-      id && found
-        ? `The processor already had a charge under that record id (${row(id)}), made by another attempt, and returned it: this one charged nothing.`
-        : id
-          ? `The processor had charged ${dollars(a.amount)} under that record id (${row(id)}).`
-          : 'Its charge was to commit with the record, so nothing reached the ledger.'
-    } The record stays in_progress${lease}; a retry before then gets 409.`,
+    text: `The attempt claimed the key (record ${abbreviate(e?.recordId ?? '', 8, 4)}), called the processor and crashed before completing: no answer, no renewal. ${crashCharge(a)} The record stays in_progress${lease}; a retry before then gets 409.`,
     claims: [money, ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : [])],
   };
 }
@@ -177,6 +176,13 @@ export function tellOne(a: Attempt, payment?: Payment): Told {
             ? "The key's record holds a final failure, so the server sent the stored 402 again, marked as a replay, and ran nothing: the card is not retried and nothing is charged."
             : `The key was already completed, so the server sent the stored ${e?.answer?.status ?? 201} again, marked as a replay, and ran nothing: no new charge.`,
         claims: [claim(a, 'replayed')],
+      };
+    case 'reconciled':
+      return { text: reconciledText(a, payment), claims: [claim(a, 'replayed')] };
+    case 'quarantined':
+      return {
+        text: quarantinedText(a, payment),
+        claims: [claim(a, 'refused'), ...(e?.record?.status === 'in_progress' ? [claim(a, 'in-progress')] : [])],
       };
     case 'in-flight':
       return {

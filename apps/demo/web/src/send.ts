@@ -33,6 +33,11 @@ function headersFor(spec: Spec, attempt: Attempt, first: boolean): Record<string
   if (first && spec.faults.crash) headers['idem-lab-fault'] = 'crash';
   if (spec.faults.fail) headers['idem-lab-fail'] = '503';
   if (spec.faults.delayMs > 0) headers['idem-lab-delay-ms'] = String(spec.faults.delayMs);
+  // The takeover switches go on every attempt: the one that takes over is a retry.
+  if (spec.takeover) {
+    headers['idem-lab-takeover'] = spec.takeover.takeover;
+    headers['idem-lab-processor'] = spec.takeover.keyless ? 'keyless' : 'keyed';
+  }
   return headers;
 }
 

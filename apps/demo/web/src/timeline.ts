@@ -4,7 +4,7 @@
  * a phone. Every server and store step is the server's own account of the request (`GET /v1/lab/history`): how the
  * key was claimed, what the work did, the ledger row and the record read back once it was done.
  */
-import { describeOutcome, latencyOf, outcome, type Attempt } from './attempt.js';
+import { describeOutcome, latencyOf, OUTCOME_UNKNOWN, outcome, type Attempt } from './attempt.js';
 import { abbreviate, clock, dollars } from './format.js';
 import { h, s } from './dom.js';
 import type { Payment } from './history.js';
@@ -38,10 +38,14 @@ function claimStep(a: Attempt): Step {
       return { lane: 'store', text: `claim refused: key ${e?.before?.status ?? 'completed'}`, tone: 'info' };
     case 'in-flight':
       return { lane: 'store', text: 'claim refused: key in_progress', tone: 'warn' };
+    case 'reconciled':
+      return { lane: 'store', text: 'claim: took over the lapsed lease; reconcile asked the ledger', tone: 'info' };
     case 'mismatch':
       return { lane: 'store', text: 'claim refused: hash differs', tone: 'violet' };
     case 'refused':
-      return { lane: 'store', text: `refused: ${e?.status ?? ''}`, tone: 'bad' };
+      return e?.answer?.problem === OUTCOME_UNKNOWN
+        ? { lane: 'store', text: 'claim: took over the lapsed lease; quarantine runs nothing', tone: 'bad' }
+        : { lane: 'store', text: `refused: ${e?.status ?? ''}`, tone: 'bad' };
     default:
       return { lane: 'store', text: 'claim…', tone: 'muted' };
   }
@@ -59,9 +63,22 @@ function workSteps(a: Attempt): Step[] {
       : 'ledger: no row';
     return [{ lane: 'store', text: `${text} (read after the restart)`, tone: e.charge ? 'good' : 'muted' }];
   }
+  if (e?.claim === 'reconciled' && e.charge)
+    return [
+      {
+        lane: 'store',
+        text: `ledger: ${abbreviate(e.charge.id, 7, 4)} found under the record id, no new row`,
+        tone: 'info',
+      },
+    ];
   if (!e?.work) return [];
+  const asked: Step[] =
+    e.reconciled === 'not_done'
+      ? [{ lane: 'store', text: 'reconcile: no charge under the record id, so it runs', tone: 'info' }]
+      : [];
   const delay = a.faults.delayMs > 0 ? ` (${a.faults.delayMs} ms)` : '';
-  const ref = e.recordId ? `, ref ${abbreviate(e.recordId, 8, 4)}` : '';
+  // A processor without keys is sent the record id as a note only: it does not deduplicate on it.
+  const ref = e.recordId ? `, ${e.takeover?.keyless ? 'no key, note' : 'ref'} ${abbreviate(e.recordId, 8, 4)}` : '';
   const work: Record<NonNullable<typeof e.work>, Step> = {
     charged: { lane: 'server', text: `charges ${dollars(a.amount)}${delay}${ref}`, tone: 'good' },
     declined: { lane: 'server', text: `card declined${delay}`, tone: 'bad' },
@@ -78,7 +95,7 @@ function workSteps(a: Attempt): Step[] {
           text: `ledger: ${row} ${e.charge.status}`,
           tone: e.charge.status === 'succeeded' ? 'good' : 'muted',
         };
-  return [work[e.work], ledger];
+  return [...asked, work[e.work], ledger];
 }
 
 /** The key's record once the request was done (read back). */
@@ -115,6 +132,10 @@ function answerStep(a: Attempt): Step {
       return { lane: 'client', text: `← ${status} charged`, tone: 'good' };
     case 'replayed':
       return { lane: 'client', text: `← ${status} replayed, not charged`, tone: 'info' };
+    case 'reconciled':
+      return { lane: 'client', text: `← ${status} the reconciled charge, not charged again`, tone: 'info' };
+    case 'quarantined':
+      return { lane: 'client', text: '← 409 operation_state "unknown", not run', tone: 'bad' };
     case 'in-flight':
       return {
         lane: 'client',
