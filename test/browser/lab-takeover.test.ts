@@ -50,67 +50,69 @@ describe.skipIf(!chromiumAvailable()).each(labStores('lab_takeover'))(
       return truthAfter(page, server.url, () => page.getByRole('button', { name: CRASH, exact: true }).click());
     };
 
-    it("keys off at the processor: 'rerun' charges twice for one key, 'reconcile' and 'quarantine' once", async ({
-      skip,
-    }) => {
-      if (!lab.available) skip();
-      const page = await lab.open(VIEWPORTS[0]);
-      const keyless = page.getByRole('checkbox', { name: 'Processor without keys', exact: true });
-      expect(await keyless.isChecked()).toBe(false);
-      await keyless.check();
+    // At both sizes: the oracle also checks that each sentence fits the narration's fixed box.
+    it.for(VIEWPORTS)(
+      "at $width×$height, keys off at the processor: 'rerun' charges twice for one key, 'reconcile' and 'quarantine' once",
+      async (viewport, { skip }) => {
+        if (!lab.available) skip();
+        const page = await lab.open(viewport);
+        const keyless = page.getByRole('checkbox', { name: 'Processor without keys', exact: true });
+        expect(await keyless.isChecked()).toBe(false);
+        await keyless.check();
 
-      // The oracle holds one charge per key, as the key's record says: the double charge is the one thing it flags.
-      const untrue = await crashRun(page, 'rerun');
-      const [first, second] = await charges(page, server.url);
-      // The crashed attempt's charge is the one the key's record does not hold (it holds the takeover's).
-      const defect = `claims ${first} for key ${await lastKey(page)}, whose record holds ${second}`;
-      expect(untrue).toEqual([defect, defect]);
-      expect(await narration(page)).toMatch(
-        exactly(
-          `${opening('Processor without keys', 'rerun', true)} a retry took the key over (record {id}): the processor, which takes no keys, charged $500.00 again ({row}). The ledger holds 2 charges for this payment ($1,000.00 for $500.00 meant: a double charge).`,
-        ),
-      );
-      expect(await ledger(page, server.url)).toBe(2);
-      expect(await paymentRows(page)).toEqual([['1', '$500.00', '$1,000.00', 'over']]);
-      expect(await callout(page)).toEqual({
-        flag: 'over',
-        text: 'Payment 1 was charged $1,000.00 (2 charges) for the $500.00 you meant: a double charge.',
-      });
+        // The oracle holds one charge per key, as the key's record says: the double charge is the one thing it flags.
+        const untrue = await crashRun(page, 'rerun');
+        const [first, second] = await charges(page, server.url);
+        // The crashed attempt's charge is the one the key's record does not hold (it holds the takeover's).
+        const defect = `claims ${first} for key ${await lastKey(page)}, whose record holds ${second}`;
+        expect(untrue).toEqual([defect, defect]);
+        expect(await narration(page)).toMatch(
+          exactly(
+            `${opening('Processor without keys', 'rerun', true)} a retry took the key over (record {id}): the processor, which takes no keys, charged $500.00 again ({row}). The ledger holds 2 charges for this payment ($1,000.00 for $500.00 meant: a double charge).`,
+          ),
+        );
+        expect(await ledger(page, server.url)).toBe(2);
+        expect(await paymentRows(page)).toEqual([['1', '$500.00', '$1,000.00', 'over']]);
+        expect(await callout(page)).toEqual({
+          flag: 'over',
+          text: 'Payment 1 was charged $1,000.00 (2 charges) for the $500.00 you meant: a double charge.',
+        });
 
-      // A record the reconcile hook settled names no resultId (the engine's reconcile answer carries none): the oracle,
-      // which checks each keyed charge against its record's resultId, says so of the one charge, and of nothing else.
-      const reconciled = await crashRun(page, 'reconcile');
-      const third = (await charges(page, server.url))[2];
-      const unnamed = `claims ${third} for key ${await lastKey(page)}, whose record holds null`;
-      expect(reconciled).toEqual([unnamed, unnamed]);
-      expect(await narration(page)).toMatch(
-        exactly(
-          `${opening('Processor without keys', 'reconcile', true)} a retry took the key over; 'reconcile' found {row} in the ledger under record {id} and sent it back (201): nothing ran again. The ledger holds 1 charge for this payment ($500.00).`,
-        ),
-      );
-      expect(await ledger(page, server.url)).toBe(3);
+        // A record the reconcile hook settled names no resultId (the engine's reconcile answer carries none): the oracle,
+        // which checks each keyed charge against its record's resultId, says so of the one charge, and of nothing else.
+        const reconciled = await crashRun(page, 'reconcile');
+        const third = (await charges(page, server.url))[2];
+        const unnamed = `claims ${third} for key ${await lastKey(page)}, whose record holds null`;
+        expect(reconciled).toEqual([unnamed, unnamed]);
+        expect(await narration(page)).toMatch(
+          exactly(
+            `${opening('Processor without keys', 'reconcile', true)} a retry took the key over; 'reconcile' found {row} in the ledger under record {id} and sent it back (201): nothing ran again. The ledger holds 1 charge for this payment ($500.00).`,
+          ),
+        );
+        expect(await ledger(page, server.url)).toBe(3);
 
-      expect(await crashRun(page, 'quarantine')).toEqual([]);
-      expect(await narration(page)).toMatch(
-        exactly(
-          `${opening('Processor without keys', 'quarantine', true)} a retry got 409 operation_state "unknown" and ran nothing ('quarantine' never re-runs a takeover). The ledger holds 1 charge for this payment ($500.00). An operator resolves the key with \`idem records resolve\`.`,
-        ),
-      );
-      expect(await ledger(page, server.url)).toBe(4);
-      expect(await paymentRows(page)).toEqual([
-        ['1', '$500.00', '$1,000.00', 'over'],
-        ['2', '$500.00', '$500.00', 'once'],
-        ['3', '$500.00', '$500.00', 'once'],
-      ]);
-      expect(await outcomes(page)).toEqual([
-        ...['crashed', 'in-flight', 'charged'],
-        ...['crashed', 'in-flight', 'reconciled'],
-        ...['crashed', 'in-flight', 'quarantined'],
-      ]);
-      await screenshot(page, `lab-takeover-keyless-${store.name}`, VIEWPORTS[0]);
-      expect(page.errors).toEqual([]);
-      await page.close();
-    });
+        expect(await crashRun(page, 'quarantine')).toEqual([]);
+        expect(await narration(page)).toMatch(
+          exactly(
+            `${opening('Processor without keys', 'quarantine', true)} a retry got 409 operation_state "unknown" and ran nothing ('quarantine' never re-runs a takeover). The ledger holds 1 charge for this payment ($500.00). An operator resolves the key with \`idem records resolve\`.`,
+          ),
+        );
+        expect(await ledger(page, server.url)).toBe(4);
+        expect(await paymentRows(page)).toEqual([
+          ['1', '$500.00', '$1,000.00', 'over'],
+          ['2', '$500.00', '$500.00', 'once'],
+          ['3', '$500.00', '$500.00', 'once'],
+        ]);
+        expect(await outcomes(page)).toEqual([
+          ...['crashed', 'in-flight', 'charged'],
+          ...['crashed', 'in-flight', 'reconciled'],
+          ...['crashed', 'in-flight', 'quarantined'],
+        ]);
+        await screenshot(page, `lab-takeover-keyless-${store.name}`, viewport);
+        expect(page.errors).toEqual([]);
+        await page.close();
+      },
+    );
 
     it("the default processor (keyed on the record id) under 'rerun': one charge, told as before", async ({ skip }) => {
       if (!lab.available) skip();
