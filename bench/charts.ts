@@ -98,7 +98,7 @@ function storeCharts(r: Results): void {
   );
 }
 
-/** Frameworks, instructions, scale and before/after where the run has them, and the targets. */
+/** Frameworks, instructions, scale, latency and before/after where the run has them, and the targets. */
 function sectionCharts(r: Results, tgt: Target[], scaled: Scaled): void {
   if (r.frameworks) {
     const bars = frameworkRows(r).flatMap(([fw, f]) => [
@@ -145,6 +145,20 @@ function sectionCharts(r: Results, tgt: Target[], scaled: Scaled): void {
     writeFileSync(
       join(ROOT, 'docs', 'bench', 'before-after.svg'),
       barChart('Added CPU per request over the bare Express route, µs: before vs after (lower is better)', bars, 'µs'),
+    );
+  }
+  if (r.latency) {
+    const name = { bare: 'no Idem (bare route)', idem: 'Idem', 'idem-cached': 'Idem, cache on', ni: 'ni' } as const;
+    const bars = r.latency.rows.flatMap((row) => {
+      const label = `${name[row.subject]}${row.kind === 'none' ? '' : ` ${row.kind}`}, ${row.connections} conn`;
+      return [
+        { label: `${label}: p50`, value: row.p50 },
+        { label: `${label}: p99`, value: row.p99 },
+      ];
+    });
+    writeFileSync(
+      join(ROOT, 'docs', 'bench', 'latency.svg'),
+      barChart('Latency per request, Express + Redis, ms at 1, 16 and 64 connections (lower is better)', bars, 'ms', 2),
     );
   }
   const ratios = tgt

@@ -96,12 +96,18 @@ export async function control<T = unknown>(server: Server, path: string, method 
 let keyCounter = 0;
 export const newKey = (): string => `bench:${RUN}:${++keyCounter}`;
 
-function cannon(
+/**
+ * autocannon's load on one route for `seconds`; `onTime` is given every 2xx answer's response time in ms (autocannon
+ * keeps whole milliseconds in its histogram; bench/latency.ts takes its percentiles from these instead).
+ */
+export function cannon(
   server: Server,
   path: string,
   kind: Kind,
   seconds: number,
   replayKey: string,
+  connections: number = SETTINGS.connections,
+  onTime?: (ms: number) => void,
 ): Promise<autocannon.Result> {
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (kind === 'replay') headers['idempotency-key'] = replayKey;
@@ -112,7 +118,14 @@ function cannon(
       headers: { ...headers, 'idempotency-key': newKey() },
     });
   }
-  return autocannon({ url: server.url, connections: SETTINGS.connections, duration: seconds, requests: [request] });
+  // Without a callback autocannon answers its tracker (an event emitter) made thenable: the types give one or the other.
+  const run = autocannon({ url: server.url, connections, duration: seconds, requests: [request] });
+  if (onTime) {
+    (run as unknown as autocannon.Instance).on('response', (_client, status, _bytes, ms) => {
+      if (status >= 200 && status < 300) onTime(ms);
+    });
+  }
+  return run;
 }
 
 /** The key a replay route replays (answered once first, for `replay`), then the warm-up's load on the route. */

@@ -3,6 +3,7 @@
  * bench/report.ts, bench/targets.ts and bench/charts.ts read them. With them, the stores and frameworks a run
  * measures, and the number formats every table uses.
  */
+import type { LatencyResults } from './latency.js';
 import type { Load } from './load.js';
 import type { Correctness, Trips } from './probes.js';
 import type { Settings } from './settings.js';
@@ -53,8 +54,11 @@ export interface Results {
   plain: Load;
   plainRuns: Load[];
   idem: Record<StoreName, { new: Load; replay: Load; cached: Load; trips: Trips }>;
-  /** `local`: database-local work on the same route (`/pay-local`, SQL stores only). */
-  floor: Record<StoreName, { write: Load; write2: Load; read: Load; local?: Load }>;
+  /**
+   * `local`: database-local work on the same route (`/pay-local`, SQL stores only); `tx`: the raw transaction it
+   * replaces (`/floor/tx`: BEGIN, the key's INSERT, the ledger INSERT, COMMIT).
+   */
+  floor: Record<StoreName, { write: Load; write2: Load; read: Load; local?: Load; tx?: Load }>;
   peers: Array<{ mode: string; name: string; trips: string; new: Load; replay: Load; correctness: Correctness }>;
   idemCorrectness: Correctness;
   /** Idem's new keys on a store that keeps nothing (bench/server.ts `null`): the layer's own cost. */
@@ -76,7 +80,17 @@ export interface Results {
     counts: Record<string, number>;
     baseline: Record<string, number>;
     baselineLabel?: string;
+    /** Counted before the run by `bench:instructions` (BENCH_INSTRUCTIONS_FROM): what, when. */
+    from?: string;
   };
+  /** Redis's work per new key from bench:store on Redis (bench/children.ts): CPU and commandstats µs. */
+  redisWork?: {
+    settings: { keys: number; rounds: number };
+    idem: { cpuUs: number; redisUs: number; statements: number };
+    peer: { cpuUs: number; redisUs: number; statements: number };
+  };
+  /** p50/p99 at 1, 16 and 64 connections (bench/latency.ts). */
+  latency?: LatencyResults;
   scale: Record<
     'sqlite' | 'postgres',
     {

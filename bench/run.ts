@@ -8,43 +8,20 @@
  * shape bench/results.ts, the report bench/report.ts (with bench/targets.ts and bench/charts.ts), the settings
  * bench/settings.ts.
  */
-import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { combine, control, load, prepare, slice, start, stop, type Load, type Server, type Slot } from './load.js';
+import { instructions, redisWork } from './children.js';
+import { latency } from './latency.js';
 import { correctness, roundTrips, type Correctness } from './probes.js';
 import { report } from './report.js';
 import { FRAMEWORKS, STORES, r0, type Framework, type Results, type StoreName } from './results.js';
 import { PG_URL, QUICK, REDIS_URL, ROOT, RUN, SETTINGS, progress, sleep } from './settings.js';
 
 // ---- the run -------------------------------------------------------------------------------------------------------
-
-/**
- * `npm run bench:instructions` as a section of this run: the counts, the baseline and the change (a regression over
- * the tolerance is marked). `--quick` counts the Express rows and the Web layer's new key only.
- */
-function instructions(): Promise<Results['instructions']> {
-  const env = { ...process.env };
-  if (QUICK && !env.BENCH_INSTR_ONLY)
-    env.BENCH_INSTR_ONLY = 'new/null,new/express-plain,new/express-null,replay/express-null';
-  return new Promise<Results['instructions']>((resolve) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'bench', 'instructions.ts'), '--json'], {
-      cwd: ROOT,
-      env,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
-    child.once('exit', () => {
-      const line = out.split('\n').find((l) => l.startsWith('JSON '));
-      if (!line) progress('instruction counts unavailable (valgrind missing?)');
-      resolve(line ? (JSON.parse(line.slice(5)) as Results['instructions']) : undefined);
-    });
-  });
-}
 
 /** Stores whose bench server serves `/pay-local` (database-local work). */
 const LOCAL_STORES: ReadonlySet<StoreName> = new Set(['sqlite', 'postgres']);
@@ -183,6 +160,11 @@ async function main(): Promise<void> {
   } finally {
     await cleanRedis();
   }
+  if (want('store')) {
+    progress("Redis's work per new key: Idem vs @node-idempotency (bench:store on Redis)");
+    const work = await redisWork();
+    if (work) results.redisWork = work;
+  }
   if (want('instructions')) {
     progress('counting instructions per request kind (valgrind)');
     const counted = await instructions();
@@ -203,6 +185,9 @@ async function measure(results: Results, want: (section: string) => boolean): Pr
   const setup = await setUp(results, want);
   await rounds(setup.slots);
   collect(results, setup);
+  // Issue 31 item 5: p50/p99 at 1, 16 and 64 connections, on the servers the rounds have warmed up.
+  const redis = setup.idemServers.get('redis');
+  if (redis && want('latency')) results.latency = await latency(setup.plain, redis, setup.peerServers.get('ni'));
   const { servers, idemServers } = setup;
   for (const server of servers) if (![...idemServers.values()].includes(server)) await stop(server);
   for (const server of idemServers.values()) await stop(server);
@@ -214,6 +199,9 @@ async function measure(results: Results, want: (section: string) => boolean): Pr
 /** A run's servers and its slots (each warmed up), with what the results are collected by. */
 interface Setup {
   servers: Server[];
+  /** The no-key route's server. */
+  plain: Server;
+  peerServers: Map<string, Server>;
   slots: Map<string, Slot>;
   abRoot: string | undefined;
   frameworks: readonly Framework[];
@@ -292,17 +280,23 @@ async function setUp(results: Results, want: (section: string) => boolean): Prom
     slots.set(`${store}:write`, await prepare(server, '/floor/write', 'new'));
     slots.set(`${store}:write2`, await prepare(server, '/floor/write2', 'new'));
     slots.set(`${store}:read`, await prepare(server, '/floor/read', 'replay'));
-    if (LOCAL_STORES.has(store)) slots.set(`${store}:local`, await prepare(server, '/pay-local', 'new'));
+    if (LOCAL_STORES.has(store)) {
+      slots.set(`${store}:local`, await prepare(server, '/pay-local', 'new'));
+      // The raw transaction the local route replaces: BEGIN, the key's INSERT, the ledger INSERT, COMMIT.
+      slots.set(`${store}:tx`, await prepare(server, '/floor/tx', 'new'));
+    }
   }
   results.peers = [];
   const peerCorrectness = new Map<string, Correctness>();
+  const peerServers = new Map<string, Server>();
   for (const [i, peer] of peers.entries()) {
     const server = rest[stores.length + i] as Server;
+    peerServers.set(peer.mode, server);
     peerCorrectness.set(peer.mode, await correctness(server));
     slots.set(`${peer.mode}:new`, await prepare(server, '/pay', 'new'));
     slots.set(`${peer.mode}:replay`, await prepare(server, '/pay', 'replay'));
   }
-  return { servers, slots, abRoot, frameworks, idemServers, peers, peerCorrectness };
+  return { servers, plain, peerServers, slots, abRoot, frameworks, idemServers, peers, peerCorrectness };
 }
 
 /** Every slot once per round, in an order that changes each round. */
@@ -354,7 +348,7 @@ function collect(results: Results, setup: Setup): void {
       write: get(`${store}:write`),
       write2: get(`${store}:write2`),
       read: get(`${store}:read`),
-      ...(LOCAL_STORES.has(store) ? { local: get(`${store}:local`) } : {}),
+      ...(LOCAL_STORES.has(store) ? { local: get(`${store}:local`), tx: get(`${store}:tx`) } : {}),
     };
   }
   for (const peer of peers) {

@@ -12,21 +12,18 @@
  *
  * Every mode serves the same handler at `POST /pay` on the same Express app. Control endpoints under `/__` report
  * this process's CPU time (`process.cpuUsage()`), the store's round trips and the handler's executions per key.
+ * The stores, with the floor's raw routes and the SQL stores' database-local ones, are bench/server-stores.ts.
  */
 import express, { type Request, type Response } from 'express';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { rmSync } from 'node:fs';
 import type { IIdempotencyDataAdapter } from 'express-idempotency';
-import type { PoolClient } from 'pg';
-import type { ClaimRequest, IdempotencyStore } from 'idem';
-import { idempotency, idempotencyContext } from 'idem/express';
-import type { NodeRedisClient, RedisClient } from 'idem/stores/redis';
+import type { IdempotencyStore } from 'idem';
+import { idempotency } from 'idem/express';
 import { bridge } from './bridge.js';
 import { niRoute } from './ni.js';
+import { LEASE_MS, TTL_MS, openStore as openStoreWith, type Opened, type StoreHooks } from './server-stores.js';
 
 const MODE = process.env.BENCH_MODE ?? 'plain';
 const FRAMEWORK = process.env.BENCH_FRAMEWORK ?? 'express';
@@ -34,9 +31,6 @@ const STORE = process.env.BENCH_STORE ?? 'memory';
 const RUN = process.env.BENCH_RUN ?? 'local';
 const PG_URL = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 const REDIS_URL = process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379';
-/** Same TTL and in-progress lease for Idem and every peer. */
-export const TTL_MS = 3_600_000;
-export const LEASE_MS = 10_000;
 /** Terminal records the cached route keeps in process (`cacheSize`). */
 export const CACHE_SIZE = 10_000;
 
@@ -77,13 +71,22 @@ app.use((_req, _res, next) => {
 let cpuStart = process.cpuUsage();
 let servedAtReset = 0;
 let roundTrips: () => number = () => 0;
-let sweep: ((now: number) => Promise<number>) | undefined;
 let sweepState: { running: boolean; deleted: number; ms: number } = { running: false, deleted: 0, ms: 0 };
-let seed: ((count: number, expired: boolean) => Promise<number>) | undefined;
-let countRecords: (() => Promise<number>) | undefined;
-/** After a bulk seed: the maintenance it triggers (vacuum, checkpoint) done now, not during a measurement. */
-let settle: (() => Promise<number>) | undefined;
+/** The store's seeding, settling, counting and sweeping, where it has them (bench/server-stores.ts). */
+const hooks: StoreHooks = {};
 const cleanups: Array<() => Promise<unknown>> = [];
+const openStore = (): Promise<Opened> =>
+  openStoreWith({
+    store: STORE,
+    run: RUN,
+    pgUrl: PG_URL,
+    redisUrl: REDIS_URL,
+    cleanups,
+    hooks,
+    executions,
+    keyOf,
+    work,
+  });
 
 app.post('/__reset', (_req, res) => {
   cpuStart = process.cpuUsage();
@@ -108,6 +111,7 @@ app.post('/__delay', (req, res) => {
   res.json({ ok: true });
 });
 app.post('/__seed', async (req, res) => {
+  const { seed } = hooks;
   if (!seed) {
     res.status(404).json({ error: 'no seeding for this store' });
     return;
@@ -117,17 +121,17 @@ app.post('/__seed', async (req, res) => {
   res.json({ count, ms: Math.round(performance.now() - started) });
 });
 app.post('/__settle', async (_req, res) => {
-  res.json({ ms: settle ? await settle() : 0 });
+  res.json({ ms: hooks.settle ? await hooks.settle() : 0 });
 });
 app.get('/__count', async (_req, res) => {
-  res.json({ count: countRecords ? await countRecords() : -1 });
+  res.json({ count: hooks.countRecords ? await hooks.countRecords() : -1 });
 });
 app.post('/__sweep', (_req, res) => {
-  if (!sweep) {
+  const run = hooks.sweep;
+  if (!run) {
     res.status(404).json({ error: 'no sweep for this store' });
     return;
   }
-  const run = sweep;
   sweepState = { running: true, deleted: 0, ms: 0 };
   const started = performance.now();
   void run(Date.now()).then(
@@ -142,313 +146,6 @@ app.post('/__sweep', (_req, res) => {
 app.get('/__sweep', (_req, res) => {
   res.json(sweepState);
 });
-
-// ---- stores --------------------------------------------------------------------------------------------------------
-interface Opened {
-  store: IdempotencyStore<never>;
-  /** The floor's raw ops on the same backend: conditional write of a new key, then terminal update, and a point read. */
-  claim(key: string): Promise<unknown>;
-  update(key: string): Promise<unknown>;
-  read(key: string): Promise<unknown>;
-  /**
-   * SQL stores: the route's handlers for database-local work (`/pay-local`) — the claim, a ledger row written by
-   * the handler and the record in one transaction. PostgreSQL: Idem's `local: true` route option; SQLite, whose
-   * local work must be synchronous: `runLocal` called inside the handler, with the work inlined.
-   */
-  local?: express.RequestHandler[];
-}
-
-async function openStore(): Promise<Opened> {
-  if (STORE === 'memory') {
-    const { memoryStore } = await import('idem/stores/memory');
-    const map = new Map<string, string>();
-    return {
-      store: memoryStore(),
-      claim: async (key) => (map.has(key) ? false : (map.set(key, 'in_progress'), true)),
-      update: async (key) => map.set(key, 'done'),
-      read: async (key) => map.get(key),
-    };
-  }
-  if (STORE === 'null') {
-    // Claims every key at once and accepts every write, keeping nothing: Idem's own CPU without a store client's.
-    let trips = 0;
-    const ok = async () => (trips++, { ok: true });
-    const store = {
-      name: 'null',
-      get roundTrips() {
-        return trips;
-      },
-      async claim(r: ClaimRequest) {
-        trips++;
-        const lease = { claimedAt: r.now, leaseExpiresAt: r.now + r.leaseMs, expiresAt: r.now + r.ttlMs };
-        const record = {
-          pk: r.pk,
-          scope: r.scope,
-          key: r.key,
-          fingerprint: r.fingerprint,
-          id: r.id,
-          token: r.token,
-          ...lease,
-        };
-        return {
-          kind: 'claimed',
-          record: { ...record, status: 'in_progress', retryable: false, resultId: null, response: null },
-        };
-      },
-      complete: ok,
-      renew: ok,
-      release: ok,
-      get: async () => (trips++, null),
-      sweep: async () => 0,
-      list: async () => [],
-      close: async () => {},
-    };
-    return {
-      store: store as unknown as IdempotencyStore<never>,
-      claim: async () => true,
-      update: async () => true,
-      read: async () => undefined,
-    };
-  }
-  if (STORE === 'sqlite') {
-    const { default: Database } = await import('better-sqlite3');
-    const { sqliteStore } = await import('idem/stores/sqlite');
-    const file = join(tmpdir(), `idem-bench-${RUN}-${process.pid}.db`);
-    const database = new Database(file);
-    cleanups.push(async () => {
-      database.close();
-      for (const suffix of ['', '-wal', '-shm']) rmSync(file + suffix, { force: true });
-    });
-    const store = sqliteStore({ database });
-    await store.migrate();
-    database.exec(
-      'CREATE TABLE IF NOT EXISTS floor (k TEXT PRIMARY KEY, v TEXT NOT NULL, expires_at INTEGER NOT NULL)',
-    );
-    const insert = database.prepare('INSERT OR IGNORE INTO floor (k, v, expires_at) VALUES (?, ?, ?)');
-    const update = database.prepare("UPDATE floor SET v = 'done' WHERE k = ? AND v = 'in_progress'");
-    const select = database.prepare('SELECT v FROM floor WHERE k = ?');
-    sweep = (now) => store.sweep({ now });
-    countRecords = async () =>
-      Number((database.prepare('SELECT count(*) AS n FROM idem_records').get() as { n: number }).n);
-    settle = async () => {
-      const started = performance.now();
-      database.pragma('wal_checkpoint(TRUNCATE)');
-      database.exec('ANALYZE idem_records');
-      return Math.round(performance.now() - started);
-    };
-    seed = async (count, expired) => {
-      const base = expired ? Date.now() - TTL_MS * 2 : Date.now();
-      // One statement: a recursive CTE generates the rows inside SQLite.
-      database
-        .prepare(
-          `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
-           INSERT INTO idem_records (pk, scope, key, status, fingerprint, id, token, claimed_at, lease_expires_at,
-             expires_at, retryable, result_id, response_status, response_headers, response_body)
-           SELECT 'IDEMPOTENCY#seed#' || ? || '-' || i, 'seed', ? || '-' || i, 'succeeded', 'f', 'id' || i, 't', ?, ?, ?, 0,
-             NULL, 201, '[["content-type","application/json"]]', X'7B7D' FROM n`,
-        )
-        .run(
-          count,
-          `${expired ? 'x' : 'l'}${Date.now()}`,
-          `${expired ? 'x' : 'l'}${Date.now()}`,
-          base,
-          base,
-          base + TTL_MS,
-        );
-      return count;
-    };
-    database.exec('CREATE TABLE IF NOT EXISTS ledger (ref TEXT PRIMARY KEY, amount INTEGER NOT NULL)');
-    const ledger = database.prepare('INSERT INTO ledger (ref, amount) VALUES (?, ?)');
-    const { createEngine, fingerprint, parseKey, runLocal } = await import('idem');
-    const { problemFor } = await import('idem/http');
-    const engine = createEngine({ store, ttlMs: TTL_MS, leaseMs: LEASE_MS });
-    const local: express.RequestHandler = (req, res) => {
-      const bytes = req.body as Buffer;
-      const key = keyOf(req);
-      const print = fingerprint({
-        method: req.method,
-        path: req.path,
-        query: '',
-        contentType: req.get('content-type') ?? null,
-        body: bytes,
-        headers: [],
-      });
-      const send = ({
-        status,
-        headers,
-        body,
-      }: {
-        status: number;
-        headers: ReadonlyArray<readonly [string, string]>;
-        body: Uint8Array;
-      }) => {
-        res.status(status);
-        for (const [name, value] of headers) res.setHeader(name, value);
-        res.end(body);
-      };
-      runLocal(engine, { scope: 'single-tenant', key: parseKey(key), fingerprint: print }, (db, { id }) => {
-        const { amount } = JSON.parse(bytes.toString('utf8')) as { amount: number };
-        executions.set(key, (executions.get(key) ?? 0) + 1);
-        ledger.run(id, amount);
-        const charge = { id: `ch_${id.slice(0, 12)}`, amount };
-        return {
-          response: {
-            status: 201,
-            headers: [
-              ['content-type', 'application/json; charset=utf-8'],
-              ['location', `/v1/charges/${charge.id}`],
-            ],
-            body: Buffer.from(JSON.stringify(charge)),
-          },
-          resultId: charge.id,
-        };
-      }).then(
-        ({ response }) => send(response),
-        async (error: unknown) => {
-          const problem = problemFor(error as never);
-          send({
-            status: problem.status,
-            headers: [...problem.headers],
-            body: new Uint8Array(await problem.arrayBuffer()),
-          });
-        },
-      );
-    };
-    return {
-      store: store as unknown as IdempotencyStore<never>,
-      local: [express.raw({ type: '*/*' }), local],
-      claim: async (key) => insert.run(key, 'in_progress', Date.now() + TTL_MS).changes,
-      update: async (key) => update.run(key).changes,
-      read: async (key) => select.get(key),
-    };
-  }
-  if (STORE === 'postgres') {
-    const { default: pg } = await import('pg');
-    const { postgresStore } = await import('idem/stores/postgres');
-    const schema = `bench_${RUN}_${process.pid}`;
-    const pool = new pg.Pool({ connectionString: PG_URL, max: 10 });
-    const store = postgresStore({ pool, schema });
-    await store.migrate();
-    const floor = `"${schema}".floor`;
-    await pool.query(
-      `CREATE TABLE IF NOT EXISTS ${floor} (k text PRIMARY KEY, v text NOT NULL, expires_at bigint NOT NULL)`,
-    );
-    // The local route's own pool, pipelined: BEGIN travels with the claim, the UPDATE with COMMIT (docs/STORES.md).
-    const pipelined = new pg.Pool({ connectionString: PG_URL, max: 10, pipeline: true });
-    const localStore = postgresStore({ pool: pipelined, schema });
-    cleanups.push(() => pipelined.end());
-    const insertLedger = `INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`;
-    await pool.query(`CREATE TABLE IF NOT EXISTS "${schema}".ledger (ref text PRIMARY KEY, amount integer NOT NULL)`);
-    cleanups.push(async () => {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    });
-    sweep = (now) => store.sweep({ now });
-    settle = async () => {
-      const started = performance.now();
-      await pool.query(`VACUUM (ANALYZE) "${schema}".idempotency_records`);
-      await pool.query('CHECKPOINT');
-      return Math.round(performance.now() - started);
-    };
-    countRecords = async () => {
-      const { rows } = await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".idempotency_records`);
-      return Number(rows[0]?.n);
-    };
-    seed = async (count, expired) => {
-      const base = expired ? Date.now() - TTL_MS * 2 : Date.now();
-      const tag = `${expired ? 'x' : 'l'}${Date.now()}`;
-      await pool.query(
-        `INSERT INTO "${schema}".idempotency_records (pk, scope, key, status, fingerprint, id, token, claimed_at,
-           lease_expires_at, expires_at, retryable, result_id, response_status, response_headers, response_body)
-         SELECT 'IDEMPOTENCY#seed#' || $2 || '-' || i, 'seed', $2 || '-' || i, 'succeeded', 'f', 'id' || i, 't', $3, $3, $4,
-           false, NULL, 201, '[["content-type","application/json"]]'::jsonb, '\\x7b7d'::bytea
-         FROM generate_series(1, $1::int) AS i`,
-        [count, tag, base, base + TTL_MS],
-      );
-      await pool.query(`ANALYZE "${schema}".idempotency_records`);
-      return count;
-    };
-    const local: express.RequestHandler = async (req, res) => {
-      const context = idempotencyContext<PoolClient>(res);
-      const charge = await work(keyOf(req));
-      await context?.tx?.query({ name: 'bench_ledger', text: insertLedger, values: [charge.id, charge.amount] });
-      res.status(201).location(`/v1/charges/${charge.id}`).json(charge);
-    };
-    return {
-      store: store as unknown as IdempotencyStore<never>,
-      local: [
-        idempotency({
-          store: localStore,
-          scope: 'single-tenant',
-          ttlMs: TTL_MS,
-          leaseMs: LEASE_MS,
-          local: true,
-          onError: () => {},
-        }) as express.RequestHandler,
-        express.json(),
-        local,
-      ],
-      claim: (key) =>
-        pool.query(`INSERT INTO ${floor} (k, v, expires_at) VALUES ($1, 'in_progress', $2) ON CONFLICT DO NOTHING`, [
-          key,
-          Date.now() + TTL_MS,
-        ]),
-      update: (key) => pool.query(`UPDATE ${floor} SET v = 'done' WHERE k = $1 AND v = 'in_progress'`, [key]),
-      read: (key) => pool.query(`SELECT v FROM ${floor} WHERE k = $1`, [key]),
-    };
-  }
-  if (STORE === 'redis') {
-    const { Redis } = await import('ioredis');
-    const { redisStore, fromNodeRedis } = await import('idem/stores/redis');
-    const prefix = `bench:${RUN}:${process.pid}:`;
-    // ioredis with auto-pipelining (commands issued in the same tick share one socket write, as node-redis always
-    // does; BENCH_AUTOPIPELINE=0 turns it off). BENCH_REDIS_CLIENT=node-redis serves the store on @redis/client 6
-    // through fromNodeRedis instead: callgrind counts its two commands at 194k instructions more per new key.
-    const admin = new Redis(REDIS_URL);
-    cleanups.push(async () => {
-      await deleteByPattern(admin, `${prefix}*`);
-      admin.disconnect();
-    });
-    let client: RedisClient;
-    let raw: (...args: string[]) => Promise<unknown>;
-    if (process.env.BENCH_REDIS_CLIENT === 'node-redis') {
-      const { createClient } = await import('@redis/client');
-      const nodeRedis = await createClient({ url: REDIS_URL }).connect();
-      cleanups.unshift(() => nodeRedis.quit());
-      client = fromNodeRedis(nodeRedis as unknown as NodeRedisClient);
-      raw = (...args) => nodeRedis.sendCommand(args);
-    } else {
-      const ioredis = new Redis(REDIS_URL, { enableAutoPipelining: process.env.BENCH_AUTOPIPELINE !== '0' });
-      cleanups.unshift(async () => ioredis.disconnect());
-      client = ioredis;
-      raw = (command, ...args) => ioredis.call(command, ...args);
-    }
-    const store = redisStore({ client, prefix });
-    await store.load();
-    return {
-      store: store as unknown as IdempotencyStore<never>,
-      // The floor on the same client as the store.
-      claim: (key) => raw('SET', `${prefix}floor:${key}`, 'in_progress', 'PX', String(TTL_MS), 'NX'),
-      update: (key) => raw('SET', `${prefix}floor:${key}`, 'done', 'PX', String(TTL_MS), 'XX'),
-      read: (key) => raw('GET', `${prefix}floor:${key}`),
-    };
-  }
-  throw new Error(`unknown BENCH_STORE ${STORE}`);
-}
-
-interface ScanDel {
-  scan(cursor: string, match: 'MATCH', pattern: string, count: 'COUNT', n: number): Promise<[string, string[]]>;
-  del(...keys: string[]): Promise<number>;
-}
-
-async function deleteByPattern(client: ScanDel, pattern: string): Promise<void> {
-  let cursor = '0';
-  do {
-    const [next, keys] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000);
-    cursor = next;
-    if (keys.length > 0) await client.del(...keys);
-  } while (cursor !== '0');
-}
 
 // ---- modes ---------------------------------------------------------------------------------------------------------
 /** For a framework other than Express: the server it answers `/pay` on; `/__` control requests go to Express. */
@@ -486,6 +183,8 @@ async function mount(): Promise<void> {
       });
       app.post('/pay-cached', cached, express.json(), handler);
       if (ops.local) app.post('/pay-local', ...ops.local);
+      // The raw transaction the local route replaces, with no layer (SQL stores).
+      if (ops.rawTx) app.post('/floor/tx', ...ops.rawTx);
     }
     // The floor, on the same backend and the same Express app. A new key: the raw conditional write only
     // (`write`), or the raw conditional write and the conditional terminal update around the work (`write2`: the
@@ -596,8 +295,6 @@ const server = frameworkServer ? await frameworkServer() : app.listen(0, '127.0.
 if (!server.listening) await new Promise((resolve) => server.once('listening', resolve));
 process.stdout.write(`READY ${(server.address() as AddressInfo).port}\n`);
 server.keepAliveTimeout = 60_000;
-
-export { deleteByPattern };
 
 // ---- other frameworks ----------------------------------------------------------------------------------------------
 /** The charge every framework answers: 201, a Location, a small JSON body. */

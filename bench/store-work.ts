@@ -9,7 +9,7 @@
  * docs/BENCHMARKS.md ("Store work per new key"; bench/run.ts keeps it from docs/bench/store-work.json when it
  * rewrites the doc) and docs/bench/store-work.json; `--report` writes the two docs again from that JSON.
  * `BENCH_STORES=redis,postgres` runs some stores only; `BENCH_STORE_BEFORE=<a copy of packages/idem/src>` adds
- * that copy's stores ("Idem before") to the same rounds.
+ * that copy's stores ("Idem before") to the same rounds; `BENCH_STORE_OUT=<file>` writes the result there as JSON.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -123,6 +123,8 @@ async function main(): Promise<void> {
     rows,
   };
   console.log(report(result));
+  // BENCH_STORE_OUT=<file>: the result as JSON there, docs untouched (`npm run bench` reads Redis's rows from it).
+  if (process.env.BENCH_STORE_OUT) writeFileSync(process.env.BENCH_STORE_OUT, JSON.stringify(result, null, 2) + '\n');
   if (WRITE) {
     writeFileSync(join(ROOT, 'docs', 'bench', 'store-work.json'), JSON.stringify(result, null, 2) + '\n');
     writeFileSync(join(ROOT, 'docs', 'bench', 'store-work.md'), report(result));

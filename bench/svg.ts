@@ -10,12 +10,13 @@ export interface Bar {
 const escape = (text: string): string => text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 /**
- * One horizontal bar per row, scaled to the largest value, with the value printed after each bar.
+ * One horizontal bar per row, scaled to the largest value, with the value printed after each bar (under 100, with
+ * `digits` decimals).
  *
  * @example
  * writeFileSync('chart.svg', barChart('Requests/s', [{ label: 'plain', value: 3000 }], 'req/s'))
  */
-export function barChart(title: string, bars: readonly Bar[], unit: string): string {
+export function barChart(title: string, bars: readonly Bar[], unit: string, digits = 1): string {
   const labelWidth = 240;
   const barWidth = 420;
   const row = 24;
@@ -34,7 +35,7 @@ export function barChart(title: string, bars: readonly Bar[], unit: string): str
           ? '#888'
           : '#3b6ea5'
         : '#888';
-    const shown = Math.abs(value) >= 100 ? Math.round(value).toLocaleString('en-US') : value.toFixed(1);
+    const shown = Math.abs(value) >= 100 ? Math.round(value).toLocaleString('en-US') : value.toFixed(digits);
     return [
       `<text x="${labelWidth - 8}" y="${y + 15}" text-anchor="end">${escape(bar.label)}</text>`,
       `<rect x="${labelWidth}" y="${y + 3}" width="${w}" height="${row - 8}" fill="${bar.label.startsWith('no Idem') || bar.label.includes('floor') ? '#999' : fill}"/>`,
