@@ -319,12 +319,7 @@ function writeDoc(r: Results, summary: string, targetLines: string[], lines: str
     '',
     `**Method:** each server is its own Node process (bench/server.ts) on 127.0.0.1 with the same Express 5 app and handler (\`POST /pay\`: JSON body parsed, 201 with \`Location\` and a small JSON body). Every server is started and warmed up (${r.settings.warmup} s of its own load per route), then the measurements are taken in ${r.settings.rounds} round(s), each round driving every route in turn for ${r.settings.seconds} s with autocannon (${r.settings.connections} connections) — interleaved, so the machine's drift hits every route alike, in an order rotated each round and reversed every other round, so that no route always follows the same one (the SQL routes leave PostgreSQL checkpointing); req/s is the mean over rounds, p50/p99 the median of the rounds' percentiles. The no-Idem route's req/s per round was ${r.plainRuns.map((l) => r0(l.rps)).join(', ')} — the spread is this machine's noise. New keys get a fresh \`Idempotency-Key\` per request (\`setupRequest\`), replays reuse one completed key. CPU per request is the server's \`process.cpuUsage()\` (user + system) over the measured requests; *added CPU* subtracts the no-Idem route's. p50/p99 are autocannon's latency percentiles in ms (integer resolution).`,
     '',
-    ...(r.skipped?.length || r.settings.rounds < 4 || r.settings.seconds < 3
-      ? [
-          `**Reduced run:** ${r.settings.rounds} round(s) of ${r.settings.seconds} s (the full run: 4 of 3 s), warm-up ${r.settings.warmup} s (full: 3 s)${r.skipped?.length ? `; sections left out: ${r.skipped.join(', ')}${r.skipped.includes('scale') ? ' (the scale and sweep table and targets are absent)' : ''}` : ''} (\`BENCH_SKIP\`, \`BENCH_ROUNDS\`, \`BENCH_SECONDS\`).`,
-          '',
-        ]
-      : []),
+    ...(reduced(r) ? [`**Reduced run:** ${reduced(r)}.`, ''] : []),
     summary,
     '',
     ...targetLines,
@@ -338,4 +333,19 @@ function writeDoc(r: Results, summary: string, targetLines: string[], lines: str
   mkdirSync(join(ROOT, 'docs', 'bench'), { recursive: true });
   writeFileSync(join(ROOT, 'docs', 'BENCHMARKS.md'), doc);
   writeFileSync(join(ROOT, 'docs', 'bench', 'results.json'), JSON.stringify(r, null, 2) + '\n');
+}
+
+/** What a run left out or shortened against the full run, or '' for a full run. */
+function reduced(r: Results): string {
+  const { rounds, seconds, warmup, large, expired } = r.settings;
+  const parts: string[] = [];
+  if (rounds < 4 || seconds < 3 || warmup < 3)
+    parts.push(`${rounds} round(s) of ${seconds} s, warm-up ${warmup} s (the full run: 4 of 3 s, warm-up 3 s)`);
+  if (large < 10_000_000 && !r.skipped?.includes('scale'))
+    parts.push(`the scale section at ${r0(large)} records and ${r0(expired)} expired (full: 10,000,000 and 1,000,000)`);
+  if (r.skipped?.length) {
+    const scale = r.skipped.includes('scale') ? ' (the scale and sweep table and targets are absent)' : '';
+    parts.push(`sections left out: ${r.skipped.join(', ')}${scale}`);
+  }
+  return parts.join('; ');
 }

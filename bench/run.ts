@@ -3,10 +3,11 @@
  * and against the peers, on 127.0.0.1 with autocannon. Prints a table, writes docs/BENCHMARKS.md and docs/bench/*.svg
  * (a `--quick` run only prints; `--report` rewrites the docs from docs/bench/results.json and bench/notes.md).
  * Every server is its own process (bench/server.ts), so its `process.cpuUsage()` is its CPU per request.
- * This file is the run: what is measured (stores, frameworks, peers, scale, instructions) and in what order. The
- * servers and their load are bench/load.ts, the round-trip and correctness probes bench/probes.ts, the results'
- * shape bench/results.ts, the report bench/report.ts (with bench/targets.ts and bench/charts.ts), the settings
- * bench/settings.ts.
+ * This file is the run: what is measured (stores, frameworks, peers, latency, Redis's work, scale, instructions)
+ * and in what order. The servers and their load are bench/load.ts, the latency section bench/latency.ts, the
+ * sections run as child processes bench/children.ts, the round-trip and correctness probes bench/probes.ts, the
+ * results' shape bench/results.ts, the report bench/report.ts (with bench/targets.ts, bench/targets31.ts,
+ * bench/misses31.ts and bench/charts.ts), the settings bench/settings.ts.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, release, tmpdir, totalmem } from 'node:os';
@@ -23,7 +24,7 @@ import { PG_URL, QUICK, REDIS_URL, ROOT, RUN, SETTINGS, progress, sleep } from '
 
 // ---- the run -------------------------------------------------------------------------------------------------------
 
-/** Stores whose bench server serves `/pay-local` (database-local work). */
+/** Stores whose bench server serves `/pay-local` (database-local work) and `/floor/tx` (the raw transaction). */
 const LOCAL_STORES: ReadonlySet<StoreName> = new Set(['sqlite', 'postgres']);
 const PEERS = [
   { mode: 'ei', name: 'express-idempotency 1.0.6 + Redis adapter', trips: 'new 3 (GET, SET, SET), replay 1 (GET)' },
