@@ -44,7 +44,8 @@ export function usage<T>(command: string, parse: () => T): T {
     return parse();
   } catch (error) {
     if ((error as { code?: string }).code?.startsWith('ERR_PARSE_ARGS'))
-      throw new UsageError(command, (error as Error).message);
+      // Node's text runs over several lines: one line, its sentences joined.
+      throw new UsageError(command, (error as Error).message.replace(/\s*\n\s*/g, ' '));
     throw error;
   }
 }

@@ -6,12 +6,13 @@
 import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import type { IdempotencyStore, Outcome } from '../core/record.js';
+import { sealed, type SealingKey } from '../core/sealed.js';
 import { CommandError, UsageError, integerOption, usage, type Io } from './args.js';
 import { visible } from './escape.js';
 import { claimLapsed } from './resolve-wait.js';
 
 export const RESOLVE_HELP = `Usage: idem records resolve SCOPE KEY --store URL (--succeeded | --failed) --status N [--body TEXT]
-                           [--content-type TYPE] [--wait SECONDS]
+                           [--content-type TYPE] [--seal-key-env NAME] [--wait SECONDS]
        idem records resolve SCOPE KEY --store URL --rerun [--wait SECONDS]
 
 Settles a key left in progress by an attempt that died (under takeover: 'quarantine' it answers 409
@@ -23,6 +24,10 @@ happened to the record's id (idem records show KEY --scope SCOPE prints it), the
   --failed --status N      it failed for good: record this response (4xx or 5xx); every retry replays it
   --rerun                  it did not happen: the next attempt runs the work again, under the same id
   --body TEXT              the response body (default empty); --content-type (default application/json)
+  --seal-key-env NAME      the application seals responses (sealed()): seal this one with the key in $NAME,
+                           written KEY_ID:BASE64 (the newest key, 32 bytes); without it the record would be refused
+For an idempotent() key, the body is the result as JSON (--succeeded --status 200), or the failure its callers
+get (--failed --status 422 --body '{"name":"…","message":"…"}').
 `;
 
 /** How long `resolve` waits for a live lease to lapse, by default, and at most (in s). */
@@ -58,6 +63,7 @@ export async function resolveCommand(
         status: { type: 'string' },
         body: { type: 'string' },
         'content-type': { type: 'string' },
+        'seal-key-env': { type: 'string' },
         wait: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -77,7 +83,9 @@ export async function resolveCommand(
   const resolution: Resolution = chosen[0] as Resolution;
   const outcome = outcomeOf(command, resolution, values);
   const waitMs = waitOption(command, values.wait) * 1000;
-  return withStore(command, values.store, async (store) => {
+  const seal = sealingKey(command, values['seal-key-env'], io.env);
+  return withStore(command, values.store, async (opened) => {
+    const store = seal ? sealed(opened, { keys: [seal] }) : opened;
     const pk = recordPk(scope, key);
     const about = `key "${visible(key)}" in scope ${visible(scope)}`;
     const progress = (line: string) => io.stderr(`idem ${command}: ${line}\n`);
@@ -93,8 +101,24 @@ export async function resolveCommand(
   });
 }
 
-/** The store calls `resolve` makes. */
-export type ResolveStore = Pick<IdempotencyStore<never>, 'get' | 'claim' | 'complete' | 'release'>;
+/** The store `resolve` writes to. */
+export type ResolveStore = IdempotencyStore<never>;
+
+/** `--seal-key-env NAME`: the sealing key in `$NAME` as `KEY_ID:BASE64` (32 bytes). The key is never printed. */
+function sealingKey(command: string, name: string | undefined, env: NodeJS.ProcessEnv): SealingKey | undefined {
+  if (name === undefined) return undefined;
+  const value = env[name];
+  if (!value) throw new UsageError(command, `--seal-key-env ${visible(name)}: that variable is not set.`);
+  const colon = value.lastIndexOf(':');
+  const key = Buffer.from(value.slice(colon + 1), 'base64');
+  if (
+    !/^[\x21-\x7e]{1,64}$/.test(value.slice(0, colon)) ||
+    key.byteLength !== 32 ||
+    !/^[A-Za-z0-9+/]+={0,2}$/.test(value.slice(colon + 1))
+  )
+    throw new UsageError(command, `--seal-key-env ${visible(name)}: the variable must hold KEY_ID:BASE64 of 32 bytes.`);
+  return { id: value.slice(0, colon), key: new Uint8Array(key) };
+}
 
 /** `--wait SECONDS`: 0 to 3600, default 30. */
 function waitOption(command: string, raw: string | undefined): number {
@@ -121,6 +145,12 @@ function outcomeOf(
   if (status < low || status > high)
     throw new UsageError(command, `--${resolution} takes a status from ${low} to ${high}, got ${status}.`);
   const contentType = values['content-type'] ?? 'application/json';
+  // Replayed as a header on every retry: a value no response can carry would fail each of them.
+  if (!/^[!#$%&'*+.^_`|~0-9A-Za-z-]+\/[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:[ \t]*;[\x20-\x7e\t]*)?$/.test(contentType))
+    throw new UsageError(
+      command,
+      `--content-type must be a media type such as application/json, got "${visible(contentType)}".`,
+    );
   const body = new TextEncoder().encode(values.body ?? '');
   return {
     status: resolution === 'succeeded' ? 'succeeded' : 'failed',

@@ -79,6 +79,8 @@ export interface IdempotentFetchResult {
 
 /** The problem type of Idem's 409 for a key whose first attempt is still running. */
 const IN_FLIGHT_TYPE = 'urn:idem:problem:idempotency-key-in-use';
+/** The problem type of Idem's 409 for a key whose outcome is unknown (`takeover: 'quarantine'`): final to a client. */
+const OUTCOME_UNKNOWN_TYPE = 'urn:idem:problem:idempotency-outcome-unknown';
 
 /** In-flight polls grow ×1.5 from `inFlightPollMs` up to this (or `inFlightPollMs`, if longer). */
 const IN_FLIGHT_POLL_CEILING = 1_000;
@@ -102,8 +104,8 @@ export function isRetryableStatus(status: number): boolean {
  * `fetch` with retries under one Idempotency-Key. The body is buffered once and re-sent on every attempt.
  * Network errors and retryable answers are retried with exponential backoff and full jitter (a wait drawn
  * uniformly from 0 to `min(maxTimeout, minTimeout × factor^(n−1))`), or after the server's `Retry-After`. A
- * `409` saying the first attempt is still running is polled for soon (see `inFlightPollMs`).
- * Resolves with the final answer; rejects only with the last network error, or the signal's reason.
+ * `409` saying the first attempt is still running is polled for soon (see `inFlightPollMs`); a `409` saying its
+ * outcome is unknown (`idempotency-outcome-unknown`: held for an operator) is final. Resolves with the final answer; rejects only with the last network error, or the signal's reason.
  *
  * @example
  * const { response, attempts, replayed, key } = await idempotentFetch('https://api.example.com/v1/charges', {
@@ -167,8 +169,11 @@ export async function idempotentFetch(
 
     const spent = failures + pollCost();
     const retriesLeft = retries - spent;
+    const type = response?.status === 409 ? await unlessAborted(problemType(response)) : undefined;
+    // An outcome held for an operator: no retry settles it, and each one would re-arm the key's quarantine.
+    if (response && type === OUTCOME_UNKNOWN_TYPE) return { response, attempts: attempt, replayed: false, key };
     const serverSaid = response ? retryAfterMs(response.headers.get('retry-after'), now()) : undefined;
-    const inFlight = response?.status === 409 && (await unlessAborted(problemType(response))) === IN_FLIGHT_TYPE;
+    const inFlight = type === IN_FLIGHT_TYPE;
     let retryDelay: number;
     let cost: number;
     if (inFlight) {

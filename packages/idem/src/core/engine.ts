@@ -8,7 +8,7 @@ import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
 import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
-import { takeoverPolicy, type TakeoverOptions } from './takeover.js';
+import { heldKeyDetail, takeoverPolicy, type TakeoverOptions } from './takeover.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
 export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
@@ -198,6 +198,7 @@ export function createEngine<Tx = never>({
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0)
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
   const onTakeover = takeoverPolicy(policy, clock, maxHoldMs);
+  const inUse = heldKeyDetail(policy.takeover);
   if (ttlMs < RECOMMENDED_TTL_MS.min)
     warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
   if (onEvent !== undefined && typeof onEvent !== 'function')
@@ -275,7 +276,7 @@ export function createEngine<Tx = never>({
     }
     emit({ type: 'in_flight', ...subject(request, existing.id) });
     return refused(
-      new IdempotencyError('IN_FLIGHT', 'A request with this Idempotency-Key is still being processed.', {
+      new IdempotencyError('IN_FLIGHT', inUse, {
         retryAfterMs: Math.max(0, existing.leaseExpiresAt - clock.now()),
       }),
     );

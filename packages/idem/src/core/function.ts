@@ -218,12 +218,28 @@ function stored(status: number, value: unknown): StoredResponse {
   return { status, headers: JSON_HEADERS, body: encode(value) };
 }
 
-/** The first call's result as every call returns it, through JSON (so the first caller sees what repeats see). */
+/**
+ * The first call's result as every call returns it, through JSON (so the first caller sees what repeats see). A
+ * record this function did not write (`idem records resolve`) is read by its status: 4xx/5xx is a failure (a
+ * `{ name, message }` body names it), 2xx/3xx a result whose body must be JSON; anything else fails, saying so.
+ */
 function decode<Out>(response: StoredResponse): Out {
-  const value = JSON.parse(new TextDecoder().decode(response.body)) as unknown;
-  if (response.status === FAILURE_STATUS) {
-    const { name, message } = value as { name: string; message: string };
-    throw new IdempotentFailure(name, message);
+  const text = new TextDecoder().decode(response.body);
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    value = undefined;
   }
+  if (response.status >= 400) {
+    const { name, message } = (typeof value === 'object' && value !== null ? value : {}) as Record<string, unknown>;
+    if (typeof name === 'string' && typeof message === 'string') throw new IdempotentFailure(name, message);
+    throw new IdempotentFailure('Error', `recorded as failed (${response.status}) by an operator: ${text}`);
+  }
+  if (value === undefined)
+    throw new IdempotentFailure(
+      'Error',
+      `the record holds a ${response.status} whose body is not JSON (${response.body.byteLength} bytes), so no result can be returned; resolve it with --body '<the result as JSON>'`,
+    );
   return value as Out;
 }

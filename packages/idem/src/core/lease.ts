@@ -44,7 +44,8 @@ export interface Lease<Tx = never> extends WorkContext {
    * with the record only when the outcome is final (succeeded, or failed for good): a retryable outcome lets the
    * next attempt run the work again, so its writes must not have happened. Never rejects for the store's sake;
    * a `result` without a valid `response` (and not `outcome: 'release'`) rejects with `CONFIG_INVALID` at the
-   * call, writes nothing and leaves the lease unsettled.
+   * call, writes nothing and leaves the lease unsettled. Once the lease was aborted under `'reconcile'` or
+   * `'quarantine'`, a retryable outcome or a release writes nothing and answers `LEASE_LOST`, as `fail` does.
    */
   complete(result: WorkResult<Tx>): Promise<Settlement>;
   /**
@@ -243,9 +244,14 @@ export function holdLease<Tx>(
     return { ok: true, record: completed };
   };
 
+  // Aborted, the work may have had its effect (the signal cancelled it midway, say): under 'reconcile' and
+  // 'quarantine' an outcome that lets the next claim run the work unasked is not written, so the key lapses into
+  // a takeover instead, where the policy decides.
+  const lapses = (): boolean => aborted && engine.unknownLapses;
+  const unknown = async (): Promise<Settlement> => ({ ok: false, error: unknownOutcome() });
+
   const fail = async (): Promise<Settlement> => {
-    // Aborted, the work may have had its effect: a retryable failure would let the next claim run it unasked.
-    if (aborted && engine.unknownLapses) return { ok: false, error: unknownOutcome() };
+    if (lapses()) return unknown();
     // Nothing was promised to the client, so the next attempt may run the work again.
     const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
     const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
@@ -260,12 +266,15 @@ export function holdLease<Tx>(
     complete: (result) => {
       const declared = result?.outcome;
       if (declared !== undefined && !OUTCOMES.has(declared)) return misuse(`outcome ${JSON.stringify(declared)}`);
-      if (declared === 'release') return settle(() => release(result.response?.status ?? null));
+      if (declared === 'release')
+        return settle(() => (lapses() ? unknown() : release(result.response?.status ?? null)));
       // A final outcome without a response would be a record no retry can replay: refuse it at the call.
       if (!isResponse(result?.response)) return misuse('a response { status, headers, body }');
       const { resultId } = result;
       if (resultId !== undefined && resultId !== null && typeof resultId !== 'string') return misuse('resultId');
-      return settle(() => complete(result, declared ?? engine.classify(result.response.status)));
+      const kind = declared ?? engine.classify(result.response.status);
+      // An answer that lets the work run again (retryable, or released), given once the lease was aborted: as `fail`.
+      return settle(() => (kind === 'failed-retryable' && lapses() ? unknown() : complete(result, kind)));
     },
     fail: () => settle(fail),
     release: () => settle(() => release()),

@@ -65,6 +65,17 @@ export function outcomeUnknown(): IdempotencyError {
   );
 }
 
+/**
+ * What a retry meeting a held key (IN_FLIGHT, 409) is told. Under `'quarantine'` a held key is as often a
+ * quarantined one (its last takeover's lease, left to lapse) as a running one, and the record cannot tell them
+ * apart: the refusal says both.
+ */
+export function heldKeyDetail(takeover: TakeoverPolicy | undefined): string {
+  return takeover === 'quarantine'
+    ? 'A request with this Idempotency-Key is still being processed, or it stopped with its outcome unknown and waits for an operator (idem records resolve).'
+    : 'A request with this Idempotency-Key is still being processed.';
+}
+
 const POLICIES: ReadonlySet<unknown> = new Set(['rerun', 'reconcile', 'quarantine']);
 /** Per-process reconcile attempts kept, at most (the oldest is forgotten first). */
 const MAX_ATTEMPTS_KEPT = 1_000;

@@ -198,7 +198,7 @@ export function createGate<Tx, Req>({
       "'rerun' on a local route (its work has no outside call to be unsure of)",
       engineOptions.takeover,
     );
-  const engine = createEngine(withStoredAnswers(engineOptions, replayHeaders));
+  const engine = createEngine(withStoredAnswers(engineOptions, replayHeaders, () => responseLimit));
   if (local && (typeof engine.store.runLocal !== 'function' || engine.store.localWork !== 'async')) {
     throw configError(
       'local',
@@ -390,20 +390,31 @@ export function createGate<Tx, Req>({
   return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, mayClaim, answerFor };
 }
 
-/** The engine's options with the `reconcile` hook's Web `Response` answers read into stored responses. */
+/**
+ * The engine's options with the `reconcile` hook's answers stored as a handler's response is: either form goes
+ * through a Web `Response` (which refuses a header name or value no replay could send), its headers filtered by
+ * `replayHeaders`, its size bounded by `limit()`; an answer that fails any of it is a failed hook (503).
+ */
 function withStoredAnswers<Tx, Req>(
   { reconcile, ...options }: Omit<IdempotencyOptions<Tx, Req>, 'scope'>,
   replayHeaders: readonly string[],
+  limit: () => number,
 ): EngineOptions<Tx> {
   if (typeof reconcile !== 'function') return { ...options, ...(reconcile === undefined ? {} : { reconcile }) };
   return {
     ...options,
     reconcile: async (context) => {
       const answer = await reconcile(context);
-      if (answer?.state === 'not_done' || !(answer?.response instanceof Response)) return answer as never;
-      const { status, headers } = answer.response;
-      const body = new Uint8Array(await answer.response.arrayBuffer());
-      return { state: answer.state, response: { status, headers: storableHeaders(headers, replayHeaders), body } };
+      if (answer?.state !== 'succeeded' && answer?.state !== 'failed') return answer as never;
+      const given = answer.response;
+      if (!(given instanceof Response) && !(given?.body instanceof Uint8Array))
+        throw new TypeError('reconcile answered a response whose body is not bytes');
+      const response = given instanceof Response ? given : storedResponse(given);
+      const body = new Uint8Array(await response.arrayBuffer());
+      const stored = { status: response.status, headers: storableHeaders(response.headers, replayHeaders), body };
+      if (responseSize(stored) > limit())
+        throw new RangeError(`reconcile answered ${responseSize(stored)} bytes, over maxResponseBytes (${limit()})`);
+      return { state: answer.state, response: stored };
     },
   };
 }

@@ -1,0 +1,155 @@
+/**
+ * The second review of the takeover policy (docs/DESIGN.md: Takeover policy), each proven defect as a test:
+ * a retryable answer given after the lease's signal aborted is not written under 'reconcile' or 'quarantine' (the
+ * retry is a takeover, not a blind re-run); a reconcile answer is stored as a handler's response is (checked
+ * headers, filtered, bounded); `idem records resolve` writes only what `idempotent()` and a sealed store can read
+ * back; the client does not retry an unknown outcome; a held key under 'quarantine' does not claim to be running.
+ */
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { manualClock, type IdempotencyStore } from '../../packages/idem/src/index.js';
+import { idempotency, type HttpReconcileAnswer } from '../../packages/idem/src/http/index.js';
+import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
+import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
+import { tempDir } from '../harness.js';
+
+const LEASE = 1_000;
+const dir = tempDir('idem-after-abort-');
+afterAll(() => dir.remove());
+
+const backings: ReadonlyArray<readonly [string, () => Promise<IdempotencyStore<never>>]> = [
+  ['memory', async () => memoryStore()],
+  [
+    'sqlite',
+    async () => {
+      const database = new Database(join(dir.path, `${randomUUID()}.db`));
+      const store = sqliteStore({ database, closeDatabase: true });
+      await store.migrate();
+      return store;
+    },
+  ],
+];
+
+const charge = (key = 'order-9') =>
+  new Request('http://x/v1/charges', {
+    method: 'POST',
+    headers: { 'idempotency-key': key, 'content-type': 'application/json' },
+    body: '{"amount":500}',
+  });
+const late503 = () => Response.json({ error: 'upstream aborted' }, { status: 503 });
+const typeOf = async (response: Response) => ((await response.json()) as { type: string }).type;
+
+/**
+ * Gate A makes the effect, waits for its lease's signal to abort (its local deadline, on its own clock), then
+ * answers what `late` gives; gate B, its clock past A's lease, gets the same request with `reconcile`.
+ */
+async function abortedThenRetried(
+  store: IdempotencyStore<never>,
+  policy: 'quarantine' | 'reconcile',
+  late: () => Response,
+  reconcile: () => HttpReconcileAnswer = () => ({
+    state: 'succeeded',
+    response: new Response('from the ledger', { status: 201 }),
+  }),
+  more: { readonly maxResponseBytes?: number } = {},
+) {
+  let effects = 0;
+  const T0 = Date.now() - 20 * LEASE;
+  const options = {
+    store,
+    scope: 'single-tenant',
+    leaseMs: LEASE,
+    ttlMs: 86_400_000,
+    takeover: policy,
+    reconcile,
+    ...more,
+  };
+  const clockA = manualClock(T0);
+  const first = idempotency({ ...options, clock: clockA })(async (_request, { signal }) => {
+    effects++;
+    await new Promise((aborted) => signal.addEventListener('abort', aborted, { once: true }));
+    return late();
+  })(charge());
+  await waitFor('A made its effect', () => effects === 1);
+  clockA.advance(LEASE);
+  const a = await first;
+  const b = await idempotency({ ...options, clock: manualClock(T0 + 10 * LEASE) })(() => {
+    effects++;
+    return new Response('B ran', { status: 201 });
+  })(charge());
+  return { a, b, effects };
+}
+
+describe.each(backings)('after the signal aborted (%s)', (_name, open) => {
+  it.each([
+    ['quarantine', 409, 'urn:idem:problem:idempotency-outcome-unknown'],
+    ['reconcile', 201, 'from the ledger'],
+  ] as const)(
+    'a 503 answered late is not written: under %s the retry gets %i %s; one effect',
+    async (policy, status, body) => {
+      const store = await open();
+      const { a, b, effects } = await abortedThenRetried(store, policy, late503);
+      expect([a.status, await typeOf(a)]).toEqual([409, 'urn:idem:problem:idempotency-lease-lost']);
+      expect([b.status, policy === 'quarantine' ? await typeOf(b) : await b.text(), effects]).toEqual([
+        status,
+        body,
+        1,
+      ]);
+      await store.close();
+    },
+  );
+});
+
+describe('a reconcile answer is stored as a handler response is', () => {
+  const bytes = (text: string) => new TextEncoder().encode(text);
+  it.each([
+    ['a header name no response can carry', [['bad header', 'x']]],
+    ['a header value with CR LF', [['x-a', 'a\r\nset-cookie: evil=1']]],
+    ['a null header pair', [null]],
+  ])('%s: 503 reconcile-failed, nothing recorded', async (_what, headers) => {
+    const store = memoryStore();
+    const answer = () => ({ state: 'succeeded', response: { status: 200, headers, body: bytes('{}') } }) as never;
+    const { b, effects } = await abortedThenRetried(store, 'reconcile', late503, answer);
+    expect([b.status, await typeOf(b), effects]).toEqual([503, 'urn:idem:problem:idempotency-reconcile-failed', 1]);
+    expect((await store.list({ scope: 'single-tenant', limit: 5 })).map((r) => r.status)).toEqual(['in_progress']);
+  });
+
+  it('a body that is not bytes: 503 reconcile-failed', async () => {
+    const answer = () => ({ state: 'succeeded', response: { status: 200, headers: [], body: 'text' } }) as never;
+    const { b } = await abortedThenRetried(memoryStore(), 'reconcile', late503, answer);
+    expect([b.status, await typeOf(b)]).toEqual([503, 'urn:idem:problem:idempotency-reconcile-failed']);
+  });
+
+  it('the plain form is filtered like a Response: no Set-Cookie, no header off the replay list, no content-length', async () => {
+    const headers = [
+      ['content-type', 'application/json'],
+      ['set-cookie', 'session=someone-elses'],
+      ['x-internal-ledger', 'row 42'],
+      ['content-length', '999'],
+    ];
+    const answer = () => ({ state: 'succeeded', response: { status: 201, headers, body: bytes('{"ok":1}') } }) as never;
+    const { b } = await abortedThenRetried(memoryStore(), 'reconcile', late503, answer);
+    expect([b.status, [...b.headers], await b.text()]).toEqual([
+      201,
+      [
+        ['content-type', 'application/json'],
+        ['idempotent-replayed', 'true'],
+      ],
+      '{"ok":1}',
+    ]);
+  });
+
+  it.each([
+    ['a Response', () => new Response(new Uint8Array(2048))],
+    ['the plain form', () => ({ status: 200, headers: [], body: new Uint8Array(2048) })],
+  ])('an answer over maxResponseBytes, as %s: 503 reconcile-failed, nothing recorded', async (_form, response) => {
+    const store = memoryStore();
+    const answer = () => ({ state: 'succeeded', response: response() }) as never;
+    const { b } = await abortedThenRetried(store, 'reconcile', late503, answer, { maxResponseBytes: 1024 });
+    expect([b.status, await typeOf(b)]).toEqual([503, 'urn:idem:problem:idempotency-reconcile-failed']);
+    expect((await store.list({ scope: 'single-tenant', limit: 5 })).map((r) => r.status)).toEqual(['in_progress']);
+  });
+});
