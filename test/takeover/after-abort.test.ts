@@ -60,7 +60,7 @@ async function abortedThenRetried(
   const T0 = Date.now() - 20 * LEASE;
   const options = {
     store,
-    scope: 'single-tenant',
+    scope: 'single-tenant' as const,
     leaseMs: LEASE,
     ttlMs: 86_400_000,
     takeover: policy,
