@@ -153,3 +153,16 @@ describe('a reconcile answer is stored as a handler response is', () => {
     expect((await store.list({ scope: 'single-tenant', limit: 5 })).map((r) => r.status)).toEqual(['in_progress']);
   });
 });
+
+describe("a reconcile answer's resultId", () => {
+  it.each([
+    ['ch_1', 201, 'ch_1'],
+    [42, 503, null],
+  ] as const)('resultId %j: the retry gets %i and the record names %j', async (resultId, status, recorded) => {
+    const store = memoryStore();
+    const answer = () => ({ state: 'succeeded', response: new Response('found', { status: 201 }), resultId }) as never;
+    const { b } = await abortedThenRetried(store, 'reconcile', late503, answer);
+    const [record] = await store.list({ scope: 'single-tenant', limit: 5 });
+    expect([b.status, record?.resultId ?? null]).toEqual([status, recorded]);
+  });
+});

@@ -96,6 +96,6 @@ export function reconcileFromLedger(
       state === 'failed'
         ? declinedResponse(charge)
         : new Response(JSON.stringify(charge), { status: 201, headers: { 'content-type': 'application/json' } });
-    return { state, response };
+    return { state, response, resultId: charge.id };
   };
 }

@@ -29,10 +29,11 @@ export interface ReconcileContext {
 /**
  * The hook's answer: the work happened (`succeeded`, with the response to record and replay: 200–399), it failed for good
  * (`failed`, recorded as a final failure and replayed: 400–599), or it did not happen (`not_done`: the work runs now).
+ * `resultId` names what the work made (the charge found), recorded as a handler's `resultId` would be.
  */
 export type ReconcileAnswer =
-  | { readonly state: 'succeeded'; readonly response: StoredResponse }
-  | { readonly state: 'failed'; readonly response: StoredResponse }
+  | { readonly state: 'succeeded'; readonly response: StoredResponse; readonly resultId?: string | null }
+  | { readonly state: 'failed'; readonly response: StoredResponse; readonly resultId?: string | null }
   | { readonly state: 'not_done' };
 
 export type ReconcileHook = (context: ReconcileContext) => ReconcileAnswer | Promise<ReconcileAnswer>;
@@ -138,7 +139,7 @@ export function takeoverPolicy(
       }
       const outcome = answer.state === 'succeeded' ? 'succeeded' : 'failed-final';
       // A response no record can hold rejects here (CONFIG_INVALID) and writes nothing: a failed hook.
-      const settled = await lease.complete({ response: answer.response, outcome });
+      const settled = await lease.complete({ response: answer.response, outcome, resultId: answer.resultId ?? null });
       attempts.delete(about);
       if (!settled.ok) return { kind: 'refused', error: settled.error };
       return { kind: 'replay', response: answer.response, record: settled.record as IdempotencyRecord };

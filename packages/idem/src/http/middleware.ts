@@ -414,7 +414,7 @@ function withStoredAnswers<Tx, Req>(
       const stored = { status: response.status, headers: storableHeaders(response.headers, replayHeaders), body };
       if (responseSize(stored) > limit())
         throw new RangeError(`reconcile answered ${responseSize(stored)} bytes, over maxResponseBytes (${limit()})`);
-      return { state: answer.state, response: stored };
+      return { state: answer.state, response: stored, resultId: answer.resultId ?? null };
     },
   };
 }

@@ -40,7 +40,11 @@ export type IdempotentHandler<Tx> = (request: Request, context: HandlerContext<T
  * and its headers filtered by `replayHeaders`, as a handler's response is stored).
  */
 export type HttpReconcileAnswer =
-  | { readonly state: 'succeeded' | 'failed'; readonly response: Response | StoredResponse }
+  | {
+      readonly state: 'succeeded' | 'failed';
+      readonly response: Response | StoredResponse;
+      readonly resultId?: string | null;
+    }
   | { readonly state: 'not_done' };
 
 export interface IdempotencyOptions<Tx, Req = Request> extends Omit<EngineOptions<Tx>, 'reconcile'> {
