@@ -1,7 +1,7 @@
 /**
  * The adapter conformance suite on NestJS 11, on both of its platforms (Express and Fastify), over real HTTP
  * against SQLite. The store reaches the module through dependency injection (`forRootAsync` with `inject`).
- * The harness (harness.test-kit.ts) also runs on NestJS 12: test/runtimes/nest12.test.ts.
+ * The harness (harness.test-kit.ts) also runs on NestJS 12: test/runtimes/nest.test.ts.
  */
 import 'reflect-metadata';
 import * as common from '@nestjs/common';

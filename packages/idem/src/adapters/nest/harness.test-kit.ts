@@ -1,6 +1,6 @@
 /**
  * The adapter conformance suite's harness for `idem/nest`, over the Nest packages it is given: conformance.test.ts
- * runs it on NestJS 11 (the repo's devDependencies, both platforms), test/runtimes/nest12.test.ts on NestJS 12 with
+ * runs it on NestJS 11 (the repo's devDependencies, both platforms), test/runtimes/nest.test.ts on NestJS 12 with
  * the built package. The test app is written without decorator syntax (decorators called as functions), so it
  * compiles under the repo's strict tsconfig, which has no `experimentalDecorators`.
  */
