@@ -9,12 +9,12 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { manualClock, type IdempotencyStore } from '../../packages/idem/src/index.js';
-import { idempotency, type HttpReconcileAnswer } from '../../packages/idem/src/http/index.js';
+import type { IdempotencyStore } from '../../packages/idem/src/index.js';
+import type { HttpReconcileAnswer } from '../../packages/idem/src/http/index.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
-import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { tempDir } from '../harness.js';
+import { typeOf, webTakeover } from './web-kit.js';
 
 const LEASE = 1_000;
 const dir = tempDir('idem-after-abort-');
@@ -33,20 +33,13 @@ const backings: ReadonlyArray<readonly [string, () => Promise<IdempotencyStore<n
   ],
 ];
 
-const charge = (key = 'order-9') =>
-  new Request('http://x/v1/charges', {
-    method: 'POST',
-    headers: { 'idempotency-key': key, 'content-type': 'application/json' },
-    body: '{"amount":500}',
-  });
 const late503 = () => Response.json({ error: 'upstream aborted' }, { status: 503 });
-const typeOf = async (response: Response) => ((await response.json()) as { type: string }).type;
 
 /**
  * Gate A makes the effect, waits for its lease's signal to abort (its local deadline, on its own clock), then
  * answers what `late` gives; gate B, its clock past A's lease, gets the same request with `reconcile`.
  */
-async function abortedThenRetried(
+function abortedThenRetried(
   store: IdempotencyStore<never>,
   policy: 'quarantine' | 'reconcile',
   late: () => Response,
@@ -56,31 +49,23 @@ async function abortedThenRetried(
   }),
   more: { readonly maxResponseBytes?: number } = {},
 ) {
-  let effects = 0;
-  const T0 = Date.now() - 20 * LEASE;
   const options = {
     store,
-    scope: 'single-tenant' as const,
+    scope: 'single-tenant',
     leaseMs: LEASE,
     ttlMs: 86_400_000,
     takeover: policy,
     reconcile,
     ...more,
-  };
-  const clockA = manualClock(T0);
-  const first = idempotency({ ...options, clock: clockA })(async (_request, { signal }) => {
-    effects++;
-    await new Promise((aborted) => signal.addEventListener('abort', aborted, { once: true }));
-    return late();
-  })(charge());
-  await waitFor('A made its effect', () => effects === 1);
-  clockA.advance(LEASE);
-  const a = await first;
-  const b = await idempotency({ ...options, clock: manualClock(T0 + 10 * LEASE) })(() => {
-    effects++;
-    return new Response('B ran', { status: 201 });
-  })(charge());
-  return { a, b, effects };
+  } as const;
+  return webTakeover(options, {
+    t0: Date.now() - 20 * LEASE,
+    stopAfterMs: LEASE,
+    first: async (signal) => {
+      await new Promise((aborted) => signal.addEventListener('abort', aborted, { once: true }));
+      return late();
+    },
+  });
 }
 
 describe.each(backings)('after the signal aborted (%s)', (_name, open) => {

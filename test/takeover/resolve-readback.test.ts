@@ -110,24 +110,9 @@ describe('records resolve options', () => {
     const raw = sqliteStore({ database: new Database(join(dir.path, `${randomUUID()}.db`)), closeDatabase: true });
     await raw.migrate();
     const key = randomBytes(32);
-    const store = sealed(raw, { keys: [{ id: 'k2026', key: new Uint8Array(key) }] });
-    const options = {
-      store,
-      scope: 'single-tenant',
-      leaseMs: LEASE,
-      ttlMs: 86_400_000,
-      takeover: 'quarantine',
-    } as const;
-    const charge = () =>
-      new Request('http://x/pay', { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{}' });
-    const clock = manualClock(Date.now() - 20 * LEASE);
-    let ran = 0;
-    const held = idempotency({ ...options, clock, maxHoldMs: MAX_HOLD })(
-      () => (ran++, new Promise<Response>(() => {})),
-    )(charge());
-    await waitFor('the holder ran', () => ran === 1);
-    clock.advance(MAX_HOLD);
-    expect((await held).status).toBe(409);
+    const { gate, request, runs } = await quarantinedRequest(
+      sealed(raw, { keys: [{ id: 'k2026', key: new Uint8Array(key) }] }),
+    );
     const env = {
       IDEM_SEAL: `k2026:${key.toString('base64')}`,
       IDEM_BAD: `k2026:${key.subarray(1).toString('base64')}`,
@@ -146,31 +131,31 @@ describe('records resolve options', () => {
     const bad = resolve(raw, [...args, '--seal-key-env', 'IDEM_BAD'], env);
     await expect(bad).rejects.toThrow('--seal-key-env IDEM_BAD: the variable must hold KEY_ID:BASE64 of 32 bytes.');
     expect((await resolve(raw, [...args, '--seal-key-env', 'IDEM_SEAL', '--wait', '0'], env)).code).toBe(0);
-    const replay = await idempotency(options)(() => (ran++, new Response('ran again')))(charge());
-    expect([replay.status, await replay.text(), ran]).toEqual([201, '{"id":"ch_1"}', 1]);
+    const replay = await gate(request());
+    expect([replay.status, await replay.text(), runs.count]).toEqual([201, '{"id":"ch_1"}', 1]);
     await raw.close();
   });
 });
 
+/** A Web gate's key under 'quarantine' whose holder ran, then was stopped at `maxHoldMs`; `gate` runs nothing new. */
+async function quarantinedRequest(store: IdempotencyStore<never>) {
+  const options = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000, takeover: 'quarantine' } as const;
+  const init = { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{}' };
+  const request = () => new Request('http://x/pay', init);
+  const runs = { count: 0 };
+  const clock = manualClock(Date.now() - 20 * LEASE);
+  const run = () => (runs.count++, new Promise<Response>(() => {}));
+  const held = idempotency({ ...options, clock, maxHoldMs: MAX_HOLD })(run)(request());
+  await waitFor('the holder ran', () => runs.count === 1);
+  clock.advance(MAX_HOLD);
+  expect((await held).status).toBe(409);
+  const gate = idempotency(options)(() => (runs.count++, new Response('ran again')));
+  return { gate, init, request, runs };
+}
+
 describe('a quarantined key, seen from outside', () => {
   it('the client returns the unknown outcome at once: no retry re-arms the quarantine', async () => {
-    const store = memoryStore();
-    const clock = manualClock(Date.now() - 20 * LEASE);
-    const options = {
-      store,
-      scope: 'single-tenant',
-      leaseMs: LEASE,
-      ttlMs: 86_400_000,
-      takeover: 'quarantine',
-    } as const;
-    let ran = 0;
-    const init = { method: 'POST', headers: { 'idempotency-key': 'k1' }, body: '{}' };
-    void idempotency({ ...options, clock, maxHoldMs: MAX_HOLD })(() => (ran++, new Promise<Response>(() => {})))(
-      new Request('http://x/pay', init),
-    );
-    await waitFor('the holder ran', () => ran === 1);
-    clock.advance(MAX_HOLD);
-    const gate = idempotency(options)(() => (ran++, new Response('ran again')));
+    const { gate, init, request, runs } = await quarantinedRequest(memoryStore());
     const calls: number[] = [];
     const { response, attempts } = await idempotentFetch('http://x/pay', init, {
       retries: 5,
@@ -180,9 +165,9 @@ describe('a quarantined key, seen from outside', () => {
         return answer;
       },
     });
-    expect([attempts, calls, response.status, ran]).toEqual([1, [409], 409, 1]);
+    expect([attempts, calls, response.status, runs.count]).toEqual([1, [409], 409, 1]);
     // The takeover left its own lease to lapse: the next request meets it, and is told it may be quarantined.
-    const held = await gate(new Request('http://x/pay', init));
+    const held = await gate(request());
     expect([held.status, ((await held.json()) as { detail: string }).detail]).toEqual([
       409,
       'A request with this Idempotency-Key is still being processed, or it stopped with its outcome unknown and waits for an operator (idem records resolve).',

@@ -11,13 +11,13 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { idempotent, manualClock, type IdempotencyStore, type TakeoverPolicy } from '../../packages/idem/src/index.js';
-import { idempotency } from '../../packages/idem/src/http/index.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { postgresStore } from '../../packages/idem/src/stores/postgres/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
 import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { available as redisUp, ioredis, isolated } from '../fixtures/redis.js';
 import { tempDir } from '../harness.js';
+import { typeOf, webTakeover } from './web-kit.js';
 import { POSTGRES_URL, serviceAvailable } from '../services.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
@@ -121,7 +121,6 @@ async function stoppedThenRetried(store: IdempotencyStore<never>, policy: Takeov
 
 /** The Web layer: a handler held past `maxHoldMs` on gate A; gate B, long past A's lease, gets the same request. */
 async function heldThenRetried(store: IdempotencyStore<never>, policy: 'quarantine' | 'reconcile') {
-  let effects = 0;
   const base = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000, takeover: policy } as const;
   const options = {
     ...base,
@@ -134,26 +133,13 @@ async function heldThenRetried(store: IdempotencyStore<never>, policy: 'quaranti
         }
       : {}),
   };
-  const charge = () =>
-    new Request('http://x/v1/charges', {
-      method: 'POST',
-      headers: { 'idempotency-key': 'order-9', 'content-type': 'application/json' },
-      body: '{"amount":500}',
-    });
-  const clockA = manualClock(T0);
-  const first = idempotency({ ...options, clock: clockA, maxHoldMs: MAX_HOLD })(() => {
-    effects++;
-    return new Promise<Response>(() => {});
-  })(charge());
-  await waitFor('A made its effect', () => effects === 1);
-  clockA.advance(MAX_HOLD);
-  const a = await first;
-  const b = await idempotency({ ...options, clock: manualClock(T0 + 10 * LEASE) })(() => {
-    effects++;
-    return new Response('B ran', { status: 201 });
-  })(charge());
-  const type = async (r: Response) => ((await r.json()) as { type: string }).type;
-  return [a.status, await type(a), b.status, policy === 'quarantine' ? await type(b) : await b.text(), effects];
+  const { a, b, effects } = await webTakeover(options, {
+    t0: T0,
+    stopAfterMs: MAX_HOLD,
+    stopA: { maxHoldMs: MAX_HOLD },
+    first: () => new Promise<Response>(() => {}),
+  });
+  return [a.status, await typeOf(a), b.status, policy === 'quarantine' ? await typeOf(b) : await b.text(), effects];
 }
 
 describe.each(backings)('an unknown outcome under a policy that never reruns blindly (%s)', (_name, up, open) => {
