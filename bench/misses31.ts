@@ -44,12 +44,23 @@ function addedCpu(r: Results): string {
   const leanest = peers.reduce((a, b) => (b.cpu < a.cpu ? b : a));
   const ni = peers.find((p) => p.mode === 'ni');
   const at = (store: string) => r.instructions?.counts[`new/${store}@${STEADY}`];
+  const was = (store: string) => r.instructions?.baseline[`new/${store}@${STEADY}`];
   const [plainI, idemI, niI] = [at('express-plain'), at('express-ioredis'), at('express-ni')];
-  const counted =
-    plainI !== undefined && idemI !== undefined && niI !== undefined
-      ? ` Not the code path's length: past the warm-up callgrind counts Idem adding ${r0(idemI - plainI)} instructions per new key to Express against @node-idempotency's ${r0(niI - plainI)} (${((idemI - plainI) / (niI - plainI)).toFixed(2)}×).`
+  const longer = plainI !== undefined && idemI !== undefined && niI !== undefined && idemI - plainI > niI - plainI;
+  const growth = (store: string) => {
+    const [now, then] = [at(store), was(store)];
+    return now !== undefined && then
+      ? `${store} ${now > then ? '+' : ''}${(((now - then) / then) * 100).toFixed(1)} %`
       : '';
-  return `**Added server CPU per new key, Express + Redis: ${r1(added(r, r.idem.redis.new.cpuUs))} µs against ${r1(leanest.cpu)} µs (${leanest.mode}, the leanest peer in this run${ni && ni !== leanest ? `; @node-idempotency ${r1(ni.cpu)} µs` : ''}).**${counted} Nor Idem's JavaScript on the main thread: a 20 s \`--cpu-prof\` of each server (2026-12-02, [history](bench/history.md)) put Idem's busy main-thread time per new key at 216 µs against the peer's 229 µs. What the process's CPU counts beyond its JavaScript is the garbage collector and V8's other threads, paid per byte allocated — Idem allocates about 18 KB per new key on Express, 20–24 KB on the other frameworks (\`bench:alloc\`, 2026-12-05, [allocation.md](bench/allocation.md); item 2's ≤ 5 KB is not met) — and ioredis's two \`EVALSHA\`s of 13 and 11 arguments against two 5-argument \`SET\`s. Redis itself, on the same 2 cores, does several times the peer's work per new key (below). Needed: the allocation cut as allocation.md lists (one shared timer for store timeouts instead of one per call, the lease as one object without closures, the signal made only when read, one UUID), and Redis's work brought to the peer's.`;
+  };
+  let counted = '';
+  if (plainI !== undefined && idemI !== undefined && niI !== undefined) {
+    const ratio = `${r0(idemI - plainI)} instructions per new key to Express against @node-idempotency's ${r0(niI - plainI)} (${((idemI - plainI) / (niI - plainI)).toFixed(2)}×)`;
+    counted = longer
+      ? ` The code path is longer too: past the warm-up callgrind counts Idem adding ${ratio}, where the full run of 2026-12-02 counted 0.50×; against that run's counts (the instruction table's baseline) Idem's Express rows have grown (${[growth('express-null'), growth('express-ioredis')].filter(Boolean).join(', ')}; beside them ${[growth('express-plain'), growth('express-ni')].filter(Boolean).join(', ')}), the Redis store's side most — by the commits since, which no full run had counted.`
+      : ` Not the code path's length: past the warm-up callgrind counts Idem adding ${ratio}.`;
+  }
+  return `**Added server CPU per new key, Express + Redis: ${r1(added(r, r.idem.redis.new.cpuUs))} µs against ${r1(leanest.cpu)} µs (${leanest.mode}, the leanest peer in this run${ni && ni !== leanest ? `; @node-idempotency ${r1(ni.cpu)} µs` : ''}).**${counted} When the count was 0.50×, a 20 s \`--cpu-prof\` of each server (2026-12-02, [history](bench/history.md)) put Idem's busy main-thread time per new key at 216 µs against the peer's 229 µs: beyond its JavaScript, the process's CPU counts the garbage collector and V8's other threads, paid per byte allocated — Idem allocates about 18 KB per new key on Express, 20–24 KB on the other frameworks (\`bench:alloc\`, 2026-12-05, [allocation.md](bench/allocation.md); item 2's ≤ 5 KB is not met) — and ioredis's two \`EVALSHA\`s of 13 and 11 arguments against two 5-argument \`SET\`s. Redis itself, on the same 2 cores, does several times the peer's work per new key (below). Needed: ${longer ? "first the instructions back under the peer's (a bisect of the commits since 2026-12-02 on `new/express-ioredis@11000-12000`); then " : ''}the allocation cut as allocation.md lists (one shared timer for store timeouts instead of one per call, the lease as one object without closures, the signal made only when read, one UUID), and Redis's work brought to the peer's.`;
 }
 
 function throughput(r: Results): string {
@@ -72,8 +83,9 @@ function nullShare(r: Results): string {
   });
   const shares = rows.map((x) => `${name(x.fw)} ${r0(x.adds)} on ${r0(x.plain)} (${pct(x.adds, x.plain)})`).join('; ');
   const over = rows.filter((x) => x.adds > 0.3 * x.plain);
+  const expressCheaper = rows.some((x) => x.fw === 'express' && x.adds < 0);
   const cuts = over.map((x) => `${name(x.fw)} ${r0(x.adds - 0.3 * x.plain)}`).join(', ');
-  return `**Null store, instructions Idem adds to each framework's route per new key, past the warm-up:** ${shares}. A new key pays the same things on every framework — the body read and hashed for the fingerprint, the whole response held, the lease (a timer per store call, the renewal timer and its closures, the signal), two UUIDs; Express comes out cheaper with Idem than without because Idem turns \`req\` and \`res\` into dictionaries before Express adds its properties. The cheaper the route, the larger that fixed cost's share: Fastify's route is the cheapest. A profile of Fastify on the null store (2026-12-02, before item 3, [history](bench/history.md)) had Idem's own functions at about 30 % of the samples and GC at 18 %. Needed, in instructions per new key: ${cuts} fewer — about the allocation list of [allocation.md](bench/allocation.md) and, on Fastify, its per-request hooks (≈ 6 KB besides the core).`;
+  return `**Null store, instructions Idem adds to each framework's route per new key, past the warm-up:** ${shares}. A new key pays the same things on every framework — the body read and hashed for the fingerprint, the whole response held, the lease (a timer per store call, the renewal timer and its closures, the signal), two UUIDs${expressCheaper ? '; Express comes out cheaper with Idem than without because Idem turns `req` and `res` into dictionaries before Express adds its properties' : ''}. The cheaper the route, the larger that fixed cost's share: Fastify's route is the cheapest. A profile of Fastify on the null store (2026-12-02, before item 3, [history](bench/history.md)) had Idem's own functions at about 30 % of the samples and GC at 18 %. Needed, in instructions per new key: ${cuts} fewer — about the allocation list of [allocation.md](bench/allocation.md) and, on Fastify, its per-request hooks (≈ 6 KB besides the core).`;
 }
 
 function cachedReplays(r: Results): string {
