@@ -149,6 +149,8 @@ async function main(): Promise<void> {
     node: process.version,
     loadStart: load0.map((n) => n.toFixed(2)).join(' '),
     ...(await versions()),
+    // BENCH_CHECKOUT: what code was measured (a commit, and any uncommitted changes), said in the doc's header.
+    ...(process.env.BENCH_CHECKOUT ? { checkout: process.env.BENCH_CHECKOUT } : {}),
   };
 
   const only = (process.env.BENCH_ONLY ?? '').split(',').filter(Boolean);
