@@ -51,7 +51,7 @@ https://h/x?X-Amz-Signature=abcdef&X-Amz-Credential=AKIA/x&a=b   https://h/x?X-A
 https://h/cb#access_token=Zq9Secret&state=xyz&token_type=bearer   https://h/cb#access_token=***&state=xyz&token_type=***
 https://h/p?token=Zq9Secret#top                       https://h/p?token=***
 http://127.0.0.1:4000/v1/charges?limit=3              http://127.0.0.1:4000/v1/charges?limit=3
-http://user:p@ss/word@h/x                             http://…
+http://user:p@ss/word@h/x                             http://***@h/x
 postgres://u@h/db?p%61ssword=S3CRETPW1                postgres://u@h/db?p%61ssword=***
 redis://127.0.0.1:6379/5?p%61ssword=S3CRETPW3         redis://127.0.0.1:6379/5?p%61ssword=***
 https://api.example/x?t%6Fken=SECRET&api%5fk%65y=K&page=2   https://api.example/x?t%6Fken=***&api%5fk%65y=***&page=2

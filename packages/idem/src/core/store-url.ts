@@ -103,24 +103,42 @@ function maskUserInfo(text: string): string {
   return out + text.slice(from);
 }
 
-/** A parameter name that says it holds a credential: password, sslpassword, pwd, token, apiKey, secretAccessKey, … */
-const SECRET_NAME = /pass|pwd|secret|token|key|auth|cred|sig/i;
+/** A parameter name that says it holds a credential: password, sslpassword, pwd, token, apiKey, secretAccessKey, jwt, … */
+const SECRET_NAME = /pass|pwd|secret|token|key|auth|cred|sig|jwt/i;
+/** A name that holds a credential in a URL's query or fragment only: an OAuth authorization code (`#code=`). */
+const PARAM_SECRET_NAME = /^code=?$/i;
+/** The schemes an `Authorization`-like value may start with, masked with the value after them. */
+const SCHEMES =
+  'bearer|basic|digest|token|negotiate|ntlm|apikey|dpop|hmac|sharedkey(?:lite)?|aws4-hmac-sha256|hoba|mutual|' +
+  'vapid|scram-sha-(?:1|256)|gnap|privatetoken|signature|hawk|oauth|mac';
 /**
  * `name=value` or `name: value` (a query, a DSN, JSON), the name at a boundary; masked when the name, as written or
  * percent-decoded (`p%61ssword`, which drivers read as `password`), is a {@link SECRET_NAME}; the value with its
- * auth scheme (`Authorization: Bearer …`) or ODBC braces (`Pwd={a;b}`). The name is matched
- * whole and tested after: a pattern with the secret word inside it backtracks quadratically on a long word.
+ * auth scheme (`token: Negotiate …`), quoted with its escapes (`"a""b"`, `'a''b'`, `'it\'s'`, `"a\"b"`) or in ODBC
+ * braces (`Pwd={a;b}}c}`). The name is matched whole and tested after: a pattern with the secret word inside it
+ * backtracks quadratically on a long word. Every closing quote or brace is optional and each step of a quoted value
+ * has one way to match, so a value never open is scanned once, to the end of the text (`Pwd={` repeated was
+ * quadratic: 7.4 s for 256 K characters).
  */
-const CREDENTIAL =
-  /(?<=^|[\s?&;,({["'])([\w.%-]+)(["']?\s*[=:]\s*)(?:(?:bearer|basic|digest|token)\s+)?(?:"[^"]*"|'[^']*'|\{[^}]*\}|[^\s&;"']*)/gi;
+const CREDENTIAL = new RegExp(
+  `(?<=^|[\\s?&;,({["'])([\\w.%-]+)(["']?\\s*[=:]\\s*)(?:(?:${SCHEMES})\\s+)?` +
+    `(?:"(?:[^"\\\\]|""|\\\\[\\s\\S])*"?|'(?:[^'\\\\]|''|\\\\[\\s\\S])*'?|\\{(?:[^}]|\\}\\})*\\}?|[^\\s&;"']*)`,
+  'gi',
+);
+/** An `Authorization` header (`Proxy-Authorization`, …): whatever its scheme, the rest of the line is its value. */
+const AUTH_HEADER = /(?<=^|[\s?&;,({["'])((?:[\w-]*-)?authorization["']?[ \t]*:)[^\r\n]*/gi;
 /** The same pair in a URL query (after `?` or `&`): its value runs to the next `&`, as a driver reads it. */
 const QUERY_CREDENTIAL = /(?<=[?&])([\w.%-]+=)[^\s&]*/gi;
+/** True when `name`, as written or percent-decoded, matches `pattern`. */
+const named = (pattern: RegExp, name: string): boolean =>
+  pattern.test(name) || (name.includes('%') && pattern.test(attempt(() => decodeURIComponent(name)) ?? ''));
 /** True when a parameter's name, as written or percent-decoded, says it holds a credential. */
-const secretName = (name: string): boolean =>
-  SECRET_NAME.test(name) || (name.includes('%') && SECRET_NAME.test(attempt(() => decodeURIComponent(name)) ?? ''));
+const secretName = (name: string): boolean => named(SECRET_NAME, name);
+/** The same for a parameter of a URL's query or fragment, where `code` is one too. */
+const secretParam = (name: string): boolean => secretName(name) || named(PARAM_SECRET_NAME, name);
 /** A query or fragment with its credential parameters' values `***`. */
 const maskParams = (text: string, pattern: RegExp): string =>
-  text.replace(pattern, (all, name: string) => (secretName(name) ? `${name}***` : all));
+  text.replace(pattern, (all, name: string) => (secretParam(name) ? `${name}***` : all));
 
 /** An http(s) URL: an API's (the probe's target, its count URL), where the user name may be the credential. */
 const WEB = /^https?:\/\//i;
@@ -230,11 +248,11 @@ function redactWebUrl(url: string): string {
   // One a URL parser refuses is shown as its scheme: `https://u:S3CR#ET/99@host/` (a port of `S3CR`) can only be
   // read one way by this function and another by its reader.
   if (attempt(() => new URL(url)) === undefined) return `${/^https?:\/\//i.exec(url)?.[0] ?? ''}…`;
-  // The user info runs to the last `@` before the path: a password may hold a `#` or `?`, which a parser reads as
-  // the end of the authority (and would show the rest as a fragment), so it is cut here first, as written.
+  // The user info runs to the last `@` of the URL: a password may hold a `/`, `#` or `?`, which a parser reads as the
+  // end of the authority (`https://u:443/#S3CRET@host/`: a port of 443, the rest a fragment), so it is cut here
+  // first, as written. An `@` that belongs to the path or query hides the host too: over-masked, never leaked.
   const start = url.indexOf('//') + 2;
-  const slash = url.indexOf('/', start);
-  const at = url.lastIndexOf('@', (slash < 0 ? url.length : slash) - 1);
+  const at = url.lastIndexOf('@');
   // A credential parameter's value runs to the next `&`, a `#` included (`?api_key=AB#CD`).
   const masked = maskParams(at >= start ? `${url.slice(0, start)}***${url.slice(at)}` : url, QUERY_CREDENTIAL);
   const hash = masked.indexOf('#');
@@ -257,8 +275,8 @@ export function redact(text: string, url?: string): string {
   // The URL's own secrets first, whole: a pattern stopping at a `;` or a quote would leave a tail of them.
   let masked = text;
   for (const secret of url === undefined ? [] : secretsOf(url)) masked = masked.split(secret).join('***');
-  return maskUserInfo(masked)
-    .replace(QUERY_CREDENTIAL, (all, name: string) => (secretName(name) ? `${name}***` : all))
+  return maskParams(maskUserInfo(masked), QUERY_CREDENTIAL)
+    .replace(AUTH_HEADER, '$1 ***')
     .replace(CREDENTIAL, (all, name: string, between: string) => {
       if (!secretName(name)) return all;
       const quote = /^["']/.exec(all.slice(name.length + between.length))?.[0] ?? '';
@@ -285,7 +303,7 @@ function secretsOf(url: string): string[] {
   const query = url.includes('?') ? url.slice(url.indexOf('?') + 1) : '';
   for (const pair of query.split('&')) {
     const [name = '', value = ''] = pair.split(/=(.*)/s);
-    if (secretName(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
+    if (secretParam(name)) add(value, (v) => decodeURIComponent(v.replace(/\+/g, ' ')));
   }
   return [...found].sort((a, b) => b.length - a.length);
 }
