@@ -2,18 +2,12 @@
  * Credentials are never printed: the demo's refusals of `IDEM_LEDGER` and `IDEM_API_KEYS`, and `idem probe`'s
  * target and `--count-url` (user info, `?api_key=`, `?token=`) in its errors, its report and `--json`.
  */
-import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../../apps/demo/src/config.js';
 import { inProcess } from '../cli/helpers.js';
+import { ONLY_FIRST as SKIP, serving } from './probe-server.js';
 
 const SECRET = 'Zq9Secret';
-const SKIP = ['replay', 'key-order', 'mismatch', 'concurrent', 'missing-key', 'malformed-key'].flatMap((id) => [
-  '--skip',
-  id,
-]);
 
 const refusal = (env: NodeJS.ProcessEnv): string => {
   try {
@@ -45,20 +39,9 @@ describe('the demo does not print a credential it refuses', () => {
 });
 
 describe('idem probe does not print a credential of its URLs', () => {
-  let server: Server;
-  let base: string;
-  beforeAll(async () => {
-    server = createServer((req, res) => {
-      req.resume();
-      res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1"}');
-    });
-    server.listen(0, '127.0.0.1');
-    await once(server, 'listening');
-    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  });
-  afterAll(async () => {
-    server.closeAllConnections();
-    await new Promise((resolve) => server.close(resolve));
+  const server = serving((req, res) => {
+    req.resume();
+    res.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1"}');
   });
 
   it('a URL with user info is refused (fetch cannot send it), shown redacted', async () => {
@@ -72,11 +55,11 @@ describe('idem probe does not print a credential of its URLs', () => {
   });
 
   it('?api_key= in the target: masked in the report header and in --json', async () => {
-    const url = `${base}/v1/charges?api_key=${SECRET}&mode=test`;
+    const url = `${server.base}/v1/charges?api_key=${SECRET}&mode=test`;
     const table = await inProcess(['probe', url, ...SKIP]);
     const json = await inProcess(['probe', url, '--json', ...SKIP]);
-    expect(table.stdout.split('\n')[0]).toBe(`idem probe: POST ${base}/v1/charges?api_key=***&mode=test`);
-    expect((JSON.parse(json.stdout) as { url: string }).url).toBe(`${base}/v1/charges?api_key=***&mode=test`);
+    expect(table.stdout.split('\n')[0]).toBe(`idem probe: POST ${server.base}/v1/charges?api_key=***&mode=test`);
+    expect((JSON.parse(json.stdout) as { url: string }).url).toBe(`${server.base}/v1/charges?api_key=***&mode=test`);
     expect([table, json].map((r) => `${r.stdout}${r.stderr}`.includes(SECRET))).toEqual([false, false]);
   });
 
@@ -92,7 +75,7 @@ describe('idem probe does not print a credential of its URLs', () => {
   it('--count-url: user info refused redacted; an unreachable one with ?token= masked', async () => {
     const userInfo = await inProcess([
       'probe',
-      `${base}/v1/charges`,
+      `${server.base}/v1/charges`,
       '--count-url',
       `http://u:${SECRET}@127.0.0.1:1/b`,
     ]);
@@ -102,7 +85,7 @@ describe('idem probe does not print a credential of its URLs', () => {
     ]);
     const token = await inProcess([
       'probe',
-      `${base}/v1/charges`,
+      `${server.base}/v1/charges`,
       '--count-url',
       `http://127.0.0.1:1/b?token=${SECRET}`,
     ]);

@@ -49,6 +49,10 @@ export interface Requester {
  */
 export function requester(settings: HttpSettings): Requester {
   const { url, method, headers, keyHeader, sfString, timeoutMs, maxResponseBytes, countUrl, countPath } = settings;
+  // What the count URL answers is printed with every -H value masked (a server may echo the caller's API key) and
+  // every credential it names masked, before it is cut to a length (a cut could leave part of a secret unmatched).
+  const hide = headerMask(headers);
+  const quote = (text: string): string => visible(redact(hide(text)).slice(0, 200));
   const base = (): Headers => {
     const h = new Headers();
     for (const [name, value] of headers) h.append(name, value);
@@ -86,7 +90,7 @@ export function requester(settings: HttpSettings): Requester {
     try {
       response = await fetch(countUrl, { headers: base(), redirect: 'manual', signal: signal(abort) });
     } catch (error) {
-      throw new CommandError(`cannot read --count-url ${shownCount}: ${redact(reason(error), countUrl)}`, {
+      throw new CommandError(`cannot read --count-url ${shownCount}: ${hide(redact(reason(error), countUrl))}`, {
         cause: error,
       });
     }
@@ -98,9 +102,8 @@ export function requester(settings: HttpSettings): Requester {
         throw new CommandError(`--count-url ${shownCount} answered ${error.message}`);
       throw error;
     }
-    if (!response.ok)
-      throw new CommandError(`--count-url ${shownCount} answered ${response.status}: ${visible(text.slice(0, 200))}`);
-    return readCount(text, countPath, shownCount);
+    if (!response.ok) throw new CommandError(`--count-url ${shownCount} answered ${response.status}: ${quote(text)}`);
+    return readCount(text, countPath, shownCount, quote);
   }
 
   return { send, count };
@@ -127,15 +130,35 @@ async function readBody(response: Response, limit: number, abort: AbortControlle
   return Buffer.concat(chunks, total);
 }
 
+/**
+ * A function masking, in any text, every header value the caller gave (`-H`): each value whole and, after an auth
+ * scheme (`Bearer sk_live_…`), its credential alone, as written and as {@link visible} prints it. A value shorter
+ * than 4 characters is left: masking every `a` would hide the message, not a secret.
+ *
+ * @example
+ * headerMask([['Authorization', 'Bearer sk_live_X1Y2']])('echo: sk_live_X1Y2') // 'echo: ***'
+ */
+export function headerMask(headers: ReadonlyArray<readonly [string, string]>): (text: string) => string {
+  const secrets = new Set<string>();
+  for (const [, raw] of headers) {
+    const value = raw.trim();
+    for (const form of [value, value.replace(/^\S+\s+/, '')]) {
+      for (const shown of [form, visible(form)]) if (shown.length >= 4) secrets.add(shown);
+    }
+  }
+  const longestFirst = [...secrets].sort((a, b) => b.length - a.length);
+  return (text) => longestFirst.reduce((masked, secret) => masked.split(secret).join('***'), text);
+}
+
 /** Reads the count from a bare number or JSON (at `path`, dotted). */
-function readCount(text: string, path: string | undefined, url: string): number {
+function readCount(text: string, path: string | undefined, url: string, quote: (text: string) => string): number {
   let value: unknown = text.trim();
   if (path !== undefined) {
     try {
       value = JSON.parse(text);
     } catch {
       throw new CommandError(
-        `--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${visible(text.slice(0, 200))}`,
+        `--count-url ${url} did not answer JSON, so --count-path ${path} cannot apply: ${quote(text)}`,
       );
     }
     for (const part of path.split('.').filter(Boolean)) {
@@ -145,7 +168,7 @@ function readCount(text: string, path: string | undefined, url: string): number 
   const number = typeof value === 'number' ? value : typeof value === 'string' && value !== '' ? Number(value) : NaN;
   if (!Number.isFinite(number)) {
     throw new CommandError(
-      `--count-url ${url}${path ? ` at --count-path ${path}` : ''} is not a number (got ${visible(`${JSON.stringify(value)?.slice(0, 120)}`)})`,
+      `--count-url ${url}${path ? ` at --count-path ${path}` : ''} is not a number (got ${quote(`${JSON.stringify(value)}`)})`,
     );
   }
   return number;

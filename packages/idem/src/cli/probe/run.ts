@@ -12,7 +12,7 @@ import { keyOrder } from './checks/key-order.js';
 import { mismatch } from './checks/mismatch.js';
 import { replay } from './checks/replay.js';
 import { effects, type CheckContext, type CheckSpec, type Measured } from './context.js';
-import { ResponseTooLarge, reason, requester } from './http.js';
+import { ResponseTooLarge, headerMask, reason, requester } from './http.js';
 import {
   CHECK_IDS,
   DASH,
@@ -57,9 +57,12 @@ export async function probe({
 }: ProbeOptions): Promise<ProbeReport> {
   const checks: Check[] = [];
   const skipped = new Set(skip);
+  // Every -H value masked wherever the server's words are printed (the table, --json, the errors): it may echo them.
+  const hide = headerMask(headers);
   const add = (check: Check): void => {
-    checks.push(check);
-    onCheck(check);
+    const shown = { ...check, observed: hide(check.observed) };
+    checks.push(shown);
+    onCheck(shown);
   };
   const http = requester({
     url,
@@ -80,7 +83,7 @@ export async function probe({
   };
 
   const key = randomUUID();
-  const first = await firstRequest(url, () => measured(() => http.send(key, body)), add);
+  const first = await firstRequest(url, () => measured(() => http.send(key, body)), add, hide);
   if (first === undefined) {
     for (const id of CHECK_IDS.slice(1)) add(unjudged(id, 'skip', 'skipped: the first request failed'));
   } else {
@@ -130,6 +133,7 @@ async function firstRequest(
   url: string,
   send: () => Promise<Measured<Answer>>,
   add: (check: Check) => void,
+  hide: (text: string) => string,
 ): Promise<Answer | undefined> {
   let run: Measured<Answer>;
   try {
@@ -140,7 +144,7 @@ async function firstRequest(
       add(unjudged('first', 'fail', error.message));
       return undefined;
     }
-    throw new CommandError(`cannot reach ${redactUrl(url)}: ${redact(reason(error), url)}`, { cause: error });
+    throw new CommandError(`cannot reach ${redactUrl(url)}: ${hide(redact(reason(error), url))}`, { cause: error });
   }
   const first = run.value;
   const ok2xx = first.status >= 200 && first.status < 300;
