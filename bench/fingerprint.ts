@@ -57,6 +57,18 @@ function reversed(count: number, name: (i: number) => string): string {
   return `{${Array.from({ length: count }, (_, i) => `"${name(count - i)}":1`).join(',')}}`;
 }
 
+/** `count` keys named by `name` in an order of their own for record `r` (a fixed shuffle): none like another's. */
+function shuffled(count: number, r: number, name: (i: number) => string): string {
+  const keys = Array.from({ length: count }, (_, i) => `"${name(i)}":1`);
+  let seed = r + 1;
+  for (let i = count - 1; i > 0; i--) {
+    seed = (Math.imul(seed, 1_103_515_245) + 12_345) >>> 0;
+    const j = seed % (i + 1);
+    [keys[i], keys[j]] = [keys[j] as string, keys[i] as string];
+  }
+  return `{${keys.join(',')}}`;
+}
+
 /** Records made by `record(i)` for i = 0, 1, … in a JSON array of at most `room` bytes (of UTF-8): each its own keys. */
 function records(record: (i: number) => string, room: number): string {
   const items: string[] = [];
@@ -149,4 +161,9 @@ export const CHARGES: Readonly<Record<string, () => string>> = {
         room,
       ),
     ),
+  // Issue 30's review: keys with an escape and a long shared prefix, in an order of each record's own (no shape kept).
+  'records of 8 escaped keys, 1000 bytes shared, shuffled': () =>
+    charge((room) => records((r) => shuffled(8, r, (i) => `\\u0061${'k'.repeat(1000)}${i}`), room)),
+  'records of 32 escaped keys, 50 bytes shared, shuffled': () =>
+    charge((room) => records((r) => shuffled(32, r, (i) => `\\u0061${'k'.repeat(50)}${i}`), room)),
 };

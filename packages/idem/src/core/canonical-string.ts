@@ -198,7 +198,80 @@ function writeUnit(out: Uint8Array, at: number, unit: number): number {
     out[at++] = short;
   } else if (unit < 0x20) {
     at = escapeUnit(out, at, unit);
-  } else if (unit < 0x80) {
+  } else {
+    at = unitBytes(out, at, unit);
+  }
+  return at;
+}
+
+/**
+ * A key, `b[from, to)` (a string's contents, escapes decoded when `escaped`; `words` is `b` as words), written to
+ * `out` (`outWords`) at `at` with each UTF-16 code unit as UTF-8 writes a code point of its value (CESU-8: a
+ * character from U+10000 as its two surrogates, 3 bytes each, a lone surrogate ED A0 80–ED BF BF). UTF-8 keeps the
+ * order of values and no unit's bytes start another's, so in that form byte order is JavaScript's string order,
+ * lone surrogates included. ASCII without a backslash is copied 4 bytes at a time; no key grows by more than half.
+ * Returns where it ends. The escapes are valid (the key was written first) and bad UTF-8 is refused after
+ * (canonical-json.ts), so neither is checked here.
+ *
+ * @example
+ * unitKey(utf8('"a\\u00e9"'), words, 1, 8, true, out, outWords, 0) // → 3, out starts with 61 c3 a9
+ */
+export function unitKey(
+  b: Uint8Array,
+  words: DataView,
+  from: number,
+  to: number,
+  escaped: boolean,
+  out: Uint8Array,
+  outWords: DataView,
+  at: number,
+): number {
+  let i = from;
+  while (i < to) {
+    if (i + 4 <= to) {
+      const word = words.getInt32(i, true);
+      const x = word ^ 0x5c5c5c5c; // a zero byte where a backslash is (a false one only above a true one)
+      if (((word | ((x - 0x01010101) & ~x)) & 0x80808080) === 0) {
+        outWords.setInt32(at, word, true);
+        i += 4;
+        at += 4;
+        continue;
+      }
+    }
+    const c = b[i] as number;
+    if (c === 0x5c && escaped) {
+      const next = b[i + 1] as number;
+      let unit: number;
+      if (next === 0x75) {
+        unit = (hex(b[i + 2]) << 12) | (hex(b[i + 3]) << 8) | (hex(b[i + 4]) << 4) | hex(b[i + 5]);
+        i += 6;
+      } else {
+        unit = UNESCAPE[next & 0x7f] as number;
+        i += 2;
+      }
+      at = unitBytes(out, at, unit);
+    } else if (c < 0xf0) {
+      // ASCII or a character below U+10000: its UTF-8 is its form here
+      const end = i + (c < 0x80 ? 1 : c < 0xe0 ? 2 : 3);
+      while (i < end) out[at++] = b[i++] as number;
+    } else {
+      const point =
+        (((c & 0x07) << 18) |
+          (((b[i + 1] as number) & 0x3f) << 12) |
+          (((b[i + 2] as number) & 0x3f) << 6) |
+          ((b[i + 3] as number) & 0x3f)) -
+        0x10000;
+      at = unitBytes(out, at, 0xd800 + ((point >> 10) & 0x3ff));
+      at = unitBytes(out, at, 0xdc00 + (point & 0x3ff));
+      i += 4;
+    }
+  }
+  return at;
+}
+
+/** One UTF-16 code unit, surrogates too, as UTF-8 writes a code point of its value (writeUnit, unitKey). */
+function unitBytes(out: Uint8Array, at: number, unit: number): number {
+  if (unit < 0x80) {
     out[at++] = unit;
   } else if (unit < 0x800) {
     out[at++] = 0xc0 | (unit >> 6);
@@ -207,64 +280,6 @@ function writeUnit(out: Uint8Array, at: number, unit: number): number {
     out[at++] = 0xe0 | (unit >> 12);
     out[at++] = 0x80 | ((unit >> 6) & 0x3f);
     out[at++] = 0x80 | (unit & 0x3f);
-  }
-  return at;
-}
-
-/**
- * A key, `b[from, to)` (a string's contents, escapes decoded when `escaped`), as UTF-16 code units written
- * big-endian to `out` at `at`: in that form byte order is JavaScript's string order, lone surrogates included.
- * At most twice as long as its source. Returns where it ends. The escapes are valid (the key was written first)
- * and bad UTF-8 is refused after (canonical-json.ts), so neither is checked here.
- *
- * @example
- * utf16Key(utf8('"a\\u00e9"'), 1, 8, true, out, 0) // → 4, out starts with 00 61 00 e9
- */
-export function utf16Key(
-  b: Uint8Array,
-  from: number,
-  to: number,
-  escaped: boolean,
-  out: Uint8Array,
-  at: number,
-): number {
-  let i = from;
-  while (i < to) {
-    const c = b[i] as number;
-    let unit: number;
-    if (c === 0x5c && escaped) {
-      const next = b[i + 1] as number;
-      if (next === 0x75) {
-        unit = (hex(b[i + 2]) << 12) | (hex(b[i + 3]) << 8) | (hex(b[i + 4]) << 4) | hex(b[i + 5]);
-        i += 6;
-      } else {
-        unit = UNESCAPE[next & 0x7f] as number;
-        i += 2;
-      }
-    } else if (c < 0x80) {
-      unit = c;
-      i++;
-    } else if (c < 0xe0) {
-      unit = ((c & 0x1f) << 6) | ((b[i + 1] as number) & 0x3f);
-      i += 2;
-    } else if (c < 0xf0) {
-      unit = ((c & 0x0f) << 12) | (((b[i + 1] as number) & 0x3f) << 6) | ((b[i + 2] as number) & 0x3f);
-      i += 3;
-    } else {
-      const point =
-        (((c & 0x07) << 18) |
-          (((b[i + 1] as number) & 0x3f) << 12) |
-          (((b[i + 2] as number) & 0x3f) << 6) |
-          ((b[i + 3] as number) & 0x3f)) -
-        0x10000;
-      const high = 0xd800 + ((point >> 10) & 0x3ff);
-      out[at++] = high >> 8;
-      out[at++] = high & 0xff;
-      unit = 0xdc00 + (point & 0x3ff);
-      i += 4;
-    }
-    out[at++] = unit >> 8;
-    out[at++] = unit & 0xff;
   }
   return at;
 }

@@ -1,9 +1,9 @@
 /**
  * @module The order of an object's members in canonical JSON (src/core/canonical-json.ts): by key, as JavaScript
  * compares strings (UTF-16 code units), equal keys in source order and the last of them kept. The keys are sorted
- * as bytes, never as strings: UTF-8 from the body (with `RANK`), or UTF-16 code units written big-endian for an
- * object whose keys have escapes (canonical-string.ts `utf16Key`). An object with the keys of one sorted before
- * takes its order (canonical-shapes.ts).
+ * as bytes, never as strings: UTF-8 from the body (with `RANK`), or for an object whose keys have escapes each UTF-16
+ * code unit as UTF-8 writes a code point of its value (canonical-string.ts `unitKey`). An object with the keys of one
+ * sorted before takes its order (canonical-shapes.ts).
  */
 
 /** A member's fields in canonical-json.ts's member table: one row of `MEMBER` numbers per member. */
@@ -30,7 +30,7 @@ export const RANK = new Uint8Array(256).map((_, byte) =>
   byte === 0xee || byte === 0xef ? byte + 5 : byte >= 0xf0 && byte <= 0xf4 ? byte - 2 : byte,
 );
 
-/** Each byte its own weight: the order of UTF-16 code units written big-endian. */
+/** Each byte its own weight: the order of UTF-16 code units each written as UTF-8 (canonical-string.ts `unitKey`). */
 export const SAME = new Uint8Array(256).map((_, byte) => byte);
 
 /**
@@ -271,7 +271,7 @@ function wordAt({ words, rank, table, base, stride }: SortKeys, m: number, depth
   if (left <= 0) return 0;
   let word = words.getUint32(start);
   if (left < 4) word &= -1 << (8 * (4 - left));
-  // Only bytes from 0xEE up weigh other than themselves (RANK); never in UTF-16 units (SAME).
+  // Only bytes from 0xEE up weigh other than themselves (RANK); never in `unitKey`'s form (SAME).
   if ((word & 0x80808080) !== 0 && rank !== SAME)
     word =
       ((rank[word >>> 24] as number) << 24) |
