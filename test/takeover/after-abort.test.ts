@@ -9,12 +9,12 @@ import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { IdempotencyStore } from '../../packages/idem/src/index.js';
-import type { HttpReconcileAnswer } from '../../packages/idem/src/http/index.js';
+import { manualClock, type IdempotencyStore } from '../../packages/idem/src/index.js';
+import { idempotency, type HttpReconcileAnswer } from '../../packages/idem/src/http/index.js';
 import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
 import { tempDir } from '../harness.js';
-import { typeOf, webTakeover } from './web-kit.js';
+import { charge, typeOf, webTakeover } from './web-kit.js';
 
 const LEASE = 1_000;
 const dir = tempDir('idem-after-abort-');
@@ -47,7 +47,7 @@ function abortedThenRetried(
     state: 'succeeded',
     response: new Response('from the ledger', { status: 201 }),
   }),
-  more: { readonly maxResponseBytes?: number } = {},
+  more: { readonly maxResponseBytes?: number; readonly leaseMs?: number } = {},
 ) {
   const options = {
     store,
@@ -59,8 +59,8 @@ function abortedThenRetried(
     ...more,
   } as const;
   return webTakeover(options, {
-    t0: Date.now() - 20 * LEASE,
-    stopAfterMs: LEASE,
+    t0: Date.now() - 20 * options.leaseMs,
+    stopAfterMs: options.leaseMs,
     first: async (signal) => {
       await new Promise((aborted) => signal.addEventListener('abort', aborted, { once: true }));
       return late();
@@ -77,7 +77,10 @@ describe.each(backings)('after the signal aborted (%s)', (_name, open) => {
     async (policy, status, body) => {
       const store = await open();
       const { a, b, effects } = await abortedThenRetried(store, policy, late503);
-      expect([a.status, await typeOf(a)]).toEqual([409, 'urn:idem:problem:idempotency-lease-lost']);
+      expect([(a as Response).status, await typeOf(a as Response)]).toEqual([
+        409,
+        'urn:idem:problem:idempotency-lease-lost',
+      ]);
       expect([b.status, policy === 'quarantine' ? await typeOf(b) : await b.text(), effects]).toEqual([
         status,
         body,
@@ -149,5 +152,97 @@ describe("a reconcile answer's resultId", () => {
     const { b } = await abortedThenRetried(store, 'reconcile', late503, answer);
     const [record] = await store.list({ scope: 'single-tenant', limit: 5 });
     expect([b.status, record?.resultId ?? null]).toEqual([status, recorded]);
+  });
+});
+
+describe('the third review', () => {
+  it('a reconcile answer streamed past maxResponseBytes is read no further than the limit', async () => {
+    let pulled = 0;
+    const chunk = new Uint8Array(65_536);
+    const eightMiB = () =>
+      new Response(
+        new ReadableStream<Uint8Array>({
+          pull(controller) {
+            if (pulled === 8 * 1_048_576) return controller.close();
+            pulled += chunk.byteLength;
+            controller.enqueue(chunk);
+          },
+        }),
+      );
+    const answer = () => ({ state: 'succeeded', response: eightMiB() }) as never;
+    const { b } = await abortedThenRetried(memoryStore(), 'reconcile', late503, answer, { maxResponseBytes: 1024 });
+    // The chunk read, and the one the stream pulled ahead of it (its high-water mark): not the 8 MiB.
+    expect([b.status, await typeOf(b), pulled]).toEqual([
+      503,
+      'urn:idem:problem:idempotency-reconcile-failed',
+      131_072,
+    ]);
+  });
+
+  it('a failed reconcile hook: 503 with Retry-After past its abandoned lease; a retry before is told why it waits', async () => {
+    const store = memoryStore();
+    const failing = () => {
+      throw new Error('processor unreachable');
+    };
+    const { b } = await abortedThenRetried(store, 'reconcile', late503, failing, { leaseMs: 4_000 });
+    expect([b.status, b.headers.get('retry-after'), await typeOf(b)]).toEqual([
+      503,
+      '4',
+      'urn:idem:problem:idempotency-reconcile-failed',
+    ]);
+    const [held] = await store.list({ scope: 'single-tenant', limit: 5 });
+    const options = {
+      store,
+      scope: 'single-tenant',
+      leaseMs: 4_000,
+      takeover: 'reconcile',
+      reconcile: failing,
+    } as const;
+    const clock = manualClock((held?.leaseExpiresAt ?? 0) - 1);
+    const again = await idempotency({ ...options, clock })(() => new Response('ran'))(charge());
+    expect([again.status, ((await again.json()) as { detail: string }).detail]).toEqual([
+      409,
+      'A request with this Idempotency-Key is still being processed, or its earlier outcome could not be reconciled yet and the key is held until its lease lapses.',
+    ]);
+  });
+
+  it('a claim answered past the deadline under quarantine releases the record it made: the retry runs, once', async () => {
+    const clock = manualClock(Date.now());
+    const inner = memoryStore();
+    let late = true;
+    // The real store's claim, its answer delivered once the holder's clock has passed the lease.
+    const lateClaim: typeof inner.claim = async (request) => {
+      const claimed = await inner.claim(request);
+      if (late) clock.advance(LEASE);
+      late = false;
+      return claimed;
+    };
+    const store = new Proxy(inner, {
+      get(target, name) {
+        if (name === 'claim') return lateClaim;
+        const value = Reflect.get(target, name) as unknown;
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    let runs = 0;
+    const gate = idempotency({
+      store,
+      scope: 'single-tenant',
+      leaseMs: LEASE,
+      ttlMs: 86_400_000,
+      takeover: 'quarantine',
+      clock,
+    })(() => (runs++, new Response('charged', { status: 201 })));
+    const first = await gate(charge());
+    const kept = await inner.list({ scope: 'single-tenant', limit: 5 });
+    const second = await gate(charge());
+    expect([first.status, await typeOf(first), kept, second.status, await second.text(), runs]).toEqual([
+      503,
+      'urn:idem:problem:idempotency-store-unavailable',
+      [],
+      201,
+      'charged',
+      1,
+    ]);
   });
 });

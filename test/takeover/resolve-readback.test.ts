@@ -116,6 +116,7 @@ describe('records resolve options', () => {
     const env = {
       IDEM_SEAL: `k2026:${key.toString('base64')}`,
       IDEM_BAD: `k2026:${key.subarray(1).toString('base64')}`,
+      IDEM_BARE: key.toString('base64'),
     };
     const args = [
       'single-tenant',
@@ -130,6 +131,9 @@ describe('records resolve options', () => {
     ];
     const bad = resolve(raw, [...args, '--seal-key-env', 'IDEM_BAD'], env);
     await expect(bad).rejects.toThrow('--seal-key-env IDEM_BAD: the variable must hold KEY_ID:BASE64 of 32 bytes.');
+    // A bare key has no id: it is refused, not split at its last character into an id that is most of the key.
+    const bare = resolve(raw, [...args, '--seal-key-env', 'IDEM_BARE'], env);
+    await expect(bare).rejects.toThrow('--seal-key-env IDEM_BARE: the variable must hold KEY_ID:BASE64 of 32 bytes.');
     expect((await resolve(raw, [...args, '--seal-key-env', 'IDEM_SEAL', '--wait', '0'], env)).code).toBe(0);
     const replay = await gate(request());
     expect([replay.status, await replay.text(), runs.count]).toEqual([201, '{"id":"ch_1"}', 1]);

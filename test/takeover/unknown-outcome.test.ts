@@ -139,7 +139,13 @@ async function heldThenRetried(store: IdempotencyStore<never>, policy: 'quaranti
     stopA: { maxHoldMs: MAX_HOLD },
     first: () => new Promise<Response>(() => {}),
   });
-  return [a.status, await typeOf(a), b.status, policy === 'quarantine' ? await typeOf(b) : await b.text(), effects];
+  return [
+    (a as Response).status,
+    await typeOf(a as Response),
+    b.status,
+    policy === 'quarantine' ? await typeOf(b) : await b.text(),
+    effects,
+  ];
 }
 
 describe.each(backings)('an unknown outcome under a policy that never reruns blindly (%s)', (_name, up, open) => {

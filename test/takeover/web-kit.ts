@@ -19,6 +19,7 @@ export const typeOf = async (response: Response) => ((await response.json()) as 
 /**
  * A runs `first` (after counting its effect) under `options` plus `stopA`, on a clock from `t0`; once the effect is
  * made the clock moves `stopAfterMs`; B, on `options` at `t0 + 10 × leaseMs`, counts an effect and answers 201 'B ran'.
+ * `a` is A's answer, or the error its call rejected with.
  */
 export async function webTakeover(
   options: IdempotencyOptions<never> & { readonly leaseMs: number },
@@ -33,7 +34,7 @@ export async function webTakeover(
     readonly stopA?: { readonly maxHoldMs?: number };
     readonly first: (signal: AbortSignal) => Promise<Response>;
   },
-): Promise<{ a: Response; b: Response; effects: number }> {
+): Promise<{ a: Response | Error; b: Response; effects: number }> {
   let effects = 0;
   const clockA = manualClock(t0);
   const pending = idempotency({ ...options, ...stopA, clock: clockA })((_request, { signal }) => {
@@ -42,7 +43,8 @@ export async function webTakeover(
   })(charge());
   await waitFor('A made its effect', () => effects === 1);
   clockA.advance(stopAfterMs);
-  const a = await pending;
+  // A handler's answer that failed on its way rejects A's call (the framework answers 500): the error is A's result.
+  const a = await pending.catch((error: Error) => error);
   const b = await idempotency({ ...options, clock: manualClock(t0 + 10 * options.leaseMs) })(() => {
     effects++;
     return new Response('B ran', { status: 201 });

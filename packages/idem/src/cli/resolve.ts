@@ -112,6 +112,7 @@ function sealingKey(command: string, name: string | undefined, env: NodeJS.Proce
   const colon = value.lastIndexOf(':');
   const key = Buffer.from(value.slice(colon + 1), 'base64');
   if (
+    colon < 1 ||
     !/^[\x21-\x7e]{1,64}$/.test(value.slice(0, colon)) ||
     key.byteLength !== 32 ||
     !/^[A-Za-z0-9+/]+={0,2}$/.test(value.slice(colon + 1))

@@ -1,6 +1,4 @@
-/**
- * @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence every later write.
- */
+/** @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence later writes. */
 import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
@@ -13,9 +11,8 @@ import { heldKeyDetail, takeoverPolicy, type TakeoverOptions } from './takeover.
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
 export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
 
-const HOUR = 3_600_000;
 /** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
-export const RECOMMENDED_TTL_MS = { min: 24 * HOUR, max: 28 * 24 * HOUR } as const;
+export const RECOMMENDED_TTL_MS = { min: 86_400_000, max: 28 * 86_400_000 } as const;
 
 export interface EngineOptions<Tx = never> extends TakeoverOptions {
   readonly store: IdempotencyStore<Tx>;
@@ -150,7 +147,7 @@ export interface Engine<Tx = never> {
  */
 export function createEngine<Tx = never>({
   store,
-  ttlMs = 24 * HOUR,
+  ttlMs = RECOMMENDED_TTL_MS.min,
   leaseMs = 10_000,
   renewEveryMs = Math.max(1, Math.floor(leaseMs / 3)),
   leaseMarginMs = Math.floor(Math.min(leaseMs / 10, (leaseMs - renewEveryMs) / 2)),
@@ -197,7 +194,7 @@ export function createEngine<Tx = never>({
   if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
   if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0)
     throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
-  const onTakeover = takeoverPolicy(policy, clock, maxHoldMs);
+  const onTakeover = takeoverPolicy(policy, clock, { maxHoldMs, leaseMs });
   const inUse = heldKeyDetail(policy.takeover);
   if (ttlMs < RECOMMENDED_TTL_MS.min)
     warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
@@ -324,8 +321,10 @@ export function createEngine<Tx = never>({
           store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
         );
         if (claim.kind === 'claimed') {
-          // An answer that came back past the holder's deadline: the work may not start (the record lapses).
+          // An answer that came back past the holder's deadline: the work may not start. A record this claim made
+          // is released (fenced by its token: nothing ran under it), so the next claim is fresh, not a takeover.
           if (clock.now() >= now + leaseMs - leaseMarginMs) {
+            if (claim.record.id === freshId) await call('release', () => store.release({ pk, token })).catch(() => 0);
             throw new IdempotencyError('STORE_UNAVAILABLE', 'The claim was answered too late to run the work safely.');
           }
           const reclaimed = claim.record.id !== freshId;

@@ -51,9 +51,11 @@ export interface Lease<Tx = never> extends WorkContext {
   /**
    * The work failed before it produced an answer (it threw): the key ends `failed`, retryable. Once the lease was
    * aborted (lost, or its local deadline passed) under `'reconcile'` or `'quarantine'`, the outcome is unknown: it
-   * writes nothing (as `abandon`) and answers `LEASE_LOST`, so the next claim is a takeover. Never rejects.
+   * writes nothing (as `abandon`) and answers `LEASE_LOST`, so the next claim is a takeover. So does
+   * `fail({ answered: true })` under those policies: the work answered, but its answer could not be read or
+   * recorded (a body stream that failed), so it may have had its effect. Never rejects.
    */
-  fail(): Promise<Settlement>;
+  fail(how?: { readonly answered?: boolean }): Promise<Settlement>;
   /** The work declined to start: the record is deleted, so nothing is remembered. Never rejects. */
   release(): Promise<Settlement>;
   /**
@@ -250,8 +252,8 @@ export function holdLease<Tx>(
   const lapses = (): boolean => aborted && engine.unknownLapses;
   const unknown = async (): Promise<Settlement> => ({ ok: false, error: unknownOutcome() });
 
-  const fail = async (): Promise<Settlement> => {
-    if (lapses()) return unknown();
+  const fail = async (answered = false): Promise<Settlement> => {
+    if (lapses() || (answered && engine.unknownLapses)) return unknown();
     // Nothing was promised to the client, so the next attempt may run the work again.
     const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
     const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
@@ -276,7 +278,7 @@ export function holdLease<Tx>(
       // An answer that lets the work run again (retryable, or released), given once the lease was aborted: as `fail`.
       return settle(() => (kind === 'failed-retryable' && lapses() ? unknown() : complete(result, kind)));
     },
-    fail: () => settle(fail),
+    fail: (how) => settle(() => fail(how?.answered === true)),
     release: () => settle(() => release()),
     abandon: () => {
       if (settlement) return settlement;
@@ -297,7 +299,7 @@ interface LeaseOps<Tx> {
   signal(): AbortSignal;
   settled(): boolean;
   complete(result: WorkResult<Tx>): Promise<Settlement>;
-  fail(): Promise<Settlement>;
+  fail(how?: { readonly answered?: boolean }): Promise<Settlement>;
   release(): Promise<Settlement>;
   abandon(): Promise<Settlement>;
 }
@@ -327,8 +329,8 @@ class HeldLease<Tx> implements Lease<Tx> {
   complete(result: WorkResult<Tx>): Promise<Settlement> {
     return this.#ops.complete(result);
   }
-  fail(): Promise<Settlement> {
-    return this.#ops.fail();
+  fail(how?: { readonly answered?: boolean }): Promise<Settlement> {
+    return this.#ops.fail(how);
   }
   release(): Promise<Settlement> {
     return this.#ops.release();

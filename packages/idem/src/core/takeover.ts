@@ -68,13 +68,15 @@ export function outcomeUnknown(): IdempotencyError {
 
 /**
  * What a retry meeting a held key (IN_FLIGHT, 409) is told. Under `'quarantine'` a held key is as often a
- * quarantined one (its last takeover's lease, left to lapse) as a running one, and the record cannot tell them
- * apart: the refusal says both.
+ * quarantined one (its last takeover's lease, left to lapse) as a running one, and under `'reconcile'` one whose
+ * hook failed (its lease left to lapse); the record cannot tell them apart, so the refusal says both.
  */
 export function heldKeyDetail(takeover: TakeoverPolicy | undefined): string {
-  return takeover === 'quarantine'
-    ? 'A request with this Idempotency-Key is still being processed, or it stopped with its outcome unknown and waits for an operator (idem records resolve).'
-    : 'A request with this Idempotency-Key is still being processed.';
+  if (takeover === 'quarantine')
+    return 'A request with this Idempotency-Key is still being processed, or it stopped with its outcome unknown and waits for an operator (idem records resolve).';
+  if (takeover === 'reconcile')
+    return 'A request with this Idempotency-Key is still being processed, or its earlier outcome could not be reconciled yet and the key is held until its lease lapses.';
+  return 'A request with this Idempotency-Key is still being processed.';
 }
 
 const POLICIES: ReadonlySet<unknown> = new Set(['rerun', 'reconcile', 'quarantine']);
@@ -89,7 +91,7 @@ const MAX_ATTEMPTS_KEPT = 1_000;
 export function takeoverPolicy(
   { takeover = 'rerun', reconcile, reconcileTimeoutMs: timeoutMs }: TakeoverOptions,
   clock: Clock,
-  maxHoldMs: number,
+  { maxHoldMs, leaseMs }: { readonly maxHoldMs: number; readonly leaseMs: number },
 ): (<Tx>(lease: Lease<Tx>) => Promise<TakeoverDecision<Tx>>) | undefined {
   const reconcileTimeoutMs = timeoutMs === undefined ? Math.min(5_000, Math.ceil(maxHoldMs / 2)) : timeoutMs;
   if (!POLICIES.has(takeover)) throw configError('takeover', "'rerun', 'reconcile' or 'quarantine'", takeover);
@@ -151,7 +153,8 @@ export function takeoverPolicy(
         error: new IdempotencyError(
           'RECONCILE_FAILED',
           'The outcome of an earlier attempt with this Idempotency-Key could not be reconciled; nothing was run. Retry later with the same key.',
-          { cause: error, retryAfterMs: 1_000 },
+          // Its lease, abandoned, lapses within leaseMs: a retry sooner meets it (409 in use).
+          { cause: error, retryAfterMs: leaseMs },
         ),
       };
     } finally {

@@ -18,9 +18,8 @@ import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
 import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
 import { admitDeclaration } from './declaration.js';
-import { storableHeaders } from './replay.js';
 import { problem, problemFor } from './problem.js';
-import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, replayResponse } from './replay.js';
+import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, readBytes, replayResponse, storableHeaders } from './replay.js';
 import { responseSize, responseTooLarge, storedResponse } from './stored.js';
 import { serveWeb } from './web.js';
 
@@ -86,8 +85,12 @@ export interface Claim<Tx> {
    * problem. Never rejects. Send nothing of the handler's response before it resolves.
    */
   complete(response: StoredResponse, outcome?: OutcomeKind): Promise<Response | undefined>;
-  /** The handler produced no response (it threw): the key ends `failed`, retryable. Never rejects. */
-  fail(): Promise<void>;
+  /**
+   * The handler produced no response (it threw): the key ends `failed`, retryable. With `answered`, it did, but the
+   * response could not be read or sent whole (its body failed): the same, except under `takeover: 'reconcile'` or
+   * `'quarantine'`, where the outcome is unknown and the key lapses into a takeover. Never rejects.
+   */
+  fail(answered?: boolean): Promise<void>;
 }
 
 /** The framework-neutral core of the Web layer and the adapters: options validated once, one engine. */
@@ -378,8 +381,8 @@ export function createGate<Tx, Req>({
         });
         return settled.ok ? undefined : answerFor(settled.error, native);
       },
-      async fail() {
-        await lease.fail();
+      async fail(answered = false) {
+        await lease.fail({ answered });
       },
     };
   }
@@ -410,10 +413,10 @@ function withStoredAnswers<Tx, Req>(
       if (!(given instanceof Response) && !(given?.body instanceof Uint8Array))
         throw new TypeError('reconcile answered a response whose body is not bytes');
       const response = given instanceof Response ? given : storedResponse(given);
-      const body = new Uint8Array(await response.arrayBuffer());
+      // Read no further than a record can hold: a larger answer is a failed hook (BodyTooLargeError).
+      const body = await readBytes(response.body, limit());
       const stored = { status: response.status, headers: storableHeaders(response.headers, replayHeaders), body };
-      if (responseSize(stored) > limit())
-        throw new RangeError(`reconcile answered ${responseSize(stored)} bytes, over maxResponseBytes (${limit()})`);
+      if (responseSize(stored) > limit()) throw new BodyTooLargeError(limit());
       return { state: answer.state, response: stored, resultId: answer.resultId ?? null };
     },
   };

@@ -50,7 +50,8 @@ export function problem({ status, slug, title, detail, headers = {}, extensions 
  * | KEY_MISSING, KEY_INVALID | 400 |
  * | FINGERPRINT_MISMATCH | 400 (or 422 by option) |
  * | IN_FLIGHT, LEASE_LOST | 409 + `Retry-After: 1` |
- * | STORE_UNAVAILABLE, RECONCILE_FAILED | 503 + Retry-After |
+ * | STORE_UNAVAILABLE | 503 + `Retry-After: 1` |
+ * | RECONCILE_FAILED | 503 + `Retry-After`: the abandoned lease's `leaseMs`, in whole seconds |
  * | OUTCOME_UNKNOWN | 409, `operation_state: "unknown"` (no Retry-After: retrying does not help) |
  *
  * @example
@@ -123,7 +124,7 @@ export function problemFor(
         slug: 'idempotency-reconcile-failed',
         title: 'Outcome not reconciled',
         detail: error.message,
-        headers: { 'retry-after': '1' },
+        headers: { 'retry-after': String(Math.max(1, Math.ceil((error.retryAfterMs ?? 1_000) / 1_000))) },
       });
     case 'CONFIG_INVALID':
       return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });

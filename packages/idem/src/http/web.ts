@@ -96,7 +96,7 @@ export async function serveWeb<Tx, Req>(
         return gate.answerFor(new IdempotencyError('IN_FLIGHT', CLIENT_GONE.description ?? ''), native);
       }
       if (!(error instanceof BodyTooLargeError)) {
-        await admission.fail();
+        await admission.fail(true);
         throw error;
       }
       const stored = await responseTooLarge(error);

@@ -391,7 +391,7 @@ export function idempotency<Tx = never>({
         captured = await capture(reply, payload, gate.maxResponseBytes, gate.replayHeaders);
       } catch (error) {
         if (!(error instanceof BodyTooLargeError)) {
-          await claim.fail();
+          await claim.fail(true);
           throw error;
         }
         const stored = await responseTooLarge(error);

@@ -176,13 +176,14 @@ export function hold<Req>(
 }
 
 /**
- * The response will never be ended (its body's source was destroyed): the key is settled `failed`, retryable, and
- * nothing is held any more. Does nothing once the response has ended.
+ * The response will never be ended (its body's source was destroyed): the key is settled `failed`, retryable (under
+ * `'reconcile'` and `'quarantine'`, left to lapse: the work answered, so it may have had its effect), and nothing is
+ * held any more. Does nothing once the response has ended.
  */
 export function abandonHeld(state: Held): void {
   if (!state.held || state.ended) return;
   state.held = false;
-  void state.claim.fail();
+  void state.claim.fail(true);
 }
 
 /**
@@ -299,7 +300,7 @@ function heldEnd(this: Holding, first?: unknown, second?: unknown, third?: unkno
   finish(this, state, callback as (() => void) | undefined).catch((error: unknown) => {
     // Unreachable by what a handler sets (checked above); still, no answer of ours may take the process down.
     state.held = false;
-    void state.claim.fail();
+    void state.claim.fail(true);
     state.destroy.call(this, error instanceof Error ? error : undefined);
   });
   return this;
