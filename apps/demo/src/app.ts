@@ -1,6 +1,7 @@
 /**
  * @module The payments API (docs/DESIGN.md: Payments demo) as a Web-standard handler: `(Request) => Promise<Response>`.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { setImmediate as nextTurn, setTimeout as sleep } from 'node:timers/promises';
 import {
   systemClock,
@@ -13,7 +14,8 @@ import {
 import { BodyTooLargeError, idempotency, problem, readBytes, type HandlerContext } from 'idem/http';
 import { parseCharge, type ChargeParams } from './charge-body.js';
 import { crashedStore, labFaults, labJournal } from './lab-journal.js';
-import { declinedResponse, labTakeover, labTakeoverOf, reconcileFromLedger, type Reconciled } from './lab-takeover.js';
+import { pinnedTakeover } from './lab-pin.js';
+import { declinedResponse, labTakeover, labTakeoverOf, reconcileFromLedger } from './lab-takeover.js';
 import { draftCharge, type Charge, type Ledger, type NewCharge } from './ledger.js';
 import { stripeProblem, withStripeError } from './stripe-error.js';
 
@@ -185,10 +187,22 @@ export function createApp(options: AppOptions): App {
     ...gateOptions,
     ...(options.onEvent ? { onEvent: options.onEvent } : {}),
   })(chargeWork);
-  /** Lab: what the `reconcile` hook found for a scope and key, until the request that asked is journaled. */
-  const reconciled = new Map<string, Reconciled>();
-  const reconcile = reconcileFromLedger(ledger, (scope, key, found) => {
-    if (scope.startsWith('acct_lab_')) reconciled.set(`${scope}\n${key}`, found);
+  /**
+   * Lab: the journaled request whose gate is running, in its own async context. The `reconcile` hook is called in
+   * the context of the request that took the key over, so its finding goes to that request's history entry only.
+   */
+  const asking = new AsyncLocalStorage<Request>();
+  const reconcile = reconcileFromLedger(ledger, (found) => {
+    const request = asking.getStore();
+    if (!request || !journal) return;
+    if (found.state === 'not_done') journal.note(request, { reconciled: 'not_done' });
+    else if (found.chargeId)
+      journal.note(request, {
+        reconciled: found.state,
+        recordId: found.recordId,
+        chargeId: found.chargeId,
+        found: true,
+      });
   });
   /**
    * Lab: the route under a takeover policy (`Idem-Lab-Takeover`), and as an attempt that dies after calling the
@@ -264,21 +278,17 @@ export function createApp(options: AppOptions): App {
       const gate = withParams(chosen, params);
       if (!journal || !account.startsWith('acct_lab_')) return gate(charge);
       await recovered;
-      const about = `${account}\n${request.headers.get('idempotency-key') ?? ''}`;
-      const response = await journal.charge(account, charge, params, async (journaled) => {
-        const answer = await gate(journaled);
-        const found = reconciled.get(about);
-        reconciled.delete(about);
-        if (found?.state === 'not_done') journal.note(journaled, { reconciled: 'not_done' });
-        else if (found?.chargeId)
-          journal.note(journaled, {
-            reconciled: found.state,
-            recordId: found.recordId,
-            chargeId: found.chargeId,
-            found: true,
-          });
-        return answer;
-      });
+      // A key keeps the takeover policy of its first attempt (lab-pin.ts): another one is refused, nothing run.
+      const key = request.headers.get('idempotency-key');
+      const pinned =
+        key === null || !asked ? undefined : await pinnedTakeover(store, ledger, account, key, asked.takeover);
+      if (pinned) {
+        answered.add(request); // Nothing ran: a fault header does not cut this answer.
+        return pinned;
+      }
+      const response = await journal.charge(account, charge, params, (journaled) =>
+        asking.run(journaled, () => gate(journaled)),
+      );
       if (!journal.cuts(response)) answered.add(request);
       return response;
     }

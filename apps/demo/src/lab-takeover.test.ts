@@ -4,55 +4,10 @@
  * does not deduplicate by the record id charges twice under `'rerun'`; `'reconcile'` asks the ledger and replays the
  * charge it finds; `'quarantine'` answers 409 `operation_state: "unknown"`. The ledger's rows are counted in SQL.
  */
-import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { recordPk, type IdempotencyStore } from 'idem';
-import { memoryStore } from 'idem/stores/memory';
-import { sqliteStore } from 'idem/stores/sqlite';
-import { createApp } from './app.js';
-import { ACCOUNT, sandboxClient } from './lab-journal.test-kit.js';
-import { SqliteLedger } from './ledger.js';
-
-const LEASE_MS = 250;
-
-async function lab(shared: boolean) {
-  const db = new Database(':memory:');
-  const sqlite = sqliteStore({ database: db });
-  await sqlite.migrate();
-  const store: IdempotencyStore<unknown> = shared ? sqlite : memoryStore();
-  const ledgerDb = shared ? db : new Database(':memory:');
-  const app = createApp({
-    store,
-    ledger: new SqliteLedger(ledgerDb),
-    sharedLedger: shared,
-    apiKeys: new Map(),
-    lab: true,
-    ttlMs: 60_000,
-    leaseMs: LEASE_MS,
-    mismatchStatus: 400,
-  });
-  const rows = () =>
-    ledgerDb.prepare('SELECT id, status, idempotency_ref AS ref FROM charges ORDER BY rowid').all() as Array<{
-      id: string;
-      status: string;
-      ref: string | null;
-    }>;
-  /** Resolves once the key's record is in_progress with its lease lapsed, as the store reports it (polled, bounded). */
-  const lapsed = async (key: string) => {
-    for (let i = 0; i < 200; i++) {
-      const record = await store.get(recordPk(ACCOUNT, key));
-      if (record?.status === 'in_progress' && record.leaseExpiresAt <= Date.now()) return record;
-      await new Promise((resolve) => setTimeout(resolve, 10));
-    }
-    throw new Error(`the lease of ${key} never lapsed`);
-  };
-  return { ...sandboxClient(app, 50_000), store, rows, lapsed };
-}
-
-const switches = (takeover: string, processor: 'keyed' | 'keyless') => ({
-  'idem-lab-takeover': takeover,
-  'idem-lab-processor': processor,
-});
+import { recordPk } from 'idem';
+import { ACCOUNT } from './lab-journal.test-kit.js';
+import { lab, switches } from './lab-takeover.test-kit.js';
 
 describe.each([
   { name: 'SQLite, ledger in the store database', shared: true },

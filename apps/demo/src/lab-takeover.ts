@@ -75,23 +75,23 @@ export interface Reconciled {
 /**
  * The demo's `reconcile` hook: asks the ledger for the charge made for the record's id (under the id, or as a
  * keyless processor's reference). A charge found is the answer (201 with it, or its 402); none is `not_done`, and
- * the work runs. `seen` is told each answer, by scope and key.
+ * the work runs. `seen` is told each answer, in the async context of the request whose takeover asked.
  *
  * @example
  * idempotency({ store, scope, takeover: 'reconcile', reconcile: reconcileFromLedger(ledger) })
  */
 export function reconcileFromLedger(
   ledger: Pick<Ledger, 'byRecord'>,
-  seen?: (scope: string, key: string, found: Reconciled) => void,
+  seen?: (found: Reconciled) => void,
 ): (context: ReconcileContext) => Promise<HttpReconcileAnswer> {
-  return async ({ id, scope, key }) => {
+  return async ({ id, scope }) => {
     const charge = await ledger.byRecord(scope, id);
     if (!charge) {
-      seen?.(scope, key, { state: 'not_done', chargeId: null, recordId: id });
+      seen?.({ state: 'not_done', chargeId: null, recordId: id });
       return { state: 'not_done' };
     }
     const state = charge.status === 'failed' ? 'failed' : 'succeeded';
-    seen?.(scope, key, { state, chargeId: charge.id, recordId: id });
+    seen?.({ state, chargeId: charge.id, recordId: id });
     const response =
       state === 'failed'
         ? declinedResponse(charge)
