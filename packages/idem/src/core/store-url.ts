@@ -121,7 +121,7 @@ const SCHEMES =
  * quadratic: 7.4 s for 256 K characters).
  */
 const CREDENTIAL = new RegExp(
-  `(?<=^|[\\s?&;,({["'])([\\w.%-]+)(["']?\\s*[=:]\\s*)(?:(?:${SCHEMES})\\s+)?` +
+  `(?<=^|[\\s?&;,({["':])([\\w.%-]+)(["']?\\s*(?::=|=>|[=:])\\s*)(?:(?:${SCHEMES})\\s+)?` +
     `(?:"(?:[^"\\\\]|""|\\\\[\\s\\S])*"?|'(?:[^'\\\\]|''|\\\\[\\s\\S])*'?|\\{(?:[^}]|\\}\\})*\\}?|[^\\s&;"']*)`,
   'gi',
 );
@@ -274,7 +274,9 @@ function redactWebUrl(url: string): string {
 export function redact(text: string, url?: string): string {
   // The URL's own secrets first, whole: a pattern stopping at a `;` or a quote would leave a tail of them.
   let masked = text;
-  for (const secret of url === undefined ? [] : secretsOf(url)) masked = masked.split(secret).join('***');
+  // At most the 64 longest, each one pass over the text: a URL of thousands of credential parameters (whose own
+  // values the patterns below mask) must not make printing it quadratic.
+  for (const secret of url === undefined ? [] : secretsOf(url).slice(0, 64)) masked = masked.split(secret).join('***');
   return maskParams(maskUserInfo(masked), QUERY_CREDENTIAL)
     .replace(AUTH_HEADER, '$1 ***')
     .replace(CREDENTIAL, (all, name: string, between: string) => {
