@@ -15,6 +15,7 @@ import { memoryStore } from '../../packages/idem/src/stores/memory/index.js';
 import { sqliteStore } from '../../packages/idem/src/stores/sqlite/index.js';
 import { tempDir } from '../harness.js';
 import { charge, typeOf, webTakeover } from './web-kit.js';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 
 const LEASE = 1_000;
 const dir = tempDir('idem-after-abort-');
@@ -206,43 +207,70 @@ describe('the third review', () => {
     ]);
   });
 
-  it('a claim answered past the deadline under quarantine releases the record it made: the retry runs, once', async () => {
+  /**
+   * Under 'quarantine', a claim nothing ran under: attempt 1 (`failFirst`) throws, leaving a retryable failure; then
+   * one claim whose answer comes past the holder's deadline (`late`) or never (`silent`: applied, then no answer
+   * until `storeTimeoutMs`). What the store holds after it, and what the next attempt gets.
+   */
+  async function unusedClaim(how: 'late' | 'silent', failFirst: boolean) {
     const clock = manualClock(Date.now());
     const inner = memoryStore();
-    let late = true;
-    // The real store's claim, its answer delivered once the holder's clock has passed the lease.
-    const lateClaim: typeof inner.claim = async (request) => {
+    let slow = false;
+    let applied = false;
+    const slowClaim: typeof inner.claim = async (request) => {
       const claimed = await inner.claim(request);
-      if (late) clock.advance(LEASE);
-      late = false;
+      if (!slow) return claimed;
+      slow = false;
+      if (how === 'late') clock.advance(LEASE);
+      else return ((applied = true), new Promise<never>(() => {}));
       return claimed;
     };
     const store = new Proxy(inner, {
       get(target, name) {
-        if (name === 'claim') return lateClaim;
+        if (name === 'claim') return slowClaim;
         const value = Reflect.get(target, name) as unknown;
         return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
       },
     });
     let runs = 0;
-    const gate = idempotency({
-      store,
-      scope: 'single-tenant',
-      leaseMs: LEASE,
-      ttlMs: 86_400_000,
-      takeover: 'quarantine',
-      clock,
-    })(() => (runs++, new Response('charged', { status: 201 })));
-    const first = await gate(charge());
-    const kept = await inner.list({ scope: 'single-tenant', limit: 5 });
-    const second = await gate(charge());
-    expect([first.status, await typeOf(first), kept, second.status, await second.text(), runs]).toEqual([
-      503,
-      'urn:idem:problem:idempotency-store-unavailable',
-      [],
-      201,
-      'charged',
-      1,
-    ]);
-  });
+    // A late answer within storeTimeoutMs (5 s here), a silent claim given up at it (100 ms).
+    const storeTimeoutMs = how === 'late' ? 5_000 : 100;
+    const options = { store, scope: 'single-tenant', leaseMs: LEASE, ttlMs: 86_400_000, storeTimeoutMs } as const;
+    const gate = idempotency({ ...options, takeover: 'quarantine', clock })(() => {
+      runs++;
+      if (runs === 1 && failFirst) throw new Error('declined by a flaky processor');
+      return new Response('charged', { status: 201 });
+    });
+    if (failFirst) await gate(charge()).catch(() => undefined);
+    slow = true;
+    const pending = gate(charge());
+    if (how === 'silent') {
+      await waitFor('the claim applied', () => applied);
+      clock.advance(100);
+    }
+    const unused = await pending;
+    const kept = (await inner.list({ scope: 'single-tenant', limit: 5 })).map((r) => [r.status, r.retryable]);
+    clock.advance(2 * LEASE);
+    const next = await gate(charge());
+    return [unused.status, await typeOf(unused), kept, next.status, await next.text(), runs];
+  }
+
+  it.each([
+    ['late', false, []],
+    ['late', true, [['failed', true]]],
+    ['silent', false, []],
+  ] as const)(
+    'under quarantine a claim answered %s (after a failure: %s) is undone to %j: the next attempt runs, once',
+    async (how, failFirst, kept) => {
+      const ran = failFirst ? 2 : 1;
+      expect(await unusedClaim(how, failFirst)).toEqual([
+        503,
+        'urn:idem:problem:idempotency-store-unavailable',
+        kept,
+        201,
+        'charged',
+        ran,
+      ]);
+    },
+  );
 });

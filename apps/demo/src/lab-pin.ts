@@ -36,8 +36,8 @@ export async function firstTakeover(
 }
 
 /**
- * The 400 problem+json for a charge of `key` sent under `asked` when the key was first sent under another policy, or
- * undefined when the charge may run.
+ * The 400 problem+json for a charge of `key` sent under `asked` when the key was first sent under another policy (a
+ * 503 when the record or the history cannot be read), or undefined when the charge may run.
  *
  * @example
  * const pinned = await pinnedTakeover(store, ledger, account, key, 'rerun')
@@ -50,7 +50,16 @@ export async function pinnedTakeover(
   key: string,
   asked: TakeoverPolicy,
 ): Promise<Response | undefined> {
-  const first = await firstTakeover(store, ledger, account, key);
+  // A store or ledger that cannot be read is the 503 the idempotency layer would give: nothing runs unchecked.
+  const first = await firstTakeover(store, ledger, account, key).catch(() => null);
+  if (first === null)
+    return problem({
+      status: 503,
+      slug: 'idempotency-store-unavailable',
+      title: 'Idempotency store unavailable',
+      detail: 'The request was not processed. Retry with the same Idempotency-Key.',
+      headers: { 'retry-after': '1' },
+    });
   if (first === undefined || first === asked) return undefined;
   return problem({
     status: 400,

@@ -74,3 +74,12 @@ export function manualClock(start = 0): ManualClock {
     },
   };
 }
+
+/** True for an object with the three methods of a {@link Clock}. */
+export function isClock(value: unknown): value is Clock {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    ['now', 'setTimeout', 'clearTimeout'].every((m) => typeof (value as Record<string, unknown>)[m] === 'function')
+  );
+}

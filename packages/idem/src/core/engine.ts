@@ -1,5 +1,5 @@
 /** @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence later writes. */
-import { systemClock, type Clock } from './clock.js';
+import { isClock, systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
@@ -7,6 +7,7 @@ import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './e
 import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
 import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
 import { heldKeyDetail, takeoverPolicy, type TakeoverOptions } from './takeover.js';
+import { unwindClaim } from './unwind.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
 export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
@@ -173,14 +174,7 @@ export function createEngine<Tx = never>({
       throw configError(name, `a whole number of ms from 1 to ${MAX_TIMER_MS}`, value);
   }
   if (leaseMs < 3) throw configError('leaseMs', 'at least 3 ms (renewals come every leaseMs / 3)', leaseMs);
-  if (
-    typeof clock !== 'object' ||
-    clock === null ||
-    ['now', 'setTimeout', 'clearTimeout'].some(
-      (m) => typeof (clock as unknown as Record<string, unknown>)[m] !== 'function',
-    )
-  )
-    throw configError('clock', 'a Clock { now, setTimeout, clearTimeout }');
+  if (!isClock(clock)) throw configError('clock', 'a Clock { now, setTimeout, clearTimeout }');
   if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
   if (!Number.isFinite(leaseMarginMs) || leaseMarginMs < 0 || leaseMarginMs >= leaseMs - renewEveryMs)
     throw configError(
@@ -317,14 +311,18 @@ export function createEngine<Tx = never>({
         const token = generateId();
         const freshId = generateId();
         const now = clock.now();
+        const unused = { store, call, pk, token, freshId, now };
         const claim = await call('claim', () =>
           store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
-        );
+        ).catch(async (error: unknown) => {
+          if (onTakeover) await unwindClaim(unused); // unanswered, maybe applied: not a takeover to come
+          throw error;
+        });
         if (claim.kind === 'claimed') {
-          // An answer that came back past the holder's deadline: the work may not start. A record this claim made
-          // is released (fenced by its token: nothing ran under it), so the next claim is fresh, not a takeover.
+          // An answer that came back past the holder's deadline: the work may not start. Under 'reconcile' and
+          // 'quarantine' the claim is undone (under 'rerun' a lapsed one is simply claimed again).
           if (clock.now() >= now + leaseMs - leaseMarginMs) {
-            if (claim.record.id === freshId) await call('release', () => store.release({ pk, token })).catch(() => 0);
+            if (onTakeover) await unwindClaim(unused, claim);
             throw new IdempotencyError('STORE_UNAVAILABLE', 'The claim was answered too late to run the work safely.');
           }
           const reclaimed = claim.record.id !== freshId;
