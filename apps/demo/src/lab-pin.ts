@@ -5,8 +5,8 @@
  * the journal and the idempotency layer (nothing is run, recorded or journaled). The first policy is read from the
  * lab history (lab-journal.ts), kept in the ledger's database: it holds across a server restart as the history does.
  */
-import { recordPk, type IdempotencyStore, type TakeoverPolicy } from 'idem';
-import { problem } from 'idem/http';
+import { IdempotencyError, recordPk, type IdempotencyStore, type TakeoverPolicy } from 'idem';
+import { problem, problemFor } from 'idem/http';
 import { LAB_HISTORY_LIMIT, type LabEntry } from './lab-journal.js';
 import type { Ledger } from './ledger.js';
 
@@ -52,14 +52,7 @@ export async function pinnedTakeover(
 ): Promise<Response | undefined> {
   // A store or ledger that cannot be read is the 503 the idempotency layer would give: nothing runs unchecked.
   const first = await firstTakeover(store, ledger, account, key).catch(() => null);
-  if (first === null)
-    return problem({
-      status: 503,
-      slug: 'idempotency-store-unavailable',
-      title: 'Idempotency store unavailable',
-      detail: 'The request was not processed. Retry with the same Idempotency-Key.',
-      headers: { 'retry-after': '1' },
-    });
+  if (first === null) return problemFor(new IdempotencyError('STORE_UNAVAILABLE', 'The lab could not read the key.'));
   if (first === undefined || first === asked) return undefined;
   return problem({
     status: 400,

@@ -6,14 +6,15 @@ import { describe, expect, it } from 'vitest';
 import { redact, redactUrl } from './store-url.js';
 
 describe('redact: assignment forms', () => {
-  it.each([
-    ['password => S3CRET', 'password => ***'],
-    ['"password" => "S3CRET"', '"password" => "***"'],
-    [":password => 'S3CRET'", ":password => '***'"],
-    ['password := S3CRET', 'password := ***'],
-    ['{:api_key=>"S3CRET"}', '{:api_key=>"***"}'],
-  ])('%j -> %j', (text, shown) => {
-    expect(redact(text)).toBe(shown);
+  it('masks the value after =>, := and a Ruby symbol name', () => {
+    const texts = ['password => S3CRET', '"password" => "S3CRET"', ":password => 'S3CRET'", 'password := S3CRET'];
+    expect([...texts, '{:api_key=>"S3CRET"}'].map((text) => redact(text))).toEqual([
+      'password => ***',
+      '"password" => "***"',
+      ":password => '***'",
+      'password := ***',
+      '{:api_key=>"***"}',
+    ]);
   });
 });
 
