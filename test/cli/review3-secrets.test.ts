@@ -22,12 +22,14 @@ describe('redaction: the third review', () => {
     expect(redact(text)).toBe(`redis record x has an unknown status ${'pass'.repeat(65_536)} password=***`);
   }, 10_000);
 
+  // An Authorization header is masked to the end of its line, whatever its scheme (review rev42: `Negotiate …` kept
+  // its tail when only known schemes were taken), so the word after the token goes too: over-masked, never leaked.
   it('masks a credential value whole: with its auth scheme, or in ODBC braces (rev31)', () => {
     expect([
       redact('Authorization: Bearer sk_live_51Hx rejected'),
       redact('Driver={x};Server=h;Pwd={S3;CRETPW};Uid=a'),
       redact('authorization=Basic dXNlcjpwYXNz&x=1'),
-    ]).toEqual(['Authorization: *** rejected', 'Driver={x};Server=h;Pwd=***;Uid=a', 'authorization=***&x=1']);
+    ]).toEqual(['Authorization: ***', 'Driver={x};Server=h;Pwd=***;Uid=a', 'authorization=***&x=1']);
   });
 
   it('redacts 256 K characters of schemes, each run scanned once (rev31: 26 s before)', () => {
