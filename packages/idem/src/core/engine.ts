@@ -5,7 +5,7 @@ import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
 import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
-import type { IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
+import type { ClaimResult, IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
 import { heldKeyDetail, takeoverPolicy, type TakeoverOptions } from './takeover.js';
 import { unwindClaim } from './unwind.js';
 
@@ -311,18 +311,20 @@ export function createEngine<Tx = never>({
         const token = generateId();
         const freshId = generateId();
         const now = clock.now();
-        const unused = { store, call, pk, token, freshId, now };
-        const claim = await call('claim', () =>
-          store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
-        ).catch(async (error: unknown) => {
-          if (onTakeover) await unwindClaim(unused); // unanswered, maybe applied: not a takeover to come
+        let claim: ClaimResult;
+        try {
+          claim = await call('claim', () =>
+            store.claim({ pk, scope, key, fingerprint, token, id: freshId, now, leaseMs, ttlMs: recordTtl }),
+          );
+        } catch (error) {
+          if (onTakeover) await unwindClaim({ store, call, pk, token, freshId, now }); // unanswered, maybe applied
           throw error;
-        });
+        }
         if (claim.kind === 'claimed') {
           // An answer that came back past the holder's deadline: the work may not start. Under 'reconcile' and
           // 'quarantine' the claim is undone (under 'rerun' a lapsed one is simply claimed again).
           if (clock.now() >= now + leaseMs - leaseMarginMs) {
-            if (onTakeover) await unwindClaim(unused, claim);
+            if (onTakeover) await unwindClaim({ store, call, pk, token, freshId, now }, claim);
             throw new IdempotencyError('STORE_UNAVAILABLE', 'The claim was answered too late to run the work safely.');
           }
           const reclaimed = claim.record.id !== freshId;
