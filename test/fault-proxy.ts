@@ -51,6 +51,15 @@ export async function listenLocal(server: Server): Promise<number> {
   return (server.address() as AddressInfo).port;
 }
 
+/** Whether a server can listen on `port` of 127.0.0.1 now (it is closed again before this resolves). */
+export function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
 /**
  * Starts a proxy on 127.0.0.1 (a free port) to `target`.
  *

@@ -6,11 +6,11 @@
  */
 import { execFile, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { waitFor } from '../packages/idem/src/testing/fixtures.js';
+import { portFree } from './fault-proxy.js';
 
 export interface ClusterNodeInfo {
   readonly id: string;
@@ -77,14 +77,6 @@ export function redisClusterAvailable(): boolean {
   if (process.env.CI === 'true') throw new Error(`${message}; CI requires them for the Redis Cluster tests.`);
   console.warn(`\n*** SKIPPING Redis Cluster tests: ${message}. ***\n`);
   return false;
-}
-
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
 }
 
 function parseNodes(text: string): ClusterNodeInfo[] {

@@ -20,7 +20,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
-import { listenLocal, startFaultProxy, type FaultProxy } from '../fault-proxy.js';
+import { listenLocal, portFree, startFaultProxy, type FaultProxy } from '../fault-proxy.js';
 
 const run = promisify(execFile);
 /** How the lab's waits poll: a server still starting refuses connections, which counts as "not yet". */
@@ -96,14 +96,6 @@ export function pgFailoverAvailable(): boolean {
   if (process.env.CI === 'true') throw new Error(`${message}; CI requires them for the failover tests.`);
   console.warn(`\n*** SKIPPING PostgreSQL failover tests: ${message}. ***\n`);
   return false;
-}
-
-function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.once('error', () => resolve(false));
-    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
-  });
 }
 
 /**
