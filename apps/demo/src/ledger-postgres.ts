@@ -3,40 +3,15 @@
  * charge commits in the same transaction as its record's completion (`insertIn` on the store's transaction).
  */
 import type { PostgresPool, PostgresQueryable } from 'idem/stores/postgres';
-import type { Charge, ChargeStatus, Ledger, NewCharge } from './ledger.js';
-
-interface Row {
-  id: string;
-  amount: number;
-  currency: string;
-  status: ChargeStatus;
-  created: string | number;
-  failure_code: string | null;
-}
-
-const INSERT_COLUMNS = '(id, account, amount, currency, status, failure_code, source, created, idempotency_ref)';
-
-const toCharge = (row: Row): Charge => ({
-  id: row.id,
-  object: 'charge',
-  amount: Number(row.amount),
-  currency: row.currency,
-  status: row.status,
-  created: Number(row.created),
-  failure_code: row.failure_code,
-});
-
-const values = (charge: Charge, input: NewCharge): unknown[] => [
-  charge.id,
-  input.account,
-  charge.amount,
-  charge.currency,
-  charge.status,
-  charge.failure_code,
-  input.source,
-  charge.created,
-  input.ref,
-];
+import {
+  INSERT_COLUMNS,
+  chargeValues,
+  toCharge,
+  type Charge,
+  type Ledger,
+  type NewCharge,
+  type Row,
+} from './ledger.js';
 
 /**
  * The charges table on a `pg` pool, in `schema` (the store's). `seq` orders charges made in the same second.
@@ -111,7 +86,7 @@ export class PostgresLedger implements Ledger {
   insertIn(tx: unknown, charge: Charge, input: NewCharge): Promise<unknown> {
     return (tx as PostgresQueryable).query(
       `INSERT INTO ${this.#table} ${INSERT_COLUMNS} VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-      values(charge, input),
+      chargeValues(charge, input),
     );
   }
 
@@ -128,7 +103,7 @@ export class PostgresLedger implements Ledger {
   ON CONFLICT (idempotency_ref) DO NOTHING RETURNING *
 )
 SELECT * FROM ins UNION ALL SELECT * FROM ${this.#table} WHERE idempotency_ref = $9 AND NOT EXISTS (SELECT 1 FROM ins)`,
-        values(charge, input),
+        chargeValues(charge, input),
       );
       // Zero rows: a concurrent insert of the same ref committed after this statement's snapshot. Read again.
       const row = rows[0] as Row | undefined;

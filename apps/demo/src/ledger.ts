@@ -29,14 +29,31 @@ export interface NewCharge {
   readonly ref: string | null;
 }
 
-interface Row {
+/** A charges row as either database returns it (PostgreSQL's BIGINT `created` comes back as text). */
+export interface Row {
   id: string;
   amount: number;
   currency: string;
   status: ChargeStatus;
-  created: number;
+  created: string | number;
   failure_code: string | null;
 }
+
+/** The columns a charge is written to, in the order of {@link chargeValues}. */
+export const INSERT_COLUMNS = '(id, account, amount, currency, status, failure_code, source, created, idempotency_ref)';
+
+/** A charge's values for {@link INSERT_COLUMNS}. */
+export const chargeValues = (charge: Charge, input: NewCharge): unknown[] => [
+  charge.id,
+  input.account,
+  charge.amount,
+  charge.currency,
+  charge.status,
+  charge.failure_code,
+  input.source,
+  charge.created,
+  input.ref,
+];
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS charges (
@@ -59,13 +76,13 @@ CREATE TABLE IF NOT EXISTS lab_requests (
 CREATE INDEX IF NOT EXISTS lab_requests_account ON lab_requests (account, seq);
 `;
 
-const toCharge = (row: Row): Charge => ({
+export const toCharge = (row: Row): Charge => ({
   id: row.id,
   object: 'charge',
-  amount: row.amount,
+  amount: Number(row.amount),
   currency: row.currency,
   status: row.status,
-  created: row.created,
+  created: Number(row.created),
   failure_code: row.failure_code,
 });
 
@@ -145,19 +162,8 @@ export class SqliteLedger implements Ledger {
   }
 
   #write(db: Pick<Database.Database, 'prepare'>, charge: Charge, input: NewCharge): void {
-    db.prepare(
-      `INSERT INTO charges (id, account, amount, currency, status, failure_code, source, created, idempotency_ref)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(
-      charge.id,
-      input.account,
-      charge.amount,
-      charge.currency,
-      charge.status,
-      charge.failure_code,
-      input.source,
-      charge.created,
-      input.ref,
+    db.prepare(`INSERT INTO charges ${INSERT_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`).run(
+      ...chargeValues(charge, input),
     );
   }
 
