@@ -356,6 +356,9 @@ async function handle(
   expectsContinue: boolean,
 ): Promise<void> {
   const url = requestUrl(req.url ?? '/');
+  /** A request refused before the app sees it: a problem answered at once, the connection closed after. */
+  const refuse = (problem: Parameters<typeof stripeProblem>[0]) =>
+    answerEarly(req, res, stripeProblem(problem), true, expectsContinue);
   // HTTP/1.1 requires exactly one valid Host (RFC 9112 §3.2); node:http's own check is off so this answer is a problem.
   const hosts = req.rawHeaders.filter((_, i) => i % 2 === 0 && req.rawHeaders[i]?.toLowerCase() === 'host').length;
   const hostInvalid = req.httpVersion === '1.1' && (hosts !== 1 || !HOST.test(req.headers.host ?? ''));
@@ -363,14 +366,7 @@ async function handle(
     const detail = url
       ? 'An HTTP/1.1 request needs one valid Host header.'
       : 'The request target must be a path (or an absolute http URL).';
-    await answerEarly(
-      req,
-      res,
-      stripeProblem({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail }),
-      true,
-      expectsContinue,
-    );
-    return;
+    return refuse({ status: 400, slug: 'http-invalid', title: 'Bad Request', detail });
   }
   // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 reaches this server with
   // `Host: evil.example`. Only the names the server is known by are served (an HTTP/1.0 request without Host is
@@ -381,14 +377,7 @@ async function handle(
   const stranger = named.find((host) => !allowed(host));
   if (stranger !== undefined) {
     const detail = `This server does not serve the host ${JSON.stringify(stranger.slice(0, 100))}. Use the name it is configured for (IDEM_ALLOWED_HOSTS).`;
-    await answerEarly(
-      req,
-      res,
-      stripeProblem({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail }),
-      true,
-      expectsContinue,
-    );
-    return;
+    return refuse({ status: 421, slug: 'host-not-allowed', title: 'Misdirected Request', detail });
   }
   const headers = new Headers();
   for (let i = 0; i < req.rawHeaders.length; i += 2)
