@@ -2,6 +2,8 @@
  * @module Argument handling shared by the `idem` commands: node:util `parseArgs` mistakes become a
  * {@link UsageError} (exit 2) whose message says what was wrong and where to look.
  */
+import { parseArgs } from 'node:util';
+
 /** Wrong arguments: the CLI prints the message and `Run "idem <command> --help"`, and exits 2. */
 export class UsageError extends Error {
   override readonly name = 'UsageError';
@@ -49,6 +51,39 @@ export function usage<T>(command: string, parse: () => T): T {
     throw error;
   }
 }
+
+/** A command's options, each a flag taking a value (`'string'`) or none (`'boolean'`). */
+type OptionSpecs = Record<string, 'string' | 'boolean'>;
+type Options<O extends OptionSpecs> = { [K in keyof O]: { type: O[K] } };
+
+const HELP_OPTION = { type: 'boolean', short: 'h' } as const;
+
+/**
+ * Parses a command's arguments strictly, `--help`/`-h` added to `options`: {@link usage} around node:util `parseArgs`.
+ *
+ * @example
+ * const { values, positionals } = parseCommand('records show', args, { scope: 'string', json: 'boolean' }, true)
+ */
+export function parseCommand<const O extends OptionSpecs, const P extends boolean = false>(
+  command: string,
+  args: readonly string[],
+  options: O,
+  allowPositionals: P = false as P,
+): ParsedCommand<O, P> {
+  const full = Object.fromEntries(Object.entries(options).map(([name, type]) => [name, { type }])) as Options<O>;
+  return usage(command, () =>
+    parseArgs({ args: [...args], options: { ...full, help: HELP_OPTION }, strict: true, allowPositionals }),
+  );
+}
+
+type ParsedCommand<O extends OptionSpecs, P extends boolean> = ReturnType<
+  typeof parseArgs<{
+    args: string[];
+    options: Options<O> & { help: typeof HELP_OPTION };
+    strict: true;
+    allowPositionals: P;
+  }>
+>;
 
 /**
  * A positive integer option, or `fallback` when absent; anything else is a {@link UsageError} naming the flag.

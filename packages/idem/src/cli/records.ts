@@ -3,12 +3,11 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import { isIdempotencyError } from '../core/errors.js';
 import type { IdempotencyRecord } from '../core/record.js';
 import { redact, redactUrl } from '../core/store-url.js';
-import { CommandError, MissingDriverError, UsageError, integerOption, table, usage, type Io } from './args.js';
+import { CommandError, MissingDriverError, UsageError, integerOption, table, parseCommand, type Io } from './args.js';
 import { safeJson, visible } from './escape.js';
 import { StoreUrlError, openStore, type OpenedStore } from './open.js';
 import { resolveCommand } from './resolve.js';
@@ -63,13 +62,7 @@ Examples:
  * process.exitCode = await migrateCommand(['--store', 'sqlite:./idem.db'], io)
  */
 export async function migrateCommand(args: readonly string[], io: Io): Promise<number> {
-  const { values } = usage('migrate', () =>
-    parseArgs({
-      args: [...args],
-      options: { store: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
-      strict: true,
-    }),
-  );
+  const { values } = parseCommand('migrate', args, { store: 'string' });
   if (values.help) {
     io.stdout(MIGRATE_HELP);
     return 0;
@@ -114,19 +107,12 @@ export async function recordsCommand(args: readonly string[], io: Io): Promise<n
 
 async function list(args: readonly string[], io: Io): Promise<number> {
   const command = 'records list';
-  const { values } = usage(command, () =>
-    parseArgs({
-      args: [...args],
-      options: {
-        store: { type: 'string' },
-        scope: { type: 'string' },
-        limit: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-    }),
-  );
+  const { values } = parseCommand(command, args, {
+    store: 'string',
+    scope: 'string',
+    limit: 'string',
+    json: 'boolean',
+  });
   if (values.help) return help(io);
   const url = storeUrl(command, values.store, io);
   if (!values.scope)
@@ -181,20 +167,8 @@ async function list(args: readonly string[], io: Io): Promise<number> {
 
 async function show(args: readonly string[], io: Io): Promise<number> {
   const command = 'records show';
-  const { values, positionals } = usage(command, () =>
-    parseArgs({
-      args: [...args],
-      options: {
-        store: { type: 'string' },
-        scope: { type: 'string' },
-        json: { type: 'boolean' },
-        body: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: true,
-    }),
-  );
+  const flags = { store: 'string', scope: 'string', json: 'boolean', body: 'boolean' } as const;
+  const { values, positionals } = parseCommand(command, args, flags, true);
   if (values.help) return help(io);
   const url = storeUrl(command, values.store, io);
   if (positionals.length !== 1 || !positionals[0])
@@ -255,19 +229,12 @@ async function show(args: readonly string[], io: Io): Promise<number> {
 
 async function sweep(args: readonly string[], io: Io): Promise<number> {
   const command = 'records sweep';
-  const { values } = usage(command, () =>
-    parseArgs({
-      args: [...args],
-      options: {
-        store: { type: 'string' },
-        'batch-size': { type: 'string' },
-        limit: { type: 'string' },
-        json: { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-    }),
-  );
+  const { values } = parseCommand(command, args, {
+    store: 'string',
+    'batch-size': 'string',
+    limit: 'string',
+    json: 'boolean',
+  });
   if (values.help) return help(io);
   const url = storeUrl(command, values.store, io);
   const batchSize = integerOption(command, 'batch-size', values['batch-size'], 1000, 100_000);

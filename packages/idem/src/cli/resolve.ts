@@ -3,11 +3,10 @@
  * `quarantine` policy, or any record left in progress by a holder that died), with the store's own fenced writes:
  * a claim that takes the lapsed lease over, then a completion (or a retryable failure, for `--rerun`).
  */
-import { parseArgs } from 'node:util';
 import { recordPk } from '../core/key.js';
 import type { IdempotencyStore, Outcome } from '../core/record.js';
 import { sealed, type SealingKey } from '../core/sealed.js';
-import { CommandError, UsageError, integerOption, usage, type Io } from './args.js';
+import { CommandError, UsageError, integerOption, parseCommand, type Io } from './args.js';
 import { visible } from './escape.js';
 import { claimLapsed } from './resolve-wait.js';
 
@@ -52,24 +51,21 @@ export async function resolveCommand(
   ) => Promise<number>,
 ): Promise<number> {
   const command = 'records resolve';
-  const { values, positionals } = usage(command, () =>
-    parseArgs({
-      args: [...args],
-      options: {
-        store: { type: 'string' },
-        succeeded: { type: 'boolean' },
-        failed: { type: 'boolean' },
-        rerun: { type: 'boolean' },
-        status: { type: 'string' },
-        body: { type: 'string' },
-        'content-type': { type: 'string' },
-        'seal-key-env': { type: 'string' },
-        wait: { type: 'string' },
-        help: { type: 'boolean', short: 'h' },
-      },
-      strict: true,
-      allowPositionals: true,
-    }),
+  const { values, positionals } = parseCommand(
+    command,
+    args,
+    {
+      store: 'string',
+      succeeded: 'boolean',
+      failed: 'boolean',
+      rerun: 'boolean',
+      status: 'string',
+      body: 'string',
+      'content-type': 'string',
+      'seal-key-env': 'string',
+      wait: 'string',
+    },
+    true,
   );
   if (values.help) {
     io.stdout(RESOLVE_HELP);
