@@ -56,10 +56,16 @@ const step = (payment: string, key: string | null, control: string, extra: Parti
   ...extra,
 });
 
-const double: Guide = async (run) => {
+/** A charge of a fresh payment, under a fresh key when `keyed`, with `fault` on; then its plain retry. */
+async function faultThenRetry(run: Runner, keyed: boolean, fault: 'drop' | 'fail'): Promise<[Attempt, Attempt]> {
   const p = run.payment();
-  const first = await run.send(step(p, null, 'Show me: charge', { faults: { ...QUICK, drop: true } }));
-  const retry = await run.send(step(p, null, 'Show me: retry'));
+  const key = keyed ? run.key() : null;
+  const first = await run.send(step(p, key, 'Show me: charge', { faults: { ...QUICK, [fault]: true } }));
+  return [first, await run.send(step(p, key, 'Show me: retry'))];
+}
+
+const double: Guide = async (run) => {
+  const [first, retry] = await faultThenRetry(run, false, 'drop');
   const payment = run.paymentOf(retry);
   return story(run, [first, retry], chargedRow(first) && chargedRow(retry), () => {
     const total = dollars(payment?.charged ?? 0);
@@ -68,10 +74,7 @@ const double: Guide = async (run) => {
 };
 
 const replay: Guide = async (run) => {
-  const p = run.payment();
-  const key = run.key();
-  const first = await run.send(step(p, key, 'Show me: charge', { faults: { ...QUICK, drop: true } }));
-  const retry = await run.send(step(p, key, 'Show me: retry'));
+  const [first, retry] = await faultThenRetry(run, true, 'drop');
   return story(
     run,
     [first, retry],
@@ -104,10 +107,7 @@ const inFlight: Guide = async (run) => {
 };
 
 const failed: Guide = async (run) => {
-  const p = run.payment();
-  const key = run.key();
-  const first = await run.send(step(p, key, 'Show me: charge', { faults: { ...QUICK, fail: true } }));
-  const retry = await run.send(step(p, key, 'Show me: retry'));
+  const [first, retry] = await faultThenRetry(run, true, 'fail');
   return story(
     run,
     [first, retry],
