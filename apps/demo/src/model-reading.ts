@@ -130,22 +130,16 @@ export function readClaim(
   }
   const lease = `a lease of ${duration(record.leaseExpiresAt - now)} and a TTL of ${duration(record.expiresAt - now)}`;
   const to = 'in_progress';
-  if (before !== null && from === 'in_progress' && before.id === record.id) {
+  if (before !== null && before.id === record.id && (from === 'in_progress' || from === 'failed-retryable')) {
+    const takeover = from === 'in_progress';
     return {
       verdict: 'written',
-      transition: 'takeover',
+      transition: takeover ? 'takeover' : 'reclaim',
       from,
       to,
-      text: `taken over: the holder's lease had lapsed ${duration(now - before.leaseExpiresAt)} ago with no renewal, so this claim took the key with a new token and the same id (${record.id}), ${lease}: the processor gets the same id as its key and does not charge twice.`,
-    };
-  }
-  if (before !== null && from === 'failed-retryable' && before.id === record.id) {
-    return {
-      verdict: 'written',
-      transition: 'reclaim',
-      from,
-      to,
-      text: `reclaimed: the last attempt failed and may be retried, so this claim runs the work again with a new token and the same id (${record.id}), ${lease}.`,
+      text: takeover
+        ? `taken over: the holder's lease had lapsed ${duration(now - before.leaseExpiresAt)} ago with no renewal, so this claim took the key with a new token and the same id (${record.id}), ${lease}: the processor gets the same id as its key and does not charge twice.`
+        : `reclaimed: the last attempt failed and may be retried, so this claim runs the work again with a new token and the same id (${record.id}), ${lease}.`,
     };
   }
   if (before !== null && from === 'expired') {
