@@ -56,6 +56,17 @@ export interface TimedElements {
   readonly output: HTMLElement;
 }
 
+/** Runs `work` with `button` disabled meanwhile; what it throws is shown in `output`. */
+function attempt(button: HTMLButtonElement, output: HTMLElement, work: () => Promise<void>): void {
+  void running(button, async () => {
+    try {
+      await work();
+    } catch (error) {
+      showError(output, error);
+    }
+  });
+}
+
 /**
  * "A crash mid-charge": attempt A claims with a 3 s lease and never renews; attempt B's retry is refused while the
  * lease holds and takes the key over (same id) once it has lapsed; A's late completion is then refused.
@@ -86,35 +97,31 @@ export function lapseSection(ui: TimedElements, report: Report): void {
   };
 
   ui.first.addEventListener('click', () => {
-    void running(ui.first, async () => {
-      try {
-        const key = `crash-${uuid().slice(0, 8)}`;
-        const op = await postJson<Operation>('/v1/model/claim', { key, leaseMs: LAPSE_LEASE_MS });
-        time.offset = op.now - Date.now();
-        const record = recordOf(op);
-        held = claimed(op) && record ? { key, token: record.token, leaseExpiresAt: record.leaseExpiresAt } : null;
-        const note = held
-          ? `Attempt A holds ${key} (id ${abbreviate(record?.id ?? '', 8, 4)}) with a 3 s lease, and crashes now: nothing will renew it.`
-          : 'Attempt A did not get the key.';
-        story = [];
-        intro = h('p', { class: 'callout', 'data-testid': 'lapse-note' }, note);
-        tell(op, 'Attempt A: claim with a 3 s lease');
-        ui.second.disabled = held === null;
-        ui.third.disabled = held === null;
-        const lease = held;
-        if (lease) {
-          time.run((now) => {
-            const left = lease.leaseExpiresAt - now;
-            time.show(
-              left > 0
-                ? `lease holds: lapses in ${seconds(left)}, nothing renews it`
-                : `lease lapsed ${seconds(left)} ago: a retry may take over`,
-              left > 0 ? 'live' : 'lapsed',
-            );
-          });
-        }
-      } catch (error) {
-        showError(ui.output, error);
+    attempt(ui.first, ui.output, async () => {
+      const key = `crash-${uuid().slice(0, 8)}`;
+      const op = await postJson<Operation>('/v1/model/claim', { key, leaseMs: LAPSE_LEASE_MS });
+      time.offset = op.now - Date.now();
+      const record = recordOf(op);
+      held = claimed(op) && record ? { key, token: record.token, leaseExpiresAt: record.leaseExpiresAt } : null;
+      const note = held
+        ? `Attempt A holds ${key} (id ${abbreviate(record?.id ?? '', 8, 4)}) with a 3 s lease, and crashes now: nothing will renew it.`
+        : 'Attempt A did not get the key.';
+      story = [];
+      intro = h('p', { class: 'callout', 'data-testid': 'lapse-note' }, note);
+      tell(op, 'Attempt A: claim with a 3 s lease');
+      ui.second.disabled = held === null;
+      ui.third.disabled = held === null;
+      const lease = held;
+      if (lease) {
+        time.run((now) => {
+          const left = lease.leaseExpiresAt - now;
+          time.show(
+            left > 0
+              ? `lease holds: lapses in ${seconds(left)}, nothing renews it`
+              : `lease lapsed ${seconds(left)} ago: a retry may take over`,
+            left > 0 ? 'live' : 'lapsed',
+          );
+        });
       }
     });
   });
@@ -122,17 +129,13 @@ export function lapseSection(ui: TimedElements, report: Report): void {
   ui.second.addEventListener('click', () => {
     const lease = held;
     if (!lease) return;
-    void running(ui.second, async () => {
-      try {
-        const op = await postJson<Operation>('/v1/model/claim', { key: lease.key, leaseMs: LAPSE_LEASE_MS });
-        tell(op, 'Attempt B: retry the claim');
-        if (op.reading?.transition === 'takeover') {
-          time.stop();
-          time.show(`taken over by attempt B: same id, new token`, 'taken');
-          ui.second.disabled = true;
-        }
-      } catch (error) {
-        showError(ui.output, error);
+    attempt(ui.second, ui.output, async () => {
+      const op = await postJson<Operation>('/v1/model/claim', { key: lease.key, leaseMs: LAPSE_LEASE_MS });
+      tell(op, 'Attempt B: retry the claim');
+      if (op.reading?.transition === 'takeover') {
+        time.stop();
+        time.show(`taken over by attempt B: same id, new token`, 'taken');
+        ui.second.disabled = true;
       }
     });
   });
@@ -140,17 +143,13 @@ export function lapseSection(ui: TimedElements, report: Report): void {
   ui.third.addEventListener('click', () => {
     const lease = held;
     if (!lease) return;
-    void running(ui.third, async () => {
-      try {
-        const op = await postJson<Operation>('/v1/model/complete', {
-          key: lease.key,
-          token: lease.token,
-          outcome: 'succeeded',
-        });
-        tell(op, "Attempt A: record its outcome with A's token");
-      } catch (error) {
-        showError(ui.output, error);
-      }
+    attempt(ui.third, ui.output, async () => {
+      const op = await postJson<Operation>('/v1/model/complete', {
+        key: lease.key,
+        token: lease.token,
+        outcome: 'succeeded',
+      });
+      tell(op, "Attempt A: record its outcome with A's token");
     });
   });
 }
@@ -198,73 +197,63 @@ export function expirySection(ui: TimedElements, report: Report): void {
   };
 
   ui.first.addEventListener('click', () => {
-    void running(ui.first, async () => {
-      try {
-        const made = await postJson<{
-          key: string;
-          ttlMs: number;
-          record: ModelRecord | null;
-          steps: Operation[];
-          now: number;
-        }>('/v1/model/expiring');
-        time.offset = made.now - Date.now();
-        expiring = made.record;
-        key = made.key;
-        stored = null;
-        ui.second.disabled = expiring === null;
-        ui.third.disabled = false;
-        const ttl = `${made.ttlMs / 1000} s`;
-        report(
-          ui.output,
-          made.steps.map((op, i) => ({
-            op,
-            title: i === 0 ? `Claim with a ${ttl} TTL` : 'Record the outcome: succeeded',
-          })),
-          h(
-            'p',
-            { class: 'callout', 'data-testid': 'expiry-note' },
-            `Wrote ${made.key} with a ${ttl} TTL. Claim its key now: the live row refuses it. Claim again after the countdown: the claim treats the expired row as absent.`,
-          ),
-        );
-        time.run(render);
-      } catch (error) {
-        showError(ui.output, error);
-      }
+    attempt(ui.first, ui.output, async () => {
+      const made = await postJson<{
+        key: string;
+        ttlMs: number;
+        record: ModelRecord | null;
+        steps: Operation[];
+        now: number;
+      }>('/v1/model/expiring');
+      time.offset = made.now - Date.now();
+      expiring = made.record;
+      key = made.key;
+      stored = null;
+      ui.second.disabled = expiring === null;
+      ui.third.disabled = false;
+      const ttl = `${made.ttlMs / 1000} s`;
+      report(
+        ui.output,
+        made.steps.map((op, i) => ({
+          op,
+          title: i === 0 ? `Claim with a ${ttl} TTL` : 'Record the outcome: succeeded',
+        })),
+        h(
+          'p',
+          { class: 'callout', 'data-testid': 'expiry-note' },
+          `Wrote ${made.key} with a ${ttl} TTL. Claim its key now: the live row refuses it. Claim again after the countdown: the claim treats the expired row as absent.`,
+        ),
+      );
+      time.run(render);
     });
   });
 
   ui.second.addEventListener('click', () => {
     const before = expiring;
     if (!before) return;
-    void running(ui.second, async () => {
-      try {
-        const op = await postJson<Operation>('/v1/model/claim', { key: before.key });
-        const record = recordOf(op);
-        const ids = record
-          ? `a new record id (${abbreviate(record.id, 8, 4)}, was ${abbreviate(before.id, 8, 4)})`
-          : '';
-        const transition = op.reading?.transition;
-        const note =
-          transition === 'reclaim-expired'
-            ? `The expired row, still stored, counted as absent: claimed afresh with ${ids}.`
-            : transition === 'fresh-claim'
-              ? `The store no longer held the row (deleted at its TTL): a fresh claim, with ${ids}.`
-              : claimed(op)
-                ? `Claimed (${transition ?? 'as the store answered'}).`
-                : 'Refused: the row is still live, so its key is still taken.';
-        report(
-          ui.output,
-          [{ op, title: 'Claim its key' }],
-          h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note),
-        );
-        if (claimed(op)) {
-          time.stop();
-          time.show('claimed again: a new lease and TTL from now', 'reclaimed');
-          expiring = null;
-          ui.second.disabled = true;
-        }
-      } catch (error) {
-        showError(ui.output, error);
+    attempt(ui.second, ui.output, async () => {
+      const op = await postJson<Operation>('/v1/model/claim', { key: before.key });
+      const record = recordOf(op);
+      const ids = record ? `a new record id (${abbreviate(record.id, 8, 4)}, was ${abbreviate(before.id, 8, 4)})` : '';
+      const transition = op.reading?.transition;
+      const note =
+        transition === 'reclaim-expired'
+          ? `The expired row, still stored, counted as absent: claimed afresh with ${ids}.`
+          : transition === 'fresh-claim'
+            ? `The store no longer held the row (deleted at its TTL): a fresh claim, with ${ids}.`
+            : claimed(op)
+              ? `Claimed (${transition ?? 'as the store answered'}).`
+              : 'Refused: the row is still live, so its key is still taken.';
+      report(
+        ui.output,
+        [{ op, title: 'Claim its key' }],
+        h('p', { class: 'callout', 'data-testid': 'expiry-note' }, note),
+      );
+      if (claimed(op)) {
+        time.stop();
+        time.show('claimed again: a new lease and TTL from now', 'reclaimed');
+        expiring = null;
+        ui.second.disabled = true;
       }
     });
   });
@@ -274,19 +263,15 @@ export function expirySection(ui: TimedElements, report: Report): void {
     const rowKey = key;
     if (rowKey === null) return;
     const wrote = expiring;
-    void running(ui.third, async () => {
-      try {
-        const op = await check(rowKey);
-        // The row this section wrote, read back as absent after its TTL: the store has deleted it (Redis does so
-        // natively); the drawing shows that deletion rather than a bare "absent".
-        const gone = wrote !== null && op.stored === false && op.reading;
-        report(ui.output, [
-          { op: gone ? { ...op, reading: { ...gone, transition: 'delete', from: 'expired' } } : op, title: 'Read it' },
-        ]);
-        if (expiring) render(Date.now() + time.offset);
-      } catch (error) {
-        showError(ui.output, error);
-      }
+    attempt(ui.third, ui.output, async () => {
+      const op = await check(rowKey);
+      // The row this section wrote, read back as absent after its TTL: the store has deleted it (Redis does so
+      // natively); the drawing shows that deletion rather than a bare "absent".
+      const gone = wrote !== null && op.stored === false && op.reading;
+      report(ui.output, [
+        { op: gone ? { ...op, reading: { ...gone, transition: 'delete', from: 'expired' } } : op, title: 'Read it' },
+      ]);
+      if (expiring) render(Date.now() + time.offset);
     });
   });
 }
