@@ -224,36 +224,14 @@ const TS_BASE = {
 const SCENARIOS = [
   { name: 'ESM (node)', dir: 'esm', type: 'module', file: 'smoke.mjs', source: esmSmoke },
   { name: 'CommonJS require (node)', dir: 'cjs', type: 'commonjs', file: 'smoke.cjs', source: cjsSmoke },
-  {
-    name: 'TypeScript module commonjs (node10, the Nest default)',
-    dir: 'ts-commonjs',
-    type: 'commonjs',
-    ts: { module: 'commonjs', moduleResolution: 'node' },
-  },
-  {
-    name: 'TypeScript node16, CommonJS project',
-    dir: 'ts-node16-cjs',
-    type: 'commonjs',
-    ts: { module: 'node16', moduleResolution: 'node16' },
-  },
-  {
-    name: 'TypeScript node16, ESM project',
-    dir: 'ts-node16-esm',
-    type: 'module',
-    ts: { module: 'node16', moduleResolution: 'node16' },
-  },
-  {
-    name: 'TypeScript nodenext',
-    dir: 'ts-nodenext',
-    type: 'module',
-    ts: { module: 'nodenext', moduleResolution: 'nodenext' },
-  },
-  {
-    name: 'TypeScript bundler',
-    dir: 'ts-bundler',
-    type: 'module',
-    ts: { module: 'esnext', moduleResolution: 'bundler' },
-  },
+  ...[
+    // [name, dir, package type, module, moduleResolution]
+    ['TypeScript module commonjs (node10, the Nest default)', 'ts-commonjs', 'commonjs', 'commonjs', 'node'],
+    ['TypeScript node16, CommonJS project', 'ts-node16-cjs', 'commonjs', 'node16', 'node16'],
+    ['TypeScript node16, ESM project', 'ts-node16-esm', 'module', 'node16', 'node16'],
+    ['TypeScript nodenext', 'ts-nodenext', 'module', 'nodenext', 'nodenext'],
+    ['TypeScript bundler', 'ts-bundler', 'module', 'esnext', 'bundler'],
+  ].map(([name, dir, type, module, moduleResolution]) => ({ name, dir, type, ts: { module, moduleResolution } })),
 ];
 
 try {
