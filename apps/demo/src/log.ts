@@ -34,6 +34,14 @@ export interface DemoLogger {
   onEvent(event: IdempotencyEvent): void;
 }
 
+/** The events logged with the common fields only: at which level, saying what. */
+const PLAIN: Record<'in_flight' | 'mismatch' | 'takeover' | 'lease_lost', readonly ['info' | 'warn', string]> = {
+  in_flight: ['info', 'duplicate while the first attempt runs: 409'],
+  mismatch: ['info', 'key reused with another payload: refused'],
+  takeover: ['warn', 'took over a dead lease or re-ran a retryable failure'],
+  lease_lost: ['warn', 'a running attempt lost its lease'],
+};
+
 /**
  * Creates the logger. Levels: executions, replays, 409s and mismatches are `info` (the pattern working);
  * takeovers, lost leases and refused stale writes are `warn`; store failures `error`; every store call `debug`.
@@ -91,21 +99,13 @@ export function createLogger({
         case 'replayed':
           logger.info({ ...fields, status: event.status }, 'replayed the stored response');
           break;
-        case 'in_flight':
-          logger.info(fields, 'duplicate while the first attempt runs: 409');
-          break;
-        case 'mismatch':
-          logger.info(fields, 'key reused with another payload: refused');
-          break;
-        case 'takeover':
-          logger.warn(fields, 'took over a dead lease or re-ran a retryable failure');
-          break;
-        case 'lease_lost':
-          logger.warn(fields, 'a running attempt lost its lease');
-          break;
         case 'stale_write_refused':
           logger.warn({ ...fields, op: event.op }, 'a late writer was refused');
           break;
+        default: {
+          const [level, message] = PLAIN[event.type];
+          logger[level](fields, message);
+        }
       }
     } catch {
       // Logging must never change what happens to a payment.
