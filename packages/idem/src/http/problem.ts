@@ -42,6 +42,18 @@ export function problem({ status, slug, title, detail, headers = {}, extensions 
   });
 }
 
+// In flight: 1 second, not the lease left. The lease is the worst case (a dead holder); the usual case is a
+// first attempt that answers within its own latency, so a duplicate polls soon and gets that answer.
+const RETRY_SOON = { 'retry-after': '1' };
+
+/** The answers whose detail is the error's own message, and nothing else varies. */
+const ANSWERED_WITH_MESSAGE = {
+  KEY_MISSING: { status: 400, slug: 'idempotency-key-missing', title: 'Idempotency-Key required' },
+  KEY_INVALID: { status: 400, slug: 'idempotency-key-invalid', title: 'Invalid Idempotency-Key' },
+  IN_FLIGHT: { status: 409, slug: 'idempotency-key-in-use', title: 'Request in progress', headers: RETRY_SOON },
+  LEASE_LOST: { status: 409, slug: 'idempotency-lease-lost', title: 'Request taken over', headers: RETRY_SOON },
+} as const satisfies Record<string, ProblemInit>;
+
 /**
  * Maps an {@link IdempotencyError} to its HTTP answer.
  *
@@ -61,24 +73,12 @@ export function problemFor(
   error: IdempotencyError,
   { mismatchStatus = 400 }: { mismatchStatus?: 400 | 422 } = {},
 ): Response {
-  // In flight: 1 second, not the lease left. The lease is the worst case (a dead holder); the usual case is a
-  // first attempt that answers within its own latency, so a duplicate polls soon and gets that answer.
-  const retryAfter = '1';
   switch (error.code) {
     case 'KEY_MISSING':
-      return problem({
-        status: 400,
-        slug: 'idempotency-key-missing',
-        title: 'Idempotency-Key required',
-        detail: error.message,
-      });
     case 'KEY_INVALID':
-      return problem({
-        status: 400,
-        slug: 'idempotency-key-invalid',
-        title: 'Invalid Idempotency-Key',
-        detail: error.message,
-      });
+    case 'IN_FLIGHT':
+    case 'LEASE_LOST':
+      return problem({ ...ANSWERED_WITH_MESSAGE[error.code], detail: error.message });
     case 'FINGERPRINT_MISMATCH':
       return problem({
         status: mismatchStatus,
@@ -86,29 +86,13 @@ export function problemFor(
         title: 'Idempotency-Key reused',
         detail: error.message,
       });
-    case 'IN_FLIGHT':
-      return problem({
-        status: 409,
-        slug: 'idempotency-key-in-use',
-        title: 'Request in progress',
-        detail: error.message,
-        headers: { 'retry-after': retryAfter },
-      });
-    case 'LEASE_LOST':
-      return problem({
-        status: 409,
-        slug: 'idempotency-lease-lost',
-        title: 'Request taken over',
-        detail: error.message,
-        headers: { 'retry-after': retryAfter },
-      });
     case 'STORE_UNAVAILABLE':
       return problem({
         status: 503,
         slug: 'idempotency-store-unavailable',
         title: 'Idempotency store unavailable',
         detail: 'The request was not processed. Retry with the same Idempotency-Key.',
-        headers: { 'retry-after': '1' },
+        headers: RETRY_SOON,
       });
     case 'OUTCOME_UNKNOWN':
       return problem({

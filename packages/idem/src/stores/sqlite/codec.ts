@@ -1,16 +1,12 @@
 /** The row ↔ record conversion at the store's edge: integers (or bigints) to numbers, a BLOB to a plain Uint8Array. */
-import type { IdempotencyRecord, Outcome, RecordStatus } from '../contract.js';
+import type { IdempotencyRecord, Outcome } from '../contract.js';
 import { decodeHeaders, encodeHeaders } from '../shared/headers.js';
 
 /** A row as SQLite returns it (integers may be bigints if the database was set to safe integers). */
-export interface Row {
-  readonly pk: string;
-  readonly scope: string;
-  readonly key: string;
-  readonly status: RecordStatus;
-  readonly fingerprint: string;
-  readonly id: string;
-  readonly token: string;
+export interface Row extends Pick<
+  IdempotencyRecord,
+  'pk' | 'scope' | 'key' | 'status' | 'fingerprint' | 'id' | 'token'
+> {
   readonly claimed_at: number | bigint;
   readonly lease_expires_at: number | bigint;
   readonly expires_at: number | bigint;
