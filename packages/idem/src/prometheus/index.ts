@@ -126,60 +126,50 @@ export function prometheusMetrics({
 
   const registers = [registry];
   const byRoute = route !== undefined;
-  const requests = new Counter({
-    name: `${prefix}requests_total`,
-    help: 'Keyed requests by what Idem decided: executed, replayed, in_flight (409), mismatch (400/422), refused, lease_lost (409), unrecorded (503).',
-    labelNames: byRoute ? (['decision', 'route'] as const) : (['decision'] as const),
-    registers,
-  });
-  const refusals = new Counter({
-    name: `${prefix}refusals_total`,
-    help: 'Requests refused before any claim, by reason.',
-    labelNames: ['reason'] as const,
-    registers,
-  });
-  const executions = new Counter({
-    name: `${prefix}executions_total`,
-    help: 'Requests whose work ran and whose outcome was recorded, by outcome.',
-    labelNames: byRoute ? (['outcome', 'route'] as const) : (['outcome'] as const),
-    registers,
-  });
-  const executionTime = new Histogram({
-    name: `${prefix}execution_duration_seconds`,
-    help: 'From the claim to the recorded outcome, by outcome.',
-    labelNames: ['outcome'] as const,
-    buckets: [...executionBuckets],
-    registers,
-  });
-  const takeovers = new Counter({
-    name: `${prefix}takeovers_total`,
-    help: 'Claims that took over a dead lease or re-ran a retryable failure.',
-    registers,
-  });
-  const leasesLost = new Counter({
-    name: `${prefix}leases_lost_total`,
-    help: 'Running attempts that found their lease taken over.',
-    registers,
-  });
-  const staleWrites = new Counter({
-    name: `${prefix}stale_writes_refused_total`,
-    help: 'Fenced writes refused because the token no longer matched (a late writer lost), by store operation.',
-    labelNames: ['op'] as const,
-    registers,
-  });
-  const storeErrors = new Counter({
-    name: `${prefix}store_errors_total`,
-    help: 'Store calls that failed, by operation (at the claim: 503 and the work did not run).',
-    labelNames: ['op'] as const,
-    registers,
-  });
-  const storeTime = new Histogram({
-    name: `${prefix}store_op_duration_seconds`,
-    help: 'Store call latency as the engine saw it, by operation (failed calls included).',
-    labelNames: ['op'] as const,
-    buckets: [...storeBuckets],
-    registers,
-  });
+  // Each metric is named under the prefix and registered in the one registry.
+  const counter = <L extends string = never>(name: string, help: string, labelNames: readonly L[] = []) =>
+    new Counter<L>({ name: `${prefix}${name}`, help, labelNames, registers });
+  const histogram = <L extends string>(
+    name: string,
+    help: string,
+    labelNames: readonly L[],
+    buckets: readonly number[],
+  ) => new Histogram<L>({ name: `${prefix}${name}`, help, labelNames, buckets: [...buckets], registers });
+  const requests = counter(
+    'requests_total',
+    'Keyed requests by what Idem decided: executed, replayed, in_flight (409), mismatch (400/422), refused, lease_lost (409), unrecorded (503).',
+    byRoute ? (['decision', 'route'] as const) : (['decision'] as const),
+  );
+  const refusals = counter('refusals_total', 'Requests refused before any claim, by reason.', ['reason']);
+  const executions = counter(
+    'executions_total',
+    'Requests whose work ran and whose outcome was recorded, by outcome.',
+    byRoute ? (['outcome', 'route'] as const) : ['outcome'],
+  );
+  const executionTime = histogram(
+    'execution_duration_seconds',
+    'From the claim to the recorded outcome, by outcome.',
+    ['outcome'],
+    executionBuckets,
+  );
+  const takeovers = counter('takeovers_total', 'Claims that took over a dead lease or re-ran a retryable failure.');
+  const leasesLost = counter('leases_lost_total', 'Running attempts that found their lease taken over.');
+  const staleWrites = counter(
+    'stale_writes_refused_total',
+    'Fenced writes refused because the token no longer matched (a late writer lost), by store operation.',
+    ['op'],
+  );
+  const storeErrors = counter(
+    'store_errors_total',
+    'Store calls that failed, by operation (at the claim: 503 and the work did not run).',
+    ['op'],
+  );
+  const storeTime = histogram(
+    'store_op_duration_seconds',
+    'Store call latency as the engine saw it, by operation (failed calls included).',
+    ['op'],
+    storeBuckets,
+  );
 
   if (!byRoute) {
     for (const decision of DECISIONS) requests.inc({ decision }, 0);
