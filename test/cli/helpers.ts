@@ -3,9 +3,12 @@
  */
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import type { Server } from 'node:http';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { main } from '../../packages/idem/src/cli/index.js';
+import type { ProbeReport } from '../../packages/idem/src/cli/probe.js';
+import { listenLocal } from '../fault-proxy.js';
 import { spawnServer, type DemoProcess } from '../harness.js';
 
 export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -100,3 +103,25 @@ export function serveIdem(env: Record<string, string>, args: readonly string[] =
 export function keyHash(key: string): string {
   return createHash('sha256').update(key).digest('hex').slice(0, 16);
 }
+
+/** Listens `server` on a free port of 127.0.0.1: its base URL, and a close that cuts open connections first. */
+export async function serveLocal(server: Server): Promise<{ url: string; close: () => Promise<void> }> {
+  const port = await listenLocal(server);
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Each check of a probe report by id: its result. */
+export const results = (report: ProbeReport) => Object.fromEntries(report.checks.map((c) => [c.id, c.result]));
+
+/** The result of every check `idem probe` runs, when each passes: a test states how its server's differ. */
+export const ALL_PASS = Object.fromEntries(
+  'first replay replay-marker key-order mismatch concurrent conflict missing-key malformed-key'
+    .split(' ')
+    .map((id) => [id, 'pass']),
+);

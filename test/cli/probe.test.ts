@@ -11,9 +11,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tamper, visible, type ProbeReport } from '../../packages/idem/src/cli/probe.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
-import { idem, inProcess } from './helpers.js';
-
-const results = (report: ProbeReport) => Object.fromEntries(report.checks.map((c) => [c.id, c.result]));
+import { ALL_PASS, idem, inProcess, results, serveLocal } from './helpers.js';
 
 describe('idem probe against the demo server', () => {
   const dir = tempDir();
@@ -45,17 +43,7 @@ describe('idem probe against the demo server', () => {
   it('--json: every check passes, exit 0; the profile columns grade the 400 as Stripe’s, not the draft’s 422', async () => {
     const { code, stdout, stderr } = await idem([...args, '--json', '--concurrency', '8']);
     const report = JSON.parse(stdout) as ProbeReport;
-    expect(results(report)).toEqual({
-      first: 'pass',
-      replay: 'pass',
-      'replay-marker': 'pass',
-      'key-order': 'pass',
-      mismatch: 'pass',
-      concurrent: 'pass',
-      conflict: 'pass',
-      'missing-key': 'pass',
-      'malformed-key': 'pass',
-    });
+    expect(results(report)).toEqual(ALL_PASS);
     expect(code).toBe(0);
     expect([report.ok, report.sideEffects, report.concurrency, report.tamperedBody]).toEqual([
       true,
@@ -169,54 +157,35 @@ async function brokenServer(): Promise<{ url: string; executions: () => number; 
       return answer(201, result);
     })().catch(() => res.destroy());
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    executions: () => executions,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  return { ...(await serveLocal(server)), executions: () => executions };
 }
 
 describe('idem probe against a broken server', () => {
   let broken: Awaited<ReturnType<typeof brokenServer>>;
-  beforeAll(async () => {
-    broken = await brokenServer();
-  });
-  afterAll(async () => {
-    await broken.close();
-  });
-
-  it('reports the double execution and the replay to a tampered payload; exit 1', async () => {
-    const { code, stdout } = await idem([
+  beforeAll(async () => (broken = await brokenServer()));
+  afterAll(() => broken.close());
+  /** `idem probe` of the broken server's /orders: `concurrency` duplicates, each held 100 ms; then `more`. */
+  const probe = (concurrency: number, ...more: string[]) =>
+    idem([
       'probe',
       `${broken.url}/orders`,
       '--body',
       '{"sku":"A1","qty":1}',
-      '--count-url',
-      `${broken.url}/count`,
-      '--count-path',
-      'count',
       '--concurrency',
-      '5',
+      String(concurrency),
       '--delay-header',
       'X-Hold-Ms: 100',
-      '--json',
+      ...more,
     ]);
+
+  it('reports the double execution and the replay to a tampered payload; exit 1', async () => {
+    const { code, stdout } = await probe(5, '--count-url', `${broken.url}/count`, '--count-path', 'count', '--json');
     const report = JSON.parse(stdout) as ProbeReport;
     expect(results(report)).toEqual({
-      first: 'pass',
-      replay: 'pass',
-      'replay-marker': 'pass',
-      'key-order': 'pass',
+      ...ALL_PASS,
       mismatch: 'fail',
       concurrent: 'fail',
       conflict: 'fail',
-      'missing-key': 'pass',
       'malformed-key': 'warn',
     });
     expect(code).toBe(1);
@@ -240,20 +209,7 @@ describe('idem probe against a broken server', () => {
   });
 
   it('without --count-url, the double execution is inferred from distinct bodies; the replays only warn', async () => {
-    const { code, stdout } = await idem([
-      'probe',
-      `${broken.url}/orders`,
-      '--body',
-      '{"sku":"A1","qty":1}',
-      '--concurrency',
-      '3',
-      '--delay-header',
-      'X-Hold-Ms: 100',
-      '--skip',
-      'missing-key',
-      '--skip',
-      'malformed-key',
-    ]);
+    const { code, stdout } = await probe(3, '--skip', 'missing-key', '--skip', 'malformed-key');
     expect(code).toBe(1);
     expect(stdout).toMatch(
       /\nconcurrent duplicates run once\s+FAIL\s+✗ one execution\s+✗ one execution\s+3 at once: 3 × 201; 3 distinct success bodies; a later retry.* — executed 3 times\n/,
@@ -314,25 +270,14 @@ async function hostileServer(): Promise<{ url: string; close: () => Promise<void
       res.end(JSON.stringify({ id: `ch_${charges}` }));
     });
   });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/charges`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise((resolve) => server.close(resolve));
-    },
-  };
+  const served = await serveLocal(server);
+  return { url: `${served.url}/v1/charges`, close: served.close };
 }
 
 describe('idem probe against a hostile server', () => {
   let hostile: Awaited<ReturnType<typeof hostileServer>>;
-  beforeAll(async () => {
-    hostile = await hostileServer();
-  });
-  afterAll(async () => {
-    await hostile.close();
-  });
+  beforeAll(async () => (hostile = await hostileServer()));
+  afterAll(() => hostile.close());
   const args = () => ['probe', hostile.url, '--concurrency', '2', '--delay-header', 'X-Hold: 1'];
   /** C0 (but the newline that ends a line), DEL and C1: none may reach the terminal. */
   const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/; // eslint-disable-line no-control-regex
