@@ -168,6 +168,17 @@ export function idemTracing({
     const inner: IdempotencyStore<unknown> = store;
     const name = inner.name;
     const written = (result: { ok: boolean }): Attributes => ({ 'idem.written': result.ok });
+    /** A write named by the record's `pk` alone, its span saying whether it wrote: renew and release. */
+    const fenced =
+      <R extends { readonly pk: string }, T extends { ok: boolean }>(op: TracedOp, call: (request: R) => Promise<T>) =>
+      (request: R) =>
+        traced(
+          op,
+          name,
+          () => fromPk(request.pk),
+          () => call(request),
+          written,
+        );
     const calls: Pick<IdempotencyStore<unknown>, TracedOp> = {
       claim: (request) =>
         traced(
@@ -198,22 +209,8 @@ export function idemTracing({
           () => inner.complete(request),
           written,
         ),
-      renew: (request) =>
-        traced(
-          'renew',
-          name,
-          () => fromPk(request.pk),
-          () => inner.renew(request),
-          written,
-        ),
-      release: (request) =>
-        traced(
-          'release',
-          name,
-          () => fromPk(request.pk),
-          () => inner.release(request),
-          written,
-        ),
+      renew: fenced('renew', (request) => inner.renew(request)),
+      release: fenced('release', (request) => inner.release(request)),
       get: (pk) =>
         traced(
           'get',
