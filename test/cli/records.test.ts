@@ -47,30 +47,25 @@ async function seed(store: IdempotencyStore<never>, expired: number): Promise<Se
     body: body(text),
   });
   const keys = { succeeded: `ok-${randomUUID()}`, declined: `no-${randomUUID()}`, running: `run-${randomUUID()}` };
-  const ok = await claim(keys.succeeded, now - 3000, 24 * HOUR);
-  await store.complete({
-    pk: ok.pk,
-    token: ok.token,
-    now: now - 2900,
-    outcome: {
-      status: 'succeeded',
-      retryable: false,
-      resultId: 'ch_1',
-      response: respond(201, '{"id":"ch_1","amount":500}'),
-    },
-  });
-  const no = await claim(keys.declined, now - 2000, 24 * HOUR);
-  await store.complete({
-    pk: no.pk,
-    token: no.token,
-    now: now - 1900,
-    outcome: {
-      status: 'failed',
-      retryable: false,
-      resultId: 'ch_2',
-      response: respond(402, '{"type":"urn:idem:problem:card-declined"}'),
-    },
-  });
+  /** Claims `key` at `at` and completes it 100 ms later, final, with `status` and the answer `code` + `text`. */
+  const settle = async (
+    key: string,
+    at: number,
+    status: 'succeeded' | 'failed',
+    resultId: string,
+    code: number,
+    text: string,
+  ) => {
+    const record = await claim(key, at, 24 * HOUR);
+    await store.complete({
+      pk: record.pk,
+      token: record.token,
+      now: at + 100,
+      outcome: { status, retryable: false, resultId, response: respond(code, text) },
+    });
+  };
+  await settle(keys.succeeded, now - 3000, 'succeeded', 'ch_1', 201, '{"id":"ch_1","amount":500}');
+  await settle(keys.declined, now - 2000, 'failed', 'ch_2', 402, '{"type":"urn:idem:problem:card-declined"}');
   await claim(keys.running, now - 1000, 24 * HOUR);
   for (let i = 0; i < expired; i++) await claim(`old-${i}`, now - 3 * HOUR, HOUR);
   return keys;
