@@ -9,40 +9,31 @@ import { LEASE, SUCCEEDED as succeeded, T0 } from '../../testing/fixtures.js';
 import type { SqliteDatabase } from './index.js';
 
 describe('sqlite store: effects commit with the completion, in one transaction', () => {
-  it('effects that insert a row commit together with an ok completion', async () => {
+  /** A store with a ledger table and one key claimed; `complete` sends that key's succeeded completion at T0 + 1. */
+  const claimed = async () => {
     const { store, ledger } = await storeWithLedger();
     const req = claimRequest();
     await store.claim(req);
-    const result = await store.complete({
-      pk: req.pk,
-      token: req.token,
-      now: T0 + 1,
-      outcome: succeeded,
-      effects: (tx) => tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500),
-    });
-    expect(result).toEqual({ ok: true });
+    const complete = (over: Partial<Parameters<typeof store.complete>[0]>) =>
+      store.complete({ pk: req.pk, token: req.token, now: T0 + 1, outcome: succeeded, ...over });
+    return { store, ledger, req, complete, before: await store.get(req.pk) };
+  };
+  const insert = (tx: Database.Database, chargeId: string, recordId: string) =>
+    tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run(chargeId, recordId, 500);
+
+  it('effects that insert a row commit together with an ok completion', async () => {
+    const { store, ledger, req, complete } = await claimed();
+    expect(await complete({ effects: (tx) => insert(tx, 'ch_1', req.id) })).toEqual({ ok: true });
     expect(ledger()).toEqual([{ charge_id: 'ch_1', record_id: req.id, amount: 500 }]);
     expect((await store.get(req.pk))?.status).toBe('succeeded');
     await store.close();
   });
 
   it('a stale token completes nothing: {ok:false}, the effects do not run and leave no row', async () => {
-    const { store, ledger } = await storeWithLedger();
-    const req = claimRequest();
-    await store.claim(req);
-    const before = await store.get(req.pk);
+    const { store, ledger, req, complete, before } = await claimed();
     let calls = 0;
-    const result = await store.complete({
-      pk: req.pk,
-      token: randomUUID(),
-      now: T0 + 1,
-      outcome: succeeded,
-      effects: (tx) => {
-        calls++;
-        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_stale', req.id, 500);
-      },
-    });
-    expect(result).toEqual({ ok: false });
+    const effects = (tx: Database.Database) => (calls++, insert(tx, 'ch_stale', req.id));
+    expect(await complete({ token: randomUUID(), effects })).toEqual({ ok: false });
     expect(calls).toBe(0);
     expect(ledger()).toEqual([]);
     expect(await store.get(req.pk)).toEqual(before);
@@ -50,34 +41,26 @@ describe('sqlite store: effects commit with the completion, in one transaction',
   });
 
   it('a lease taken over while the work ran: the first owner’s completion and effects are refused', async () => {
-    const { store, ledger } = await storeWithLedger();
-    const first = claimRequest();
-    await store.claim(first);
+    const { store, ledger, req: first } = await claimed();
     const takeover = { ...first, token: randomUUID(), now: T0 + LEASE };
     expect((await store.claim(takeover)).kind).toBe('claimed');
-    const insert = (chargeId: string) => (tx: Database.Database) =>
-      tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run(chargeId, first.id, 500);
+    const inserting = (chargeId: string) => (tx: Database.Database) => insert(tx, chargeId, first.id);
     const late = { pk: first.pk, now: T0 + LEASE + 1, outcome: succeeded };
-    expect(await store.complete({ ...late, token: first.token, effects: insert('ch_late') })).toEqual({ ok: false });
-    expect(await store.complete({ ...late, token: takeover.token, effects: insert('ch_owner') })).toEqual({ ok: true });
+    expect(await store.complete({ ...late, token: first.token, effects: inserting('ch_late') })).toEqual({ ok: false });
+    expect(await store.complete({ ...late, token: takeover.token, effects: inserting('ch_owner') })).toEqual({
+      ok: true,
+    });
     expect(ledger()).toEqual([{ charge_id: 'ch_owner', record_id: first.id, amount: 500 }]);
     expect((await store.get(first.pk))?.token).toBe(takeover.token);
     await store.close();
   });
 
   it('effects that throw roll back their writes and the completion, and the error is rethrown', async () => {
-    const { store, ledger } = await storeWithLedger();
-    const req = claimRequest();
-    await store.claim(req);
-    const before = await store.get(req.pk);
+    const { store, ledger, req, complete, before } = await claimed();
     const boom = new Error('ledger constraint');
-    const completion = store.complete({
-      pk: req.pk,
-      token: req.token,
-      now: T0 + 1,
-      outcome: succeeded,
+    const completion = complete({
       effects: (tx) => {
-        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500);
+        insert(tx, 'ch_1', req.id);
         throw boom;
       },
     });
@@ -85,24 +68,15 @@ describe('sqlite store: effects commit with the completion, in one transaction',
     expect(ledger()).toEqual([]);
     expect(await store.get(req.pk)).toEqual(before);
     // The holder can still complete afterwards: nothing was left half-written.
-    expect(await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded })).toEqual({
-      ok: true,
-    });
+    expect(await complete({ now: T0 + 2 })).toEqual({ ok: true });
     await store.close();
   });
 
   it('async effects are refused with a clear error, and their synchronous writes roll back', async () => {
-    const { store, ledger } = await storeWithLedger();
-    const req = claimRequest();
-    await store.claim(req);
-    const before = await store.get(req.pk);
-    const completion = store.complete({
-      pk: req.pk,
-      token: req.token,
-      now: T0 + 1,
-      outcome: succeeded,
+    const { store, ledger, req, complete, before } = await claimed();
+    const completion = complete({
       effects: async (tx) => {
-        tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', req.id, 500);
+        insert(tx, 'ch_1', req.id);
       },
     });
     await expect(completion).rejects.toMatchObject({
@@ -124,7 +98,7 @@ describe('sqlite store: effects commit with the completion, in one transaction',
       return {
         response: { status: 201, headers: [], body: new TextEncoder().encode('{"id":"ch_1"}') },
         resultId: 'ch_1',
-        effects: (tx: Database.Database) => tx.prepare('INSERT INTO ledger VALUES (?, ?, ?)').run('ch_1', id, 500),
+        effects: (tx: Database.Database) => insert(tx, 'ch_1', id),
       };
     };
     const first = await engine.run(run, work);
