@@ -36,44 +36,30 @@ describe.skipIf(!available)('mysql store', () => {
       } as unknown as MysqlPool<mysql.PoolConnection>;
     };
 
-    it('a refused claim whose record was released before its SELECT runs again, and claims: 2 trips', async () => {
+    type Store = Awaited<ReturnType<typeof isolated>>['store'];
+    type Holder = ReturnType<typeof request>;
+    it.each([
+      {
+        title: 'a refused claim whose record was released before its SELECT runs again, and claims: 2 trips',
+        between: (store: Store, holder: Holder) => store.release({ pk: holder.pk, token: holder.token }),
+        expected: (holder: Holder, mine: Holder) => ['claimed', 'in_progress', mine.token, mine.id, null, 2],
+      },
+      {
+        title: 'a refused claim whose record completed before its SELECT replays the completion: 1 trip',
+        between: (store: Store, holder: Holder) =>
+          store.complete({ pk: holder.pk, token: holder.token, now: T0 + 1, outcome: succeeded }),
+        expected: (holder: Holder) => ['existing', 'succeeded', holder.token, holder.id, 'ch_1', 1],
+      },
+    ])('$title', async ({ between, expected }) => {
       const { name: table, store, drop } = await isolated();
       try {
         const holder = request();
         await store.claim(holder);
-        const split = mysqlStore({
-          pool: splitting(async () => void (await store.release({ pk: holder.pk, token: holder.token }))),
-          table,
-        });
+        const split = mysqlStore({ pool: splitting(async () => void (await between(store, holder))), table });
         const mine = { ...holder, token: randomUUID(), id: randomUUID(), now: T0 + 1 };
-        const result = await split.claim(mine);
-        expect([result.kind, result.record.token, result.record.id]).toEqual(['claimed', mine.token, mine.id]);
-        expect(split.roundTrips).toBe(2);
-      } finally {
-        await drop();
-      }
-    });
-
-    it('a refused claim whose record completed before its SELECT replays the completion: 1 trip', async () => {
-      const { name: table, store, drop } = await isolated();
-      try {
-        const holder = request();
-        await store.claim(holder);
-        const split = mysqlStore({
-          pool: splitting(
-            async () =>
-              void (await store.complete({ pk: holder.pk, token: holder.token, now: T0 + 1, outcome: succeeded })),
-          ),
-          table,
-        });
-        const result = await split.claim({ ...holder, token: randomUUID(), now: T0 + 1 });
-        expect([result.kind, result.record.status, result.record.token, result.record.resultId]).toEqual([
-          'existing',
-          'succeeded',
-          holder.token,
-          'ch_1',
-        ]);
-        expect(split.roundTrips).toBe(1);
+        const { kind, record } = await split.claim(mine);
+        const seen = [kind, record.status, record.token, record.id, record.resultId, split.roundTrips];
+        expect(seen).toEqual(expected(holder, mine));
       } finally {
         await drop();
       }
