@@ -9,6 +9,12 @@ import { api, startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { settle } from '../stores/scenarios.js';
 
 const $500 = { amount: 50000, currency: 'usd', source: 'tok_visa' };
+/** The balance `before` plus `charges` charges of `cents` in all. */
+const plus = (before: { charged: number; count: number }, cents: number, charges = 1) => ({
+  object: 'balance',
+  charged: before.charged + cents,
+  count: before.count + charges,
+});
 
 describe('payments API over TCP (SQLite)', () => {
   const dir = tempDir();
@@ -36,11 +42,7 @@ describe('payments API over TCP (SQLite)', () => {
     expect(await again.text()).toBe(body);
     const charge = JSON.parse(body) as { id: string };
     expect(await (await alice.get(`/v1/charges/${charge.id}`)).text()).toBe(body);
-    expect(await alice.balance()).toEqual({
-      object: 'balance',
-      charged: before.charged + 50000,
-      count: before.count + 1,
-    });
+    expect(await alice.balance()).toEqual(plus(before, 50000));
   });
 
   it('50 concurrent requests with one key: one charge; every other answer is a 409 or an identical replay', async () => {
@@ -63,11 +65,7 @@ describe('payments API over TCP (SQLite)', () => {
       if (a.status === 409) expect(Number(a.retryAfter)).toBeGreaterThanOrEqual(1);
       else expect([a.status, a.body]).toEqual([201, executed[0]?.body]);
     }
-    expect(await alice.balance()).toEqual({
-      object: 'balance',
-      charged: before.charged + 50000,
-      count: before.count + 1,
-    });
+    expect(await alice.balance()).toEqual(plus(before, 50000));
   });
 
   it('tamper: the same key with another amount gets 400 and charges nothing', async () => {
@@ -87,11 +85,7 @@ describe('payments API over TCP (SQLite)', () => {
     const before = await alice.balance();
     expect((await alice.charge($500)).status).toBe(201);
     expect((await alice.charge($500)).status).toBe(201);
-    expect(await alice.balance()).toEqual({
-      object: 'balance',
-      charged: before.charged + 100000,
-      count: before.count + 2,
-    });
+    expect(await alice.balance()).toEqual(plus(before, 100000, 2));
   });
 
   it("account B sending account A's key gets its own charge, never A's response", async () => {
@@ -106,16 +100,8 @@ describe('payments API over TCP (SQLite)', () => {
     expect(second.headers.get('idempotent-replayed')).toBeNull();
     expect(bobBody).not.toBe(first);
     expect((JSON.parse(bobBody) as { amount: number }).amount).toBe(1234);
-    expect(await alice.balance()).toEqual({
-      object: 'balance',
-      charged: aliceBefore.charged + 50000,
-      count: aliceBefore.count + 1,
-    });
-    expect(await bob.balance()).toEqual({
-      object: 'balance',
-      charged: bobBefore.charged + 1234,
-      count: bobBefore.count + 1,
-    });
+    expect(await alice.balance()).toEqual(plus(aliceBefore, 50000));
+    expect(await bob.balance()).toEqual(plus(bobBefore, 1234));
   });
 
   it('a declined card is a final 402, replayed, and charges nothing', async () => {
@@ -138,11 +124,7 @@ describe('payments API over TCP (SQLite)', () => {
     expect(await alice.balance()).toEqual(before);
     const retry = await alice.charge($500, { 'idempotency-key': key });
     expect([retry.status, retry.headers.get('idempotent-replayed')]).toEqual([201, null]);
-    expect(await alice.balance()).toEqual({
-      object: 'balance',
-      charged: before.charged + 50000,
-      count: before.count + 1,
-    });
+    expect(await alice.balance()).toEqual(plus(before, 50000));
   });
 
   it('bad input gets a 4xx problem naming the field, and never reaches the ledger', async () => {
@@ -244,11 +226,7 @@ describe('payments API process lifecycle', () => {
       expect(new Set(statuses)).toEqual(new Set(statuses.length > 1 ? [409, 201] : [201]));
       const replay = await alice.charge($500, { 'idempotency-key': key });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(await alice.balance()).toEqual({
-        object: 'balance',
-        charged: before.charged + 50000,
-        count: before.count + 1,
-      });
+      expect(await alice.balance()).toEqual(plus(before, 50000));
     } finally {
       await second.stop();
       dir.remove();
