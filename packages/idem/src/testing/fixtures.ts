@@ -179,3 +179,15 @@ export async function waitFor<T>(
     await new Promise((resolve) => setTimeout(resolve, everyMs));
   }
 }
+
+/**
+ * One call of each per-key operation, in a key's order: claim `req`, renew it (T0 + 1), complete it as succeeded
+ * (T0 + 2), read it back and list its scope. The round-trip tests count and inspect what each sent.
+ */
+export async function eachOpOnce<Tx>(store: IdempotencyStore<Tx>, req: ClaimRequest): Promise<void> {
+  await store.claim(req);
+  await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
+  await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: SUCCEEDED });
+  await store.get(req.pk);
+  await store.list({ scope: req.scope, limit: 10 });
+}

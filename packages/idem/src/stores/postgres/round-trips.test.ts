@@ -3,10 +3,10 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import type { ClaimRequest, RoundTrip } from '../contract.js';
 import { POSTGRES_URL } from '#test/services.js';
-import { available, freshSchema, pool, request, scope, TABLE } from '#test/fixtures/postgres.js';
+import { available, freshSchema, pool, request, TABLE } from '#test/fixtures/postgres.js';
 import { claimedRow as sqlRow, claimValues } from '#test/fixtures/sql.js';
 import { losingClaim, oneKeyThrough } from '#test/fixtures/stores.js';
-import { LEASE, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
+import { eachOpOnce, SUCCEEDED as succeeded, T0, TTL } from '../../testing/fixtures.js';
 import { postgresSchemaSql, postgresStore } from './index.js';
 
 describe.skipIf(!available)('postgres store', () => {
@@ -125,11 +125,7 @@ describe.skipIf(!available)('postgres store', () => {
         const before = store.roundTrips;
         trips.length = 0;
         const req = request();
-        await store.claim(req);
-        await store.renew({ pk: req.pk, token: req.token, now: T0 + 1, leaseMs: LEASE, expiresAt: T0 + TTL });
-        await store.complete({ pk: req.pk, token: req.token, now: T0 + 2, outcome: succeeded });
-        await store.get(req.pk);
-        await store.list({ scope, limit: 10 });
+        await eachOpOnce(store, req);
         const other = request();
         await store.claim(other);
         const effects = (tx: pg.PoolClient) => tx.query(`SELECT count(*) FROM ${table}`); // the work's: not reported
