@@ -27,6 +27,9 @@ const attempt = (overrides: Partial<Attempt>): Attempt => ({
   body: charge('ch_1'),
   ...overrides,
 });
+/** Slow work (started at 1 s) answered 409: it lost its lease. */
+const leaseLost = (overrides: Partial<Attempt>): Attempt =>
+  attempt({ faults: ['slow'], outcome: 409, problem: 'idempotency-lease-lost', ...overrides });
 const row: LedgerRow = { id: 'ch_1', account: 'acct_a', amount: 10_000, status: 'succeeded' };
 const record: RecordRow = {
   key: 'k0',
@@ -120,13 +123,7 @@ describe('chaos checker', () => {
   });
 
   it('undisturbed slow work that lost its lease, and the probe that took it over; a fault on its process excuses it', () => {
-    const slow = attempt({
-      faults: ['slow'],
-      start: 1_000,
-      end: 6_000,
-      outcome: 409,
-      problem: 'idempotency-lease-lost',
-    });
+    const slow = leaseLost({ end: 6_000 });
     const probe = attempt({ role: 'probe', slot: 2, start: 4_700, end: 4_710 });
     const lost = check(
       history({ attempts: [slow, probe, attempt({ start: 6_100, end: 6_110, replayed: true })] }),
@@ -189,14 +186,7 @@ describe('chaos checker', () => {
   });
 
   it('a freeze during which no other process answered (SQLite: frozen holding the write lock) excuses slow work anywhere', () => {
-    const slow = attempt({
-      faults: ['slow'],
-      slot: 0,
-      start: 1_000,
-      end: 9_000,
-      outcome: 409,
-      problem: 'idempotency-lease-lost',
-    });
+    const slow = leaseLost({ slot: 0, end: 9_000 });
     const held = attempt({ op: 0, role: 'replay', slot: 2, start: 3_000, end: 8_100, replayed: true }); // answered only after the freeze
     const after = attempt({ start: 9_100, end: 9_110, replayed: true, slot: 2 });
     const pause = { kind: 'pause', slots: [1], start: 2_500, end: 8_000 };
