@@ -28,20 +28,28 @@ import { SCRIPTS } from './scripts.js';
 describe.skipIf(!available)('redis store', () => {
   for (const driver of drivers) {
     describe(`redis store (${driver.name})`, () => {
+      /** The claim script's arguments for `req`, as the store sends them. */
+      const claimArgs = (req: ClaimRequest) => [
+        String(req.now),
+        req.fingerprint,
+        req.token,
+        req.id,
+        String(req.now + req.leaseMs),
+        String(req.now + req.ttlMs),
+        String(req.ttlMs),
+        req.scope,
+        req.key,
+        req.key,
+      ];
+      /** The claim's EVALSHA for `req` as `onRoundTrip` reports it. */
+      const claimCall = (store: Parameters<typeof recordKey>[0], req: ClaimRequest) => ({
+        command: 'EVALSHA',
+        script: 'claim',
+        keys: [recordKey(store, req.pk), indexKey(store, scope)],
+        args: claimArgs(req),
+      });
+
       describe('onRoundTrip', () => {
-        /** The claim script's arguments for `req`, as the store sends them. */
-        const claimArgs = (req: ClaimRequest) => [
-          String(req.now),
-          req.fingerprint,
-          req.token,
-          req.id,
-          String(req.now + req.leaseMs),
-          String(req.now + req.ttlMs),
-          String(req.ttlMs),
-          req.scope,
-          req.key,
-          req.key,
-        ];
         /** The HGETALL part of a claim's reply for a record `req` claimed: fields in the order the script wrote them. */
         const claimedFields = (req: ClaimRequest) => [
           'scope',
@@ -91,34 +99,15 @@ describe.skipIf(!available)('redis store', () => {
             trips.length = 0;
             const req = claimRequest();
             expect((await store.claim(req)).kind).toBe('claimed');
-            expect(trips).toEqual([
-              {
-                op: 'claim',
-                request: {
-                  command: 'EVALSHA',
-                  script: 'claim',
-                  keys: [recordKey(store, req.pk), indexKey(store, scope)],
-                  args: claimArgs(req),
-                },
-                response: [1, req.id, 0],
-              },
-            ]);
+            expect(trips).toEqual([{ op: 'claim', request: claimCall(store, req), response: [1, req.id, 0] }]);
           }));
 
         it('a losing claim is one EVALSHA answered [0, the fields of the record in the way]', () =>
           observing(driver, {}, async (store, trips) => {
             const { winner, loser } = await losingClaim(store, claimRequest, trips);
+            expect(winner.pk).toBe(loser.pk);
             expect(trips).toEqual([
-              {
-                op: 'claim',
-                request: {
-                  command: 'EVALSHA',
-                  script: 'claim',
-                  keys: [recordKey(store, winner.pk), indexKey(store, scope)],
-                  args: claimArgs(loser),
-                },
-                response: [0, claimedFields(winner)],
-              },
+              { op: 'claim', request: claimCall(store, loser), response: [0, claimedFields(winner)] },
             ]);
           }));
 
@@ -209,28 +198,10 @@ describe.skipIf(!available)('redis store', () => {
             await expect(store.claim(req)).rejects.toThrow(
               `redis claim of ${recordKey(store, req.pk)}: written on the primary, not acknowledged: WAIT reached 0 of 1 replicas in 20 ms`,
             );
-            const args = [
-              String(T0),
-              req.fingerprint,
-              req.token,
-              req.id,
-              String(T0 + LEASE),
-              String(T0 + TTL),
-              String(TTL),
-              scope,
-              req.key,
-              req.key,
-            ];
             expect(trips).toEqual([
               {
                 op: 'claim',
-                request: {
-                  command: 'EVALSHA',
-                  script: 'claim',
-                  keys: [recordKey(store, req.pk), indexKey(store, scope)],
-                  args,
-                  wait: [1, 20],
-                },
+                request: { ...claimCall(store, req), wait: [1, 20] },
                 response: [[1, req.id, 0], 0],
               },
             ]);
