@@ -190,6 +190,7 @@ async function drive(server: Server, plain: boolean, label: string): Promise<voi
   const from = Number(process.env.BENCH_INSTR_FROM ?? 0);
   for (let i = 0; i < count; i++) {
     if (from > 0 && i === from) await instrumentFromHere();
+    if (process.env.BENCH_INSTR_TRACE && i % 1000 === 0) console.log(`request ${i}`);
     const status = await post(plain ? undefined : kind === 'new' ? `k${i}` : 'hot');
     if (status !== expected) throw new Error(`${label}: expected ${expected}, got ${status}`);
   }
@@ -258,8 +259,16 @@ async function viaFramework(name: 'fastify' | 'hono' | 'web', route: string): Pr
   for (const cleanup of cleanups) await cleanup();
 }
 
-/** Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered. */
+/**
+ * Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered.
+ * A full GC goes first (bench/instructions.ts runs Node with `--expose-gc`), uncounted: every window then starts
+ * from the same heap, and no mark-compact falls inside it (without it, one fell inside the 12,000-request run and
+ * not the 11,000 one: +179 M instructions, Idem's Express row read +21 % on a commit that changed nothing there).
+ * `BENCH_INSTR_TRACE=1` prints where each request starts and skips callgrind, for `--trace-gc` runs without valgrind.
+ */
 function instrumentFromHere(): Promise<void> {
+  (globalThis as { gc?: () => void }).gc?.();
+  if (process.env.BENCH_INSTR_TRACE) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const control = spawn('callgrind_control', ['-i', 'on', String(process.pid)], { stdio: 'ignore' });
     control.once('error', reject);

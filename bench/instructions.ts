@@ -113,7 +113,13 @@ if (built.status !== 0) fail(`could not bundle bench/instructions-run.ts: ${buil
  * build counted 2,672,308 and 2,873,605 instructions per new key, a mark-compact inside the window or not).
  * Scavenges, the GC that per-request garbage costs, still count.
  */
-const NODE_FLAGS = ['--single-threaded', '--predictable', '--no-warnings', '--initial-old-space-size=256'];
+const NODE_FLAGS = [
+  '--single-threaded',
+  '--predictable',
+  '--no-warnings',
+  '--initial-old-space-size=256',
+  '--expose-gc',
+];
 
 let runs = 0;
 /**
