@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -6,7 +6,6 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, describe, expect, it } from 'vitest';
 import { memoryStore } from 'idem/stores/memory';
-import { postgresStore } from 'idem/stores/postgres';
 import { sqliteStore } from 'idem/stores/sqlite';
 import { POSTGRES_URL, serviceAvailable } from '../../../../test/services.js';
 import { manualClock } from './clock.js';
@@ -16,6 +15,7 @@ import { recordPk } from './key.js';
 import { runLocal, type LocalContext, type LocalWorkResult } from './local.js';
 import type { IdempotencyStore, StoredResponse } from './record.js';
 import { waitFor } from '../testing/fixtures.js';
+import { postgresLedger } from '../testing/postgres-ledger.test-kit.js';
 
 const T0 = Date.parse('2026-01-01T00:00:00Z');
 const LEASE = 10_000;
@@ -74,19 +74,12 @@ async function sqliteBackend(): Promise<Backend> {
 async function postgresBackend(): Promise<Backend> {
   const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 12 });
   pools.push(pool);
-  const schema = `idem_local_${randomBytes(6).toString('hex')}`;
-  const store = postgresStore<pg.PoolClient>({ pool, schema });
-  await store.migrate();
-  await pool.query(`CREATE TABLE "${schema}".ledger (ref text PRIMARY KEY, amount integer NOT NULL)`);
-  drops.push(async () => void (await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)));
+  const { store, insert, ledger } = await postgresLedger(pool, 'idem_local', drops);
   return {
     name: 'postgres',
     store: store as unknown as IdempotencyStore<unknown>,
-    insert: (tx, ref, amount) =>
-      (tx as pg.PoolClient).query(`INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`, [ref, amount]),
-    ledger: async () =>
-      (await pool.query<{ ref: string; amount: number }>(`SELECT ref, amount FROM "${schema}".ledger ORDER BY ref`))
-        .rows,
+    insert: (tx, ref, amount) => insert(tx as pg.PoolClient, ref, amount),
+    ledger,
   };
 }
 

@@ -2,7 +2,7 @@
  * A `local` route: the claim, the handler's writes through `context.tx` and the record in ONE PostgreSQL
  * transaction, on the Web layer and on Express over real HTTP. Executions and ledger rows are counted.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import Database from 'better-sqlite3';
 import express from 'express';
@@ -15,6 +15,7 @@ import { sqliteStore } from 'idem/stores/sqlite';
 import { POSTGRES_URL, serviceAvailable } from '../../../../test/services.js';
 import { isIdempotencyError } from '../core/errors.js';
 import { waitFor } from '../testing/fixtures.js';
+import { postgresLedger } from '../testing/postgres-ledger.test-kit.js';
 import { idempotency, type HandlerContext } from './middleware.js';
 
 const pgAvailable = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -28,15 +29,7 @@ afterAll(async () => {
 async function backend() {
   const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 16 });
   pools.push(pool);
-  const schema = `idem_local_route_${randomBytes(6).toString('hex')}`;
-  const store = postgresStore<pg.PoolClient>({ pool, schema });
-  await store.migrate();
-  await pool.query(`CREATE TABLE "${schema}".ledger (ref text PRIMARY KEY, amount integer NOT NULL)`);
-  drops.push(async () => void (await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)));
-  const insert = (tx: pg.PoolClient, ref: string, amount: number) =>
-    tx.query(`INSERT INTO "${schema}".ledger (ref, amount) VALUES ($1, $2)`, [ref, amount]);
-  const ledger = async () =>
-    (await pool.query<{ ref: string; amount: number }>(`SELECT ref, amount FROM "${schema}".ledger ORDER BY ref`)).rows;
+  const { schema, store, insert, ledger } = await postgresLedger(pool, 'idem_local_route', drops);
   const records = async () =>
     (
       await pool.query<{ status: string; response_status: number | null }>(
