@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { expect } from 'vitest';
 import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -199,4 +200,24 @@ export async function seriousViolations(page: Page): Promise<AxeViolation[]> {
     }));
   });
   return violations.filter((v) => v.impact === 'serious' || v.impact === 'critical');
+}
+
+/**
+ * A page's last checks, then it is closed: no serious accessibility violation; its screenshot `name` (scrolled to
+ * the heading named `heading` first, when given); no script or console error.
+ *
+ * @example
+ * await closeChecked(page, 'lab-empty', viewport)
+ */
+export async function closeChecked(
+  page: Page & { errors: string[] },
+  name: string,
+  viewport: Viewport,
+  heading?: string | RegExp,
+): Promise<void> {
+  expect(await seriousViolations(page)).toEqual([]);
+  if (heading !== undefined) await page.getByRole('heading', { name: heading }).scrollIntoViewIfNeeded();
+  await screenshot(page, name, viewport);
+  expect(page.errors).toEqual([]);
+  await page.close();
 }

@@ -7,14 +7,14 @@ import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { GUIDED, callout, narration, outcomes, paymentRows, settled } from './lab-oracle.js';
 import {
-  VIEWPORTS,
+  type Browser,
   chromiumAvailable,
+  closeChecked,
   ensureBuilt,
   launch,
   screenshot,
-  seriousViolations,
   until,
-  type Browser,
+  VIEWPORTS,
 } from './harness.js';
 
 const total = (page: Page) => page.getByTestId('charged-total').textContent();
@@ -126,10 +126,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
         'In progress',
       ]);
       expect(await page.evaluate('document.documentElement.scrollWidth')).toBe(viewport.width);
-      expect(await seriousViolations(page)).toEqual([]);
-      await screenshot(page, 'lab-empty', viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, 'lab-empty', viewport);
     });
 
     it('Show me a replay after a dropped connection: one click, the retry replays, $500.00 charged once', async () => {
@@ -235,10 +232,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       );
       expect(await threads(page)).toEqual([['dropped', 'charged']]);
       expect(await serverBalance(page, server.url)).toEqual({ object: 'balance', charged: 100000, count: 2 });
-      expect(await seriousViolations(page)).toEqual([]);
-      await screenshot(page, 'lab-show-double', viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, 'lab-show-double', viewport);
     });
 
     it('every control narrates: flaky Charge, Retry, Tamper, New key', async () => {
@@ -345,11 +339,7 @@ describe.skipIf(!chromiumAvailable())('lab page in Chromium', () => {
       ]);
       const measured = await layout(page);
       expect(measured).toEqual({ pageWidth: viewport.width, timelineOverflow: 0, clipped: [], smallest: 12 });
-      expect(await seriousViolations(page)).toEqual([]);
-      await page.getByRole('heading', { name: 'Timeline' }).scrollIntoViewIfNeeded();
-      await screenshot(page, 'lab-timeline', viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, 'lab-timeline', viewport, 'Timeline');
     });
 
     it('keys off, Charge twice: two payments, each charged once, and no idempotency rows', async () => {

@@ -5,8 +5,11 @@
  */
 import { expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { screenshot, seriousViolations, until } from './harness.js';
-import { eachModelPage, lit, rowOf, step as checked } from './model-kit.js';
+import { closeChecked, until } from './harness.js';
+import { eachModelPage, keyFromNote, lit, rowOf, step as checked } from './model-kit.js';
+
+/** The note's sentence that names the key the section wrote. */
+const WROTE = /^Wrote (expiring-[0-9a-f]{12}) /;
 
 eachModelPage('model page expiry in Chromium', (store, demo, viewport) => {
   const step = (page: Page, key: string, button: string) => checked(page, demo.url(), 'expiry-output', key, button);
@@ -91,11 +94,7 @@ eachModelPage('model page expiry in Chromium', (store, demo, viewport) => {
       const after = await step(page, key, 'Read it');
       expect(after.message).toMatch(/^found: status in_progress; its lease holds for another/);
       expect(await page.locator('#read-key').inputValue()).toBe('seed-succeeded');
-      expect(await seriousViolations(page)).toEqual([]);
-      await page.getByRole('heading', { name: 'Expiry' }).scrollIntoViewIfNeeded();
-      await screenshot(page, `model-${store.name}-expiry`, viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, `model-${store.name}-expiry`, viewport, 'Expiry');
     },
   );
 
@@ -103,11 +102,7 @@ eachModelPage('model page expiry in Chromium', (store, demo, viewport) => {
     'after the countdown, the clock says whether the store still holds the row, as the API finds it (issue 28, finding 5)',
     async () => {
       const page = await demo.open(viewport);
-      await page.getByRole('button', { name: 'Write a row with a 10 s TTL' }).click();
-      await page.getByTestId('expiry-note').waitFor();
-      const key = /^Wrote (expiring-[0-9a-f]{12}) /.exec(
-        (await page.getByTestId('expiry-note').textContent()) ?? '',
-      )?.[1];
+      const key = await keyFromNote(page, 'Write a row with a 10 s TTL', 'expiry-note', WROTE);
       const clock = page.getByTestId('expiry-clock');
       // Wait for the countdown to pass expiresAt and for the clock to say something about the row being stored.
       await until(
@@ -118,7 +113,7 @@ eachModelPage('model page expiry in Chromium', (store, demo, viewport) => {
         20_000,
       );
       const said = (await clock.textContent()) ?? '';
-      const held = (await rowOf(page, demo.url(), key ?? '')) !== null;
+      const held = (await rowOf(page, demo.url(), key)) !== null;
       expect([held, /no longer/.test(said) ? false : /still/.test(said) ? true : null]).toEqual([held, held]);
       await page.close();
     },

@@ -259,3 +259,10 @@ export async function lit(page: Page) {
     status: document.querySelector('[data-testid="machine-status"]')?.getAttribute('data-transition') ?? null,
   }));
 }
+
+/** Clicks `button`, waits for the note with test id `note`, and returns the key it names (`pattern`'s group, or ''). */
+export async function keyFromNote(page: Page, button: string, note: string, pattern: RegExp): Promise<string> {
+  await page.getByRole('button', { name: button }).click();
+  await page.getByTestId(note).waitFor();
+  return pattern.exec((await page.getByTestId(note).textContent()) ?? '')?.[1] ?? '';
+}

@@ -5,8 +5,11 @@
  */
 import { expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
-import { screenshot, seriousViolations, until } from './harness.js';
-import { acted, eachModelPage, lit, rowOf, step as checked, untrue } from './model-kit.js';
+import { closeChecked, until } from './harness.js';
+import { acted, eachModelPage, keyFromNote, lit, rowOf, step as checked, untrue } from './model-kit.js';
+
+/** The note's sentence that names the key the section wrote. */
+const HOLDS = /^Attempt A holds (crash-[0-9a-f]{8}) /;
 
 eachModelPage('model page state machine in Chromium', (store, demo, viewport) => {
   const step = (page: Page, output: string, key: string, button: string) =>
@@ -74,11 +77,7 @@ eachModelPage('model page state machine in Chromium', (store, demo, viewport) =>
       await expectLit(page, null, 'in_progress');
 
       expect(await page.evaluate('document.documentElement.scrollWidth')).toBe(viewport.width);
-      expect(await seriousViolations(page)).toEqual([]);
-      await page.getByRole('heading', { name: 'The state machine' }).scrollIntoViewIfNeeded();
-      await screenshot(page, `model-${store.name}-machine`, viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, `model-${store.name}-machine`, viewport, 'The state machine');
     },
   );
 
@@ -104,11 +103,7 @@ eachModelPage('model page state machine in Chromium', (store, demo, viewport) =>
     'a crash mid-charge: refused while the lease holds, taken over with the same id once it lapses, the late write refused',
     async () => {
       const page = await demo.open(viewport);
-      await page.getByRole('button', { name: 'Attempt A: claim with a 3 s lease' }).click();
-      await page.getByTestId('lapse-note').waitFor();
-      const key =
-        /^Attempt A holds (crash-[0-9a-f]{8}) /.exec((await page.getByTestId('lapse-note').textContent()) ?? '')?.[1] ??
-        '';
+      const key = await keyFromNote(page, 'Attempt A: claim with a 3 s lease', 'lapse-note', HOLDS);
       expect(key).toMatch(/^crash-[0-9a-f]{8}$/);
       // The key was new: the claim's sentence is checked against no row before and the row now.
       const first = await rowOf(page, demo.url(), key);
@@ -134,11 +129,7 @@ eachModelPage('model page state machine in Chromium', (store, demo, viewport) =>
         'refused: nothing written. The row is in_progress under another token: the key was taken over, and only its current holder may write.',
       );
       await expectLit(page, null, 'in_progress');
-      expect(await seriousViolations(page)).toEqual([]);
-      await page.getByRole('heading', { name: /^A crash mid-charge/ }).scrollIntoViewIfNeeded();
-      await screenshot(page, `model-${store.name}-lapse`, viewport);
-      expect(page.errors).toEqual([]);
-      await page.close();
+      await closeChecked(page, `model-${store.name}-lapse`, viewport, /^A crash mid-charge/);
     },
   );
 });

@@ -7,7 +7,7 @@
 import { expect, it } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir } from '../harness.js';
-import { VIEWPORTS, screenshot, seriousViolations, until } from './harness.js';
+import { closeChecked, screenshot, until, VIEWPORTS } from './harness.js';
 import { eachModelPage, type ModelStore } from './model-kit.js';
 
 const ATTRIBUTES = [
@@ -149,10 +149,7 @@ eachModelPage(
           /hands it to the processor as the processor's idempotency key/,
         );
         expect(await page.evaluate('document.documentElement.scrollWidth')).toBe(viewport.width);
-        expect(await seriousViolations(page)).toEqual([]);
-        await screenshot(page, `model-${store.name}-item`, viewport);
-        expect(page.errors).toEqual([]);
-        await page.close();
+        await closeChecked(page, `model-${store.name}-item`, viewport);
       },
     );
 
@@ -208,11 +205,7 @@ eachModelPage(
         expect(await result.locator('[data-verdict="lost"] details').last().locator('pre').textContent()).toMatch(
           /^kind: "existing"/,
         );
-        expect(await seriousViolations(page)).toEqual([]);
-        await page.getByRole('heading', { name: 'Race two claims' }).scrollIntoViewIfNeeded();
-        await screenshot(page, `model-${store.name}-race`, viewport);
-        expect(page.errors).toEqual([]);
-        await page.close();
+        await closeChecked(page, `model-${store.name}-race`, viewport, 'Race two claims');
       },
     );
 
