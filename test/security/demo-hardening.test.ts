@@ -24,25 +24,27 @@ const MiB = 1_048_576;
 const ALICE = 'Bearer sk_test_alice';
 const CHARGE = '{"amount":500}';
 
+/** The demo on the memory store and ledger, with `env` on top. */
+const inMemory = (env: Record<string, string> = {}) =>
+  startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', ...env });
+
 /** A request's bytes with exactly the given headers (no Host or Connection added). */
 const bare = (method: string, target: string, headers: ReadonlyArray<readonly [string, string]>, body = '') =>
   rawRequest(method, target, headers, body, { bare: true });
 
-/** A keyed charge by Alice as raw bytes, its Content-Length the charge's; `after` follows it on the wire. */
-const alicesCharge = (after = '', extra: ReadonlyArray<readonly [string, string]> = []) =>
+/** A JSON POST to /v1/charges by Alice as raw bytes: Host, Authorization and Content-Type, then `headers`. */
+const alicesPost = (headers: ReadonlyArray<readonly [string, string]>, body = '') =>
   bare(
     'POST',
     '/v1/charges',
-    [
-      ['Host', '127.0.0.1'],
-      ['Authorization', ALICE],
-      ['Content-Type', 'application/json'],
-      ['Idempotency-Key', randomUUID()],
-      ['Content-Length', String(CHARGE.length)],
-      ...extra,
-    ],
-    CHARGE + after,
+    [['Host', '127.0.0.1'], ['Authorization', ALICE], ['Content-Type', 'application/json'], ...headers],
+    body,
   );
+const LENGTH = ['Content-Length', String(CHARGE.length)] as const;
+
+/** A keyed charge by Alice as raw bytes, its Content-Length the charge's; `after` follows it on the wire. */
+const alicesCharge = (after = '', extra: ReadonlyArray<readonly [string, string]> = []) =>
+  alicesPost([['Idempotency-Key', randomUUID()], LENGTH, ...extra], CHARGE + after);
 
 /** Status, content type and problem type of a raw outcome; the outcome's kind when nothing was answered. */
 function summary(outcome: RawOutcome): unknown {
@@ -60,7 +62,7 @@ describe('the Host allow-list and the metrics listener', () => {
   let server: DemoProcess;
   let metricsUrl: string;
   beforeAll(async () => {
-    server = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:', IDEM_METRICS_PORT: '0' });
+    server = await inMemory({ IDEM_METRICS_PORT: '0' });
     metricsUrl = /metrics: (http:\/\/\S+\/metrics)/.exec(server.output())?.[1] ?? 'metrics URL not printed';
   });
   afterAll(async () => {
@@ -123,11 +125,7 @@ describe('the Host allow-list and the metrics listener', () => {
   });
 
   it('IDEM_ALLOWED_HOSTS replaces the loopback names: a listed name is served (any port, or the one listed); localhost is 421', async () => {
-    const named = await startDemo({
-      IDEM_STORE: 'memory:',
-      IDEM_LEDGER: ':memory:',
-      IDEM_ALLOWED_HOSTS: 'pay.example.test,Admin.example.test:8443',
-    });
+    const named = await inMemory({ IDEM_ALLOWED_HOSTS: 'pay.example.test,Admin.example.test:8443' });
     try {
       const status = async (host: string) =>
         summary(
@@ -186,7 +184,7 @@ describe('the Host allow-list and the metrics listener', () => {
 describe('the body is read only after authentication', () => {
   let server: DemoProcess;
   beforeAll(async () => {
-    server = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:' });
+    server = await inMemory();
   });
   afterAll(async () => {
     await server?.stop();
@@ -220,17 +218,7 @@ describe('the body is read only after authentication', () => {
     const refused = await hold(server.url, head('Bearer sk_test_mallory', [['Expect', '100-continue']]));
     expect(await statusLine(refused)).toBe('HTTP/1.1 401 Unauthorized');
     await refused.closed; // the body was never asked for: the connection closes after the answer
-    const admitted = await hold(
-      server.url,
-      bare('POST', '/v1/charges', [
-        ['Host', '127.0.0.1'],
-        ['Authorization', ALICE],
-        ['Content-Type', 'application/json'],
-        ['Content-Length', String(CHARGE.length)],
-        ['Expect', '100-continue'],
-        ['Connection', 'close'],
-      ]),
-    );
+    const admitted = await hold(server.url, alicesPost([LENGTH, ['Expect', '100-continue'], ['Connection', 'close']]));
     expect(await statusLine(admitted)).toBe('HTTP/1.1 100 Continue');
     admitted.socket.write(CHARGE);
     await admitted.closed;
@@ -268,17 +256,7 @@ describe('the body is read only after authentication', () => {
   });
 
   it('pipelined behind a charge, a malformed request’s 400 waits its turn: the charge’s 201 comes first', async () => {
-    const malformed = bare(
-      'POST',
-      '/v1/charges',
-      [
-        ['Host', '127.0.0.1'],
-        ['Authorization', ALICE],
-        ['Content-Type', 'application/json'],
-        ['Transfer-Encoding', 'chunked'],
-      ],
-      'zz\r\n{}\r\n0\r\n\r\n', // a chunk size that is not hex
-    );
+    const malformed = alicesPost([['Transfer-Encoding', 'chunked']], 'zz\r\n{}\r\n0\r\n\r\n'); // a chunk size that is not hex
     const both = await hold(server.url, Buffer.concat([Buffer.from(alicesCharge()), Buffer.from(malformed)]));
     await both.closed;
     const statuses = [...both.received().matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => m[1]);
@@ -341,9 +319,7 @@ describe('the body is read only after authentication', () => {
 
 describe('the connection cap and the timeouts', () => {
   it('connections beyond IDEM_MAX_CONNECTIONS are closed unanswered; the held ones stay; once they go, a new one is served', async () => {
-    const server = await startDemo({
-      IDEM_STORE: 'memory:',
-      IDEM_LEDGER: ':memory:',
+    const server = await inMemory({
       IDEM_MAX_CONNECTIONS: '8',
       // The cap alone: one address may hold all of it here (the share is in fair-connections.test.ts).
       IDEM_MAX_CONNECTIONS_PER_ADDRESS: '8',
@@ -394,33 +370,17 @@ describe('the connection cap and the timeouts', () => {
   });
 
   it('headers, or a whole request, that do not arrive in time get a 408 problem and the connection is closed', async () => {
-    const server = await startDemo({
-      IDEM_STORE: 'memory:',
-      IDEM_LEDGER: ':memory:',
-      IDEM_HEADERS_TIMEOUT_MS: '500',
-      IDEM_REQUEST_TIMEOUT_MS: '1000',
-    });
+    const server = await inMemory({ IDEM_HEADERS_TIMEOUT_MS: '500', IDEM_REQUEST_TIMEOUT_MS: '1000' });
     try {
       const slowHeaders = await rawExchange(
         server.url,
         'POST /v1/charges HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bea',
         { end: false, timeoutMs: 8_000 },
       );
-      const slowBody = await rawExchange(
-        server.url,
-        bare(
-          'POST',
-          '/v1/charges',
-          [
-            ['Host', '127.0.0.1'],
-            ['Authorization', ALICE],
-            ['Content-Type', 'application/json'],
-            ['Content-Length', String(CHARGE.length)],
-          ],
-          CHARGE.slice(0, 5),
-        ),
-        { end: false, timeoutMs: 8_000 },
-      );
+      const slowBody = await rawExchange(server.url, alicesPost([LENGTH], CHARGE.slice(0, 5)), {
+        end: false,
+        timeoutMs: 8_000,
+      });
       const timedOut = [408, 'urn:idem:problem:request-timeout'];
       expect([summary(slowHeaders), summary(slowBody)]).toEqual([timedOut, timedOut]);
       expect([slowHeaders.kind === 'response' && slowHeaders.headers.get('connection')]).toEqual(['close']);
@@ -434,7 +394,7 @@ describe('the connection cap and the timeouts', () => {
 
 describe.skipIf(process.platform !== 'linux')('memory under slow anonymous senders', () => {
   it('64 slow senders of 1 MiB bodies with a bad key: each gets its 401 at once, and RSS grows by under 16 MiB', async () => {
-    const server = await startDemo({ IDEM_STORE: 'memory:', IDEM_LEDGER: ':memory:' });
+    const server = await inMemory();
     const senders: Held[] = [];
     try {
       const pid = server.child.pid as number;
