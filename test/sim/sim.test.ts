@@ -64,6 +64,23 @@ describe('the invariant checker', () => {
   });
   const claimed = (checker: Checker, r: IdempotencyRecord, before: IdempotencyRecord | null = null, now = 0) =>
     checker.onStoreOp('claim', r.pk, { now, token: r.token }, before, r, { kind: 'claimed', record: r }, false);
+  /** A checker that has seen `live` (a default record) claimed. */
+  const holding = () => {
+    const checker = new Checker(() => {});
+    const live = record();
+    claimed(checker, live);
+    return { checker, live };
+  };
+  /** A claim of `at`'s key at `now` by `token` (fingerprint f1) that found `before` (`at` itself unless given). */
+  const claimAt = (
+    checker: Checker,
+    now: number,
+    token: string,
+    at: IdempotencyRecord,
+    after: IdempotencyRecord,
+    result: Parameters<Checker['onStoreOp']>[5],
+    before: IdempotencyRecord = at,
+  ) => checker.onStoreOp('claim', at.pk, { now, token, fingerprint: 'f1' }, before, after, result, false);
 
   it('a completion with a stale token that changes the record breaks "stale-write"', () => {
     const checker = new Checker(() => {});
@@ -85,9 +102,7 @@ describe('the invariant checker', () => {
   });
 
   it('two final answers of one life must be the same bytes; a 503 committed before the success may arrive after it', () => {
-    const checker = new Checker(() => {});
-    const live = record();
-    claimed(checker, live);
+    const { checker, live } = holding();
     const failed = record({ status: 'failed', retryable: true, response: response(503, '{"e":1}') });
     checker.onStoreOp('complete', live.pk, { token: 't1' }, live, failed, { ok: true }, false);
     const retaken = record({ token: 't2' });
@@ -120,39 +135,15 @@ describe('the invariant checker', () => {
     const checker = new Checker(() => {});
     const done = record({ status: 'succeeded', response: response(201, '{}'), expiresAt: 5_000 });
     claimed(checker, done);
-    checker.onStoreOp(
-      'claim',
-      done.pk,
-      { now: 4_999, token: 't9', fingerprint: 'f1' },
-      done,
-      done,
-      { kind: 'existing', record: done },
-      false,
-    );
+    claimAt(checker, 4_999, 't9', done, done, { kind: 'existing', record: done });
     expect(checker.violation).toBe(undefined);
-    checker.onStoreOp(
-      'claim',
-      done.pk,
-      { now: 5_000, token: 't9', fingerprint: 'f1' },
-      done,
-      done,
-      { kind: 'existing', record: done },
-      false,
-    );
+    claimAt(checker, 5_000, 't9', done, done, { kind: 'existing', record: done });
     expect(checker.violation?.invariant).toBe('claim-decision');
     const other = new Checker(() => {});
     const live = record();
     claimed(other, live);
     const taken = record({ token: 't2' });
-    other.onStoreOp(
-      'claim',
-      live.pk,
-      { now: 9_999, token: 't2', fingerprint: 'f1' },
-      live,
-      taken,
-      { kind: 'claimed', record: taken },
-      false,
-    );
+    claimAt(other, 9_999, 't2', live, taken, { kind: 'claimed', record: taken });
     expect(other.violation?.invariant).toBe('claim-decision');
   });
 
@@ -187,9 +178,7 @@ describe('the invariant checker', () => {
   });
 
   it('a 503 recorded as final, or replayed, breaks "outcome-class"', () => {
-    const checker = new Checker(() => {});
-    const live = record();
-    claimed(checker, live);
+    const { checker, live } = holding();
     const failed = record({ status: 'failed', retryable: false, response: response(503, '{}') });
     checker.onStoreOp('complete', live.pk, { token: 't1' }, live, failed, { ok: true }, false);
     expect(checker.violation?.message).toBe(
@@ -198,9 +187,7 @@ describe('the invariant checker', () => {
   });
 
   it('a ledger row committed with a retryable outcome breaks "effects-on-retryable"', () => {
-    const checker = new Checker(() => {});
-    const live = record();
-    claimed(checker, live);
+    const { checker, live } = holding();
     const row = { recordId: 'id1', pk: live.pk, chargeId: 'failed-a0', amount: 100 };
     checker.onLedgerRow(row, record({ status: 'succeeded', response: response(201, '{}') }));
     expect(checker.violation).toBe(undefined);
@@ -219,22 +206,12 @@ describe('the invariant checker', () => {
     claimed(other, live);
     const expired = record({ expiresAt: 20_000, leaseExpiresAt: 20_500 });
     const taken = record({ id: 'id2', token: 't2', claimedAt: 20_100 });
-    other.onStoreOp(
-      'claim',
-      live.pk,
-      { now: 20_100, token: 't2', fingerprint: 'f1' },
-      expired,
-      taken,
-      { kind: 'claimed', record: taken },
-      false,
-    );
+    claimAt(other, 20_100, 't2', live, taken, { kind: 'claimed', record: taken }, expired);
     expect(other.violation?.message).toMatch(/^a claim of IDEMPOTENCY#acct_a#k at -\d+ took over a live lease/);
   });
 
   it('a fresh answer no completion committed breaks "answer-without-record"', () => {
-    const checker = new Checker(() => {});
-    const live = record();
-    claimed(checker, live);
+    const { checker } = holding();
     checker.onAnswer('a', answer(record({ status: 'succeeded', response: response(201, '{"id":"ch_1"}') })));
     expect(checker.violation?.invariant).toBe('answer-without-record');
   });
