@@ -4,14 +4,13 @@
  * where the journal's insert awaits the database); and a marking pass that fails is tried again.
  */
 import Database from 'better-sqlite3';
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from 'idem/stores/memory';
+import { withPostgresLedger } from '../../../test/fixtures/demo.js';
 import { POSTGRES_URL, serviceAvailable } from '../../../test/services.js';
 import { createApp } from './app.js';
 import type { LabEntry } from './lab-journal.js';
 import { SqliteLedger, type Ledger } from './ledger.js';
-import { PostgresLedger } from './ledger-postgres.js';
 
 const SANDBOX = 'sk_lab_resetrace12345678';
 
@@ -47,12 +46,7 @@ function lab(ledger: Ledger) {
 describe('lab Reset against running requests', () => {
   it('PostgreSQL ledger: 30 charges each racing a Reset leave no charge that no entry names', async ({ skip }) => {
     if (!(await serviceAvailable('postgres', POSTGRES_URL))) skip();
-    const schema = `lab_reset_${process.pid}`;
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 8 });
-    try {
-      await pool.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
-      const ledger = new PostgresLedger(pool, schema);
-      await ledger.migrate();
+    await withPostgresLedger(`lab_reset_${process.pid}`, 8, async (ledger) => {
       const { call, charge, history } = lab(ledger);
       const outcomes = new Set<string>();
       for (let i = 0; i < 30; i++) {
@@ -64,10 +58,7 @@ describe('lab Reset against running requests', () => {
       }
       // Every pairing seen is one of: the charge first (Reset refused, or after it), or the Reset first.
       for (const seen of outcomes) expect(['201/200', '201/409', '409/200']).toContain(seen);
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 
   it('a start-up marking pass that fails is tried again: interrupted once the database answers', async () => {

@@ -5,16 +5,15 @@
  * are now. So every ledger row of a sandbox account is named by an entry the page reads.
  */
 import Database from 'better-sqlite3';
-import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { recordPk } from 'idem';
 import { sqliteStore } from 'idem/stores/sqlite';
+import { withPostgresLedger } from '../../../test/fixtures/demo.js';
 import { POSTGRES_URL, serviceAvailable } from '../../../test/services.js';
 import { createApp } from './app.js';
 import { LAB_HISTORY_LIMIT, type LabEntry } from './lab-journal.js';
 import { ACCOUNT, sandboxClient } from './lab-journal.test-kit.js';
 import { SqliteLedger } from './ledger.js';
-import { PostgresLedger } from './ledger-postgres.js';
 
 function lab() {
   const db = new Database(':memory:');
@@ -158,20 +157,12 @@ describe('the lab history is whole', () => {
 describe('PostgresLedger: the history limit holds under concurrent inserts', () => {
   it('20 inserts at once with 10 places: exactly 10 rows', async ({ skip }) => {
     if (!(await serviceAvailable('postgres', POSTGRES_URL))) skip();
-    const schema = `lab_whole_${process.pid}`;
-    const pool = new pg.Pool({ connectionString: POSTGRES_URL, max: 20 });
-    try {
-      await pool.query(`CREATE SCHEMA IF NOT EXISTS "${schema}"`);
-      const ledger = new PostgresLedger(pool, schema);
-      await ledger.migrate();
+    await withPostgresLedger(`lab_whole_${process.pid}`, 20, async (ledger) => {
       const seqs = await Promise.all(
         Array.from({ length: 20 }, (_, i) => ledger.journal('acct', null, `{"n":${i}}`, 10)),
       );
       expect([seqs.filter((s) => s !== null).length, seqs.filter((s) => s === null).length]).toEqual([10, 10]);
       expect((await ledger.history('acct', 100)).length).toBe(10);
-    } finally {
-      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await pool.end();
-    }
+    });
   });
 });
