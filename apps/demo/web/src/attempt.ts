@@ -2,7 +2,7 @@
  * @module One request from the lab page: what the browser sent and saw, joined with the server's own account of it
  * (`GET /v1/lab/history`), and the outcome the page shows, read from that account first.
  */
-import type { LabEntry, LabFaults, LabTakeover } from './api.js';
+import type { LabEntry } from './api.js';
 
 /** What happened to a request, as the server's history tells it (or the browser, while there is none to read). */
 export type Outcome =
@@ -33,21 +33,16 @@ export type Outcome =
   /** No answer, and the server's history could not be read: nothing is known. */
   | 'unknown';
 
-/** One logical request: what the person asked for. */
-export interface Spec {
-  /** The control that sent it: Charge, Retry, Race, Tamper, Auto-retry, or a guided run's step. */
-  readonly control: string;
-  /** The payment the person meant: a charge and its retries share it. */
+/**
+ * One logical request: what the person asked for. Its fields mean what they mean in the server's history entry
+ * (`takeover`: the policy and processor it asks for; absent, the defaults), but for `payment`, which the page always
+ * names.
+ */
+export interface Spec extends Pick<
+  LabEntry,
+  'control' | 'group' | 'key' | 'amount' | 'source' | 'faults' | 'takeover'
+> {
   readonly payment: string;
-  /** Requests sent together by one Race share it. */
-  readonly group: string | null;
-  /** The Idempotency-Key sent, or null when keys are off. */
-  readonly key: string | null;
-  readonly amount: number;
-  readonly source: string;
-  readonly faults: LabFaults;
-  /** The takeover policy and the processor's kind it asks for (`Idem-Lab-Takeover`, `Idem-Lab-Processor`); absent: the defaults. */
-  readonly takeover?: LabTakeover;
 }
 
 /** One request as sent: its spec, and what the browser and the server's history say happened to it. */
