@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import type { Page } from 'playwright-core';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
+import type { ModelRecord } from '../../apps/demo/web/src/model-types.js';
 import { VIEWPORTS, chromiumAvailable, ensureBuilt, launch, until, type Browser, type Viewport } from './harness.js';
 
 const postgres = await serviceAvailable('PostgreSQL', POSTGRES_URL);
@@ -121,19 +122,8 @@ export function serveModel(store: ModelStore, browser: () => Browser) {
   };
 }
 
-/** A record as `GET /v1/model/read` returns it. */
-export interface Row {
-  readonly key: string;
-  readonly status: 'in_progress' | 'succeeded' | 'failed';
-  readonly id: string;
-  readonly token: string;
-  readonly claimedAt: number;
-  readonly leaseExpiresAt: number;
-  readonly expiresAt: number;
-  readonly retryable: boolean | null;
-  readonly resultId: string | null;
-  readonly responseStatus: number | null;
-}
+/** A record as `GET /v1/model/read` returns it: the page's record but its address and fingerprint. */
+export type Row = Omit<ModelRecord, 'pk' | 'fingerprint'>;
 
 /** The row under `key` in the page's own sandbox, read through the model API (null: the store holds none). */
 export async function rowOf(page: Page, url: string, key: string): Promise<Row | null> {

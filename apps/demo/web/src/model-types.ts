@@ -2,9 +2,12 @@
  * @module What `/v1/model/*` answers, as the model page reads it. The readings' types are the server's own
  * (apps/demo/src/model-reading.ts), imported as types only.
  */
+import type { IdempotencyRecord } from 'idem';
 import type { ModelState, Reading, TransitionName } from '../../src/model-reading.js';
 
 export type { ModelState, Reading, TransitionName };
+/** What refused a losing claim, as `/v1/model/race` reports it. */
+export type { Refusal } from '../../src/model-race.js';
 
 export interface Trip {
   readonly op: string;
@@ -13,18 +16,12 @@ export interface Trip {
   readonly error?: unknown;
 }
 
-export interface ModelRecord {
-  readonly pk: string;
-  readonly key: string;
-  readonly status: 'in_progress' | 'succeeded' | 'failed';
-  readonly fingerprint: string;
-  readonly id: string;
-  readonly token: string;
-  readonly claimedAt: number;
-  readonly leaseExpiresAt: number;
-  readonly expiresAt: number;
+/** A record as the model API sends it: the library's, its response reduced to the status; `retryable` null off `failed`. */
+export interface ModelRecord extends Pick<
+  IdempotencyRecord,
+  'pk' | 'key' | 'status' | 'fingerprint' | 'id' | 'token' | 'claimedAt' | 'leaseExpiresAt' | 'expiresAt' | 'resultId'
+> {
   readonly retryable: boolean | null;
-  readonly resultId: string | null;
   readonly responseStatus: number | null;
 }
 
@@ -46,16 +43,6 @@ export interface Operation {
 }
 
 export type ClaimValue = { kind: 'claimed' | 'existing'; record: ModelRecord };
-
-/** What refused a losing claim, as `/v1/model/race` reports it. */
-export interface Refusal {
-  readonly trip: number;
-  readonly statement: number | null;
-  /** What refused the loser: a conditional write's condition, a pre-read, or one in-process step (memory). */
-  readonly by: 'write' | 'read' | 'step';
-  readonly text: string;
-  readonly condition: string | null;
-}
 
 export interface Info {
   readonly store: string;
