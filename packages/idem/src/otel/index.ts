@@ -164,109 +164,127 @@ export function idemTracing({
     return subject(scope, pk.slice(second + 1));
   };
 
-  function wrap<S extends IdempotencyStore<unknown>>(store: S): S {
-    const inner: IdempotencyStore<unknown> = store;
-    const name = inner.name;
-    const written = (result: { ok: boolean }): Attributes => ({ 'idem.written': result.ok });
-    /** A write named by the record's `pk` alone, its span saying whether it wrote: renew and release. */
-    const fenced =
-      <R extends { readonly pk: string }, T extends { ok: boolean }>(op: TracedOp, call: (request: R) => Promise<T>) =>
-      (request: R) =>
-        traced(
-          op,
-          name,
-          () => fromPk(request.pk),
-          () => call(request),
-          written,
-        );
-    const calls: Pick<IdempotencyStore<unknown>, TracedOp> = {
-      claim: (request) =>
-        traced(
-          'claim',
-          name,
-          () => subject(request.scope, request.key),
-          () => inner.claim(request),
-          (result) => ({
-            'idem.decision': claimDecision(result.kind, result.record, request.id, request.fingerprint, request.now),
-            'idem.record_id': result.record.id,
-          }),
-        ),
-      complete: (request) =>
-        traced(
-          'complete',
-          name,
-          () => ({
-            ...fromPk(request.pk),
-            'idem.outcome':
-              request.outcome.status === 'succeeded'
-                ? 'succeeded'
-                : request.outcome.retryable
-                  ? 'failed-retryable'
-                  : 'failed-final',
-            'idem.effects': request.effects !== undefined,
-            ...(request.outcome.response ? { 'idem.response_status': request.outcome.response.status } : {}),
-          }),
-          () => inner.complete(request),
-          written,
-        ),
-      renew: fenced('renew', (request) => inner.renew(request)),
-      release: fenced('release', (request) => inner.release(request)),
-      get: (pk) =>
-        traced(
-          'get',
-          name,
-          () => fromPk(pk),
-          () => inner.get(pk),
-          (record) => ({
-            'idem.found': record !== null,
-            ...(record ? { 'idem.record_status': record.status } : {}),
-          }),
-        ),
-    };
-    // The store's own members stay reachable, called on the store itself (its #private fields need it).
-    return new Proxy(store, {
-      get(target, property) {
-        if (Object.hasOwn(calls, property)) return calls[property as TracedOp];
-        const value: unknown = Reflect.get(target, property, target);
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-      },
-    });
-  }
+  const wrap = <S extends IdempotencyStore<unknown>>(store: S): S => tracedStore(store, traced, subject, fromPk);
 
-  const onEvent = (event: IdempotencyEvent): void => {
-    safely(() => {
-      const span = trace.getActiveSpan();
-      if (!span?.isRecording()) return;
-      if (event.type === 'store_op') return;
-      if (event.type === 'refused') {
-        span.setAttributes({ 'idem.decision': 'refused', 'idem.refused_reason': event.reason });
-        return;
-      }
-      const about: Attributes = {
-        ...subject(event.scope, event.key),
-        ...(event.id === undefined ? {} : { 'idem.record_id': event.id }),
-      };
-      switch (event.type) {
-        case 'executed':
-          span.setAttributes({ ...about, 'idem.decision': 'executed', 'idem.outcome': event.outcome });
-          return;
-        case 'replayed':
-        case 'in_flight':
-        case 'mismatch':
-          span.setAttributes({ ...about, 'idem.decision': event.type });
-          return;
-        case 'takeover':
-        case 'lease_lost':
-          span.addEvent(`idem.${event.type}`, about);
-          return;
-        case 'stale_write_refused':
-          span.addEvent('idem.stale_write_refused', { ...about, 'idem.op': event.op });
-          return;
-      }
-    });
-  };
+  const onEvent = (event: IdempotencyEvent): void => safely(() => annotate(event, subject));
 
   return { store: wrap, onRoundTrip, onEvent };
+}
+
+/** `idemTracing`'s `traced`: one store call in its span (see there). */
+type Traced = <T>(
+  op: TracedOp,
+  name: string,
+  about: () => Attributes,
+  call: () => Promise<T>,
+  describe: (value: T) => Attributes,
+) => Promise<T>;
+
+/** The store with its traced calls in spans; its other members reached on the store itself. */
+function tracedStore<S extends IdempotencyStore<unknown>>(
+  store: S,
+  traced: Traced,
+  subject: (scope: string, key: string) => Attributes,
+  fromPk: (pk: string) => Attributes,
+): S {
+  const inner: IdempotencyStore<unknown> = store;
+  const name = inner.name;
+  const written = (result: { ok: boolean }): Attributes => ({ 'idem.written': result.ok });
+  /** A write named by the record's `pk` alone, its span saying whether it wrote: renew and release. */
+  const fenced =
+    <R extends { readonly pk: string }, T extends { ok: boolean }>(op: TracedOp, call: (request: R) => Promise<T>) =>
+    (request: R) =>
+      traced(
+        op,
+        name,
+        () => fromPk(request.pk),
+        () => call(request),
+        written,
+      );
+  const calls: Pick<IdempotencyStore<unknown>, TracedOp> = {
+    claim: (request) =>
+      traced(
+        'claim',
+        name,
+        () => subject(request.scope, request.key),
+        () => inner.claim(request),
+        (result) => ({
+          'idem.decision': claimDecision(result.kind, result.record, request.id, request.fingerprint, request.now),
+          'idem.record_id': result.record.id,
+        }),
+      ),
+    complete: (request) =>
+      traced(
+        'complete',
+        name,
+        () => ({
+          ...fromPk(request.pk),
+          'idem.outcome':
+            request.outcome.status === 'succeeded'
+              ? 'succeeded'
+              : request.outcome.retryable
+                ? 'failed-retryable'
+                : 'failed-final',
+          'idem.effects': request.effects !== undefined,
+          ...(request.outcome.response ? { 'idem.response_status': request.outcome.response.status } : {}),
+        }),
+        () => inner.complete(request),
+        written,
+      ),
+    renew: fenced('renew', (request) => inner.renew(request)),
+    release: fenced('release', (request) => inner.release(request)),
+    get: (pk) =>
+      traced(
+        'get',
+        name,
+        () => fromPk(pk),
+        () => inner.get(pk),
+        (record) => ({
+          'idem.found': record !== null,
+          ...(record ? { 'idem.record_status': record.status } : {}),
+        }),
+      ),
+  };
+  // The store's own members stay reachable, called on the store itself (its #private fields need it).
+  return new Proxy(store, {
+    get(target, property) {
+      if (Object.hasOwn(calls, property)) return calls[property as TracedOp];
+      const value: unknown = Reflect.get(target, property, target);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/** Marks the active span (the caller's request span) with what the engine decided: attributes, or an event. */
+function annotate(event: IdempotencyEvent, subject: (scope: string, key: string) => Attributes): void {
+  const span = trace.getActiveSpan();
+  if (!span?.isRecording()) return;
+  if (event.type === 'store_op') return;
+  if (event.type === 'refused') {
+    span.setAttributes({ 'idem.decision': 'refused', 'idem.refused_reason': event.reason });
+    return;
+  }
+  const about: Attributes = {
+    ...subject(event.scope, event.key),
+    ...(event.id === undefined ? {} : { 'idem.record_id': event.id }),
+  };
+  switch (event.type) {
+    case 'executed':
+      span.setAttributes({ ...about, 'idem.decision': 'executed', 'idem.outcome': event.outcome });
+      return;
+    case 'replayed':
+    case 'in_flight':
+    case 'mismatch':
+      span.setAttributes({ ...about, 'idem.decision': event.type });
+      return;
+    case 'takeover':
+    case 'lease_lost':
+      span.addEvent(`idem.${event.type}`, about);
+      return;
+    case 'stale_write_refused':
+      span.addEvent('idem.stale_write_refused', { ...about, 'idem.op': event.op });
+      return;
+  }
 }
 
 /** What the claim found, by the same rules the engine answers with (docs/DESIGN.md: State machine). */
