@@ -267,116 +267,14 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
   const resetting = new Set<string>();
   const busyProblem = (why: string): Response =>
     problemResponse({ status: 409, slug: 'lab-busy', title: 'Lab account busy', detail: `${why}.` });
-
-  const journaled: LabJournal['charge'] = async (account, request, params, run) => {
-    const traceId = crypto.randomUUID();
-    const headers = new Headers(request.headers);
-    headers.set(TRACE, traceId);
-    const key = headers.get('idempotency-key');
-    const pk = key === null ? null : recordPk(account, key);
-    const faults = labFaults(headers);
-    const at = Date.now();
-    let entry: LabEntry = {
-      seq: 0,
-      request: label(headers.get('idem-lab-request')) ?? '',
-      at,
-      ms: null,
-      state: 'running',
-      instance: INSTANCE,
-      ref: `lab_${traceId}`,
-      control: label(headers.get('idem-lab-control')) ?? 'API',
-      payment: label(headers.get('idem-lab-payment')),
-      group: label(headers.get('idem-lab-group')),
-      key,
-      amount: params.amount,
-      source: params.source,
-      faults,
-      takeover: labTakeoverOf(headers),
-      reconciled: null,
-      answer: null,
-      status: null,
-      claim: null,
-      before: await read(pk),
-      record: null,
-      recordId: null,
-      work: null,
-      charge: null,
-    };
-    let seq: number | null;
-    try {
-      seq = await ledger.journal(account, null, JSON.stringify(entry), LAB_HISTORY_LIMIT);
-    } catch (error) {
-      unwritten(error);
-      return problemResponse({
-        status: 503,
-        slug: 'lab-history-unavailable',
-        title: 'Lab history unavailable',
-        detail: 'The lab could not record this request, so it did not run it: nothing was charged.',
-      });
-    }
-    if (seq === null) {
-      return problemResponse({
-        status: 409,
-        slug: 'lab-history-full',
-        title: 'Lab history full',
-        detail: `This sandbox account has sent ${LAB_HISTORY_LIMIT} requests, the most the lab keeps, so it did not run this one: nothing was charged. Reset starts a fresh account.`,
-      });
-    }
-    entry = { ...entry, seq, request: entry.request || String(seq) };
-    traces.set(traceId, {});
-    {
-      let response: Response;
-      let trace: LabTrace;
-      try {
-        response = await run(new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }));
-      } finally {
-        trace = traces.get(traceId) ?? {};
-        traces.delete(traceId);
-      }
-      const problem = await problemType(response);
-      let charge: Charge | undefined;
-      try {
-        charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
-      } catch {
-        charge = undefined;
-      }
-      // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
-      const cut = (faults.drop || faults.crash) && trace.work !== undefined;
-      if (cut) cutting.add(response);
-      const done: LabEntry = {
-        ...entry,
-        ms: Date.now() - at,
-        state: 'done',
-        status: response.status,
-        answer: cut
-          ? null
-          : {
-              status: response.status,
-              replayed: response.headers.get('idempotent-replayed') === 'true',
-              problem,
-              retryAfter: response.headers.get('retry-after'),
-            },
-        claim: claimOf(key, trace, entry.before, response, problem),
-        record: await read(pk),
-        recordId: trace.recordId ?? null,
-        work: trace.work ?? null,
-        reconciled: trace.reconciled ?? null,
-        charge: charge
-          ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
-          : null,
-        cut,
-      };
-      await update(account, seq, done);
-      return response;
-    }
-  };
+  const parts: JournalParts = { ledger, read, update, traces, cutting };
 
   return {
     charge(account, request, params, run) {
       // Counted from the first line, before anything awaits: a Reset sees it at once, and one running waits.
       if (resetting.has(account)) return Promise.resolve(busyProblem('a Reset of this account is running'));
       busy.set(account, (busy.get(account) ?? 0) + 1);
-      return journaled(account, request, params, run).finally(() => {
+      return journaled(parts, account, request, params, run).finally(() => {
         const left = (busy.get(account) ?? 1) - 1;
         if (left === 0) busy.delete(account);
         else busy.set(account, left);
@@ -423,6 +321,136 @@ export function labJournal(store: Pick<IdempotencyStore<unknown>, 'get'>, ledger
       // Read after the entries: every charge an entry names is among them. At most one per entry.
       return { entries, charges: await ledger.list(account, LAB_HISTORY_LIMIT) };
     },
+  };
+}
+
+/** What `labJournal` keeps for each charge it journals (see there). */
+interface JournalParts {
+  readonly ledger: Ledger;
+  readonly read: (pk: string | null) => Promise<LabRecord | null>;
+  readonly update: (account: string, seq: number, entry: LabEntry) => Promise<void>;
+  readonly traces: Map<string, LabTrace>;
+  readonly cutting: WeakSet<Response>;
+}
+
+/** One sandbox charge: its entry written before it runs, `run` on it, then its entry as done. */
+async function journaled(
+  parts: JournalParts,
+  ...[account, request, params, run]: Parameters<LabJournal['charge']>
+): Promise<Response> {
+  const { ledger, read, update, traces, cutting } = parts;
+  const traceId = crypto.randomUUID();
+  const headers = new Headers(request.headers);
+  headers.set(TRACE, traceId);
+  const key = headers.get('idempotency-key');
+  const pk = key === null ? null : recordPk(account, key);
+  const faults = labFaults(headers);
+  const at = Date.now();
+  let entry = runningEntry(headers, traceId, key, params, faults, at, await read(pk));
+  let seq: number | null;
+  try {
+    seq = await ledger.journal(account, null, JSON.stringify(entry), LAB_HISTORY_LIMIT);
+  } catch (error) {
+    unwritten(error);
+    return problemResponse({
+      status: 503,
+      slug: 'lab-history-unavailable',
+      title: 'Lab history unavailable',
+      detail: 'The lab could not record this request, so it did not run it: nothing was charged.',
+    });
+  }
+  if (seq === null) {
+    return problemResponse({
+      status: 409,
+      slug: 'lab-history-full',
+      title: 'Lab history full',
+      detail: `This sandbox account has sent ${LAB_HISTORY_LIMIT} requests, the most the lab keeps, so it did not run this one: nothing was charged. Reset starts a fresh account.`,
+    });
+  }
+  entry = { ...entry, seq, request: entry.request || String(seq) };
+  traces.set(traceId, {});
+  {
+    let response: Response;
+    let trace: LabTrace;
+    try {
+      response = await run(new Request(request.url, { method: 'POST', headers, body: await request.arrayBuffer() }));
+    } finally {
+      trace = traces.get(traceId) ?? {};
+      traces.delete(traceId);
+    }
+    const problem = await problemType(response);
+    let charge: Charge | undefined;
+    try {
+      charge = trace.chargeId === undefined ? undefined : await ledger.get(account, trace.chargeId);
+    } catch {
+      charge = undefined;
+    }
+    // A fault cuts the connection after the work; a request that ran none (a replay, a 409) is answered.
+    const cut = (faults.drop || faults.crash) && trace.work !== undefined;
+    if (cut) cutting.add(response);
+    const done: LabEntry = {
+      ...entry,
+      ms: Date.now() - at,
+      state: 'done',
+      status: response.status,
+      answer: cut
+        ? null
+        : {
+            status: response.status,
+            replayed: response.headers.get('idempotent-replayed') === 'true',
+            problem,
+            retryAfter: response.headers.get('retry-after'),
+          },
+      claim: claimOf(key, trace, entry.before, response, problem),
+      record: await read(pk),
+      recordId: trace.recordId ?? null,
+      work: trace.work ?? null,
+      reconciled: trace.reconciled ?? null,
+      charge: charge
+        ? { id: charge.id, amount: charge.amount, status: charge.status, found: trace.found === true }
+        : null,
+      cut,
+    };
+    await update(account, seq, done);
+    return response;
+  }
+}
+
+/** A charge's entry as written before it runs: its request, key and faults, and the key's record before it. */
+function runningEntry(
+  headers: Headers,
+  traceId: string,
+  key: string | null,
+  params: { readonly amount: number; readonly source: string },
+  faults: LabFaults,
+  at: number,
+  before: LabRecord | null,
+): LabEntry {
+  return {
+    seq: 0,
+    request: label(headers.get('idem-lab-request')) ?? '',
+    at,
+    ms: null,
+    state: 'running',
+    instance: INSTANCE,
+    ref: `lab_${traceId}`,
+    control: label(headers.get('idem-lab-control')) ?? 'API',
+    payment: label(headers.get('idem-lab-payment')),
+    group: label(headers.get('idem-lab-group')),
+    key,
+    amount: params.amount,
+    source: params.source,
+    faults,
+    takeover: labTakeoverOf(headers),
+    reconciled: null,
+    answer: null,
+    status: null,
+    claim: null,
+    before,
+    record: null,
+    recordId: null,
+    work: null,
+    charge: null,
   };
 }
 
