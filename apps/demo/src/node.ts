@@ -90,7 +90,7 @@ export function serve(
   /** `maxConnections`, enforced with the shares (node's own `server.maxConnections` is unset: it cannot evict). */
   readonly connectionCap: number;
 } {
-  for (const [name, value] of Object.entries({
+  checkServeOptions({
     maxConnections,
     maxConnectionsPerAddress,
     headersTimeoutMs,
@@ -98,16 +98,7 @@ export function serve(
     keepAliveTimeoutMs,
     firstByteTimeoutMs,
     penaltyMs,
-  })) {
-    if (!Number.isSafeInteger(value) || value < 1)
-      throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
-  }
-  if (headersTimeoutMs > requestTimeoutMs)
-    throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
-  if (firstByteTimeoutMs > headersTimeoutMs)
-    throw new TypeError('Expected `firstByteTimeoutMs` to be at most `headersTimeoutMs`.');
-  if (maxConnectionsPerAddress > maxConnections)
-    throw new TypeError('Expected `maxConnectionsPerAddress` to be at most `maxConnections`.');
+  });
   const allowed = hostAllowList(allowedHosts);
   let inFlight = 0;
   /** The response being produced on each socket: a parse error in what follows must not answer over it. */
@@ -170,7 +161,59 @@ export function serve(
   server.on('connect', (_req: IncomingMessage, socket: Socket) => {
     socket.end('HTTP/1.1 405 Method Not Allowed\r\nallow: GET, POST\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
   });
-  server.on('clientError', (error: Error & { code?: string }, socket: Socket) => {
+  server.on('clientError', clientErrorAnswer(answering, queued));
+  // Past the cap a new connection is closed at once, unanswered (so memory stays bounded), unless its address holds
+  // less than its share: then a connection holding no work, of the address holding the most, is closed for it. No
+  // address holds more than half the cap, one that sends nothing goes in seconds, and one that does not read its
+  // answers goes after `requestTimeoutMs`, or after 5 s once it holds over 128 KiB of them (connections.ts).
+  const connectionsByAddress = shareConnections(server, {
+    maxConnections,
+    perAddress: maxConnectionsPerAddress,
+    firstByteTimeoutMs,
+    writeTimeoutMs: requestTimeoutMs,
+    penaltyMs,
+    onDrop,
+    onOverShare,
+    onSilent,
+    onStalled,
+    onEvicted,
+  });
+  server.keepAliveTimeout = keepAliveTimeoutMs;
+  return Object.assign(server, { inFlight: () => inFlight, connectionsByAddress, connectionCap: maxConnections });
+}
+
+/** Refuses limits that are not positive integers, or that contradict each other. */
+function checkServeOptions(limits: {
+  readonly maxConnections: number;
+  readonly maxConnectionsPerAddress: number;
+  readonly headersTimeoutMs: number;
+  readonly requestTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+  readonly firstByteTimeoutMs: number;
+  readonly penaltyMs: number;
+}): void {
+  const { maxConnections, maxConnectionsPerAddress, headersTimeoutMs, requestTimeoutMs, firstByteTimeoutMs } = limits;
+  for (const [name, value] of Object.entries(limits)) {
+    if (!Number.isSafeInteger(value) || value < 1)
+      throw new TypeError(`Expected \`${name}\` to be a positive integer, got ${value}.`);
+  }
+  if (headersTimeoutMs > requestTimeoutMs)
+    throw new TypeError('Expected `headersTimeoutMs` to be at most `requestTimeoutMs`.');
+  if (firstByteTimeoutMs > headersTimeoutMs)
+    throw new TypeError('Expected `firstByteTimeoutMs` to be at most `headersTimeoutMs`.');
+  if (maxConnectionsPerAddress > maxConnections)
+    throw new TypeError('Expected `maxConnectionsPerAddress` to be at most `maxConnections`.');
+}
+
+/**
+ * Node's `clientError` handler: a problem+json answer for what the HTTP parser refused, never written over the
+ * answer a request on the same socket is being given.
+ */
+function clientErrorAnswer(
+  answering: WeakMap<Socket, { req: IncomingMessage; res: ServerResponse }>,
+  queued: WeakSet<Socket>,
+): (error: Error & { code?: string }, socket: Socket) => void {
+  return (error, socket) => {
     const pending = answering.get(socket);
     if (pending?.req.complete && !pending.res.writableFinished) {
       // Garbage after a complete request (e.g. a body longer than its Content-Length): that request is being
@@ -206,25 +249,7 @@ export function serve(
       return;
     }
     endLingering(socket, bytes);
-  });
-  // Past the cap a new connection is closed at once, unanswered (so memory stays bounded), unless its address holds
-  // less than its share: then a connection holding no work, of the address holding the most, is closed for it. No
-  // address holds more than half the cap, one that sends nothing goes in seconds, and one that does not read its
-  // answers goes after `requestTimeoutMs`, or after 5 s once it holds over 128 KiB of them (connections.ts).
-  const connectionsByAddress = shareConnections(server, {
-    maxConnections,
-    perAddress: maxConnectionsPerAddress,
-    firstByteTimeoutMs,
-    writeTimeoutMs: requestTimeoutMs,
-    penaltyMs,
-    onDrop,
-    onOverShare,
-    onSilent,
-    onStalled,
-    onEvicted,
-  });
-  server.keepAliveTimeout = keepAliveTimeoutMs;
-  return Object.assign(server, { inFlight: () => inFlight, connectionsByAddress, connectionCap: maxConnections });
+  };
 }
 
 /** A matcher for `Host` values (and absolute-form authorities) against the allow-list. */
