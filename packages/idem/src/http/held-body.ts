@@ -74,8 +74,11 @@ function sourceBytes(body: HeldBody | null, limit: number): Uint8Array | undefin
     return bytes;
   }
   if (source instanceof Uint8Array) {
+    // Handed over (detached, length 0) once the stream was pulled, by a read `clone()` say: the bytes are in the
+    // stream now, so they are not held (review 50: slicing it threw, a 500 after the work had run).
+    if (source.byteLength !== body.length) return undefined;
     if (source.byteLength > limit) throw new BodyTooLargeError(limit);
-    return source.slice();
+    return source.byteLength === 0 ? NO_BYTES : source.slice();
   }
   return undefined;
 }

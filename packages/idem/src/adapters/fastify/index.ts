@@ -336,7 +336,8 @@ export function idempotency<Tx = never>({
       // CR or LF, which Node refuses, made Fastify's error handler reject a promise nobody handled).
       reply.raw.statusMessage = '';
       const claim = state.claim;
-      if (!claim) return done(null, payload);
+      // A replay passes on the stored bytes, not what onSend hooks before this one made of them a second time.
+      if (!claim) return done(null, state.recorded && !('then' in state.recorded) ? state.recorded.body : payload);
       return recordSend(claim, reply, payload, state);
     });
 
