@@ -261,13 +261,10 @@ async function viaFramework(name: 'fastify' | 'hono' | 'web', route: string): Pr
 
 /**
  * Switches callgrind's instrumentation on for this process (`callgrind_control -i on`), once it has answered.
- * A full GC goes first (bench/instructions.ts runs Node with `--expose-gc`), uncounted: every window then starts
- * from the same heap, and no mark-compact falls inside it (without it, one fell inside the 12,000-request run and
- * not the 11,000 one: +179 M instructions, Idem's Express row read +21 % on a commit that changed nothing there).
- * `BENCH_INSTR_TRACE=1` prints where each request starts and skips callgrind, for `--trace-gc` runs without valgrind.
+ * `BENCH_INSTR_TRACE=1` prints where each thousandth request starts and skips callgrind, for `--trace-gc` runs
+ * without valgrind (bench/instructions.ts NODE_FLAGS).
  */
 function instrumentFromHere(): Promise<void> {
-  (globalThis as { gc?: () => void }).gc?.();
   if (process.env.BENCH_INSTR_TRACE) return Promise.resolve();
   return new Promise((resolve, reject) => {
     const control = spawn('callgrind_control', ['-i', 'on', String(process.pid)], { stdio: 'ignore' });

@@ -110,16 +110,13 @@ if (built.status !== 0) fail(`could not bundle bench/instructions-run.ts: ${buil
 /**
  * V8 single-threaded and predictable; and an old generation large enough that no major GC starts during a run:
  * otherwise whether one falls between the N1th and the N2th request moves a figure by 5–8 % (measured: the same
- * build counted 2,672,308 and 2,873,605 instructions per new key, a mark-compact inside the window or not).
- * Scavenges, the GC that per-request garbage costs, still count.
+ * build counted 2,672,308 and 2,873,605 instructions per new key, a mark-compact inside the window or not). At 256
+ * MB one fell near request 11,500 of the Express runs (`--trace-gc`, `BENCH_INSTR_TRACE=1`): inside the 12,000-run
+ * and not the 11,000 one, it read as +21 % on `new/express-null@11000-12000` for a commit that changed nothing
+ * there. A forced `gc()` before the window is no cure: it flushes compiled code, and the window then counts V8
+ * compiling it again (+40 %). Scavenges, the GC that per-request garbage costs, still count.
  */
-const NODE_FLAGS = [
-  '--single-threaded',
-  '--predictable',
-  '--no-warnings',
-  '--initial-old-space-size=256',
-  '--expose-gc',
-];
+const NODE_FLAGS = ['--single-threaded', '--predictable', '--no-warnings', '--initial-old-space-size=2048'];
 
 let runs = 0;
 /**
