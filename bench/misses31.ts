@@ -21,6 +21,16 @@ const LOCAL_PROFILE = {
   tx: { busy: 475, writes: 216, pg: 26, idem: 0, gc: 27, express: 65 },
 };
 
+/**
+ * The Express + Redis new-key servers under `--cpu-prof` (bench/profile.ts idem|ni redis new 10, 2026-12-05 at 08:04
+ * UTC on this machine, right after the full run): main-thread µs per request — busy, the layer's own code, its Redis
+ * client (for Idem: ioredis's JavaScript plus `writeUtf8String`, which is `utf8`), and GC.
+ */
+const EXPRESS_PROFILE = {
+  idem: { busy: 250, own: 38, client: 43, utf8: 19, gc: 28 },
+  ni: { busy: 202, own: 10, client: 8, gc: 18 },
+};
+
 /** The section, with one paragraph per missed target (and one line for those met). */
 export function missesSection(r: Results, tgt31: readonly Target[]): string[] {
   const missed = (prefix: string) => tgt31.some((t) => t.name.startsWith(prefix) && !t.met);
@@ -60,7 +70,7 @@ function addedCpu(r: Results): string {
       ? ` The code path is longer too: past the warm-up callgrind counts Idem adding ${ratio} (${[growth('express-null'), growth('express-ioredis')].filter(Boolean).join(', ')} against the instruction table's baseline).`
       : ` Not the code path's length: past the warm-up callgrind counts Idem adding ${ratio}.`;
   }
-  return `**Added server CPU per new key, Express + Redis: ${r1(added(r, r.idem.redis.new.cpuUs))} µs against ${r1(leanest.cpu)} µs (${leanest.mode}, the leanest peer in this run${ni && ni !== leanest ? `; @node-idempotency ${r1(ni.cpu)} µs` : ''}).**${counted} When the count was 0.50×, a 20 s \`--cpu-prof\` of each server (2026-12-02, [history](bench/history.md)) put Idem's busy main-thread time per new key at 216 µs against the peer's 229 µs: beyond its JavaScript, the process's CPU counts the garbage collector and V8's other threads, paid per byte allocated — Idem allocates about 18 KB per new key on Express, 20–24 KB on the other frameworks (\`bench:alloc\`, 2026-12-05, [allocation.md](bench/allocation.md); item 2's ≤ 5 KB is not met) — and ioredis's two \`EVALSHA\`s of 13 and 11 arguments against two 5-argument \`SET\`s. Redis itself, on the same 2 cores, does several times the peer's work per new key (below). Needed: ${longer ? "first the instructions back under the peer's; then " : ''}the allocation cut as allocation.md lists (one shared timer for store timeouts instead of one per call, the lease as one object without closures, the signal made only when read, one UUID), and Redis's work brought to the peer's.`;
+  return `**Added server CPU per new key, Express + Redis: ${r1(added(r, r.idem.redis.new.cpuUs))} µs against ${r1(leanest.cpu)} µs (${leanest.mode}, the leanest peer in this run${ni && ni !== leanest ? `; @node-idempotency ${r1(ni.cpu)} µs` : ''}).**${counted} A 10 s \`--cpu-prof\` of each server at 16 connections (bench/profile.ts, 2026-12-05, right after this run: Idem 3,314 req/s, the peer 4,281) puts the main thread's busy time per new key at ${EXPRESS_PROFILE.idem.busy} µs against ${EXPRESS_PROFILE.ni.busy}: Idem's own code ${EXPRESS_PROFILE.idem.own} µs against the peer's ${EXPRESS_PROFILE.ni.own}; the Redis client ${EXPRESS_PROFILE.idem.client} µs (ioredis ${EXPRESS_PROFILE.idem.client - EXPRESS_PROFILE.idem.utf8}, and ${EXPRESS_PROFILE.idem.utf8} µs in \`writeUtf8String\` encoding the arguments of two \`EVALSHA\`s of 13 and 11 arguments, the response's headers and base64 body among them) against node-redis's ${EXPRESS_PROFILE.ni.client} µs for two 5-argument \`SET\`s; GC ${EXPRESS_PROFILE.idem.gc} against ${EXPRESS_PROFILE.ni.gc} µs. ${longer ? 'Beyond the longer path, the' : 'Counted one request at a time, Idem runs fewer instructions than the peer; under load the'} difference is the Redis client's encoding, Idem's own code and the rest of the process's CPU outside the main thread (V8's GC and compiler threads, the kernel's side of the sockets), paid per byte allocated and sent — Idem allocates about 18 KB per new key on Express, 20–24 KB on the other frameworks (\`bench:alloc\`, 2026-12-05, [allocation.md](bench/allocation.md); item 2's ≤ 5 KB is not met). Redis itself, on the same 2 cores, does several times the peer's work per new key (below). Needed: ${longer ? "first the instructions back under the peer's; then " : ''}the store's two calls made with few, short arguments (the record as one string, the response written once), the allocation cut as allocation.md lists (one shared timer for store timeouts instead of one per call, the lease as one object without closures, the signal made only when read, one UUID), and Redis's work brought to the peer's.`;
 }
 
 function throughput(r: Results): string {
