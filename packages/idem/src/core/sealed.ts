@@ -149,15 +149,67 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
   const sealOutcome = async (pk: string, outcome: Outcome): Promise<Outcome> =>
     outcome.response === null || writePlain ? outcome : { ...outcome, response: await seal(pk, outcome.response) };
 
+  const open = opener(subtle, byId, acceptPlain || writePlain);
+  const opened = async (result: ClaimResult): Promise<ClaimResult> =>
+    result.kind === 'claimed'
+      ? { ...result, record: await open(result.record) }
+      : { kind: 'existing', record: await open(result.record) };
+
+  const runLocal = store.runLocal?.bind(store);
+  const local =
+    runLocal !== undefined && store.localWork === 'async'
+      ? {
+          localWork: 'async' as const,
+          runLocal: async (request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult> => {
+            const result = await runLocal({
+              ...request,
+              work: async (tx, record) => {
+                const outcome = await request.work(tx, await open(record));
+                return outcome === null ? null : sealOutcome(request.pk, outcome);
+              },
+            });
+            return result.kind === 'rolled-back' ? result : { kind: result.kind, record: await open(result.record) };
+          },
+        }
+      : {};
+
+  return {
+    name: store.name,
+    get roundTrips() {
+      return store.roundTrips;
+    },
+    ...(store.maxResponseBytes === undefined
+      ? {}
+      : { maxResponseBytes: Math.max(0, store.maxResponseBytes - overhead) }),
+    ...(store.acceptsEffects === undefined ? {} : { acceptsEffects: store.acceptsEffects }),
+    claim: async (request) => opened(await store.claim(request)),
+    complete: async (request: CompleteRequest<Tx>) =>
+      store.complete({ ...request, outcome: await sealOutcome(request.pk, request.outcome) }),
+    renew: (request) => store.renew(request),
+    release: (request) => store.release(request),
+    get: async (pk) => {
+      const record = await store.get(pk);
+      return record === null ? null : open(record);
+    },
+    sweep: (request) => store.sweep(request),
+    list: async (request) => Promise.all((await store.list(request)).map(open)),
+    close: () => store.close(),
+    ...local,
+  };
+}
+
+/**
+ * The reader of stored responses: opens a sealed one with the key its envelope names, or rejects with
+ * {@link SealedRecordError}; while `migrating` (`acceptPlain` or `writePlain`), a plain one is returned as it is.
+ */
+function opener(subtle: SubtleCrypto, byId: ReadonlyMap<string, Entry>, migrating: boolean) {
   // While plain records are accepted, one whose body starts like an envelope is still read as one, and refused when
   // it does not open: it cannot be told from a sealed record whose key was retired too early, or that was moved or
   // changed, and replaying those bytes would be a wrong answer (docs/SECURITY.md, Sealed responses). The message
   // says so, for the operator who finds such a record.
-  const migrating = acceptPlain || writePlain;
   const refused = (reason: SealedRecordReason, keyId: string | null, detail: string, cause?: unknown) =>
     new SealedRecordError(reason, keyId, migrating ? `${detail}${MIGRATING}` : detail, cause);
-
-  const open = async (record: IdempotencyRecord): Promise<IdempotencyRecord> => {
+  return async (record: IdempotencyRecord): Promise<IdempotencyRecord> => {
     const { response, pk } = record;
     if (response === null) return record;
     // A view on the store's bytes; WebCrypto reads it as it is (bodies never live in a SharedArrayBuffer).
@@ -209,55 +261,6 @@ export function sealed<Tx>(store: IdempotencyStore<Tx>, options: SealedOptions):
         ? []
         : (JSON.parse(UTF8_STRICT.decode(plain.subarray(4, 4 + headerText))) as Array<[string, string]>);
     return { ...record, response: { status: response.status, headers, body: plain.subarray(4 + headerText) } };
-  };
-  const opened = async (result: ClaimResult): Promise<ClaimResult> =>
-    result.kind === 'claimed'
-      ? { ...result, record: await open(result.record) }
-      : { kind: 'existing', record: await open(result.record) };
-
-  const runLocal = store.runLocal?.bind(store);
-  const local =
-    runLocal !== undefined && store.localWork === 'async'
-      ? {
-          localWork: 'async' as const,
-          runLocal: async (request: LocalTransactionRequest<Tx>): Promise<LocalTransactionResult> => {
-            const result = await runLocal({
-              ...request,
-              work: async (tx, record) => {
-                const outcome = await request.work(tx, await open(record));
-                return outcome === null ? null : sealOutcome(request.pk, outcome);
-              },
-            });
-            if (result.kind === 'rolled-back') return result;
-            return result.kind === 'committed'
-              ? { kind: 'committed', record: await open(result.record) }
-              : { kind: 'existing', record: await open(result.record) };
-          },
-        }
-      : {};
-
-  return {
-    name: store.name,
-    get roundTrips() {
-      return store.roundTrips;
-    },
-    ...(store.maxResponseBytes === undefined
-      ? {}
-      : { maxResponseBytes: Math.max(0, store.maxResponseBytes - overhead) }),
-    ...(store.acceptsEffects === undefined ? {} : { acceptsEffects: store.acceptsEffects }),
-    claim: async (request) => opened(await store.claim(request)),
-    complete: async (request: CompleteRequest<Tx>) =>
-      store.complete({ ...request, outcome: await sealOutcome(request.pk, request.outcome) }),
-    renew: (request) => store.renew(request),
-    release: (request) => store.release(request),
-    get: async (pk) => {
-      const record = await store.get(pk);
-      return record === null ? null : open(record);
-    },
-    sweep: (request) => store.sweep(request),
-    list: async (request) => Promise.all((await store.list(request)).map(open)),
-    close: () => store.close(),
-    ...local,
   };
 }
 
