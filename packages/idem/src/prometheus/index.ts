@@ -90,40 +90,8 @@ const EXECUTION_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 
  * const protect = idempotency({ store, scope, onEvent: metrics.onEvent })
  * app.get('/metrics', async (_req, res) => res.type(registry.contentType).send(await registry.metrics()))
  */
-export function prometheusMetrics({
-  registry,
-  prefix = 'idem_',
-  route,
-  storeBuckets = STORE_BUCKETS,
-  executionBuckets = EXECUTION_BUCKETS,
-}: PrometheusOptions): IdemMetrics {
-  if (typeof registry?.registerMetric !== 'function')
-    throw configError('registry', 'a prom-client Registry (new Registry())', registry);
-  if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix))
-    throw configError('prefix', 'a metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
-  if (route !== undefined && typeof route !== 'function')
-    throw configError('route', 'a function (path) => route label', route);
-  for (const [name, buckets] of [
-    ['storeBuckets', storeBuckets],
-    ['executionBuckets', executionBuckets],
-  ] as const) {
-    if (
-      !Array.isArray(buckets) ||
-      buckets.length === 0 ||
-      buckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && b <= (buckets[i - 1] as number)))
-    ) {
-      throw configError(name, 'increasing positive numbers of seconds', buckets);
-    }
-  }
-  const taken = ['requests_total', 'refusals_total', 'executions_total', 'store_op_duration_seconds'].find((n) =>
-    registry.getSingleMetric(prefix + n),
-  );
-  if (taken)
-    throw configError(
-      'registry',
-      `a registry without Idem's metrics (${prefix}${taken} is registered already: one prometheusMetrics() per registry, or another prefix)`,
-    );
-
+export function prometheusMetrics(options: PrometheusOptions): IdemMetrics {
+  const { registry, prefix, route, storeBuckets, executionBuckets } = checked(options);
   const registers = [registry];
   const byRoute = route !== undefined;
   // Each metric is named under the prefix and registered in the one registry.
@@ -234,4 +202,39 @@ export function prometheusMetrics({
   };
 
   return { onEvent };
+}
+
+/** `options` with their defaults; CONFIG_INVALID for a bad one, or for a registry that holds Idem's metrics already. */
+function checked({
+  registry,
+  prefix = 'idem_',
+  route,
+  storeBuckets = STORE_BUCKETS,
+  executionBuckets = EXECUTION_BUCKETS,
+}: PrometheusOptions) {
+  if (typeof registry?.registerMetric !== 'function')
+    throw configError('registry', 'a prom-client Registry (new Registry())', registry);
+  if (typeof prefix !== 'string' || !/^[a-zA-Z_:][a-zA-Z0-9_:]*$/.test(prefix))
+    throw configError('prefix', 'a metric name prefix ([a-zA-Z_:][a-zA-Z0-9_:]*)', prefix);
+  if (route !== undefined && typeof route !== 'function')
+    throw configError('route', 'a function (path) => route label', route);
+  for (const [name, buckets] of Object.entries({ storeBuckets, executionBuckets })) {
+    if (
+      !Array.isArray(buckets) ||
+      buckets.length === 0 ||
+      buckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && b <= (buckets[i - 1] as number)))
+    ) {
+      throw configError(name, 'increasing positive numbers of seconds', buckets);
+    }
+  }
+  const taken = ['requests_total', 'refusals_total', 'executions_total', 'store_op_duration_seconds'].find((n) =>
+    registry.getSingleMetric(prefix + n),
+  );
+  if (taken)
+    throw configError(
+      'registry',
+      `a registry without Idem's metrics (${prefix}${taken} is registered already: one prometheusMetrics() per registry, or another prefix)`,
+    );
+
+  return { registry, prefix, route, storeBuckets, executionBuckets };
 }
