@@ -98,12 +98,12 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
   const run = runOn(contract, trips);
 
   /** The row as it stands, read apart from the operation's own trips; undefined when the read failed. */
-  const look = async (pk: string): Promise<IdempotencyRecord | null | undefined> => {
+  const look = async (pk: string): Promise<Row | undefined> => {
     const read = await trips.record(() => contract.get(pk));
     return read.error === undefined ? (read.value ?? null) : undefined;
   };
 
-  const claimRequest = (scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) => {
+  const claimRequest = (scope: string, key: string, options: Timing = {}) => {
     const ttl = options.ttlMs ?? ttlMs;
     return {
       pk: recordPk(scope, key),
@@ -118,13 +118,14 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
     } satisfies ClaimRequest;
   };
 
-  /** One write conditional on `token`: the rows before and after it, and what it did. */
+  /** One write conditional on `token`: the rows before and after it, what it did, and `read`'s {@link Reading} of it. */
   const fenced = async <T>(
     operation: string,
     scope: string,
     key: string,
-    write: (pk: string, at: number, before: IdempotencyRecord | null | undefined) => Promise<T>,
-    read: (before: IdempotencyRecord | null, after: IdempotencyRecord | null, value: T, at: number) => Reading,
+    token: string,
+    read: (store: string, before: Row, after: Row, token: string, value: T, at: number) => Reading,
+    write: (pk: string, at: number, before: Row | undefined) => Promise<T>,
   ) => {
     const pk = recordPk(scope, key);
     const before = await look(pk);
@@ -133,7 +134,7 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
     const after = await look(pk);
     const reading =
       before !== undefined && after !== undefined && result.value !== undefined
-        ? read(before, after, result.value, at)
+        ? read(store.name, before, after, token, result.value, at)
         : null;
     return { ...present(result), key, pk, now: at, before: shown(before), after: shown(after), reading };
   };
@@ -141,7 +142,7 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
   const ops = {
     claimRequest,
 
-    async claim(scope: string, key: string, options: { ttlMs?: number; leaseMs?: number } = {}) {
+    async claim(scope: string, key: string, options: Timing = {}) {
       const request = claimRequest(scope, key, options);
       const before = await look(request.pk);
       const result = await run('claim', () => contract.claim(request));
@@ -153,33 +154,18 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
     },
 
     complete: (scope: string, key: string, token: string, outcome: Outcome) =>
-      fenced(
-        'complete',
-        scope,
-        key,
-        (pk, at) => contract.complete({ pk, token, now: at, outcome }),
-        (before, after, value, at) => readComplete(outcome)(store.name, before, after, token, value, at),
+      fenced('complete', scope, key, token, readComplete(outcome), (pk, at) =>
+        contract.complete({ pk, token, now: at, outcome }),
       ),
 
+    // As the engine renews: the lease from now, and the TTL never ending before the lease does.
     renew: (scope: string, key: string, token: string, leaseMs: number) =>
-      fenced(
-        'renew',
-        scope,
-        key,
-        // As the engine renews: the lease from now, and the TTL never ending before the lease does.
-        (pk, at, before) =>
-          contract.renew({ pk, token, now: at, leaseMs, expiresAt: Math.max(before?.expiresAt ?? 0, at + leaseMs) }),
-        (before, after, value, at) => readRenew(store.name, before, after, token, value, at),
+      fenced('renew', scope, key, token, readRenew, (pk, at, before) =>
+        contract.renew({ pk, token, now: at, leaseMs, expiresAt: Math.max(before?.expiresAt ?? 0, at + leaseMs) }),
       ),
 
     release: (scope: string, key: string, token: string) =>
-      fenced(
-        'release',
-        scope,
-        key,
-        (pk) => contract.release({ pk, token }),
-        (before, after, value, at) => readRelease(store.name, before, after, token, value, at),
-      ),
+      fenced('release', scope, key, token, readRelease, (pk) => contract.release({ pk, token })),
 
     async get(scope: string, key: string) {
       const pk = recordPk(scope, key);
@@ -206,7 +192,7 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
         rows.push({
           key,
           state,
-          ...(await stage(scope, key, lease, outcome, `ch_seed_${randomBytes(6).toString('hex')}`)),
+          ...(await stage(stager, scope, key, lease, outcome, `ch_seed_${randomBytes(6).toString('hex')}`)),
         });
       }
       return { rows };
@@ -216,28 +202,42 @@ export function modelOps({ store, trips, ttlMs, now = Date.now }: ModelOptions) 
     async expiring(scope: string) {
       const key = `expiring-${randomBytes(6).toString('hex')}`;
       const timing = { ttlMs: EXPIRING_TTL_MS, leaseMs: EXPIRING_LEASE_MS };
-      const staged = await stage(scope, key, timing, 'succeeded', `ch_${randomBytes(8).toString('hex')}`);
+      const staged = await stage(stager, scope, key, timing, 'succeeded', `ch_${randomBytes(8).toString('hex')}`);
       return { key, pk: recordPk(scope, key), ttlMs: EXPIRING_TTL_MS, ...staged, now: now() };
     },
   };
-
-  /** Claims `key` and, when the claim wins and `kind` is given, records that outcome; then reads the row. */
-  const stage = async (
-    scope: string,
-    key: string,
-    timing: { ttlMs?: number; leaseMs?: number },
-    kind: OutcomeKind | null,
-    resultId: string,
-  ) => {
-    const claimed = await ops.claim(scope, key, timing);
-    const steps: unknown[] = [claimed];
-    const won = claimed.result as { kind?: string; record?: { token?: string } } | null;
-    const token = won?.kind === 'claimed' ? won.record?.token : undefined;
-    const outcome = kind === null ? undefined : outcomeFor(kind, resultId);
-    if (token !== undefined && outcome !== undefined) steps.push(await ops.complete(scope, key, token, outcome));
-    return { record: shown(await look(recordPk(scope, key))), steps };
-  };
+  const stager: Stager = { ...ops, look };
   return ops;
 }
 
-const shown = (record: IdempotencyRecord | null | undefined) => (record ? modelRecord(record) : null);
+/** What {@link stage} drives: the model's claim and completion, and a read of the row apart from their trips. */
+interface Stager {
+  claim(scope: string, key: string, timing: Timing): Promise<{ readonly result: unknown }>;
+  complete(scope: string, key: string, token: string, outcome: Outcome): Promise<unknown>;
+  look(pk: string): Promise<Row | undefined>;
+}
+
+/** Claims `key` and, when the claim wins and `kind` is given, records that outcome; then reads the row. */
+async function stage(
+  ops: Stager,
+  scope: string,
+  key: string,
+  timing: Timing,
+  kind: OutcomeKind | null,
+  resultId: string,
+) {
+  const claimed = await ops.claim(scope, key, timing);
+  const steps: unknown[] = [claimed];
+  const won = claimed.result as { kind?: string; record?: { token?: string } } | null;
+  const token = won?.kind === 'claimed' ? won.record?.token : undefined;
+  const outcome = kind === null ? undefined : outcomeFor(kind, resultId);
+  if (token !== undefined && outcome !== undefined) steps.push(await ops.complete(scope, key, token, outcome));
+  return { record: shown(await ops.look(recordPk(scope, key))), steps };
+}
+
+/** A row as the store returns it: null when there is none. */
+type Row = IdempotencyRecord | null;
+/** A claim's TTL and lease, where it asks for its own. */
+type Timing = { ttlMs?: number; leaseMs?: number };
+
+const shown = (record: Row | undefined) => (record ? modelRecord(record) : null);
