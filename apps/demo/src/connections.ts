@@ -147,9 +147,10 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     sockets?.delete(socket);
     if (sockets?.size === 0) byAddress.delete(held.address);
   };
-  const cut = (socket: Socket): void => {
+  /** Stops counting `socket`, calls `options[why]`, and destroys it. */
+  const drop = (socket: Socket, why: `on${string}` & keyof FairnessOptions): void => {
     release(socket);
-    options.onStalled?.();
+    options[why]?.();
     socket.destroy();
   };
   /** Requests queued behind the first on each of the address's connections, summed over them. */
@@ -175,7 +176,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
       (held.requests.size > 1 && queuedBehind(held.address) > MAX_PIPELINED_PER_ADDRESS)
     ) {
       penalized.set(held.address, Date.now() + penaltyMs);
-      for (const socket of [...(byAddress.get(held.address) ?? [])]) cut(socket);
+      for (const socket of [...(byAddress.get(held.address) ?? [])]) drop(socket, 'onStalled');
     }
   };
   server.on('request', onRequest);
@@ -184,11 +185,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     const address = addressKey(socket.remoteAddress);
     const until = penalized.get(address);
     if (until !== undefined) {
-      if (Date.now() < until) {
-        options.onStalled?.();
-        socket.destroy();
-        return;
-      }
+      if (Date.now() < until) return drop(socket, 'onStalled');
       penalized.delete(address);
     }
     const mine = byAddress.get(address)?.size ?? 0;
@@ -201,18 +198,10 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
         const lost = victim && state.get(victim)?.address;
         if (lost && lost !== address) staleEvicted.set(lost, Date.now() + STALE_EVICTED_MS);
       }
-      if (!victim) {
-        options.onDrop?.();
-        socket.destroy();
-        return;
-      }
-      release(victim);
-      options.onEvicted?.();
-      victim.destroy();
+      if (!victim) return drop(socket, 'onDrop');
+      drop(victim, 'onEvicted');
     } else if (mine >= ceiling) {
-      options.onOverShare?.();
-      socket.destroy();
-      return;
+      return drop(socket, 'onOverShare');
     }
     const held: Held = { address, requests: new Map(), pending: 0, stalledSince: undefined, progressAt: Date.now() };
     state.set(socket, held);
@@ -222,9 +211,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
     // natively, and `bytesRead` still counts), the headers, request and keep-alive timeouts take over.
     const silent = setTimeout(() => {
       if (socket.bytesRead > 0) return;
-      release(socket);
-      options.onSilent?.();
-      socket.destroy();
+      drop(socket, 'onSilent');
     }, firstByteTimeoutMs);
     silent.unref();
     socket.once('close', () => {
@@ -246,7 +233,7 @@ export function shareConnections(server: Server, options: FairnessOptions): () =
         held.pending = pending;
         const stalledFor = held.stalledSince === undefined ? -1 : now - held.stalledSince;
         const limit = pending > MAX_HELD_OUTPUT ? Math.min(writeTimeoutMs, HELD_OUTPUT_STALL_MS) : writeTimeoutMs;
-        if (stalledFor >= limit) cut(socket);
+        if (stalledFor >= limit) drop(socket, 'onStalled');
       }
     },
     Math.max(10, Math.min(1_000, Math.floor(writeTimeoutMs / 4))),
