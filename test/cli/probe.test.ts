@@ -7,9 +7,9 @@ import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tamper, visible, type ProbeReport } from '../../packages/idem/src/cli/probe.js';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { startDemo, tempDir, type DemoProcess } from '../harness.js';
 import { ALL_PASS, idem, inProcess, results, serveLocal } from './helpers.js';
 
@@ -126,9 +126,11 @@ describe('idem probe against the demo server', () => {
 /**
  * What not to build: the claim reads, awaits (a database round trip), then writes — two requests both read
  * nothing and both write — and a stored answer is replayed to any payload, because nothing is fingerprinted.
+ * The probe's duplicates carry `X-Duplicates: n`: each one's round trip ends once all n have read.
  */
 async function brokenServer(): Promise<{ url: string; executions: () => number; close: () => Promise<void> }> {
   const records = new Map<string, { body?: string }>();
+  const reads = new Map<string, number>();
   let executions = 0;
   const server: Server = createServer((req, res) => {
     void (async () => {
@@ -141,14 +143,15 @@ async function brokenServer(): Promise<{ url: string; executions: () => number; 
       };
       if (req.method === 'GET' && req.url === '/count') return answer(200, JSON.stringify({ count: executions }));
       const execute = async (): Promise<string> => {
-        await sleep(Number(req.headers['x-hold-ms'] ?? 0));
         executions++;
         return JSON.stringify({ id: `ord_${randomUUID()}`, ...(JSON.parse(body) as object) });
       };
       const key = req.headers['idempotency-key'];
       if (typeof key !== 'string') return answer(201, await execute());
       const existing = records.get(key); // read…
-      await sleep(200); // …a round trip later…
+      reads.set(key, (reads.get(key) ?? 0) + 1);
+      const duplicates = Number(req.headers['x-duplicates'] ?? 1);
+      await waitFor(`${duplicates} reads of one key`, () => (reads.get(key) ?? 0) >= duplicates); // …a round trip later…
       if (existing?.body !== undefined) return answer(201, existing.body, { 'idempotent-replayed': 'true' }); // no fingerprint check
       if (existing) return answer(409, '{"error":"in progress"}', { 'retry-after': '1' });
       records.set(key, {}); // …write: every request that read nothing gets here.
@@ -164,7 +167,7 @@ describe('idem probe against a broken server', () => {
   let broken: Awaited<ReturnType<typeof brokenServer>>;
   beforeAll(async () => (broken = await brokenServer()));
   afterAll(() => broken.close());
-  /** `idem probe` of the broken server's /orders: `concurrency` duplicates, each held 100 ms; then `more`. */
+  /** `idem probe` of the broken server's /orders: `concurrency` duplicates, each held until all have read; then `more`. */
   const probe = (concurrency: number, ...more: string[]) =>
     idem([
       'probe',
@@ -174,7 +177,7 @@ describe('idem probe against a broken server', () => {
       '--concurrency',
       String(concurrency),
       '--delay-header',
-      'X-Hold-Ms: 100',
+      `X-Duplicates: ${concurrency}`,
       ...more,
     ]);
 
@@ -195,7 +198,7 @@ describe('idem probe against a broken server', () => {
       '201: replayed the first answer to another payload instead of refusing it (the fingerprint is not checked); 0 side effects',
     );
     expect(byId.get('mismatch')?.stripe).toEqual({ ok: false, note: 'wants 400' });
-    // Five duplicates read "nothing there" within the same 200 ms gap, so all five ran.
+    // Five duplicates read "nothing there" before any wrote (each waited for all five reads), so all five ran.
     // (The later retry replays whichever duplicate wrote last.)
     expect(byId.get('concurrent')?.observed).toMatch(
       /^5 at once: 5 × 201; 5 side effects; a later retry.* — executed 5 times$/,
