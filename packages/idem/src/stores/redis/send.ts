@@ -76,40 +76,16 @@ export function redisCommands(
   ): Promise<unknown> {
     if (replicas === 0) return run(op, script, names, ...args);
     const wait = [replicas, replicaTimeoutMs] as const;
-    const attempt = (command: 'EVALSHA' | 'EVAL') =>
-      send(
-        op,
-        () => ({ command, script: script.name, keys: [...names], args, wait }),
-        async (): Promise<[reply: unknown, reached: unknown]> => {
-          const pipeline = (client.pipeline as () => RedisPipeline)();
-          if (command === 'EVALSHA') pipeline.evalsha(script.sha, names.length, ...names, ...args);
-          else pipeline.eval(script.source, names.length, ...names, ...args);
-          const replies = await pipeline.wait(replicas, replicaTimeoutMs).exec();
-          if (!Array.isArray(replies) || replies.length !== 2)
-            throw new Error(`redis ${op}: the pipeline with WAIT returned ${String(replies)}`);
-          const [[error, reply] = [null, undefined], [waitError, reached] = [null, undefined]] = replies;
-          if (error) throw error;
-          return [reply, waitError ?? reached];
-        },
-      );
-    const once = async (): Promise<[reply: unknown, reached: unknown]> => {
-      try {
-        return await attempt('EVALSHA');
-      } catch (error) {
-        if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
-        return attempt('EVAL');
-      }
-    };
     let result: [reply: unknown, reached: unknown];
     try {
-      result = await once();
+      result = await scriptWithWait(send, client, wait, op, script, names, args);
     } catch (error) {
       // A Cluster client follows MOVED for a lone command, not for a pipeline whose replies differ (a replica
       // answers the script MOVED and WAIT an error of its own), and would keep sending to the old owner. MOVED
       // means the script did not run: one lone read of the record teaches the client the slot's owner, then again.
       if (!(error instanceof Error && /^(MOVED|ASK) /.test(error.message))) throw error;
       await run(op, SCRIPTS.get, names.slice(0, 1));
-      result = await once();
+      result = await scriptWithWait(send, client, wait, op, script, names, args);
     }
     const [reply, reached] = result;
     if (wrote(reply) && !(typeof reached === 'number' && reached >= replicas)) {
@@ -120,28 +96,6 @@ export function redisCommands(
       throw new Error(`redis ${op} of ${names[0]}: written on the primary, not acknowledged: ${got}`);
     }
     return reply;
-  }
-
-  /** Pages of keys matching `pattern` on `node`, one `SCAN` round trip per page. */
-  async function* scan(
-    node: RedisNodeClient,
-    op: RoundTrip['op'],
-    pattern: string,
-    count: number,
-  ): AsyncGenerator<string[]> {
-    const seen = new Set<string>();
-    let cursor = '0';
-    do {
-      const [next, keys] = await send(
-        op,
-        () => ({ command: 'SCAN', args: [cursor, 'MATCH', pattern, 'COUNT', count] }),
-        () => node.scan(cursor, 'MATCH', pattern, 'COUNT', count),
-      );
-      cursor = next;
-      // SCAN may return a key twice; keep the first.
-      const fresh = keys.filter((key) => !seen.has(key) && seen.add(key));
-      if (fresh.length > 0) yield fresh;
-    } while (cursor !== '0');
   }
 
   /** The nodes `load` and `sweep` reach: every node of a Cluster (or its primaries), else the client itself. */
@@ -160,7 +114,7 @@ export function redisCommands(
     },
     run,
     write,
-    scan,
+    scan: (node, op, pattern, count) => scanPages(send, node, op, pattern, count),
     nodes,
 
     async load(): Promise<void> {
@@ -184,4 +138,68 @@ export function redisCommands(
       meter.close();
     },
   };
+}
+
+/** How `redisCommands` sends a command: counted, and reported to `onRoundTrip` once it settles. */
+type Send = <R>(op: RoundTrip['op'], request: () => RedisRoundTripRequest, call: () => Promise<R>) => Promise<R>;
+
+/**
+ * A write script and its `WAIT` in one pipeline, through `send`: `EVALSHA`, then `EVAL` after `NOSCRIPT`. Resolves
+ * with the script's reply and what `WAIT` answered (the replicas reached, or its error).
+ */
+async function scriptWithWait(
+  send: Send,
+  client: RedisClient,
+  wait: readonly [replicas: number, replicaTimeoutMs: number],
+  op: RoundTrip['op'],
+  script: RedisScript,
+  names: readonly string[],
+  args: string[],
+): Promise<[reply: unknown, reached: unknown]> {
+  const [replicas, replicaTimeoutMs] = wait;
+  const attempt = (command: 'EVALSHA' | 'EVAL') =>
+    send(
+      op,
+      () => ({ command, script: script.name, keys: [...names], args, wait }),
+      async (): Promise<[reply: unknown, reached: unknown]> => {
+        const pipeline = (client.pipeline as () => RedisPipeline)();
+        if (command === 'EVALSHA') pipeline.evalsha(script.sha, names.length, ...names, ...args);
+        else pipeline.eval(script.source, names.length, ...names, ...args);
+        const replies = await pipeline.wait(replicas, replicaTimeoutMs).exec();
+        if (!Array.isArray(replies) || replies.length !== 2)
+          throw new Error(`redis ${op}: the pipeline with WAIT returned ${String(replies)}`);
+        const [[error, reply] = [null, undefined], [waitError, reached] = [null, undefined]] = replies;
+        if (error) throw error;
+        return [reply, waitError ?? reached];
+      },
+    );
+  try {
+    return await attempt('EVALSHA');
+  } catch (error) {
+    if (!(error instanceof Error && error.message.startsWith('NOSCRIPT'))) throw error;
+    return attempt('EVAL');
+  }
+}
+
+/** Pages of keys matching `pattern` on `node`, one `SCAN` round trip per page, through `send`. */
+async function* scanPages(
+  send: Send,
+  node: RedisNodeClient,
+  op: RoundTrip['op'],
+  pattern: string,
+  count: number,
+): AsyncGenerator<string[]> {
+  const seen = new Set<string>();
+  let cursor = '0';
+  do {
+    const [next, keys] = await send(
+      op,
+      () => ({ command: 'SCAN', args: [cursor, 'MATCH', pattern, 'COUNT', count] }),
+      () => node.scan(cursor, 'MATCH', pattern, 'COUNT', count),
+    );
+    cursor = next;
+    // SCAN may return a key twice; keep the first.
+    const fresh = keys.filter((key) => !seen.has(key) && seen.add(key));
+    if (fresh.length > 0) yield fresh;
+  } while (cursor !== '0');
 }
