@@ -11,16 +11,15 @@ import {
   type RunRequest,
 } from '../core/engine.js';
 import { selectFields } from '../core/fields.js';
-import { beginLocal } from '../core/local.js';
 import { configError, IdempotencyError, isIdempotencyError } from '../core/errors.js';
 import { fingerprintSoon, isJsonType } from '../core/fingerprint.js';
 import { parseKey } from '../core/key.js';
 import type { StoredResponse } from '../core/record.js';
-import type { Declaration, HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
-import { admitDeclaration } from './declaration.js';
+import type { HandlerContext, IdempotencyOptions, IdempotentHandler } from './options.js';
+import { claim, type ClaimSettings } from './claim.js';
 import { problem, problemFor } from './problem.js';
-import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, readBytes, replayResponse, storableHeaders } from './replay.js';
-import { responseSize, responseTooLarge, storedResponse } from './stored.js';
+import { BodyTooLargeError, DEFAULT_REPLAY_HEADERS, readBytes, storableHeaders } from './replay.js';
+import { responseSize, storedResponse } from './stored.js';
 import { serveWeb } from './web.js';
 
 export type {
@@ -116,18 +115,6 @@ const NO_HEADERS: ReadonlyArray<readonly [string, string]> = Object.freeze([]);
 /** The signal of unguarded work: nothing can abort it, so one serves every request. */
 const NEVER_ABORTED: AbortSignal = new AbortController().signal;
 
-/** A replay's answer: the stored response, and the Web `Response` for it built on first read only. */
-function replayAnswer(stored: StoredResponse): Answer {
-  let built: Response | undefined;
-  return {
-    kind: 'answer',
-    replay: stored,
-    get response(): Response {
-      return (built ??= replayResponse(stored));
-    },
-  };
-}
-
 /**
  * Builds the gate: validates the options (errors name the option) and creates the engine. Adapters call this;
  * applications use {@link idempotency} or an adapter.
@@ -156,51 +143,12 @@ export function createGate<Tx, Req>({
   ...engineOptions
 }: IdempotencyOptions<Tx, Req>): Gate<Tx, Req> {
   const { onEvent } = engineOptions;
-  if (typeof scope !== 'function' && scope !== 'single-tenant') {
-    throw configError(
-      'scope',
-      "a function (request) => tenant, or 'single-tenant' for a service with one tenant",
-      scope,
-    );
-  }
+  checkOptions(
+    { scope, required, mismatchStatus, maxBodyBytes, maxResponseBytes, keyHeader, local },
+    { fingerprintBody, key: keyOf, ttlFor, classify, fingerprintFields, takeover: engineOptions.takeover },
+  );
   const scopeOf = scope === 'single-tenant' ? () => 'single-tenant' : scope;
-  if (typeof required !== 'boolean' && typeof required !== 'function') {
-    throw configError('required', 'a boolean or a function', required);
-  }
-  if (mismatchStatus !== 400 && mismatchStatus !== 422)
-    throw configError('mismatchStatus', '400 or 422', mismatchStatus);
-  for (const [name, value] of [
-    ['maxBodyBytes', maxBodyBytes],
-    ['maxResponseBytes', maxResponseBytes],
-  ] as const) {
-    if (!Number.isInteger(value) || value <= 0) throw configError(name, 'a positive integer', value);
-  }
-  for (const [name, value] of [
-    ['fingerprintBody', fingerprintBody],
-    ['key', keyOf],
-    ['ttlFor', ttlFor],
-    ['classify', classify],
-  ] as const) {
-    if (value !== undefined && typeof value !== 'function') throw configError(name, 'a function', value);
-  }
-  if (typeof keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
-    throw configError('keyHeader', 'an HTTP header name', keyHeader);
-  }
-  if (fingerprintFields) {
-    const paths =
-      (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
-    if (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === '')) {
-      throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);
-    }
-  }
-  if (typeof local !== 'boolean') throw configError('local', 'a boolean', local);
   const keyName = keyHeader.toLowerCase();
-  if (local && (engineOptions.takeover ?? 'rerun') !== 'rerun')
-    throw configError(
-      'takeover',
-      "'rerun' on a local route (its work has no outside call to be unsure of)",
-      engineOptions.takeover,
-    );
   const engine = createEngine(withStoredAnswers(engineOptions, replayHeaders, () => responseLimit));
   if (local && (typeof engine.store.runLocal !== 'function' || engine.store.localWork !== 'async')) {
     throw configError(
@@ -232,18 +180,7 @@ export function createGate<Tx, Req>({
     return problem({ status: 500, slug: 'internal-error', title: 'Internal server error' });
   }
 
-  const pass = (): Admission<Tx> => ({
-    kind: 'pass',
-    context: {
-      scope: '',
-      key: '',
-      id: crypto.randomUUID(),
-      reclaimed: false,
-      signal: NEVER_ABORTED,
-      protected: false,
-      declare: () => {},
-    },
-  });
+  const claims: ClaimSettings<Tx, Req> = { engine, local, responseLimit, classify, answerFor };
 
   async function admit(request: GateRequest<Req>): Promise<Admission<Tx>> {
     try {
@@ -268,7 +205,9 @@ export function createGate<Tx, Req>({
         throw new TypeError('`scope(request)` must return a non-empty string.');
       const contentType = request.header('content-type') ?? null;
       const chosen =
-        fingerprintBody || fingerprintFields ? await payload(body, contentType, request.native) : undefined;
+        fingerprintBody || fingerprintFields
+          ? await payload(fingerprintBody, fingerprintFields, body, contentType, request.native)
+          : undefined;
       const soon = fingerprintSoon({
         method: request.method,
         path: url.pathname,
@@ -287,110 +226,130 @@ export function createGate<Tx, Req>({
         ttlMs === undefined
           ? { scope: tenant, key, fingerprint: print, route: url.pathname }
           : { scope: tenant, key, fingerprint: print, route: url.pathname, ttlMs };
-      return await claim(run, body, request.native);
+      return await claim(claims, run, body, request.native);
     } catch (error) {
-      refusedEvent(error, request.url);
+      refusedEvent(onEvent, error, request.url);
       return { kind: 'answer', response: answerFor(error, request.native) };
     }
-  }
-
-  /** A refusal before any claim is an event too (the engine reports the ones after). */
-  function refusedEvent(error: unknown, url: string): void {
-    if (!onEvent) return;
-    const reason = isIdempotencyError(error, 'KEY_MISSING')
-      ? 'KEY_MISSING'
-      : isIdempotencyError(error, 'KEY_INVALID')
-        ? 'KEY_INVALID'
-        : error instanceof BodyTooLargeError
-          ? 'BODY_TOO_LARGE'
-          : undefined;
-    if (reason === undefined) return;
-    try {
-      onEvent({ type: 'refused', reason, route: target(url).pathname });
-    } catch {
-      // A metrics hook must never change what happens to a payment.
-    }
-  }
-
-  /** What the fingerprint hashes as the payload: the body, its chosen fields, or the caller's own text. */
-  async function payload(
-    body: Uint8Array,
-    contentType: string | null,
-    native: Req,
-  ): Promise<{ contentType: string | null; body: Uint8Array }> {
-    if (fingerprintBody)
-      return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
-    if (!fingerprintFields || !isJsonType(contentType)) return { contentType, body };
-    let text: string;
-    try {
-      text = new TextDecoder('utf-8', { fatal: true }).decode(body);
-    } catch {
-      return { contentType, body };
-    }
-    const chosen = selectFields(text, fingerprintFields);
-    return { contentType, body: chosen === undefined ? body : new TextEncoder().encode(chosen) };
-  }
-
-  /**
-   * Claims the key: a replay or refusal is answered at once; a lease becomes a claim the caller's handler runs
-   * under. On a `local` route the store claims the key inside the transaction it opens, and the handler runs with
-   * `tx` until `complete` hands its response back into that transaction, which writes the record and commits.
-   */
-  async function claim(request: RunRequest, body: Uint8Array, native: Req): Promise<Admission<Tx>> {
-    const decision = local ? await beginLocal(engine, request) : await engine.begin(request);
-    if (decision.kind === 'replay') return replayAnswer(decision.response);
-    if (decision.kind === 'refused') return { kind: 'answer', response: answerFor(decision.error, native) };
-    const { lease } = decision;
-    let declared: Declaration<Tx> = {};
-    const context: HandlerContext<Tx> = {
-      scope: lease.scope,
-      key: lease.key,
-      id: lease.id,
-      reclaimed: lease.reclaimed,
-      // Read now, an own property: a context is spread, copied and proxied by handlers, which a getter on a class
-      // would not survive; and a getter on an object literal is built by the runtime, which costs more
-      // (callgrind: 18k instructions a request) than the AbortController it would save.
-      signal: lease.signal,
-      protected: true,
-      declare: (d) => (declared = { ...declared, ...admitDeclaration(engine.store, d) }),
-    };
-    return {
-      kind: 'run',
-      body,
-      lease: 'tx' in lease ? null : lease,
-      context: 'tx' in lease ? { ...context, tx: lease.tx } : context,
-      async complete(response, outcome) {
-        if (lease.settled) {
-          // Settled already (by the adapter, or by the engine past maxHoldMs): any call returns that first
-          // settlement and writes nothing. Its refusal is the answer: the handler's response is not what is recorded.
-          const first = await lease.fail();
-          return first.ok ? undefined : answerFor(first.error, native);
-        }
-        if (responseSize(response) > responseLimit) {
-          // Final, so the work's declared writes commit with it: the work ran and will never run again.
-          const stored = await responseTooLarge(new BodyTooLargeError(responseLimit));
-          const settled = await lease.complete({ ...declared, response: stored, outcome: 'failed-final' });
-          return settled.ok ? storedResponse(stored) : answerFor(settled.error, native);
-        }
-        // The adapter's own outcome (a too-large replacement) wins over what the handler declared for its response.
-        const chosen = outcome ?? declared.outcome ?? classify?.(response.status, native);
-        const settled = await lease.complete({
-          response,
-          ...declared,
-          ...(chosen === undefined ? {} : { outcome: chosen }),
-        });
-        return settled.ok ? undefined : answerFor(settled.error, native);
-      },
-      async fail(answered = false) {
-        await lease.fail({ answered });
-      },
-    };
   }
 
   const mayClaim = (method: string, header: (name: string) => string | null | undefined): boolean =>
     protectedMethods.has(method.toUpperCase()) && (keyOf !== undefined || (header(keyName) ?? null) !== null);
 
   return { engine, replayHeaders, maxBodyBytes, maxResponseBytes: responseLimit, admit, mayClaim, answerFor };
+}
+
+/** The options {@link createGate} checks that always have a value: given, or their default. */
+type AlwaysSet<Tx, Req> = Required<
+  Pick<
+    IdempotencyOptions<Tx, Req>,
+    'scope' | 'required' | 'mismatchStatus' | 'maxBodyBytes' | 'maxResponseBytes' | 'keyHeader' | 'local'
+  >
+>;
+
+/** The options {@link createGate} checks that may be absent. */
+type MaybeSet<Tx, Req> = {
+  readonly [K in 'fingerprintBody' | 'key' | 'ttlFor' | 'classify' | 'fingerprintFields' | 'takeover']:
+    IdempotencyOptions<Tx, Req>[K] | undefined;
+};
+
+/** Throws the `configError` naming the first of these options that is not what it must be. */
+function checkOptions<Tx, Req>(
+  { scope, required, mismatchStatus, maxBodyBytes, maxResponseBytes, keyHeader, local }: AlwaysSet<Tx, Req>,
+  { fingerprintBody, key: keyOf, ttlFor, classify, fingerprintFields, takeover }: MaybeSet<Tx, Req>,
+): void {
+  if (typeof scope !== 'function' && scope !== 'single-tenant') {
+    throw configError(
+      'scope',
+      "a function (request) => tenant, or 'single-tenant' for a service with one tenant",
+      scope,
+    );
+  }
+  if (typeof required !== 'boolean' && typeof required !== 'function') {
+    throw configError('required', 'a boolean or a function', required);
+  }
+  if (mismatchStatus !== 400 && mismatchStatus !== 422)
+    throw configError('mismatchStatus', '400 or 422', mismatchStatus);
+  for (const [name, value] of [
+    ['maxBodyBytes', maxBodyBytes],
+    ['maxResponseBytes', maxResponseBytes],
+  ] as const) {
+    if (!Number.isInteger(value) || value <= 0) throw configError(name, 'a positive integer', value);
+  }
+  for (const [name, value] of [
+    ['fingerprintBody', fingerprintBody],
+    ['key', keyOf],
+    ['ttlFor', ttlFor],
+    ['classify', classify],
+  ] as const) {
+    if (value !== undefined && typeof value !== 'function') throw configError(name, 'a function', value);
+  }
+  if (typeof keyHeader !== 'string' || !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(keyHeader)) {
+    throw configError('keyHeader', 'an HTTP header name', keyHeader);
+  }
+  if (fingerprintFields) {
+    const paths =
+      (fingerprintFields as { include?: unknown }).include ?? (fingerprintFields as { exclude?: unknown }).exclude;
+    if (!Array.isArray(paths) || paths.some((p) => typeof p !== 'string' || p === '')) {
+      throw configError('fingerprintFields', '{ include: string[] } or { exclude: string[] }', fingerprintFields);
+    }
+  }
+  if (typeof local !== 'boolean') throw configError('local', 'a boolean', local);
+  if (local && (takeover ?? 'rerun') !== 'rerun')
+    throw configError('takeover', "'rerun' on a local route (its work has no outside call to be unsure of)", takeover);
+}
+
+/** The admission of a request that runs unguarded: nothing claimed, nothing to abort. */
+const pass = <Tx>(): Admission<Tx> => ({
+  kind: 'pass',
+  context: {
+    scope: '',
+    key: '',
+    id: crypto.randomUUID(),
+    reclaimed: false,
+    signal: NEVER_ABORTED,
+    protected: false,
+    declare: () => {},
+  },
+});
+
+/** A refusal before any claim is an event too (the engine reports the ones after). */
+function refusedEvent(onEvent: EngineOptions<unknown>['onEvent'], error: unknown, url: string): void {
+  if (!onEvent) return;
+  const reason = isIdempotencyError(error, 'KEY_MISSING')
+    ? 'KEY_MISSING'
+    : isIdempotencyError(error, 'KEY_INVALID')
+      ? 'KEY_INVALID'
+      : error instanceof BodyTooLargeError
+        ? 'BODY_TOO_LARGE'
+        : undefined;
+  if (reason === undefined) return;
+  try {
+    onEvent({ type: 'refused', reason, route: target(url).pathname });
+  } catch {
+    // A metrics hook must never change what happens to a payment.
+  }
+}
+
+/** What the fingerprint hashes as the payload: the body, its chosen fields, or the caller's own text. */
+async function payload<Req>(
+  fingerprintBody: IdempotencyOptions<unknown, Req>['fingerprintBody'],
+  fingerprintFields: IdempotencyOptions<unknown, Req>['fingerprintFields'],
+  body: Uint8Array,
+  contentType: string | null,
+  native: Req,
+): Promise<{ contentType: string | null; body: Uint8Array }> {
+  if (fingerprintBody)
+    return { contentType: 'text/plain', body: new TextEncoder().encode(await fingerprintBody(body, native)) };
+  if (!fingerprintFields || !isJsonType(contentType)) return { contentType, body };
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(body);
+  } catch {
+    return { contentType, body };
+  }
+  const chosen = selectFields(text, fingerprintFields);
+  return { contentType, body: chosen === undefined ? body : new TextEncoder().encode(chosen) };
 }
 
 /**
