@@ -1,54 +1,24 @@
 /** @module The state machine (docs/DESIGN.md: State machine): claim before the work, replay, refuse, fence later writes. */
-import { isClock, systemClock, type Clock } from './clock.js';
+import { systemClock, type Clock } from './clock.js';
 import { configError, IdempotencyError } from './errors.js';
+import { engineSettings, type EngineOptions, type EngineSettings } from './engine-options.js';
 import { fingerprintsEqual } from './fingerprint.js';
 import { recordPk } from './key.js';
 import type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
-import { holdLease, type Lease, type Settlement, type WorkContext, type WorkResult } from './lease.js';
+import {
+  holdLease,
+  type Lease,
+  type LeaseContext,
+  type Settlement,
+  type WorkContext,
+  type WorkResult,
+} from './lease.js';
 import type { ClaimResult, IdempotencyRecord, IdempotencyStore, StoredResponse } from './record.js';
-import { heldKeyDetail, takeoverPolicy, type TakeoverOptions } from './takeover.js';
 import { unwindClaim } from './unwind.js';
 
 export type { Lease, Settlement, WorkContext, WorkResult } from './lease.js';
 export type { IdempotencyEvent, KeyEventFields, OutcomeKind, StoreOp } from './events.js';
-
-/** The production range recommended for `ttlMs` (docs/DESIGN.md: Expiry). Shorter is allowed, with a warning. */
-export const RECOMMENDED_TTL_MS = { min: 86_400_000, max: 28 * 86_400_000 } as const;
-
-export interface EngineOptions<Tx = never> extends TakeoverOptions {
-  readonly store: IdempotencyStore<Tx>;
-  /** How long a record lives. Default 24 h. */
-  readonly ttlMs?: number;
-  /** How long a claim holds the key before another attempt may take it over. Default 10 s; renewed while the work runs. */
-  readonly leaseMs?: number;
-  /** How often the lease is renewed while the work runs. Default `leaseMs / 3`. */
-  readonly renewEveryMs?: number;
-  /**
-   * How much earlier than the store the holder gives its lease up, on its own clock: room for clock drift between
-   * servers (docs/DESIGN.md: Lease). Default `leaseMs / 10`, at most half of `leaseMs − renewEveryMs`.
-   */
-  readonly leaseMarginMs?: number;
-  /** Longest any store call may take before it counts as failed (`STORE_UNAVAILABLE`). Default 5 s. */
-  readonly storeTimeoutMs?: number;
-  /**
-   * Longest a lease is held, settled or not. Then the work's signal aborts (`LEASE_LOST`) and the key is settled
-   * `failed`, retryable, so work that never ends cannot hold its key forever. Default 5 minutes.
-   */
-  readonly maxHoldMs?: number;
-  /** Instead of answering 409 at once, wait up to this long for the in-flight attempt's outcome. Default 0. */
-  readonly waitForOutcomeMs?: number;
-  /**
-   * Keep up to this many terminal records (succeeded, or failed and final) in this process, so a hot replay or
-   * mismatch costs no store round trip (docs/DESIGN.md: Round-trip budget). Safe because a terminal record cannot
-   * change before it expires; `in_progress` and retryable failures are never kept. A record deleted behind the
-   * store's back is still replayed here until its `expiresAt`. Default 0 (off).
-   */
-  readonly cacheSize?: number;
-  readonly clock?: Clock;
-  /** Makes fencing tokens and record ids. Default `crypto.randomUUID`; inject a seeded one to replay a simulation. */
-  readonly generateId?: () => string;
-  readonly onEvent?: (event: IdempotencyEvent) => void;
-}
+export { RECOMMENDED_TTL_MS, type EngineOptions } from './engine-options.js';
 
 /** Identifies one logical operation. */
 export interface RunRequest {
@@ -136,7 +106,7 @@ export interface Engine<Tx = never> {
 }
 
 /**
- * Creates the engine. Options are validated here, with errors that name the option.
+ * Creates the engine. Options are validated first (core/engine-options.ts), with errors that name the option.
  *
  * @example
  * const engine = createEngine({ store: memoryStore(), leaseMs: 10_000 })
@@ -146,54 +116,9 @@ export interface Engine<Tx = never> {
  *   await decision.lease.complete({ response: jsonResponse(201, charge), resultId: charge.id })
  * }
  */
-export function createEngine<Tx = never>({
-  store,
-  ttlMs = RECOMMENDED_TTL_MS.min,
-  leaseMs = 10_000,
-  renewEveryMs = Math.max(1, Math.floor(leaseMs / 3)),
-  leaseMarginMs = Math.floor(Math.min(leaseMs / 10, (leaseMs - renewEveryMs) / 2)),
-  storeTimeoutMs = 5_000,
-  maxHoldMs = 300_000,
-  waitForOutcomeMs = 0,
-  cacheSize = 0,
-  clock = systemClock,
-  generateId = () => crypto.randomUUID(),
-  onEvent,
-  ...policy
-}: EngineOptions<Tx>): Engine<Tx> {
-  if (typeof store?.claim !== 'function') throw configError('store', 'an IdempotencyStore');
-  if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0) throw configError('ttlMs', 'a positive whole number of ms', ttlMs);
-  for (const [name, value] of [
-    ['leaseMs', leaseMs],
-    ['renewEveryMs', renewEveryMs],
-    ['storeTimeoutMs', storeTimeoutMs],
-    ['maxHoldMs', maxHoldMs],
-  ] as const) {
-    // Each is a timer's delay: past 2^31 − 1 ms a timer fires at once.
-    if (!Number.isInteger(value) || value <= 0 || value > MAX_TIMER_MS)
-      throw configError(name, `a whole number of ms from 1 to ${MAX_TIMER_MS}`, value);
-  }
-  if (leaseMs < 3) throw configError('leaseMs', 'at least 3 ms (renewals come every leaseMs / 3)', leaseMs);
-  if (!isClock(clock)) throw configError('clock', 'a Clock { now, setTimeout, clearTimeout }');
-  if (renewEveryMs >= leaseMs) throw configError('renewEveryMs', `less than leaseMs (${leaseMs})`, renewEveryMs);
-  if (!Number.isFinite(leaseMarginMs) || leaseMarginMs < 0 || leaseMarginMs >= leaseMs - renewEveryMs)
-    throw configError(
-      'leaseMarginMs',
-      `at least 0 and less than leaseMs − renewEveryMs (${leaseMs - renewEveryMs})`,
-      leaseMarginMs,
-    );
-  if (ttlMs <= leaseMs) throw configError('ttlMs', `greater than leaseMs (${leaseMs})`, ttlMs);
-  if (!Number.isSafeInteger(cacheSize) || cacheSize < 0)
-    throw configError('cacheSize', 'a non-negative integer', cacheSize);
-  if (typeof generateId !== 'function') throw configError('generateId', 'a function () => string', generateId);
-  if (!Number.isFinite(waitForOutcomeMs) || waitForOutcomeMs < 0)
-    throw configError('waitForOutcomeMs', 'a non-negative number', waitForOutcomeMs);
-  const onTakeover = takeoverPolicy(policy, clock, { maxHoldMs, leaseMs });
-  const inUse = heldKeyDetail(policy.takeover);
-  if (ttlMs < RECOMMENDED_TTL_MS.min)
-    warn(`Idem: ttlMs ${ttlMs} is under the 24 h production minimum; fine for tests and the lab.`, 'IDEM_SHORT_TTL');
-  if (onEvent !== undefined && typeof onEvent !== 'function')
-    throw configError('onEvent', 'a function (event) => void', onEvent);
+export function createEngine<Tx = never>(options: EngineOptions<Tx>): Engine<Tx> {
+  const settings = engineSettings(options);
+  const { store, ttlMs, leaseMs, storeTimeoutMs, clock, generateId, onEvent } = settings;
   const emit = (event: IdempotencyEvent): void => {
     if (!onEvent) return;
     try {
@@ -219,6 +144,56 @@ export function createEngine<Tx = never>({
     }
   }
 
+  const answers = answersOf(settings, emit);
+  const { answerFrom, busy, unavailable, precheck, remember } = answers;
+  const { begin, active } = claimsOf(settings, call, emit, answers);
+
+  async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
+    const decision = await begin(request);
+    if (decision.kind !== 'lease') return answered(decision);
+    const { lease } = decision;
+    let result: WorkResult<Tx>;
+    try {
+      result = await work(lease);
+    } catch (error) {
+      await lease.fail();
+      throw error;
+    }
+    let settled: Settlement;
+    try {
+      settled = await lease.complete(result);
+    } catch (error) {
+      // The work returned something no record can hold: nothing was written, so the key is left retryable.
+      await lease.fail();
+      throw error;
+    }
+    if (!settled.ok) throw settled.error;
+    return { replayed: false, response: result.response, record: settled.record };
+  }
+
+  const engine = {
+    begin,
+    run,
+    store,
+    leaseMs,
+    get activeLeases() {
+      return active();
+    },
+  };
+  const answer = (existing: IdempotencyRecord, request: RunRequest): Answer =>
+    answerFrom(existing, request) ?? busy(existing, request);
+  phasesOf.set(engine, { clock, ttlMs, generateId, emit, precheck, answer, unavailable, remember });
+  return engine;
+}
+
+/**
+ * What a record in the way answers a request, made once per engine: the checks before a claim (with the cache of
+ * final records), then a replay, a mismatch, in flight, or the store down.
+ */
+function answersOf(
+  { clock, cacheSize, leaseMs, inUse }: Pick<EngineSettings<unknown>, 'clock' | 'cacheSize' | 'leaseMs' | 'inUse'>,
+  emit: (event: IdempotencyEvent) => void,
+) {
   /** Terminal records by pk, least recently used first. */
   const cache = new Map<string, IdempotencyRecord>();
   const remember = (record: IdempotencyRecord): void => {
@@ -235,8 +210,6 @@ export function createEngine<Tx = never>({
     cache.set(pk, record);
     return record;
   };
-
-  let activeLeases = 0;
 
   /** The answer an existing record gives this request: a mismatch, a replay, or undefined (the key is busy or free). */
   function answerFrom(existing: IdempotencyRecord, request: RunRequest): Answer | undefined {
@@ -299,6 +272,26 @@ export function createEngine<Tx = never>({
     return undefined;
   }
 
+  return { answerFrom, busy, unavailable, precheck, remember };
+}
+
+/** What {@link answersOf} makes. */
+type Answers = ReturnType<typeof answersOf>;
+
+/**
+ * `begin`, made once per engine: the claim loop, the wait for an in-flight outcome (`waitForOutcomeMs`), and the
+ * leases it hands out, with the count of those not yet settled (`activeLeases`).
+ */
+function claimsOf<Tx>(
+  settings: EngineSettings<Tx>,
+  call: LeaseContext<Tx>['call'],
+  emit: LeaseContext<Tx>['emit'],
+  { answerFrom, busy, unavailable, precheck, remember }: Answers,
+): { readonly begin: (request: RunRequest) => Promise<Decision<Tx>>; readonly active: () => number } {
+  const { store, ttlMs, leaseMs, renewEveryMs, leaseMarginMs, storeTimeoutMs, maxHoldMs } = settings;
+  const { waitForOutcomeMs, clock, generateId, onTakeover } = settings;
+  let activeLeases = 0;
+
   async function begin(request: RunRequest): Promise<Decision<Tx>> {
     const { scope, key, fingerprint } = request;
     const pk = recordPk(scope, key);
@@ -357,29 +350,6 @@ export function createEngine<Tx = never>({
     }
   }
 
-  async function run(request: RunRequest, work: (context: WorkContext) => Promise<WorkResult<Tx>>): Promise<RunResult> {
-    const decision = await begin(request);
-    if (decision.kind !== 'lease') return answered(decision);
-    const { lease } = decision;
-    let result: WorkResult<Tx>;
-    try {
-      result = await work(lease);
-    } catch (error) {
-      await lease.fail();
-      throw error;
-    }
-    let settled: Settlement;
-    try {
-      settled = await lease.complete(result);
-    } catch (error) {
-      // The work returned something no record can hold: nothing was written, so the key is left retryable.
-      await lease.fail();
-      throw error;
-    }
-    if (!settled.ok) throw settled.error;
-    return { replayed: false, response: result.response, record: settled.record };
-  }
-
   /**
    * Polls until the record is no longer in progress, its lease has lapsed (a dead holder: the caller takes over),
    * or `until` passes. A holder that keeps renewing is waited for. Costs round trips; only used when opted in.
@@ -411,28 +381,13 @@ export function createEngine<Tx = never>({
     ended: () => void activeLeases--,
   };
 
-  const engine = {
-    begin,
-    run,
-    store,
-    leaseMs,
-    get activeLeases() {
-      return activeLeases;
-    },
-  };
-  const answer = (existing: IdempotencyRecord, request: RunRequest): Answer =>
-    answerFrom(existing, request) ?? busy(existing, request);
-  phasesOf.set(engine, { clock, ttlMs, generateId, emit, precheck, answer, unavailable, remember });
-  return engine;
+  return { begin, active: () => activeLeases };
 }
 
 /** The key fields every event about one record carries. */
 export function subject({ scope, key, route }: RunRequest, id: string): KeyEventFields {
   return route === undefined ? { scope, key, id } : { scope, key, id, route };
 }
-
-/** The longest delay a timer takes (2^31 − 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
 
 /** How many times `begin` claims a key that keeps coming back free before it gives up. */
 const MAX_CLAIM_ROUNDS = 8;
@@ -467,14 +422,6 @@ function isFinal(record: IdempotencyRecord): boolean {
 
 function refused(error: IdempotencyError): { readonly kind: 'refused'; readonly error: IdempotencyError } {
   return { kind: 'refused', error };
-}
-
-/** A warning through Node's `process.emitWarning` where there is one (so `--no-warnings` silences it), else the console. */
-function warn(message: string, code: string): void {
-  const emit = (globalThis as { process?: { emitWarning?: (m: string, o: { type: string; code: string }) => void } })
-    .process?.emitWarning;
-  if (typeof emit === 'function') emit(message, { type: 'IdemWarning', code });
-  else console.warn(`${code}: ${message}`);
 }
 
 /**
