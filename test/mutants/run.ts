@@ -79,8 +79,9 @@ const MUTANTS: readonly Mutant[] = [
     id: 'E6',
     file: 'packages/idem/src/core/lease.ts',
     what: 'a refused completion answered as a success (no record)',
-    find: "if (!written.ok) return refusedWrite('complete');\n    executed(kind, response.status);",
-    replace: "if (!written.ok && false) return refusedWrite('complete');\n    executed(kind, response.status);",
+    find: "if (!written.ok) return refusedWrite(held, 'complete');\n  executed(held, kind, response.status);",
+    replace:
+      "if (!written.ok && false) return refusedWrite(held, 'complete');\n  executed(held, kind, response.status);",
   },
   {
     id: 'E9',

@@ -127,6 +127,7 @@ export function holdLease<Tx>(
   let aborted = false;
   let taken = false;
   let settlement: Promise<Settlement> | undefined;
+  const held: Held<Tx> = { engine, record, claimedAt, about };
 
   const abort = (message: string): IdempotencyError => {
     const error = new IdempotencyError('LEASE_LOST', message, { retryAfterMs: 0 });
@@ -161,10 +162,7 @@ export function holdLease<Tx>(
     const now = clock.now();
     if (now >= holdUntil) {
       const error = abort(`The work held this key longer than maxHoldMs (${engine.maxHoldMs} ms).`);
-      void settle(async () => {
-        await fail();
-        return { ok: false, error };
-      });
+      void settle(() => heldTooLong(held, expiresAt, lapses(held, aborted), error));
       return;
     }
     // Past the local deadline the work is told to stop; renewals go on (conditional on the token, they keep a
@@ -192,75 +190,6 @@ export function holdLease<Tx>(
       .finally(engine.ended);
     return settlement;
   };
-  const refusedWrite = (op: StoreOp): Settlement => {
-    emit({ type: 'stale_write_refused', ...about, op });
-    return {
-      ok: false,
-      error: new IdempotencyError(
-        'LEASE_LOST',
-        'This attempt lost its lease to another; its outcome was not recorded.',
-        {
-          retryAfterMs: 0,
-        },
-      ),
-    };
-  };
-  const executed = (outcome: OutcomeKind, status: number | null): void =>
-    emit({ type: 'executed', ...about, outcome, status, ms: clock.now() - claimedAt });
-
-  const release = async (status: number | null = null): Promise<Settlement> => {
-    const released = await call('release', () => store.release({ pk, token }));
-    if (!released.ok) return refusedWrite('release');
-    executed('release', status);
-    return { ok: true, record: null };
-  };
-
-  const complete = async (result: WorkResult<Tx>, kind: Exclude<OutcomeKind, 'release'>): Promise<Settlement> => {
-    const { response, resultId, effects } = result;
-    const outcome: Outcome = {
-      status: kind === 'succeeded' ? 'succeeded' : 'failed',
-      retryable: kind === 'failed-retryable',
-      resultId: resultId ?? null,
-      response,
-    };
-    // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
-    const final = kind !== 'failed-retryable' ? effects : undefined;
-    const written = await call('complete', async () => {
-      try {
-        return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
-      } catch (error) {
-        // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
-        // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
-        // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
-        if (final === undefined) throw error;
-        const current = await store.get(pk).catch(() => undefined);
-        if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
-          return { ok: false };
-        throw error;
-      }
-    });
-    if (!written.ok) return refusedWrite('complete');
-    executed(kind, response.status);
-    const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
-    engine.remember(completed);
-    return { ok: true, record: completed };
-  };
-
-  // Aborted, the work may have had its effect (the signal cancelled it midway, say): under 'reconcile' and
-  // 'quarantine' an outcome that lets the next claim run the work unasked is not written, so the key lapses into
-  // a takeover instead, where the policy decides.
-  const lapses = (): boolean => aborted && engine.unknownLapses;
-  const unknown = async (): Promise<Settlement> => ({ ok: false, error: unknownOutcome() });
-
-  const fail = async (answered = false): Promise<Settlement> => {
-    if (lapses() || (answered && engine.unknownLapses)) return unknown();
-    // Nothing was promised to the client, so the next attempt may run the work again.
-    const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
-    const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
-    if (!written.ok) return refusedWrite('complete');
-    executed('failed-retryable', null);
-    return { ok: true, record: { ...record, ...failed, expiresAt } };
-  };
 
   return new HeldLease<Tx>(scope, key, record.id, reclaimed, {
     signal: () => (controller ??= new AbortController()).signal,
@@ -269,17 +198,19 @@ export function holdLease<Tx>(
       const declared = result?.outcome;
       if (declared !== undefined && !OUTCOMES.has(declared)) return misuse(`outcome ${JSON.stringify(declared)}`);
       if (declared === 'release')
-        return settle(() => (lapses() ? unknown() : release(result.response?.status ?? null)));
+        return settle(() => (lapses(held, aborted) ? unknown() : release(held, result.response?.status ?? null)));
       // A final outcome without a response would be a record no retry can replay: refuse it at the call.
       if (!isResponse(result?.response)) return misuse('a response { status, headers, body }');
       const { resultId } = result;
       if (resultId !== undefined && resultId !== null && typeof resultId !== 'string') return misuse('resultId');
       const kind = declared ?? engine.classify(result.response.status);
       // An answer that lets the work run again (retryable, or released), given once the lease was aborted: as `fail`.
-      return settle(() => (kind === 'failed-retryable' && lapses() ? unknown() : complete(result, kind)));
+      return settle(() =>
+        kind === 'failed-retryable' && lapses(held, aborted) ? unknown() : complete(held, expiresAt, result, kind),
+      );
     },
-    fail: (how) => settle(() => fail(how?.answered === true)),
-    release: () => settle(() => release()),
+    fail: (how) => settle(() => fail(held, expiresAt, lapses(held, aborted), how?.answered === true)),
+    release: () => settle(() => release(held)),
     abandon: () => {
       if (settlement) return settlement;
       const abandoned = settle(async () => ({ ok: true, record: null }));
@@ -292,6 +223,119 @@ export function holdLease<Tx>(
       return abandoned;
     },
   });
+}
+
+/** What a lease's writes need, fixed when its key is claimed: its engine, its record, and what its events say. */
+interface Held<Tx> {
+  readonly engine: LeaseContext<Tx>;
+  readonly record: IdempotencyRecord;
+  readonly claimedAt: number;
+  readonly about: KeyEventFields;
+}
+
+// The writes that settle a lease, each called through its `settle`. Settling stops the renewals before the write
+// starts, so the `expiresAt` a write is given (the last renewal's) is the lease's own until the write is done.
+
+/** A write the token fenced off: another attempt holds the key now. */
+function refusedWrite<Tx>({ engine, about }: Held<Tx>, op: StoreOp): Settlement {
+  engine.emit({ type: 'stale_write_refused', ...about, op });
+  return {
+    ok: false,
+    error: new IdempotencyError('LEASE_LOST', 'This attempt lost its lease to another; its outcome was not recorded.', {
+      retryAfterMs: 0,
+    }),
+  };
+}
+
+function executed<Tx>({ engine, about, claimedAt }: Held<Tx>, outcome: OutcomeKind, status: number | null): void {
+  engine.emit({ type: 'executed', ...about, outcome, status, ms: engine.clock.now() - claimedAt });
+}
+
+async function release<Tx>(held: Held<Tx>, status: number | null = null): Promise<Settlement> {
+  const { store, call } = held.engine;
+  const { pk, token } = held.record;
+  const released = await call('release', () => store.release({ pk, token }));
+  if (!released.ok) return refusedWrite(held, 'release');
+  executed(held, 'release', status);
+  return { ok: true, record: null };
+}
+
+async function complete<Tx>(
+  held: Held<Tx>,
+  expiresAt: number,
+  result: WorkResult<Tx>,
+  kind: Exclude<OutcomeKind, 'release'>,
+): Promise<Settlement> {
+  const { engine, record } = held;
+  const { store, clock, call } = engine;
+  const { pk, token } = record;
+  const { response, resultId, effects } = result;
+  const outcome: Outcome = {
+    status: kind === 'succeeded' ? 'succeeded' : 'failed',
+    retryable: kind === 'failed-retryable',
+    resultId: resultId ?? null,
+    response,
+  };
+  // Effects only with a final outcome: a retryable one means the next attempt runs the work (and its writes) again.
+  const final = kind !== 'failed-retryable' ? effects : undefined;
+  const written = await call('complete', async () => {
+    try {
+      return await store.complete({ pk, token, now: clock.now(), outcome, effects: final });
+    } catch (error) {
+      // Failing effects can be the late writer's symptom: a store that runs them before its fenced update
+      // (PostgreSQL) meets the new owner's committed writes — keyed on the same record id — and a unique
+      // constraint fails first. If the key is no longer ours, that is a refused late write, not a store failure.
+      if (final === undefined) throw error;
+      const current = await store.get(pk).catch(() => undefined);
+      if (current === null || (current && (current.token !== token || current.status !== 'in_progress')))
+        return { ok: false };
+      throw error;
+    }
+  });
+  if (!written.ok) return refusedWrite(held, 'complete');
+  executed(held, kind, response.status);
+  const completed: IdempotencyRecord = { ...record, ...outcome, expiresAt };
+  engine.remember(completed);
+  return { ok: true, record: completed };
+}
+
+/**
+ * Aborted, the work may have had its effect (the signal cancelled it midway, say): under 'reconcile' and
+ * 'quarantine' an outcome that lets the next claim run the work unasked is not written, so the key lapses into
+ * a takeover instead, where the policy decides.
+ */
+function lapses<Tx>({ engine }: Held<Tx>, aborted: boolean): boolean {
+  return aborted && engine.unknownLapses;
+}
+
+/** `lapsing`: what {@link lapses} said when the lease was settled. */
+async function fail<Tx>(held: Held<Tx>, expiresAt: number, lapsing: boolean, answered = false): Promise<Settlement> {
+  const { engine, record } = held;
+  const { store, clock, call } = engine;
+  const { pk, token } = record;
+  if (lapsing || (answered && engine.unknownLapses)) return unknown();
+  // Nothing was promised to the client, so the next attempt may run the work again.
+  const failed: Outcome = { status: 'failed', retryable: true, resultId: null, response: null };
+  const written = await call('complete', () => store.complete({ pk, token, now: clock.now(), outcome: failed }));
+  if (!written.ok) return refusedWrite(held, 'complete');
+  executed(held, 'failed-retryable', null);
+  return { ok: true, record: { ...record, ...failed, expiresAt } };
+}
+
+/** `maxHoldMs` passed: the key is failed, retryable (or lapses), and the lease answers why it was given up. */
+async function heldTooLong<Tx>(
+  held: Held<Tx>,
+  expiresAt: number,
+  lapsing: boolean,
+  error: IdempotencyError,
+): Promise<Settlement> {
+  await fail(held, expiresAt, lapsing);
+  return { ok: false, error };
+}
+
+/** A lease given up with its outcome unknown (see {@link lapses}): nothing is written. */
+async function unknown(): Promise<Settlement> {
+  return { ok: false, error: unknownOutcome() };
 }
 
 /** What a {@link HeldLease} delegates to: the closures over one lease's state. */
