@@ -128,17 +128,17 @@ const MUTANTS: readonly Mutant[] = [
   // ── fingerprint ─────────────────────────────────────────────────────────────────────────────────────────────
   {
     id: 'F1',
-    file: 'packages/idem/src/core/fingerprint.ts',
+    file: 'packages/idem/src/core/canonical-json.ts',
     what: 'canonical JSON keeps key order (reordered JSON is another request)',
-    find: 'const sorted = [...last.keys()].sort();',
-    replace: 'const sorted = [...last.keys()];',
+    find: 'if ((state & ORDERED) === 0) {',
+    replace: 'if ((state & ORDERED) === -1) {',
   },
   {
     id: 'F2',
     file: 'packages/idem/src/core/fingerprint.ts',
     what: 'a JSON body left out of the fingerprint',
-    find: "text += field('json') + field(canonical);",
-    replace: "text += field('json');",
+    find: '`${head}${kind}${canonical.byteLength}:${UTF8.decode(canonical)}${tail}`',
+    replace: '`${head}${kind}0:${tail}`',
   },
   {
     id: 'F3',
@@ -240,8 +240,8 @@ const MUTANTS: readonly Mutant[] = [
     id: 'H3',
     file: 'packages/idem/src/http/problem.ts',
     what: 'a key in use answered 503, not 409',
-    find: "status: 409,\n        slug: 'idempotency-key-in-use',",
-    replace: "status: 503,\n        slug: 'idempotency-key-in-use',",
+    find: "IN_FLIGHT: { status: 409, slug: 'idempotency-key-in-use'",
+    replace: "IN_FLIGHT: { status: 503, slug: 'idempotency-key-in-use'",
   },
 ];
 
@@ -259,6 +259,7 @@ const UNIT_FILES = [
   'packages/idem/src/stores/memory/index.test.ts',
   'packages/idem/src/stores/sqlite/',
   'packages/idem/src/http/middleware.test.ts',
+  'packages/idem/src/http/conformance.test.ts',
   'test/stores/sqlite-condition.test.ts',
 ];
 const VITEST = ['node_modules/vitest/vitest.mjs', 'run', '--bail=1', '--reporter=dot'];
