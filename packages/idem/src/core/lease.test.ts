@@ -311,3 +311,55 @@ describe('what the hostile review of the lease found', () => {
     }
   });
 });
+
+// Review 51: the work's abort listener settles the lease inside the tick that aborted it, and that tick also had a
+// renewal due (a stalled event loop: the deadline and a renewal fall in one tick). The renewal went out after the
+// settlement: it extended a lease given up, and the settlement's `expiresAt` was read before it moved.
+describe('a lease settled from its abort listener', () => {
+  /** The memory store, with its renewals and completions logged in order. */
+  function loggingStore(): IdempotencyStore<undefined> & { log: string[] } {
+    const store = memoryStore();
+    const wrapped = Object.create(store) as IdempotencyStore<undefined> & { log: string[] };
+    wrapped.log = [];
+    wrapped.renew = (renewal) => (wrapped.log.push('renew'), store.renew(renewal));
+    wrapped.complete = (completion) => (wrapped.log.push('complete'), store.complete(completion));
+    return wrapped;
+  }
+
+  it('complete() from the listener: no renewal after it, and its expiresAt is the stored one', async () => {
+    const store = loggingStore();
+    const clock = manualClock(T0);
+    const engine = createEngine({ store, clock, leaseMs: 3_000, ttlMs: 3_001, cacheSize: 10, onEvent: () => {} });
+    const held = await lease(engine);
+    let settling: ReturnType<Lease<undefined>['complete']> | undefined;
+    held.signal.addEventListener('abort', () => (settling = held.complete(created)));
+    clock.advance(2_800); // past the deadline (2,700) with a renewal due (1,000): one tick
+    const settled = await settling;
+    const stored = await store.get(recordPk(request.scope, request.key));
+    expect([settled?.ok, settled?.ok && settled.record.expiresAt, stored?.expiresAt, store.log]).toEqual([
+      true,
+      T0 + 3_001,
+      T0 + 3_001,
+      ['complete'],
+    ]);
+  });
+
+  it("fail() from the listener under 'reconcile': nothing written, and the lease is not renewed past its end", async () => {
+    const store = loggingStore();
+    const clock = manualClock(T0);
+    const reconcile = async () => ({ kind: 'rerun' as const });
+    const engine = createEngine({ store, clock, leaseMs: 3_000, takeover: 'reconcile', reconcile });
+    const held = await lease(engine);
+    let settling: ReturnType<Lease<undefined>['fail']> | undefined;
+    held.signal.addEventListener('abort', () => (settling = held.fail()));
+    clock.advance(2_800);
+    const settled = await settling;
+    const stored = await store.get(recordPk(request.scope, request.key));
+    expect([settled?.ok, stored?.status, stored?.leaseExpiresAt, store.log]).toEqual([
+      false,
+      'in_progress',
+      T0 + 3_000,
+      [],
+    ]);
+  });
+});

@@ -168,6 +168,9 @@ export function holdLease<Tx>(
     // Past the local deadline the work is told to stop; renewals go on (conditional on the token, they keep a
     // retry out for as long as the store still says we hold the key, in case the work ignores its signal).
     if (now >= deadline) abort('The lease ran out on this holder’s clock before a renewal was confirmed.');
+    // The work's abort listeners run inside abort(): one may have settled the lease. No renewal after that: it would
+    // extend a lease the settlement gave up, and move `expiresAt` after the write read it.
+    if (settlement) return;
     if (now >= nextRenewalAt && !taken) {
       nextRenewalAt = now + renewEveryMs;
       renew(now);
