@@ -332,11 +332,13 @@ describe('a lease settled from its abort listener', () => {
     const engine = createEngine({ store, clock, leaseMs: 3_000, ttlMs: 3_001, cacheSize: 10, onEvent: () => {} });
     const held = await lease(engine);
     let settling: ReturnType<Lease<undefined>['complete']> | undefined;
-    held.signal.addEventListener('abort', () => (settling = held.complete(created)));
+    held.signal.addEventListener('abort', () => {
+      settling = held.complete(created);
+    });
     clock.advance(2_800); // past the deadline (2,700) with a renewal due (1,000): one tick
     const settled = await settling;
     const stored = await store.get(recordPk(request.scope, request.key));
-    expect([settled?.ok, settled?.ok && settled.record.expiresAt, stored?.expiresAt, store.log]).toEqual([
+    expect([settled?.ok, settled?.ok && settled.record?.expiresAt, stored?.expiresAt, store.log]).toEqual([
       true,
       T0 + 3_001,
       T0 + 3_001,
@@ -347,11 +349,13 @@ describe('a lease settled from its abort listener', () => {
   it("fail() from the listener under 'reconcile': nothing written, and the lease is not renewed past its end", async () => {
     const store = loggingStore();
     const clock = manualClock(T0);
-    const reconcile = async () => ({ kind: 'rerun' as const });
+    const reconcile = async () => ({ state: 'not_done' as const });
     const engine = createEngine({ store, clock, leaseMs: 3_000, takeover: 'reconcile', reconcile });
     const held = await lease(engine);
     let settling: ReturnType<Lease<undefined>['fail']> | undefined;
-    held.signal.addEventListener('abort', () => (settling = held.fail()));
+    held.signal.addEventListener('abort', () => {
+      settling = held.fail();
+    });
     clock.advance(2_800);
     const settled = await settling;
     const stored = await store.get(recordPk(request.scope, request.key));
