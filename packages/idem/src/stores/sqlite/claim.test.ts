@@ -2,14 +2,15 @@
  * The SQLite claim outside a transaction: the upsert alone (autocommit), then, when it wrote nothing, a plain read
  * of the row in the way — which may have moved on in between. Here a second connection writes a live rival row
  * right after the claim's pre-read, and deletes it right before the read that follows the refused upsert: the
- * claim must run the upsert again and win, not answer from a row that is gone.
+ * claim must run the upsert again and win, not answer from a row that is gone. Inside runLocal's transaction the
+ * upsert is not pinned to what the pre-read saw: its WHERE alone must refuse a row that holds another payload.
  */
 import { randomUUID } from 'node:crypto';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
 import { freshFile, seamedReads } from '#test/fixtures/sqlite.js';
 import { recordPk } from '../../core/key.js';
-import type { ClaimRequest, RoundTrip } from '../contract.js';
+import type { ClaimRequest, IdempotencyRecord, RoundTrip } from '../contract.js';
 import { T0, TTL } from '../../testing/fixtures.js';
 import { sqliteStore } from './index.js';
 
@@ -59,6 +60,53 @@ describe('SQLite claim: the upsert alone, in autocommit', () => {
       expect(statements.map((s) => s.sql.trimStart().split(/\s/)[0])).toEqual(['SELECT', 'INSERT', 'SELECT', 'INSERT']);
       expect(results.map((rows) => rows.length)).toEqual([0, 0, 0, 1]);
       expect((await store.get(pk))?.token).toBe('my-token');
+    } finally {
+      other.close();
+      await store.close();
+    }
+  });
+});
+
+describe('SQLite claim: inside runLocal, the upsert checks the fingerprint itself', () => {
+  it('a retryable failure of another payload written after the pre-read: existing, the work never runs', async () => {
+    const file = freshFile();
+    const key = randomUUID();
+    const pk = recordPk(scope, key);
+    const other = new Database(file);
+    // Right after runLocal's plain read (no row), another process claims the key for another payload and fails
+    // retryably: a row the claim condition accepts only for that payload.
+    const rival = () =>
+      other
+        .prepare(
+          `INSERT INTO "idem_records" ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
+            "lease_expires_at", "expires_at", "retryable") VALUES (?, ?, ?, 'failed', ?, 'rival-id', 'rival-token',
+            ?, ?, ?, 1)`,
+        )
+        .run(pk, scope, key, 'b'.repeat(64), T0, T0 + TTL, T0 + TTL);
+    const store = sqliteStore({
+      database: seamedReads(new Database(file), { 0: { after: rival } }),
+      closeDatabase: true,
+    });
+    try {
+      await store.migrate();
+      const ran: IdempotencyRecord[] = [];
+      const request = { pk, scope, key, fingerprint: 'a'.repeat(64), token: 'my-token', id: 'my-id', now: T0 + 1 };
+      const result = await store.runLocal({
+        ...request,
+        leaseMs: 10_000,
+        ttlMs: TTL,
+        work: (_tx, record) => {
+          ran.push(record);
+          return { status: 'succeeded', retryable: false, resultId: 'charge', response: null };
+        },
+      });
+      expect(result.kind).toBe('existing');
+      expect(result.kind === 'existing' ? [result.record.token, result.record.fingerprint] : []).toEqual([
+        'rival-token',
+        'b'.repeat(64),
+      ]);
+      expect(ran).toEqual([]);
+      expect((await store.get(pk))?.status).toBe('failed');
     } finally {
       other.close();
       await store.close();
