@@ -25,6 +25,7 @@ import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
+import { waitFor } from '../../packages/idem/src/testing/fixtures.js';
 import { startFaultProxy, type FaultProxy } from '../fault-proxy.js';
 import { tempDir } from '../harness.js';
 import { POSTGRES_URL, REDIS_URL, serviceAvailable } from '../services.js';
@@ -237,10 +238,7 @@ async function chaos(name: string, title: string, storeNumber: number, setup: St
     await Promise.all(probes);
     clearTimeout(calm);
     await nemesis.stop();
-    await sleep(300); // bytes a stall held are delivered on restore
-    const readAt = Date.now();
-    const records = new Map<string, RecordRow[]>();
-    for (const [i, account] of accounts.entries()) records.set(account, await readRecords(slots, apiKeys[i] as string));
+    const { records, readAt } = await quiescedRecords(slots, accounts, apiKeys);
     const ledger = await setup.ledger(accounts);
     // What the servers saw, from their event logs (one JSON line per idempotency event, the key as its hash).
     const logs = clusterOutput(slots);
@@ -422,22 +420,46 @@ function target(store: string): [string, number] {
   return [url.hostname, Number(url.port || (store === 'postgres' ? 5432 : 6379))];
 }
 
-/** An account's records, read through any process that answers (retried: the nemesis has stopped, but be patient). */
-async function readRecords(slots: readonly Slot[], apiKey: string): Promise<RecordRow[]> {
-  for (let tries = 0; tries < 20; tries++) {
-    for (const slot of slots) {
-      if (!slot.process || slot.state === 'down') continue;
-      try {
-        const response = await fetch(`${slot.process.url}/v1/idempotency_records`, {
-          headers: { authorization: `Bearer ${apiKey}` },
-          signal: AbortSignal.timeout(5_000),
-        });
-        if (response.status === 200) return ((await response.json()) as { data: RecordRow[] }).data;
-      } catch {
-        // try the next process
-      }
-    }
-    await sleep(250);
+/**
+ * Every account's records once the run has quiesced, read again until none is `in_progress` (work a stall held
+ * completes once restore delivers its bytes) or until a lease and a second have passed: the last read is returned,
+ * and what is still in progress then is the checker's to report.
+ */
+async function quiescedRecords(
+  slots: readonly Slot[],
+  accounts: readonly string[],
+  apiKeys: readonly string[],
+): Promise<{ records: Map<string, RecordRow[]>; readAt: number }> {
+  const deadline = Date.now() + LEASE_MS + 1_000;
+  for (;;) {
+    const readAt = Date.now();
+    const records = new Map<string, RecordRow[]>();
+    for (const [i, account] of accounts.entries()) records.set(account, await readRecords(slots, apiKeys[i] as string));
+    const settled = [...records.values()].every((rows) => rows.every((row) => row.status !== 'in_progress'));
+    if (settled || Date.now() >= deadline) return { records, readAt };
+    await sleep(100);
   }
-  throw new Error('no process answered GET /v1/idempotency_records');
+}
+
+/** An account's records, read through any process that answers (retried: the nemesis has stopped, but be patient). */
+function readRecords(slots: readonly Slot[], apiKey: string): Promise<RecordRow[]> {
+  return waitFor(
+    'a process to answer GET /v1/idempotency_records',
+    async () => {
+      for (const slot of slots) {
+        if (!slot.process || slot.state === 'down') continue;
+        try {
+          const response = await fetch(`${slot.process.url}/v1/idempotency_records`, {
+            headers: { authorization: `Bearer ${apiKey}` },
+            signal: AbortSignal.timeout(5_000),
+          });
+          if (response.status === 200) return ((await response.json()) as { data: RecordRow[] }).data;
+        } catch {
+          // try the next process
+        }
+      }
+      return undefined;
+    },
+    { timeoutMs: 20_000, everyMs: 250 },
+  );
 }
