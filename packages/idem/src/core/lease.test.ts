@@ -19,13 +19,24 @@ const created: WorkResult<undefined> = {
   response: { status: 201, headers: [], body: new TextEncoder().encode('{"id":"ch_1"}') },
 };
 
-/** The memory store, with renewals that hang (never answer) while `stall(n)` says so for the n-th renewal. */
-function stallingStore(stall: (n: number) => boolean): IdempotencyStore<undefined> & { renewals: number } {
+/**
+ * The memory store, its renewals and completions logged in order (`log`); the n-th renewal hangs (never answers)
+ * when `stall(n)` says so.
+ */
+function recordingStore(
+  stall: (n: number) => boolean = () => false,
+): IdempotencyStore<undefined> & { readonly log: string[]; readonly renewals: number } {
   const store = memoryStore();
-  const wrapped = Object.create(store) as IdempotencyStore<undefined> & { renewals: number };
-  wrapped.renewals = 0;
-  wrapped.renew = (renewal: RenewRequest): Promise<WriteResult> =>
-    stall(++wrapped.renewals) ? new Promise(() => undefined) : store.renew(renewal);
+  const log: string[] = [];
+  const renewals = () => log.filter((call) => call === 'renew').length;
+  const wrapped = Object.create(store, { log: { value: log }, renewals: { get: renewals } }) as ReturnType<
+    typeof recordingStore
+  >;
+  wrapped.renew = (renewal: RenewRequest): Promise<WriteResult> => {
+    log.push('renew');
+    return stall(renewals()) ? new Promise(() => undefined) : store.renew(renewal);
+  };
+  wrapped.complete = (completion) => (log.push('complete'), store.complete(completion));
   return wrapped;
 }
 
@@ -51,7 +62,7 @@ async function lease(engine: ReturnType<typeof setup>['engine']): Promise<Lease<
 
 describe('a lease on the holder’s clock', () => {
   it('a renewal stuck on a dead connection is abandoned; the next one keeps the key (no second run)', async () => {
-    const store = stallingStore((n) => n === 1);
+    const store = recordingStore((n) => n === 1);
     const { clock, engine } = setup(store);
     const first = await lease(engine);
     let abortedAt: number | null = null;
@@ -67,7 +78,7 @@ describe('a lease on the holder’s clock', () => {
   });
 
   it('when no renewal is confirmed, the holder aborts its work before the store lets a retry take over', async () => {
-    const store = stallingStore(() => true);
+    const store = recordingStore(() => true);
     const { clock, engine } = setup(store);
     const first = await lease(engine);
     const events: string[] = [];
@@ -254,7 +265,7 @@ describe('what the hostile review of the lease found', () => {
     delayMs = 4_000;
     clock.advance(MARGIN);
     const slowButInTime = await lease(engine);
-    const hung = stallingStore(() => true);
+    const hung = recordingStore(() => true);
     slow.renew = (renewal) => hung.renew(renewal);
     let abortedAt: number | null = null;
     slowButInTime.signal.addEventListener('abort', () => (abortedAt = clock.now()));
@@ -316,18 +327,8 @@ describe('what the hostile review of the lease found', () => {
 // renewal due (a stalled event loop: the deadline and a renewal fall in one tick). The renewal went out after the
 // settlement: it extended a lease given up, and the settlement's `expiresAt` was read before it moved.
 describe('a lease settled from its abort listener', () => {
-  /** The memory store, with its renewals and completions logged in order. */
-  function loggingStore(): IdempotencyStore<undefined> & { log: string[] } {
-    const store = memoryStore();
-    const wrapped = Object.create(store) as IdempotencyStore<undefined> & { log: string[] };
-    wrapped.log = [];
-    wrapped.renew = (renewal) => (wrapped.log.push('renew'), store.renew(renewal));
-    wrapped.complete = (completion) => (wrapped.log.push('complete'), store.complete(completion));
-    return wrapped;
-  }
-
   it('complete() from the listener: no renewal after it, and its expiresAt is the stored one', async () => {
-    const store = loggingStore();
+    const store = recordingStore();
     const clock = manualClock(T0);
     const engine = createEngine({ store, clock, leaseMs: 3_000, ttlMs: 3_001, cacheSize: 10, onEvent: () => {} });
     const held = await lease(engine);
@@ -347,7 +348,7 @@ describe('a lease settled from its abort listener', () => {
   });
 
   it("fail() from the listener under 'reconcile': nothing written, and the lease is not renewed past its end", async () => {
-    const store = loggingStore();
+    const store = recordingStore();
     const clock = manualClock(T0);
     const reconcile = async () => ({ state: 'not_done' as const });
     const engine = createEngine({ store, clock, leaseMs: 3_000, takeover: 'reconcile', reconcile });
