@@ -16,20 +16,28 @@ import { sqliteStore } from './index.js';
 
 const scope = 'acct_alone';
 
+/**
+ * A fresh database file, a key, a second connection to it, and `rival()`: that connection writes the key's row for
+ * another payload ('b'…), live (`in_progress`) or a retryable failure (`failed`).
+ */
+function rivalry(status: 'in_progress' | 'failed') {
+  const file = freshFile();
+  const key = randomUUID();
+  const pk = recordPk(scope, key);
+  const other = new Database(file);
+  const rival = () =>
+    other
+      .prepare(
+        `INSERT INTO "idem_records" ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
+          "lease_expires_at", "expires_at", "retryable") VALUES (?, ?, ?, ?, ?, 'rival-id', 'rival-token', ?, ?, ?, ?)`,
+      )
+      .run(pk, scope, key, status, 'b'.repeat(64), T0, T0 + TTL, T0 + TTL, status === 'failed' ? 1 : 0);
+  return { file, key, pk, other, rival };
+}
+
 describe('SQLite claim: the upsert alone, in autocommit', () => {
   it('a rival row gone between the refused upsert and the read after it: the upsert runs again and wins', async () => {
-    const file = freshFile();
-    const key = randomUUID();
-    const pk = recordPk(scope, key);
-    const other = new Database(file);
-    const rival = () =>
-      other
-        .prepare(
-          `INSERT INTO "idem_records" ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
-            "lease_expires_at", "expires_at", "retryable") VALUES (?, ?, ?, 'in_progress', ?, 'rival-id', 'rival-token',
-            ?, ?, ?, 0)`,
-        )
-        .run(pk, scope, key, 'b'.repeat(64), T0, T0 + TTL, T0 + TTL);
+    const { file, key, pk, other, rival } = rivalry('in_progress');
     const gone = () => other.prepare('DELETE FROM "idem_records" WHERE "pk" = ?').run(pk);
     const trips: RoundTrip[] = [];
     const store = sqliteStore({
@@ -69,20 +77,9 @@ describe('SQLite claim: the upsert alone, in autocommit', () => {
 
 describe('SQLite claim: inside runLocal, the upsert checks the fingerprint itself', () => {
   it('a retryable failure of another payload written after the pre-read: existing, the work never runs', async () => {
-    const file = freshFile();
-    const key = randomUUID();
-    const pk = recordPk(scope, key);
-    const other = new Database(file);
     // Right after runLocal's plain read (no row), another process claims the key for another payload and fails
     // retryably: a row the claim condition accepts only for that payload.
-    const rival = () =>
-      other
-        .prepare(
-          `INSERT INTO "idem_records" ("pk", "scope", "key", "status", "fingerprint", "id", "token", "claimed_at",
-            "lease_expires_at", "expires_at", "retryable") VALUES (?, ?, ?, 'failed', ?, 'rival-id', 'rival-token',
-            ?, ?, ?, 1)`,
-        )
-        .run(pk, scope, key, 'b'.repeat(64), T0, T0 + TTL, T0 + TTL);
+    const { file, key, pk, other, rival } = rivalry('failed');
     const store = sqliteStore({
       database: seamedReads(new Database(file), { 0: { after: rival } }),
       closeDatabase: true,
