@@ -25,15 +25,17 @@ describe('the demo does not print a credential it refuses', () => {
     );
   });
 
-  it('a malformed IDEM_API_KEYS pair: its position and what is wrong, never the key', () => {
+  it('a malformed or repeated IDEM_API_KEYS pair: its position and what is wrong, never the key', () => {
     expect([
       refusal({ IDEM_API_KEYS: `sk_live_ok:acct_a,sk_live_${SECRET}` }),
       refusal({ IDEM_API_KEYS: `sk_live_${SECRET}:acct_a:x` }),
       refusal({ IDEM_API_KEYS: `:acct_a` }),
+      refusal({ IDEM_API_KEYS: `sk_live_${SECRET}:acct_a, sk_live_b:acct_b,sk_live_${SECRET}:acct_b` }),
     ]).toEqual([
       'IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair 2 of 2 has no :account.',
       'IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair 1 of 1 has more than one :.',
       'IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair 1 of 1 has no API key.',
+      'IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair 3 of 3 repeats the API key of pair 1.',
     ]);
   });
 });

@@ -209,16 +209,26 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   const apiKeys = new Map<string, string>();
   const keys = get('api-keys') || (lab ? DEFAULTS.labApiKeys : '');
   const pairs = keys ? keys.split(',') : [];
+  const pairOf = new Map<string, number>();
   for (const [i, pair] of pairs.entries()) {
     const [apiKey, account, ...rest] = pair.trim().split(':');
-    if (!apiKey || !account || rest.length > 0) {
+    // An API key given twice would authenticate as whichever account came last: refused, not guessed.
+    const repeated = apiKey ? pairOf.get(apiKey) : undefined;
+    if (!apiKey || !account || rest.length > 0 || repeated !== undefined) {
       // The pair is not printed: a malformed one is most often an API key without its account.
-      const problem = !apiKey ? 'has no API key' : !account ? 'has no :account' : 'has more than one :';
+      const problem = !apiKey
+        ? 'has no API key'
+        : !account
+          ? 'has no :account'
+          : rest.length > 0
+            ? 'has more than one :'
+            : `repeats the API key of pair ${(repeated ?? 0) + 1}`;
       throw new ConfigError(
         `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${i + 1} of ${pairs.length} ${problem}.`,
       );
     }
     apiKeys.set(apiKey, account);
+    pairOf.set(apiKey, i);
   }
   const ttlMs = integer('ttl-ms', DEFAULTS.ttlMs, 1);
   const leaseMs = integer('lease-ms', DEFAULTS.leaseMs, 1);
