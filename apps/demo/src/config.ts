@@ -206,30 +206,7 @@ export function loadConfig(env: NodeJS.ProcessEnv, argv: readonly string[] = [])
   if (clockSkewMs !== 0 && !lab) {
     throw new ConfigError('IDEM_CLOCK_SKEW_MS (--clock-skew-ms) is a lab setting: it needs IDEM_LAB=1.');
   }
-  const apiKeys = new Map<string, string>();
-  const keys = get('api-keys') || (lab ? DEFAULTS.labApiKeys : '');
-  const pairs = keys ? keys.split(',') : [];
-  const pairOf = new Map<string, number>();
-  for (const [i, pair] of pairs.entries()) {
-    const [apiKey, account, ...rest] = pair.trim().split(':');
-    // An API key given twice would authenticate as whichever account came last: refused, not guessed.
-    const repeated = apiKey ? pairOf.get(apiKey) : undefined;
-    if (!apiKey || !account || rest.length > 0 || repeated !== undefined) {
-      // The pair is not printed: a malformed one is most often an API key without its account.
-      const problem = !apiKey
-        ? 'has no API key'
-        : !account
-          ? 'has no :account'
-          : rest.length > 0
-            ? 'has more than one :'
-            : `repeats the API key of pair ${(repeated ?? 0) + 1}`;
-      throw new ConfigError(
-        `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${i + 1} of ${pairs.length} ${problem}.`,
-      );
-    }
-    apiKeys.set(apiKey, account);
-    pairOf.set(apiKey, i);
-  }
+  const apiKeys = parseApiKeys(get('api-keys') || (lab ? DEFAULTS.labApiKeys : ''));
   const ttlMs = integer('ttl-ms', DEFAULTS.ttlMs, 1);
   const leaseMs = integer('lease-ms', DEFAULTS.leaseMs, 1);
   if (ttlMs <= leaseMs) {
@@ -367,4 +344,32 @@ export function checkServable(config: DemoConfig): void {
       );
     }
   }
+}
+
+/** `IDEM_API_KEYS`: API key → account, from `apikey:account` pairs; a refusal names a bad pair by its position. */
+function parseApiKeys(keys: string): Map<string, string> {
+  const apiKeys = new Map<string, string>();
+  const pairs = keys ? keys.split(',') : [];
+  const pairOf = new Map<string, number>();
+  for (const [i, pair] of pairs.entries()) {
+    const [apiKey, account, ...rest] = pair.trim().split(':');
+    // An API key given twice would authenticate as whichever account came last: refused, not guessed.
+    const repeated = apiKey ? pairOf.get(apiKey) : undefined;
+    if (!apiKey || !account || rest.length > 0 || repeated !== undefined) {
+      // The pair is not printed: a malformed one is most often an API key without its account.
+      const problem = !apiKey
+        ? 'has no API key'
+        : !account
+          ? 'has no :account'
+          : rest.length > 0
+            ? 'has more than one :'
+            : `repeats the API key of pair ${(repeated ?? 0) + 1}`;
+      throw new ConfigError(
+        `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${i + 1} of ${pairs.length} ${problem}.`,
+      );
+    }
+    apiKeys.set(apiKey, account);
+    pairOf.set(apiKey, i);
+  }
+  return apiKeys;
 }
