@@ -368,3 +368,31 @@ describe('a lease settled from its abort listener', () => {
     ]);
   });
 });
+
+describe('onGivenUp: told when the engine gives the key up past maxHoldMs, and only then', () => {
+  it('called once, the lease settled by then; not at the local deadline', async () => {
+    const store = recordingStore(() => true); // renewals hang: the local deadline (8,100) passes first
+    const { clock, engine } = setup(store, { maxHoldMs: 20_000 });
+    const held = await lease(engine);
+    const calls: Array<[string, boolean]> = [];
+    held.onGivenUp((error) => calls.push([error.code, held.settled]));
+    await step(clock, 9_000);
+    const atDeadline = [held.signal.aborted, calls.length];
+    await step(clock, 11_000);
+    expect([atDeadline, calls]).toEqual([[true, 0], [['LEASE_LOST', true]]]);
+  });
+
+  it("an object's handleEvent; not called when the work's abort listener settled the lease first", async () => {
+    const told: string[] = [];
+    const listener = { handleEvent: (error: IdempotencyError) => void told.push(error.code) };
+    const first = setup(recordingStore(), { maxHoldMs: 5_000 });
+    (await lease(first.engine)).onGivenUp(listener);
+    await step(first.clock, 5_000);
+    const second = setup(recordingStore(), { maxHoldMs: 5_000 });
+    const held = await lease(second.engine);
+    held.signal.addEventListener('abort', () => void held.fail());
+    held.onGivenUp(listener);
+    await step(second.clock, 5_000);
+    expect([told, held.settled]).toEqual([['LEASE_LOST'], true]);
+  });
+});

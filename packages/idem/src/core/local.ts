@@ -143,9 +143,10 @@ export async function runLocal<Tx>(engine: Engine<Tx>, request: RunRequest, work
  * A key claimed inside the store's open transaction, for work that answers later (the HTTP `local` route, whose
  * handler runs after the gate admits it): what a {@link Lease} is to `begin`. `complete` runs the result's
  * `effects` on `tx`, hands the answer to the transaction and resolves once it committed or rolled back (`ok:
- * false` with the work's error or the store's); `fail` rolls everything back. Its `signal` never aborts.
+ * false` with the work's error or the store's); `fail` rolls everything back. Its `signal` never aborts (and it is
+ * never given up: no `onGivenUp`).
  */
-export type LocalLease<Tx> = Omit<Lease<Tx>, 'release' | 'abandon'> & { readonly tx: Tx };
+export type LocalLease<Tx> = Omit<Lease<Tx>, 'release' | 'abandon' | 'onGivenUp'> & { readonly tx: Tx };
 
 /** What {@link beginLocal} decided: `engine.begin`'s answers, or a local lease. */
 export type LocalDecision<Tx> = Answer | { readonly kind: 'lease'; readonly lease: LocalLease<Tx> };

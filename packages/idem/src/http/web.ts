@@ -121,16 +121,15 @@ export async function serveWeb<Tx, Req>(
 }
 
 /**
- * A held key's early ends. `stopped` rejects with {@link GIVEN_UP} once the engine gives the key up: it aborts the
- * signal and settles the lease in the same turn, so the lease is looked at a microtask after the abort (a signal
- * aborted past the local deadline alone leaves the lease renewed, and its answer may still be recorded).
+ * A held key's early ends. `stopped` rejects with {@link GIVEN_UP} once the engine gives the key up (`onGivenUp`:
+ * past `maxHoldMs`; a lease past its local deadline alone is still renewed, and its answer may still be recorded).
  * `untilClientGone` adds {@link CLIENT_GONE}, one lease after the client left; `done` clears that timer.
  */
 function hold<Tx>(lease: Lease<Tx>, leaseMs: number) {
   let stop!: (reason: symbol) => void;
   const stopped = new Promise<never>((_resolve, reject) => (stop = reject));
   stopped.catch(() => undefined);
-  lease.signal.addEventListener('abort', () => queueMicrotask(() => lease.settled && stop(GIVEN_UP)), { once: true });
+  lease.onGivenUp(() => stop(GIVEN_UP));
   let timer: ReturnType<typeof setTimeout> | undefined;
   let client: AbortSignal | undefined;
   const left = (): void => {

@@ -201,14 +201,8 @@ function claiming<Tx>(app: FastifyInstance, gate: Gate<Tx, FastifyRequest>, stat
       if (state.handler === 'detached' && answeredBy(state)) finished(state);
       return send(payload);
     };
-    // The engine gives the key up at `maxHoldMs` (after aborting the signal, in the same turn): see `givenUp`.
-    admission.context.signal.addEventListener(
-      'abort',
-      () => queueMicrotask(() => givenUp(gate, request, reply, state)),
-      {
-        once: true,
-      },
-    );
+    // The engine gives the key up at `maxHoldMs` (a local route's work never is): see `givenUp`.
+    admission.lease?.onGivenUp((error) => givenUp(gate, request, reply, state, error));
     return;
   });
 
@@ -289,11 +283,16 @@ function recording<Tx>(app: FastifyInstance, gate: Gate<Tx, FastifyRequest>, sta
  * for a handler that may never answer; whatever the handler sends later is not written. (Past its local
  * deadline a lease is still renewed and its answer may still be recorded: that abort is left to the handler.)
  */
-function givenUp<Tx>(gate: Gate<Tx, FastifyRequest>, request: FastifyRequest, reply: FastifyReply, state: State<Tx>) {
-  const claim = state.claim as Claim<Tx>;
-  if (!claim.lease?.settled || state.phase !== 'running' || state.sending || reply.sent) return;
+function givenUp<Tx>(
+  gate: Gate<Tx, FastifyRequest>,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  state: State<Tx>,
+  error: unknown,
+) {
+  if (state.phase !== 'running' || state.sending || reply.sent) return;
   state.phase = 'done';
-  const recorded = responseParts(gate.answerFor(claim.context.signal.reason, request));
+  const recorded = responseParts(gate.answerFor(error, request));
   state.recorded = recorded;
   void recorded.then((parts) => {
     if (!reply.sent) void reply.send(writeParts(reply, parts));

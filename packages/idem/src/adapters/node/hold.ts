@@ -62,8 +62,8 @@ export type Recorder = Pick<Claim<unknown>, 'lease' | 'complete' | 'fail'>;
 
 /** What {@link hold} keeps for one response: the methods it replaced, and what the handler sent so far. */
 export interface Held {
-  /** The lease's signal's listener: see {@link heldAbort}. */
-  readonly handleEvent: (this: Held) => void;
+  /** The lease's give-up listener: see {@link heldAbort}. */
+  readonly handleEvent: (this: Held, error: unknown) => void;
   readonly res: Holding;
   readonly request: unknown;
   readonly claim: Recorder;
@@ -170,8 +170,8 @@ export function hold<Req>(
   res.write = heldWrite as ServerResponse['write'];
   res.end = heldEnd as ServerResponse['end'];
   res.destroy = heldDestroy;
-  // The engine gives the key up at `maxHoldMs`: it aborts the signal and settles the lease in the same turn.
-  if (settings.answerFor) claim.lease?.signal.addEventListener('abort', held, { once: true });
+  // The engine gives the key up at `maxHoldMs`: see heldAbort.
+  if (settings.answerFor) claim.lease?.onGivenUp(held);
   return held;
 }
 
@@ -187,22 +187,19 @@ export function abandonHeld(state: Held): void {
 }
 
 /**
- * The lease's signal aborted (`handleEvent` of a {@link Held}: no closure per response). If the engine gave the key
- * up (held past `maxHoldMs`: settled failed, retryable) and nothing was sent, the client gets the lease's problem
- * (409) now rather than a connection held for a handler that may never answer; whatever the handler sends later is
- * dropped, as after its own `end()`. A signal aborted past the local deadline alone leaves the lease renewed, and
- * the handler's answer may still be recorded: that is left to the handler.
+ * The engine gave the key up (`handleEvent` of a {@link Held}, called by `lease.onGivenUp`: no closure per
+ * response): held past `maxHoldMs`, it is settled failed, retryable. If nothing was sent, the client gets the
+ * lease's problem (409) now rather than a connection held for a handler that may never answer; whatever the handler
+ * sends later is dropped, as after its own `end()`.
  */
-function heldAbort(this: Held): void {
-  queueMicrotask(() => {
-    const { claim, settings } = this;
-    if (!claim.lease?.settled || !this.held || this.ended || !settings.answerFor) return;
-    this.ended = true;
-    void responseParts(settings.answerFor(claim.lease.signal.reason, this.request)).then((parts) => {
-      if (!this.held) return; // destroyed meanwhile
-      send(this.res, this, parts, undefined);
-      this.held = true; // stays ended: the handler's later writes are dropped, not written after our end
-    });
+function heldAbort(this: Held, error: unknown): void {
+  const { settings } = this;
+  if (!this.held || this.ended || !settings.answerFor) return;
+  this.ended = true;
+  void responseParts(settings.answerFor(error, this.request)).then((parts) => {
+    if (!this.held) return; // destroyed meanwhile
+    send(this.res, this, parts, undefined);
+    this.held = true; // stays ended: the handler's later writes are dropped, not written after our end
   });
 }
 
