@@ -9,34 +9,38 @@
  * members become byte ranges ("pieces") of the buffer linked in key order, so that an object nested 255 deep is
  * never copied 255 times. The pieces are gathered into one run once, at the end.
  *
- * The scanner is one loop over local variables: every token, key and short string is read and written there, and
- * only longer strings, numbers other than short integers, and objects out of order call out (a call in the loop
- * makes the runtime reload what the loop keeps in registers).
+ * The scanner is one loop over local variables. What is not the loop's own — a string's word scan, a member's row,
+ * the colon after a key, a frame pushed, a short integer — is a small function in canonical-scan.ts that the
+ * optimizing compiler copies into it; the key comparison, escapes, other numbers and objects out of order are calls
+ * (a call in the loop makes the runtime reload what the loop keeps in registers). Cut out of one 262-line loop to
+ * stay under 120 lines, it counts 3.7 % more instructions over the 41 bench/fingerprint.ts bodies (42 MB, callgrind)
+ * and 1.5 % fewer per request from the 100th to the 400th (`new/null`: less for the compiler to optimize).
  */
-import { compareKeys, RANK, takeSortWork } from './key-order.js';
-import * as keyOrder from './key-order.js';
+import { MEMBER, takeSortWork } from './key-order.js';
 import { MAX_NUMBER_OUTPUT, numberEnd, REFUSED, writeNumber } from './canonical-number.js';
 import { ObjectOrder, REORDER_ROOM } from './canonical-objects.js';
 import { spare } from './canonical-pieces.js';
 import { checkUtf8, ESCAPED_END, writeEscaped } from './canonical-string.js';
+import * as scan from './canonical-scan.js';
+import { colon, keyState, openMember, pushFrame, scanWords, writeInteger } from './canonical-scan.js';
 
 /**
- * The member table's fields (key-order.ts) as this module's own constants, which the runtime folds into its code
- * (an imported one is loaded at each use: 6% of the instructions for 1 MiB of records).
+ * An object's states (canonical-scan.ts) as this module's own constants, which the runtime folds into its code (an
+ * imported one is loaded at each use: 6% of the instructions for 1 MiB of records, for the member table's fields).
  */
-const { AT, FLAGS, KEY_END, KEY_START, MEMBER, PIECE } = keyOrder;
+const { ESCAPED, FRAME, ORDERED } = scan;
+/** `true`, `null` and `false` from its second byte, as little-endian words. */
+const TRUE = 0x65757274;
+const NULL = 0x6c6c756e;
+const ALSE = 0x65736c61;
 
 /** Deeper JSON than this is hashed as raw bytes: a value inside more than 256 arrays and objects. */
 const MAX_JSON_DEPTH = 256;
 
 // The open containers but the innermost (shared: a call runs to its end before another starts), `FRAME` numbers
-// each: the byte that closes it, and for an object its first member, its state and where its last key is.
-const FRAME = 5;
+// each: the byte that closes it (0: none open), and for an object its first member and its state (ORDERED, ESCAPED,
+// TWO_EQUAL). The scanner keeps the innermost's in `close`, `base` and `state`.
 const STACK = new Int32Array((MAX_JSON_DEPTH + 1) * FRAME);
-/** An object's state: its keys came in order so far, some key has escapes, its first two keys were equal. */
-const ORDERED = 1;
-const ESCAPED = 2;
-const TWO_EQUAL = 4;
 
 /**
  * The room the scanner keeps past the output's end, checked once per value: a number's canonical form, the closing
@@ -124,11 +128,11 @@ class Canonical {
   readonly #out: Uint8Array;
   /** How much of `#out` the output may use (it may be larger: kept between calls). */
   readonly #size: number;
-  /** The body and the output as words, for scanning and copying long strings (made at the first). */
-  #words: DataView | undefined;
-  #outWords: DataView | undefined;
+  /** The body and the output as words, for scanning strings and writing words. */
+  readonly #words: DataView;
+  readonly #outWords: DataView;
   /** The members of the open objects, a stack of `MEMBER` fields each. */
-  #members = keptMembers;
+  #members: Int32Array = keptMembers;
   /** The objects reordered, and the output's pieces (canonical-objects.ts). */
   readonly objects: ObjectOrder;
 
@@ -144,215 +148,98 @@ class Canonical {
     this.#out = size <= keptOut.length ? keptOut : new Uint8Array(size);
     this.#out[0] = 0x2c;
     this.#size = size;
+    this.#words = new DataView(this.#in.buffer, this.#in.byteOffset, n + PAD);
+    this.#outWords = new DataView(this.#out.buffer, this.#out.byteOffset, this.#out.byteLength);
   }
 
   run(): Uint8Array {
     const b = this.#in;
     const n = this.#length;
-    const stack = STACK;
-    const rank = RANK;
-    const pieces = this.objects.pieces;
     const out = this.#out;
     const size = this.#size; // what the output may use of `out` (canonicalBytesFrom)
     const limit = size - ROOM; // the room past it is enough for any value, and an object reordered in place
-    const words = this.#wordsOf();
-    const outWords = this.#outWordsOf();
-    let members = this.#members;
+    const words = this.#words;
+    const outWords = this.#outWords;
+    let members: Int32Array = this.#members;
     let count = 0; // members on the stack
-    let tail = pieces.tail; // the open piece
+    let tail = this.objects.pieces.tail; // the open piece
     let ascii = n; // the first non-ASCII byte (only strings hold any; checked as UTF-8 at the end)
     let pos = 0;
     let at = 1;
     let depth = 0;
-    let key = 0; // 1: the next value is a member's key
-    // The innermost open container (the outer ones are on `stack`): the byte that closes it (0: none open), and for
-    // an object its first member, its state (ORDERED, ESCAPED, TWO_EQUAL) and where its last key is in the body.
-    let close = 0;
+    let key = 0; // the next value is a member's key: 1 its object's first, 2 after a comma
+    let close = 0; // the innermost open container's frame (STACK)
     let base = 0;
     let state = 0;
-    let lastStart = 0;
-    let lastEnd = 0;
     value: for (;;) {
       let c = b[pos] as number;
       while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
       if (at > limit) throw FULL;
       if (c === 0x22) {
-        // A string. Without escapes, its source bytes (quotes included) are its canonical form: copied as scanned,
-        // a word at a time, each tested at once for `"`, `\`, a control character and (until the first is found) a
-        // non-ASCII byte. Raw text needs no escape: control characters are refused, and `"` and `\` only come
-        // escaped. Past the body's end its padding (zeros) is a control character: an unterminated string.
         if (at + n - pos + 8 > size) throw FULL;
         const start = pos + 1;
         const shift = at - pos; // output index = body index + shift
         out[at] = 0x22;
         let i = start;
-        let high = ascii === n ? -1 : 0;
-        let escaped = false;
-        for (;;) {
-          const word = words.getInt32(i, true);
-          const quote = word ^ 0x22222222;
-          const slash = word ^ 0x5c5c5c5c;
-          // A byte that is 0 in `quote` or `slash`, or below 0x20 in `word` (or any non-ASCII byte, with `high`),
-          // sets its high bit in `flags`; a byte is only set falsely above one set rightly (by a borrow), so the
-          // lowest set is the first byte to look at.
-          const flags =
-            (((quote - 0x01010101) & ~quote) |
-              ((slash - 0x01010101) & ~slash) |
-              ((word - 0x20202020) & ~word) |
-              (word & high)) &
-            0x80808080;
-          outWords.setInt32(i + shift, word, true);
-          if (flags === 0) {
-            i += 4;
-            continue;
-          }
-          i += (31 - Math.clz32(flags & -flags)) >> 3;
-          const d = b[i] as number;
-          if (d === 0x22) break;
-          if (d === 0x5c) {
-            escaped = true;
-            break;
-          }
+        let d = 0;
+        for (let high = ascii === n ? -1 : 0; ; high = 0) {
+          i = scanWords(words, outWords, i, shift, high) | 0;
+          d = b[i] as number;
+          if (d === 0x22 || d === 0x5c) break;
           if (d < 0x20) throw REFUSED;
-          ascii = i; // the first non-ASCII byte
-          high = 0;
-          i++;
+          ascii = i++; // the first non-ASCII byte
         }
-        if (escaped) {
-          // The rest, from its first escape, written again as its value (the text before it is in place).
-          i = writeEscaped(b, words, i, out, outWords, i + shift, ascii) | 0;
-          at = ESCAPED_END[0] as number;
-          ascii = ESCAPED_END[1] as number;
-        } else {
-          out[i + shift] = 0x22;
-          at = i + shift + 1;
-        }
+        // Without escapes, closed; else the rest, from its first escape, written again as its value.
+        if (d === 0x5c) i = writeEscaped(b, words, i, out, outWords, i + shift, ascii) | 0;
+        else out[i + shift] = 0x22;
+        at = d === 0x5c ? (ESCAPED_END[0] as number) : i + shift + 1;
+        if (d === 0x5c) ascii = ESCAPED_END[1] as number;
         pos = i + 1;
-        if (key === 1) {
-          // `i` ends the key. Whether the keys are still in order: compared with the last one, unless either has
-          // escapes (their object is sorted whatever their order: canonical-objects.ts).
+        if (key !== 0) {
+          // A key: its member starts at its comma, if any (moved with it), and `i` ends it.
+          members = openMember(members, count++, start + shift - key, tail, start, i, d === 0x5c ? 1 : 0);
           key = 0;
-          const row = (count - 1) * MEMBER;
-          members[row + KEY_START] = start;
-          members[row + KEY_END] = i;
-          members[row + FLAGS] = escaped ? 1 : 0;
-          if ((state & ORDERED) !== 0 && count - 1 > base) {
-            let order = 1;
-            if (!escaped && (state & ESCAPED) === 0) {
-              // Their first 4 bytes (0 past a key's end: no key holds a 0 byte) as big-endian numbers, which order
-              // them as their bytes do (but non-ASCII bytes, weighed by RANK: compareKeys).
-              const lastLength = lastEnd - lastStart;
-              const length = i - start;
-              let x = lastLength === 0 ? 0 : words.getUint32(lastStart);
-              let y = length === 0 ? 0 : words.getUint32(start);
-              if (lastLength < 4) x &= -1 << (32 - 8 * lastLength);
-              if (length < 4) y &= -1 << (32 - 8 * length);
-              if (x !== y && ((x | y) & 0x80808080) === 0) order = x >>> 0 > y >>> 0 ? 1 : -1;
-              else if (x === y && (lastLength <= 4 || length <= 4)) order = lastLength - length;
-              else order = compareKeys(b, words, rank, lastStart, lastEnd, start, i, 0);
-            }
-            // Out of order: sorted when it closes. Of two members, this comparison is the whole sort
-            // (canonical-objects.ts takes it from here).
-            if (order >= 0) state = (state & ESCAPED) | (order === 0 ? TWO_EQUAL : 0);
-          }
-          if (escaped) state |= ESCAPED;
-          lastStart = start;
-          lastEnd = i;
-          c = b[pos] as number;
-          while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
-          if (c !== 0x3a) throw REFUSED;
-          pos++;
+          if ((state & ORDERED) !== 0 && count - 1 > base) state = keyState(b, words, members, count - 1, state);
+          if (d === 0x5c) state |= ESCAPED;
+          pos = colon(b, pos);
           out[at++] = 0x3a;
           continue value;
         }
-      } else if (key === 1) {
+      } else if (key !== 0) {
         throw REFUSED;
-      } else if (c >= 0x31 && c <= 0x39) {
-        // A positive integer of up to 15 digits (`1`, `42`, `1000`): its digits but the trailing zeros, then `e`
-        // and how many zeros trailed (`1e0`, `42e0`, `1e3`).
-        let end = pos + 1;
-        let d = b[end] as number;
-        while (d >= 0x30 && d <= 0x39 && end - pos < 16) d = b[++end] as number;
-        if (end - pos < 16 && d !== 0x2e && d !== 0x65 && d !== 0x45) {
-          let last = end;
-          while (b[last - 1] === 0x30) last--;
-          // The digits: one, or 4 at a time (bytes written past them are written over next).
-          if (last - pos === 1) {
-            out[at++] = c;
-          } else {
-            for (; pos < last; pos += 4, at += 4) outWords.setInt32(at, words.getInt32(pos, true), true);
-            at -= pos - last;
-          }
-          out[at++] = 0x65;
-          const zeros = end - last;
-          if (zeros >= 10) out[at++] = 0x31;
-          out[at++] = 0x30 + (zeros % 10);
-          pos = end;
-        } else {
-          at = writeNumber(b, pos, out, at) | 0;
-          pos = numberEnd() | 0;
-        }
-      } else if (c === 0x2d || c === 0x30) {
-        at = writeNumber(b, pos, out, at) | 0;
-        pos = numberEnd() | 0;
+      } else if (c === 0x2d || (c >= 0x30 && c <= 0x39)) {
+        // A positive integer of up to 15 digits here, any other number by canonical-number.ts.
+        const read = c === 0x2d || c === 0x30 ? 0 : writeInteger(b, words, out, outWords, pos, at);
+        at = read === 0 ? writeNumber(b, pos, out, at) | 0 : at + (read >> 8);
+        pos = read === 0 ? numberEnd() | 0 : pos + (read & 0xff);
       } else if (c === 0x7b || c === 0x5b) {
-        // `{` or `[`: empty, or a container opened
         out[at++] = c;
         const closer = c + 2; // `}` or `]`
         c = b[++pos] as number;
         while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = b[++pos] as number;
-        if (c === closer) {
-          out[at++] = closer;
-          pos++;
-        } else {
+        if (c !== closer) {
           if (depth === MAX_JSON_DEPTH) throw REFUSED;
-          const saved = depth * FRAME;
-          stack[saved] = close;
-          stack[saved + 1] = base;
-          stack[saved + 2] = state;
-          stack[saved + 3] = lastStart;
-          stack[saved + 4] = lastEnd;
-          depth++;
+          pushFrame(STACK, depth++, close, base, state);
           close = closer;
           if (close === 0x7d) {
             base = count;
             state = ORDERED;
-            // The first member: it starts here.
-            if ((count + 1) * MEMBER > members.length) members = this.#members = grow(members);
-            members[count * MEMBER + AT] = at;
-            members[count * MEMBER + PIECE] = tail;
-            count++;
             key = 1;
           }
           continue value;
         }
-      } else if (c === 0x74) {
-        if (b[pos + 1] !== 0x72 || b[pos + 2] !== 0x75 || b[pos + 3] !== 0x65) throw REFUSED;
-        out[at] = 0x74;
-        out[at + 1] = 0x72;
-        out[at + 2] = 0x75;
-        out[at + 3] = 0x65;
-        at += 4;
-        pos += 4;
-      } else if (c === 0x66) {
-        if (b[pos + 1] !== 0x61 || b[pos + 2] !== 0x6c || b[pos + 3] !== 0x73 || b[pos + 4] !== 0x65) throw REFUSED;
-        out[at] = 0x66;
-        out[at + 1] = 0x61;
-        out[at + 2] = 0x6c;
-        out[at + 3] = 0x73;
-        out[at + 4] = 0x65;
-        at += 5;
-        pos += 5;
-      } else if (c === 0x6e) {
-        if (b[pos + 1] !== 0x75 || b[pos + 2] !== 0x6c || b[pos + 3] !== 0x6c) throw REFUSED;
-        out[at] = 0x6e;
-        out[at + 1] = 0x75;
-        out[at + 2] = 0x6c;
-        out[at + 3] = 0x6c;
-        at += 4;
-        pos += 4;
+        out[at++] = closer;
+        pos++;
       } else {
-        throw REFUSED;
+        // `true`, `null` or `false` (`f` and a word)
+        const f = c === 0x66 ? 1 : 0;
+        const word = words.getInt32(pos + f, true);
+        const expected = c === 0x74 ? TRUE : c === 0x6e ? NULL : ALSE;
+        if (word !== expected || (f === 0 && expected === ALSE)) throw REFUSED;
+        out[at] = c;
+        outWords.setInt32(at + f, word, true);
+        at += 4 + f;
+        pos += 4 + f;
       }
       // After a value: a separator, the end of its containers, or the end of the body.
       for (;;) {
@@ -364,15 +251,7 @@ class Canonical {
         }
         if (c === 0x2c) {
           pos++;
-          if (close === 0x7d) {
-            // The next member: it starts at its comma, so that moving it moves the comma too (the reorder mends
-            // the first and the one displaced).
-            if ((count + 1) * MEMBER > members.length) members = this.#members = grow(members);
-            members[count * MEMBER + AT] = at;
-            members[count * MEMBER + PIECE] = tail;
-            count++;
-            key = 1;
-          }
+          if (close === 0x7d) key = 2;
           out[at++] = 0x2c;
           continue value;
         }
@@ -380,42 +259,18 @@ class Canonical {
         pos++;
         if (close === 0x7d) {
           if ((state & ORDERED) === 0) {
-            at =
-              this.objects.reorder(
-                b,
-                words,
-                out,
-                outWords,
-                at,
-                members,
-                base,
-                count - base,
-                (state & ESCAPED) !== 0,
-                (state & TWO_EQUAL) !== 0,
-              ) | 0;
-            tail = pieces.tail;
+            at = this.objects.reorder(b, words, out, outWords, at, members, base, count - base, state) | 0;
+            tail = this.objects.pieces.tail;
           }
           count = base;
         }
         out[at++] = close;
-        depth--;
-        const saved = depth * FRAME;
-        close = stack[saved] as number;
-        base = stack[saved + 1] as number;
-        state = stack[saved + 2] as number;
-        lastStart = stack[saved + 3] as number;
-        lastEnd = stack[saved + 4] as number;
+        const saved = --depth * FRAME;
+        close = STACK[saved] as number;
+        base = STACK[saved + 1] as number;
+        state = STACK[saved + 2] as number;
       }
     }
-  }
-
-  /** The body and the output as words (made at the first use). */
-  #wordsOf(): DataView {
-    return (this.#words ??= new DataView(this.#in.buffer, this.#in.byteOffset, this.#length + PAD));
-  }
-
-  #outWordsOf(): DataView {
-    return (this.#outWords ??= new DataView(this.#out.buffer, this.#out.byteOffset, this.#out.byteLength));
   }
 
   /** The output, in one run; and the body checked as UTF-8 if it had any non-ASCII byte. */
@@ -425,12 +280,6 @@ class Canonical {
     if (!pieces.used) return out.subarray(1, at);
     pieces.close(at);
     const { bytes, words } = spare(pieces.total() + 8);
-    return bytes.subarray(0, pieces.gather(out, this.#outWordsOf(), bytes, words));
+    return bytes.subarray(0, pieces.gather(out, this.#outWords, bytes, words));
   }
-}
-
-function grow(array: Int32Array): Int32Array<ArrayBuffer> {
-  const grown = new Int32Array(2 * array.length);
-  grown.set(array);
-  return grown;
 }

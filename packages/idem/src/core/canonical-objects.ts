@@ -5,6 +5,7 @@
  */
 import * as keyOrder from './key-order.js';
 import { Shapes } from './canonical-shapes.js';
+import * as scan from './canonical-scan.js';
 import { sortKeys } from './canonical-keys.js';
 import { Pieces, relink, reorderInPlace, reorderThrough } from './canonical-pieces.js';
 
@@ -13,6 +14,7 @@ import { Pieces, relink, reorderInPlace, reorderThrough } from './canonical-piec
  * (an imported one is loaded at each use: 6% of the instructions for 1 MiB of records).
  */
 const { AT, MEMBER, PIECE } = keyOrder;
+const { ESCAPED, TWO_EQUAL } = scan;
 
 /**
  * Objects up to this many bytes are reordered by copying them past the output's end (reorderInPlace), larger ones
@@ -43,11 +45,12 @@ export class ObjectOrder {
 
   /**
    * Puts members `base` to `base + count` of the object that ends at `at` in `out` (`outWords` as words) in key
-   * order, the last duplicate winning, and returns where the output ends now. `out` has room for `REORDER_ROOM` bytes past `at`. `escaped`:
-   * some key has escapes; `twoEqual`: of two members (without escapes), the keys are equal (else out of order).
+   * order, the last duplicate winning, and returns where the output ends now. `out` has room for `REORDER_ROOM`
+   * bytes past `at`. `state` is the scanner's for the object (canonical-scan.ts): ESCAPED, some key has escapes;
+   * TWO_EQUAL, of two members (without escapes), the keys are equal (else out of order).
    *
    * @example
-   * at = order.reorder(body, words, out, outWords, at, members, base, count, false, false)
+   * at = order.reorder(body, words, out, outWords, at, members, base, count, 0)
    */
   reorder(
     body: Uint8Array,
@@ -58,9 +61,10 @@ export class ObjectOrder {
     members: Int32Array,
     base: number,
     count: number,
-    escaped: boolean,
-    twoEqual: boolean,
+    state: number,
   ): number {
+    const escaped = (state & ESCAPED) !== 0;
+    const twoEqual = (state & TWO_EQUAL) !== 0;
     if (count === 2 && !escaped) {
       const swapped = this.#swapTwo(out, outWords, at, members, base, twoEqual);
       if (swapped >= 0) return swapped;
