@@ -65,3 +65,28 @@ describe('a handler held past maxHoldMs gets the lease-lost problem, never its o
     await check(await handle(new Request('http://api.test/v1/charges', init)));
   });
 });
+
+describe('Express: what a handler sends after the lease-lost 409 is dropped (node/hold.ts heldAbort), not thrown', () => {
+  it('res.status(201).json() once the client has its 409 does not throw', async () => {
+    const { options, init } = heldTooLong();
+    let late!: () => void;
+    const app = express();
+    app.use(idempotency<undefined>(options));
+    app.post('/v1/charges', (_req, res) => void (late = () => void res.status(201).json({ charge: 1 })));
+    const server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    try {
+      const { port } = server.address() as AddressInfo;
+      const first = await fetch(`http://127.0.0.1:${port}/v1/charges`, init);
+      let thrown: unknown = 'nothing';
+      try {
+        late();
+      } catch (error) {
+        thrown = (error as { code?: string }).code;
+      }
+      expect([first.status, thrown]).toEqual([409, 'nothing']);
+    } finally {
+      server.close();
+    }
+  });
+});

@@ -200,8 +200,21 @@ function heldAbort(this: Held, error: unknown): void {
     if (!this.held) return; // destroyed meanwhile
     send(this.res, this, parts, undefined);
     this.held = true; // stays ended: the handler's later writes are dropped, not written after our end
+    // And its later headers (`res.status(201).json(…)` sets some first): dropped, not thrown from a callback of its.
+    Object.assign(this.res, DROPPED_HEADERS);
   });
 }
+
+/** A response's header setters once the lease's problem went out in the handler's place: they do nothing. */
+const DROPPED_HEADERS = {
+  setHeader(this: ServerResponse) {
+    return this;
+  },
+  appendHeader(this: ServerResponse) {
+    return this;
+  },
+  removeHeader() {},
+};
 
 function keep(state: Held, chunk: unknown, encoding: unknown): void {
   if (state.tooLarge) return;
