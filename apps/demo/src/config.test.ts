@@ -181,3 +181,24 @@ describe('demo configuration: what may serve', () => {
     expect(hosts.filter(isLoopback)).toEqual(['localhost', 'LOCALHOST', '127.0.0.1', '127.1.2.3', '::1', '[::1]']);
   });
 });
+
+describe('IDEM_API_KEYS: whitespace around and inside the pairs', () => {
+  // `Bearer (\S+)` can never send "sk_live_1 ": the second pair is a dead key, and sk_live_1 answers as acct_a
+  // although the operator last gave it acct_b — the repeat the refusal is for, missed by `pair.trim()` alone.
+  it('is refused as a repeat, by position', () => {
+    const message = (pair: number, of: number, problem: string) =>
+      `ConfigError: IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${pair} of ${of} ${problem}.`;
+    expect([
+      refusal({ IDEM_API_KEYS: 'sk_live_1:acct_a, sk_live_1 :acct_b' }),
+      refusal({ IDEM_API_KEYS: 'sk_live_1:acct_a,sk_live_2:acct_b,sk live_3:acct_c' }),
+    ]).toEqual([message(2, 2, 'repeats the API key of pair 1'), message(3, 3, 'has whitespace inside its API key')]);
+  });
+
+  it('whitespace around the colon is not part of the key or the account', () => {
+    const { apiKeys } = loadConfig({ IDEM_API_KEYS: ' sk_live_1 : acct_a ,sk_live_2:\tacct_b' });
+    expect([...apiKeys]).toEqual([
+      ['sk_live_1', 'acct_a'],
+      ['sk_live_2', 'acct_b'],
+    ]);
+  });
+});

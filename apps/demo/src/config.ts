@@ -352,10 +352,11 @@ function parseApiKeys(keys: string): Map<string, string> {
   const pairs = keys ? keys.split(',') : [];
   const pairOf = new Map<string, number>();
   for (const [i, pair] of pairs.entries()) {
-    const [apiKey, account, ...rest] = pair.trim().split(':');
-    // An API key given twice would authenticate as whichever account came last: refused, not guessed.
+    const [apiKey, account, ...rest] = pair.split(':').map((part) => part.trim());
+    // An API key given twice would authenticate as whichever account came last: refused, not guessed. One with
+    // whitespace inside could never be sent (`Bearer <key>`).
     const repeated = apiKey ? pairOf.get(apiKey) : undefined;
-    if (!apiKey || !account || rest.length > 0 || repeated !== undefined) {
+    if (!apiKey || !account || rest.length > 0 || repeated !== undefined || /\s/.test(apiKey)) {
       // The pair is not printed: a malformed one is most often an API key without its account.
       const problem = !apiKey
         ? 'has no API key'
@@ -363,7 +364,9 @@ function parseApiKeys(keys: string): Map<string, string> {
           ? 'has no :account'
           : rest.length > 0
             ? 'has more than one :'
-            : `repeats the API key of pair ${(repeated ?? 0) + 1}`;
+            : repeated !== undefined
+              ? `repeats the API key of pair ${repeated + 1}`
+              : 'has whitespace inside its API key';
       throw new ConfigError(
         `IDEM_API_KEYS (--api-keys) must be apikey:account pairs separated by commas; pair ${i + 1} of ${pairs.length} ${problem}.`,
       );
