@@ -344,12 +344,14 @@ describe.skipIf(!(await serviceAvailable('PostgreSQL', POSTGRES_URL)))(
         expect(new Set(seen)).toEqual(new Set([409, 201]));
         proxy.restore();
 
-        // The zombie wakes: its completion (INSERT charge + fenced UPDATE) is refused and rolled back.
+        // The zombie wakes: its completion (INSERT charge + fenced UPDATE) is refused and rolled back — answered 409,
+        // or 503 when its stalled link gave up first (3 runs in 17 here): never a success. What it charged is
+        // checked below either way.
         const zombieAnswer = await slow;
-        expect([zombieAnswer.status, (JSON.parse(zombieAnswer.body) as { type: string }).type]).toEqual([
-          409,
-          'urn:idem:problem:idempotency-lease-lost',
-        ]);
+        expect([
+          [409, 'urn:idem:problem:idempotency-lease-lost'],
+          [503, 'urn:idem:problem:idempotency-store-unavailable'],
+        ]).toContainEqual([zombieAnswer.status, (JSON.parse(zombieAnswer.body) as { type: string }).type]);
         const retries = [await charge(zombieServer), await charge(owner)];
         expect(retries.map((r) => [r.status, r.replayed, r.body])).toEqual([
           [201, 'true', taken?.body],
