@@ -431,14 +431,18 @@ async function quiescedRecords(
   apiKeys: readonly string[],
 ): Promise<{ records: Map<string, RecordRow[]>; readAt: number }> {
   const deadline = Date.now() + LEASE_MS + 1_000;
-  for (;;) {
-    const readAt = Date.now();
-    const records = new Map<string, RecordRow[]>();
-    for (const [i, account] of accounts.entries()) records.set(account, await readRecords(slots, apiKeys[i] as string));
-    const settled = [...records.values()].every((rows) => rows.every((row) => row.status !== 'in_progress'));
-    if (settled || Date.now() >= deadline) return { records, readAt };
-    await sleep(100);
-  }
+  return waitFor(
+    'the records read once none is in progress, or at the deadline',
+    async () => {
+      const readAt = Date.now();
+      const records = new Map<string, RecordRow[]>();
+      for (const [i, account] of accounts.entries())
+        records.set(account, await readRecords(slots, apiKeys[i] as string));
+      const settled = [...records.values()].every((rows) => rows.every((row) => row.status !== 'in_progress'));
+      return (settled || readAt >= deadline) && { records, readAt };
+    },
+    { timeoutMs: LEASE_MS + 30_000, everyMs: 100 },
+  );
 }
 
 /** An account's records, read through any process that answers (retried: the nemesis has stopped, but be patient). */
